@@ -1,0 +1,82 @@
+/* h3strict: strict-mode (bitwise batch-invariant) MiniMax-H3 forward and backward.
+ *
+ * The one public header.  Every function that can fail returns h3s_status; on failure a
+ * one-line message is available from h3s_last_error() (per thread) and nothing the caller
+ * passed as an output has been written.
+ */
+#ifndef H3S_H
+#define H3S_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define H3S_VERSION_STRING "0.1.0"
+
+typedef enum h3s_status {
+    H3S_OK = 0,
+    H3S_ERR_INVALID = 1,     /* bad argument (NULL, negative size, unknown option) */
+    H3S_ERR_SHAPE = 2,       /* tensor shapes do not agree */
+    H3S_ERR_DTYPE = 3,       /* unsupported or mismatched dtype */
+    H3S_ERR_INDEX = 4,       /* an index is out of range */
+    H3S_ERR_NOMEM = 5,       /* allocation failed */
+    H3S_ERR_IO = 6,          /* file could not be opened, read or written */
+    H3S_ERR_FORMAT = 7,      /* a file is malformed */
+    H3S_ERR_UNSUPPORTED = 8, /* valid request this build or device cannot serve strictly */
+    H3S_ERR_DEVICE = 9,      /* device (GPU) failure or absence */
+    H3S_ERR_MISMATCH = 10    /* a verification found different bytes */
+} h3s_status;
+
+/* Message of the last failure on this thread ("" if none). */
+const char *h3s_last_error(void);
+const char *h3s_status_name(h3s_status status);
+const char *h3s_version(void);
+
+typedef enum h3s_dtype { H3S_F64 = 0, H3S_F32 = 1, H3S_BF16 = 2, H3S_F16 = 3, H3S_I64 = 4, H3S_BOOL = 5 } h3s_dtype;
+
+size_t h3s_dtype_size(h3s_dtype dtype);
+const char *h3s_dtype_name(h3s_dtype dtype); /* safetensors spelling: "F32", "BF16", ... */
+
+#define H3S_MAX_DIMS 4
+
+/* A contiguous row-major tensor.  `data` is owned when `owns_data` is non-zero (then
+ * h3s_tensor_free releases it); views borrow.  `device` is 0 for host memory, 1 for CUDA
+ * device memory. */
+typedef struct h3s_tensor {
+    h3s_dtype dtype;
+    int ndim;
+    int64_t shape[H3S_MAX_DIMS];
+    void *data;
+    int owns_data;
+    int device;
+} h3s_tensor;
+
+/* Allocate a zero-filled host tensor. */
+h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+/* A borrowed view of existing host memory (no allocation, cannot fail). */
+h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
+void h3s_tensor_free(h3s_tensor *t);
+int64_t h3s_tensor_numel(const h3s_tensor *t);
+size_t h3s_tensor_nbytes(const h3s_tensor *t);
+/* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
+ * the same number of elements.  Float -> BF16 rounds to nearest even. */
+h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
+
+/* BF16 helpers: round to nearest even, NaN stays NaN (quiet), +-Inf stays +-Inf. */
+uint16_t h3s_bf16_from_f32(float x);
+float h3s_bf16_to_f32(uint16_t b);
+
+/* SHA-256 of a byte range as 64 lowercase hex digits + NUL. */
+h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
+
+/* Number of OpenMP threads the library uses (0 = OpenMP default).  Results never depend on it. */
+void h3s_set_num_threads(int n);
+int h3s_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* Internal core helpers shared by every layer: error reporting, BF16, checked allocation. */
+#ifndef H3S_CORE_H
+#define H3S_CORE_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h3s.h"
+
+#if defined(__GNUC__)
+#define H3S_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define H3S_PRINTF(a, b)
+#endif
+
+/* Record a failure message for this thread and return `status`.  Use as
+ * `return h3s_fail(H3S_ERR_SHAPE, "linear: x has %d dims, expected 2", x->ndim);` */
+h3s_status h3s_fail(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
+/* Prefix the current message with "context: " (keeps the status). */
+h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
+void h3s_clear_error(void);
+
+#define H3S_TRY(expr)                                                                                                  \
+    do {                                                                                                               \
+        h3s_status h3s_try_status_ = (expr);                                                                           \
+        if (h3s_try_status_ != H3S_OK) return h3s_try_status_;                                                         \
+    } while (0)
+
+/* Checked allocation: NULL means out of memory and the error is already recorded.
+ * h3s_calloc zero-fills; sizes are checked for overflow. */
+void *h3s_malloc(size_t count, size_t size);
+void *h3s_calloc(size_t count, size_t size);
+
+static inline uint16_t h3s_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+        return (uint16_t)((u >> 16) | 0x0040u); /* NaN: keep sign and payload top, force quiet */
+    }
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7fffu + lsb; /* round to nearest, ties to even; Inf stays Inf, overflow goes to Inf */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float h3s_bf16_value(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Tensor validation used by every operator before it writes anything. */
+h3s_status h3s_check_tensor(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim);
+/* Same, and shape[d] must equal `dims[d]` wherever dims[d] >= 0. */
+h3s_status h3s_check_shape(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim,
+                           const int64_t *dims);
+/* Every entry of an I64 index tensor lies in [0, limit). */
+h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *idx, int64_t limit);
+
+/* Read element i of a float tensor (F64, F32, BF16, F16) as double. */
+double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i);
+
+#endif

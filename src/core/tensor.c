@@ -1,0 +1,187 @@
+#include <math.h>
+#include <stdio.h>
+
+#include "core/core.h"
+
+size_t h3s_dtype_size(h3s_dtype dtype) {
+    switch (dtype) {
+    case H3S_F64: return 8;
+    case H3S_F32: return 4;
+    case H3S_BF16: return 2;
+    case H3S_F16: return 2;
+    case H3S_I64: return 8;
+    case H3S_BOOL: return 1;
+    }
+    return 0;
+}
+
+const char *h3s_dtype_name(h3s_dtype dtype) {
+    switch (dtype) {
+    case H3S_F64: return "F64";
+    case H3S_F32: return "F32";
+    case H3S_BF16: return "BF16";
+    case H3S_F16: return "F16";
+    case H3S_I64: return "I64";
+    case H3S_BOOL: return "BOOL";
+    }
+    return "?";
+}
+
+uint16_t h3s_bf16_from_f32(float x) { return h3s_bf16_round(x); }
+float h3s_bf16_to_f32(uint16_t b) { return h3s_bf16_value(b); }
+
+int64_t h3s_tensor_numel(const h3s_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+size_t h3s_tensor_nbytes(const h3s_tensor *t) { return (size_t)h3s_tensor_numel(t) * h3s_dtype_size(t->dtype); }
+
+h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    if (!t) return h3s_fail(H3S_ERR_INVALID, "tensor_alloc: NULL tensor");
+    if (ndim < 0 || ndim > H3S_MAX_DIMS)
+        return h3s_fail(H3S_ERR_SHAPE, "tensor_alloc: %d dims (at most %d)", ndim, H3S_MAX_DIMS);
+    if (h3s_dtype_size(dtype) == 0) return h3s_fail(H3S_ERR_DTYPE, "tensor_alloc: unknown dtype");
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "tensor_alloc: negative dim %d", d);
+        if (shape[d] != 0 && n > INT64_MAX / shape[d])
+            return h3s_fail(H3S_ERR_SHAPE, "tensor_alloc: element count overflows");
+        n *= shape[d];
+    }
+    void *data = h3s_calloc((size_t)n, h3s_dtype_size(dtype));
+    if (!data) return H3S_ERR_NOMEM;
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    t->data = data;
+    t->owns_data = 1;
+    return H3S_OK;
+}
+
+h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    h3s_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = dtype;
+    t.ndim = ndim < 0 ? 0 : (ndim > H3S_MAX_DIMS ? H3S_MAX_DIMS : ndim);
+    for (int d = 0; d < t.ndim; d++)
+        t.shape[d] = shape[d];
+    t.data = data;
+    return t;
+}
+
+void h3s_tensor_free(h3s_tensor *t) {
+    if (!t) return;
+    if (t->owns_data && t->device == 0) free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+static float h3s_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
+            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case H3S_F64: return ((const double *)t->data)[i];
+    case H3S_F32: return ((const float *)t->data)[i];
+    case H3S_BF16: return h3s_bf16_value(((const uint16_t *)t->data)[i]);
+    case H3S_F16: return h3s_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case H3S_I64: return (double)((const int64_t *)t->data)[i];
+    case H3S_BOOL: return ((const uint8_t *)t->data)[i] ? 1.0 : 0.0;
+    }
+    return NAN;
+}
+
+static int is_float(h3s_dtype d) { return d == H3S_F64 || d == H3S_F32 || d == H3S_BF16 || d == H3S_F16; }
+
+h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst) {
+    if (!src || !dst) return h3s_fail(H3S_ERR_INVALID, "tensor_convert: NULL tensor");
+    int64_t n = h3s_tensor_numel(src);
+    if (n != h3s_tensor_numel(dst))
+        return h3s_fail(H3S_ERR_SHAPE, "tensor_convert: %lld elements into %lld", (long long)n,
+                        (long long)h3s_tensor_numel(dst));
+    if (src->dtype == dst->dtype) {
+        if (n) memmove(dst->data, src->data, h3s_tensor_nbytes(src));
+        return H3S_OK;
+    }
+    if (!is_float(src->dtype) || !is_float(dst->dtype) || dst->dtype == H3S_F16)
+        return h3s_fail(H3S_ERR_DTYPE, "tensor_convert: %s -> %s not supported", h3s_dtype_name(src->dtype),
+                        h3s_dtype_name(dst->dtype));
+    for (int64_t i = 0; i < n; i++) {
+        double v = h3s_tensor_get_f64(src, i);
+        switch (dst->dtype) {
+        case H3S_F64: ((double *)dst->data)[i] = v; break;
+        case H3S_F32: ((float *)dst->data)[i] = (float)v; break;
+        /* Every source dtype here is exactly representable in F32 except F64, which is
+         * rounded once to F32 and then to BF16: callers that need a single rounding from
+         * F64 must round themselves; the library never converts F64 -> BF16 on a strict path. */
+        case H3S_BF16: ((uint16_t *)dst->data)[i] = h3s_bf16_round((float)v); break;
+        default: break;
+        }
+    }
+    return H3S_OK;
+}
+
+static h3s_status check_common(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim) {
+    if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, name);
+    if (t->dtype != dtype)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, name, h3s_dtype_name(t->dtype),
+                        h3s_dtype_name(dtype));
+    if (t->ndim != ndim) return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %d dims, expected %d", op, name, t->ndim, ndim);
+    for (int d = 0; d < ndim; d++)
+        if (t->shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "%s: %s has a negative dim", op, name);
+    if (!t->data && h3s_tensor_numel(t) > 0) return h3s_fail(H3S_ERR_INVALID, "%s: %s has no data", op, name);
+    return H3S_OK;
+}
+
+h3s_status h3s_check_tensor(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim) {
+    return check_common(op, name, t, dtype, ndim);
+}
+
+h3s_status h3s_check_shape(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim,
+                           const int64_t *dims) {
+    H3S_TRY(check_common(op, name, t, dtype, ndim));
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] >= 0 && t->shape[d] != dims[d])
+            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has shape[%d] = %lld, expected %lld", op, name, d,
+                            (long long)t->shape[d], (long long)dims[d]);
+    }
+    return H3S_OK;
+}
+
+h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *idx, int64_t limit) {
+    if (!idx) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, name);
+    if (idx->dtype != H3S_I64)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: %s has dtype %s, expected I64", op, name, h3s_dtype_name(idx->dtype));
+    int64_t n = h3s_tensor_numel(idx);
+    const int64_t *v = (const int64_t *)idx->data;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] < 0 || v[i] >= limit)
+            return h3s_fail(H3S_ERR_INDEX, "%s: %s[%lld] = %lld is outside [0, %lld)", op, name, (long long)i,
+                            (long long)v[i], (long long)limit);
+    }
+    return H3S_OK;
+}

@@ -1,0 +1,78 @@
+/* CUDA backend entry points (src/cuda).  Each mirrors the operator of the same name in
+ * ops/ops.h, takes the same arguments with every float tensor in device memory
+ * (device == 1), and is reached only through that operator, after its argument checks.
+ * Index tensors (I64/BOOL) may be on the host or the device; kernels bounds-check every
+ * index they read and report a violation as H3S_ERR_INDEX.
+ *
+ * In a build without nvcc every function here fails with H3S_ERR_DEVICE and a clear
+ * message (src/cuda/cuda_none.c): strict mode never falls back to another device. */
+#ifndef H3S_CUDA_OPS_H
+#define H3S_CUDA_OPS_H
+
+#include "ops/ops.h"
+
+/* 1 when this build has the CUDA backend and a usable GPU of an architecture it was built
+ * for; 0 otherwise, with the reason in h3s_last_error(). */
+int h3s_cuda_available(void);
+/* Device memory for a tensor (device == 1, owns_data); h3s_cuda_tensor_free releases it. */
+h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+void h3s_cuda_tensor_free(h3s_tensor *t);
+/* Copies between host and device tensors of equal dtype and element count. */
+h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev);
+h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host);
+/* Wait for queued work; report any pending kernel error. */
+h3s_status h3s_cuda_sync(void);
+
+h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y);
+h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
+                                    h3s_tensor *dw, h3s_tensor *db);
+h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
+                                    h3s_tensor *y);
+h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
+                                     const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable);
+h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
+                                         h3s_tensor *y);
+h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
+h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
+                               h3s_tensor *sin_out);
+h3s_status h3s_cuda_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,
+                                 h3s_tensor *y);
+h3s_status h3s_cuda_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t, const h3s_tensor *dy,
+                                  h3s_tensor *dx);
+h3s_status h3s_cuda_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
+                                      int64_t heads, const h3s_attn_mask *mask, h3s_tensor *out, h3s_tensor *stats);
+h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
+                                       const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
+                                       const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
+                                       h3s_tensor *dk, h3s_tensor *dv);
+h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const h3s_tensor *table,
+                                     const h3s_tensor *index, int gate_chunk, h3s_tensor *out);
+h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
+                                      int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
+                                      h3s_tensor *dtable);
+h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h);
+h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du);
+h3s_status h3s_cuda_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b,
+                                             h3s_tensor *a, h3s_tensor *table);
+h3s_status h3s_cuda_adaln_projection_backward(const h3s_tensor *temb, const h3s_tensor *a, const h3s_tensor *w,
+                                              const h3s_tensor *dtable, h3s_tensor *dtemb, h3s_tensor *dw,
+                                              h3s_tensor *db);
+h3s_status h3s_cuda_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out);
+h3s_status h3s_cuda_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor *dout, h3s_tensor *dt);
+h3s_status h3s_cuda_timestep_mlp_forward(const h3s_tensor *features, const h3s_tensor *w1, const h3s_tensor *b1,
+                                         const h3s_tensor *w2, const h3s_tensor *b2, h3s_tensor *hidden,
+                                         h3s_tensor *temb);
+h3s_status h3s_cuda_timestep_mlp_backward(const h3s_tensor *features, const h3s_tensor *w1, const h3s_tensor *w2,
+                                          const h3s_tensor *hidden, const h3s_tensor *dtemb, h3s_tensor *dfeatures,
+                                          h3s_tensor *dw1, h3s_tensor *db1, h3s_tensor *dw2, h3s_tensor *db2);
+h3s_status h3s_cuda_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
+                                       const h3s_tensor *index, double eps, h3s_tensor *y);
+h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
+                                        const h3s_tensor *index, double eps, const h3s_tensor *dy, h3s_tensor *dx,
+                                        h3s_tensor *dw, h3s_tensor *dtable);
+h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t src_offset, h3s_tensor *dst,
+                                int64_t dst_offset);
+h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
+
+#endif

@@ -1,0 +1,134 @@
+/* Core: BF16 rounding, deterministic math, RNG reproducibility, SHA-256, tensor checks. */
+#include <float.h>
+#include <math.h>
+
+#include "core/detmath.h"
+#include "test_util.h"
+
+static float f32_from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_bf16(void) {
+    CHECK(h3s_bf16_round(1.0f) == 0x3f80, "1.0");
+    /* 1 + 2^-8 is exactly halfway between bf16 1.0 and 1+2^-7: ties to even -> 1.0 */
+    CHECK(h3s_bf16_round(1.0f + 1.0f / 256) == 0x3f80, "tie to even down");
+    /* 1 + 3*2^-8 is halfway between 1+2^-7 (odd) and 1+2^-6 (even): -> 1+2^-6 */
+    CHECK(h3s_bf16_round(1.0f + 3.0f / 256) == 0x3f82, "tie to even up");
+    CHECK(h3s_bf16_round(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81, "above tie rounds up");
+    CHECK(h3s_bf16_round(INFINITY) == 0x7f80, "+inf");
+    CHECK(h3s_bf16_round(-INFINITY) == 0xff80, "-inf");
+    CHECK(h3s_bf16_round(FLT_MAX) == 0x7f80, "FLT_MAX rounds to inf");
+    uint16_t n = h3s_bf16_round(NAN);
+    CHECK((n & 0x7f80) == 0x7f80 && (n & 0x7f) != 0, "NaN stays NaN (%04x)", n);
+    /* a NaN whose payload lives only in the low 16 bits must not become Inf */
+    uint16_t n2 = h3s_bf16_round(f32_from_bits(0x7f800001u));
+    CHECK((n2 & 0x7f) != 0, "low-payload NaN stays NaN (%04x)", n2);
+    CHECK(h3s_bf16_round(-0.0f) == 0x8000, "-0 kept");
+    CHECK(h3s_bf16_value(0x3f80) == 1.0f, "decode 1.0");
+    /* exhaustive: decode then encode is the identity on every non-NaN bf16 */
+    int bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        float v = h3s_bf16_value((uint16_t)b);
+        if (isnan(v)) continue;
+        if (h3s_bf16_round(v) != b) bad++;
+    }
+    CHECK(bad == 0, "%d bf16 values do not round-trip", bad);
+}
+
+static void test_detmath(void) {
+    double worst_exp = 0, worst_log = 0, worst_sin = 0, worst_cos = 0;
+    for (int i = -2000; i <= 2000; i++) {
+        double x = i * 0.0373;
+        double e = h3s_det_exp(x), r = exp(x);
+        worst_exp = fmax(worst_exp, fabs(e - r) / r);
+        double s = h3s_det_sin(x * 10), c = h3s_det_cos(x * 10);
+        worst_sin = fmax(worst_sin, fabs(s - sin(x * 10)));
+        worst_cos = fmax(worst_cos, fabs(c - cos(x * 10)));
+        if (i > 0) {
+            double l = h3s_det_log(x * 7.3), lr = log(x * 7.3);
+            worst_log = fmax(worst_log, fabs(l - lr) / fmax(1.0, fabs(lr)));
+        }
+    }
+    CHECK(worst_exp < 1e-14, "exp relative error %g", worst_exp);
+    CHECK(worst_log < 1e-14, "log error %g", worst_log);
+    CHECK(worst_sin < 1e-13, "sin error %g", worst_sin);
+    CHECK(worst_cos < 1e-13, "cos error %g", worst_cos);
+    CHECK(h3s_det_exp(-1000) == 0 && isinf(h3s_det_exp(1000)), "exp range ends");
+    CHECK(isnan(h3s_det_log(-1)) && isinf(h3s_det_log(0)), "log domain ends");
+    CHECK(fabs(h3s_det_siluf(2.0f) - (float)(2.0 / (1.0 + exp(-2.0)))) <= 1e-7, "silu");
+}
+
+static void test_rng(void) {
+    /* Philox4x32-10 known-answer vector (Random123 kat_vectors: counter 0, key 0). */
+    uint32_t ctr[4] = {0, 0, 0, 0}, key[2] = {0, 0}, out[4];
+    h3s_philox4x32_10(ctr, key, out);
+    CHECK(out[0] == 0x6627e8d5u && out[1] == 0xe169c58du && out[2] == 0xbc57ac4cu && out[3] == 0x9b00dbd8u,
+          "philox KAT zero: %08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+    uint32_t ctr2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, key2[2] = {0xa4093822u, 0x299f31d0u};
+    h3s_philox4x32_10(ctr2, key2, out);
+    CHECK(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u && out[3] == 0x24126ea1u,
+          "philox KAT pi: %08x %08x %08x %08x", out[0], out[1], out[2], out[3]);
+    /* statistics of the normal generator */
+    double s = 0, s2 = 0;
+    int n = 200000;
+    for (int i = 0; i < n; i++) {
+        double v = h3s_rng_normal(42, 1, (uint64_t)i);
+        s += v;
+        s2 += v * v;
+    }
+    double mean = s / n, var = s2 / n - mean * mean;
+    CHECK(fabs(mean) < 0.01 && fabs(var - 1) < 0.02, "normal mean %g var %g", mean, var);
+    /* counter-based: value i does not depend on how the range is chunked */
+    float a[100], b[100];
+    h3s_rng_fill_normal(7, 3, 0, 100, 1.0f, a);
+    h3s_rng_fill_normal(7, 3, 40, 60, 1.0f, b + 40);
+    h3s_rng_fill_normal(7, 3, 0, 40, 1.0f, b);
+    CHECK(memcmp(a, b, sizeof a) == 0, "chunked fill differs");
+    CHECK(h3s_rng_normal(7, 3, 5) != h3s_rng_normal(8, 3, 5), "seed changes value");
+    CHECK(h3s_rng_normal(7, 3, 5) != h3s_rng_normal(7, 4, 5), "stream changes value");
+    /* A pinned value: the same bits on every machine. */
+    float pinned = h3s_rng_normal(11, 0, 0);
+    uint32_t pb;
+    memcpy(&pb, &pinned, 4);
+    printf("rng pinned value normal(11,0,0) = %.9g (0x%08x)\n", pinned, pb);
+}
+
+static void test_sha256(void) {
+    char hex[65];
+    CHECK_OK(h3s_sha256_hex("abc", 3, hex));
+    CHECK(!strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"), "sha256(abc) %s", hex);
+    CHECK_OK(h3s_sha256_hex("", 0, hex));
+    CHECK(!strcmp(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"), "sha256('') %s", hex);
+}
+
+static void test_tensor_checks(void) {
+    h3s_tensor t = h3t_alloc2(H3S_BF16, 3, 4);
+    int64_t want[2] = {3, 5};
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_check_shape("op", "x", &t, H3S_BF16, 2, want));
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_check_shape("op", "x", &t, H3S_F32, 2, want));
+    CHECK(strstr(h3s_last_error(), "x") != NULL, "message names the tensor: %s", h3s_last_error());
+    int64_t idxv[3] = {0, 2, 3};
+    int64_t n3 = 3;
+    h3s_tensor idx = h3s_tensor_view(idxv, H3S_I64, 1, &n3);
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_check_index("op", "index", &idx, 3));
+    idxv[2] = -1;
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_check_index("op", "index", &idx, 3));
+    idxv[2] = 1;
+    CHECK_OK(h3s_check_index("op", "index", &idx, 3));
+    int64_t neg[1] = {-1};
+    h3s_tensor u;
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_alloc(&u, H3S_F32, 1, neg));
+    h3s_tensor_free(&t);
+}
+
+int main(void) {
+    test_bf16();
+    test_detmath();
+    test_rng();
+    test_sha256();
+    test_tensor_checks();
+    return h3t_finish("test_core");
+}
