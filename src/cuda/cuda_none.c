@@ -110,10 +110,8 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
                                         h3s_tensor *dw, h3s_tensor *dtable) {
     return NO_CUDA("final_norm_backward");
 }
-h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t src_offset, h3s_tensor *dst,
-                                int64_t dst_offset) {
-    return NO_CUDA("rows_gather");
-}
+h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_gather"); }
+h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_scatter"); }
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
 #else
 typedef int h3s_cuda_none_translation_unit_is_not_empty;

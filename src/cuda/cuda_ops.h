@@ -71,8 +71,8 @@ h3s_status h3s_cuda_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w,
 h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
                                         const h3s_tensor *index, double eps, const h3s_tensor *dy, h3s_tensor *dx,
                                         h3s_tensor *dw, h3s_tensor *dtable);
-h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t src_offset, h3s_tensor *dst,
-                                int64_t dst_offset);
+h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
+h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
 
 #endif

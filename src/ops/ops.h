@@ -137,9 +137,12 @@ h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, con
                                    h3s_tensor *dw, h3s_tensor *dtable);
 
 /* ---------------------------------------------------------------- rows & grads -------
- * dst[i, :] = src[index[i], :] converted to dst's dtype (one rounding); index checked. */
-h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t src_offset, h3s_tensor *dst,
-                           int64_t dst_offset);
+ * Batched row gather: dst[b*n + i, :] = src[b*Ss + index[i], :] for b < batch, i < n, with
+ * Ss = src rows / batch; converted to dst's dtype (one rounding, e.g. F32 -> BF16). */
+h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
+/* Batched row scatter: dst[b*Sd + index[i], :] = src[b*n + i, :]; other dst rows untouched;
+ * duplicate indices are an error. */
+h3s_status h3s_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 /* out = a + b elementwise (gradient accumulation in a fixed order: a first). */
 h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
 

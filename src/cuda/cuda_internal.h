@@ -1,0 +1,183 @@
+/* Internal interface of the strict CUDA backend (src/cuda), shared by the C wrappers
+ * (cuda_ops.c) and the CUDA translation units (*.cu).  Plain C types only, so that the C
+ * side needs no CUDA header; every function returns an h3s_status with the message already
+ * recorded (h3s_fail), CUDA failures as H3S_ERR_DEVICE with the CUDA error string.
+ *
+ * Execution model: one device (the current CUDA device when the backend first initialises),
+ * one non-blocking stream, every kernel, copy and workspace allocation queued on it in
+ * program order.  Nothing here waits for the device except the index cache on a miss, the
+ * copies between host and device, and h3s_cuda_sync.  docs/numerics/cuda.md describes the
+ * kernels. */
+#ifndef H3S_CUDA_INTERNAL_H
+#define H3S_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "h3s.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ runtime */
+
+/* Initialise on first use (device check, stream, error flag, memory pool). */
+h3s_status h3c_init(const char *op);
+/* The backend's stream (a cudaStream_t). */
+void *h3c_stream(void);
+/* Device int[4]: [0] = first failing kernel's code (h3c_code), [2..3] = the bad index value. */
+int *h3c_error_flag(void);
+/* After a launch: any launch error becomes H3S_ERR_DEVICE naming `op`. */
+h3s_status h3c_launch_check(const char *op);
+/* Stream-ordered workspace (cudaMallocAsync on the backend stream; freed in stream order). */
+h3s_status h3c_ws_alloc(const char *op, size_t bytes, void **ptr);
+void h3c_ws_free(void *ptr);
+h3s_status h3c_memset(const char *op, void *dptr, size_t bytes);
+h3s_status h3c_copy_d2d(const char *op, void *dst, const void *src, size_t bytes);
+/* Device copy of an index or mask tensor.  A device tensor is returned as it is (its kernel
+ * bounds-checks it); a host tensor is looked up by content (byte length + exact bytes) in a
+ * small cache of device copies and uploaded on a miss. */
+h3s_status h3c_index_on_device(const char *op, const h3s_tensor *t, const void **dptr);
+
+/* Codes a kernel writes into the error flag when it meets an index outside its range. */
+enum h3c_code {
+    H3C_CODE_NONE = 0,
+    H3C_CODE_RMSNORM_FORWARD = 1,
+    H3C_CODE_RMSNORM_BACKWARD = 2,
+    H3C_CODE_RESIDUAL_FORWARD = 3,
+    H3C_CODE_RESIDUAL_BACKWARD = 4,
+    H3C_CODE_ROWS_GATHER = 5,
+    H3C_CODE_ROWS_SCATTER = 6,
+    H3C_CODE_FINAL_NORM_FORWARD = 7,
+    H3C_CODE_FINAL_NORM_BACKWARD = 8,
+    H3C_CODE_COUNT = 9
+};
+const char *h3c_code_name(int code);
+
+/* ------------------------------------------------------------------ GEMM (tensor cores)
+ * C[P, Q] = sum_r A(p, r) B(q, r) with mma.sync m16n8k16 (BF16 operands, FP32 accumulate),
+ * block tile 128 x 128 x 32, one fixed reduction order for every block (docs/numerics/cuda.md). */
+
+/* y[M, N] = bf16(x[M, K] w[N, K]^T (+ b[N])).  x, w, b, y BF16. */
+h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                                 const void *b, void *y);
+/* dx[M, K] = dy[M, N] w[N, K]; dy F32 (split into BF16 hi + lo), w BF16, dx F32. */
+h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w, float *dx);
+/* dw[N, K] = tile fold over 256-row tiles of dy^T x; dy F32 (hi + lo), x BF16, dw F32. */
+h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x, float *dw);
+
+/* ------------------------------------------------------------------ GEMM (FP32 FFMA)
+ * All F32, one FMA chain per output in ascending reduction order from +0 (the same chain as
+ * the CPU's strict F32 linear). */
+h3s_status h3c_sgemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const float *x, const float *w,
+                             const float *b, float *y);
+h3s_status h3c_sgemm_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *w, float *dx);
+h3s_status h3c_sgemm_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *x, float *dw);
+
+/* ------------------------------------------------------------------ canonical tile fold
+ * out[r * ldo + n] (n < N, r < R) = fold over 256-row tiles (ascending) of the per-tile
+ * partial (rows ascending) of contrib(m, n).  Indexed folds only take rows with
+ * index[m] == r; a table row no index names gets 0.  Non-indexed: R = 1. */
+enum h3c_fold_mode {
+    H3C_FOLD_COPY = 0,       /* dy[m, n] */
+    H3C_FOLD_RMS_DW = 1,     /* (dy * (1 + scale)) * (x * inv[m]) */
+    H3C_FOLD_RMS_DSCALE = 2, /* dy * ((x * inv[m]) * w) */
+    H3C_FOLD_PRODUCT = 3,    /* dy * x (residual gate: dout * y) */
+    H3C_FOLD_HEAD_DW = 4     /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+};
+
+typedef struct h3c_fold_args {
+    int mode;
+    int code;      /* error code for a bad index */
+    int64_t M, N;  /* rows, output columns */
+    int64_t R;     /* table rows of an indexed fold (output rows); 1 otherwise */
+    int indexed;   /* fold per table row through `index` */
+    const int64_t *index; /* [M] device: the fold's index and/or the scale table's row index */
+    int64_t index_limit;  /* valid index range [0, index_limit) */
+    const float *dy;
+    int64_t ld_dy;
+    const void *x; /* BF16 */
+    int64_t ld_x;
+    const float *inv; /* [M] (or [M * heads] for HEAD_DW) */
+    const void *w;    /* BF16 [N] or NULL */
+    const void *table; /* BF16 scale rows for RMS_DW: table[index[m] * ld_table + scale_off + n], or NULL */
+    int64_t ld_table, scale_off;
+    int64_t heads, head_dim; /* HEAD_DW: x/dy columns h * head_dim + n */
+    float *out;
+    int64_t ldo;
+} h3c_fold_args;
+
+h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
+
+/* ------------------------------------------------------------------ norms */
+/* x, w, table BF16 (w / table may be NULL); y BF16 or F32 (y_dt). index device or NULL. */
+h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,
+                               const void *table, const int64_t *index, int64_t R, int64_t ld_table, int64_t shift_off,
+                               int64_t scale_off, float eps, void *y, int y_dt);
+/* dx (F32, may be NULL) and inv[M] (F32 workspace, always written). */
+h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,
+                                     const void *table, const int64_t *index, int64_t R, int64_t ld_table,
+                                     int64_t scale_off, float eps, const float *dy, float *dx, float *inv);
+h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_t heads, int64_t D, const void *x, const void *w,
+                                    float eps, void *y);
+h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
+                                          const void *w, float eps, const float *dy, float *dx, float *inv);
+
+/* ------------------------------------------------------------------ attention */
+typedef struct h3c_attn_args {
+    int64_t B, S, heads, D;
+    float scale;
+    const void *q, *k, *v; /* BF16 [B*S, heads*D] */
+    const int64_t *doc;    /* device [S] or NULL */
+    const uint8_t *kv;     /* device [B*S] or NULL */
+    void *out;             /* BF16 */
+    float *stats;          /* [B*S, heads, 2] */
+    const void *out_in;    /* backward: forward output (BF16) */
+    const float *stats_in; /* backward */
+    const float *dout, *delta; /* backward: F32 [B*S, heads*D]; delta workspace [B*S*heads] */
+    float *dq, *dk, *dv;
+    float *delta_out;
+} h3c_attn_args;
+
+/* Supported head dims: 1..128. */
+h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
+h3s_status h3c_attention_backward(const char *op, const h3c_attn_args *a);
+
+/* ------------------------------------------------------------------ elementwise */
+h3s_status h3c_rope_table(const char *op, int64_t S, int64_t F, double theta, const void *pos, int pos_dt,
+                          float *cos_out, float *sin_out);
+/* forward: BF16 x -> BF16 y; backward: F32 dy -> F32 dx (in may alias out). */
+h3s_status h3c_rope_apply(const char *op, int backward, int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R,
+                          const float *cos_t, const float *sin_t, const void *in, void *out);
+h3s_status h3c_residual_forward(const char *op, int64_t M, int64_t H, const void *r, const void *y, const void *table,
+                                const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off, void *out);
+/* dy = dout * gate (or dout without a table); dr = dout. */
+h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table, const int64_t *index,
+                                      int64_t R, int64_t ld_table, int64_t gate_off, const float *dout, float *dr,
+                                      float *dy);
+h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h);
+h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh, float *du);
+/* a = bf16(float(silu(temb))) elementwise. */
+h3s_status h3c_silu_to_bf16(const char *op, int64_t n, const float *temb, void *a);
+/* s = float(silu(h)) elementwise (F32 -> F32). */
+h3s_status h3c_silu_f32(const char *op, int64_t n, const float *h, float *s);
+/* g[i] = g[i] * float(silu'(h[i])) in place. */
+h3s_status h3c_mul_silu_grad(const char *op, int64_t n, const float *h, float *g);
+h3s_status h3c_timestep_sinusoid_forward(const char *op, int64_t T, int64_t freq_dim, const float *t, float *out);
+h3s_status h3c_timestep_sinusoid_backward(const char *op, int64_t T, int64_t freq_dim, const float *t,
+                                          const float *dout, float *dt);
+/* Batched row copy: scatter = 0: dst[b*n + i] = src[b*Ss + index[i]]; scatter = 1:
+ * dst[b*Sd + index[i]] = src[b*n + i].  src/dst F32 or BF16 (converted, one rounding). */
+h3s_status h3c_rows_copy(const char *op, int scatter, int code, int64_t batch, int64_t n, int64_t src_rows,
+                         int64_t dst_rows, int64_t width, const void *src, int src_dt, void *dst, int dst_dt,
+                         const int64_t *index);
+h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, float *out);
+/* Seeded values (uniform in [-scale, scale) times sqrt(3): unit variance for scale 1) into a
+ * F32 or BF16 device buffer; a counter hash of (seed, i), the same on every launch. */
+h3s_status h3c_fill_random(const char *op, int64_t n, uint64_t seed, float scale, void *dst, int dst_dt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,378 @@
+#include "model/config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/core.h"
+
+/* Largest accepted width or count: keeps every parameter's element count (at most 18*H*time_embed_dim) and every
+ * derived width far inside int64 and inside what a float index or a safetensors header can describe. */
+#define H3S_CONFIG_MAX_DIM ((int64_t)1 << 24)
+#define H3S_CONFIG_MAX_LAYERS ((int64_t)1 << 16)
+
+typedef enum { KEY_INT, KEY_DOUBLE, KEY_PATCH } key_kind;
+
+typedef struct {
+    const char *name;
+    key_kind kind;
+    size_t offset;
+} config_key;
+
+/* Sorted by name: the order diffusers writes config.json in (json.dumps(sort_keys=True)). */
+static const config_key config_keys[] = {
+    {"attention_head_dim", KEY_INT, offsetof(h3s_config, attention_head_dim)},
+    {"audio_in_channels", KEY_INT, offsetof(h3s_config, audio_in_channels)},
+    {"ffn_dim", KEY_INT, offsetof(h3s_config, ffn_dim)},
+    {"final_norm_eps", KEY_DOUBLE, offsetof(h3s_config, final_norm_eps)},
+    {"freq_dim", KEY_INT, offsetof(h3s_config, freq_dim)},
+    {"hidden_size", KEY_INT, offsetof(h3s_config, hidden_size)},
+    {"in_channels", KEY_INT, offsetof(h3s_config, in_channels)},
+    {"norm_eps", KEY_DOUBLE, offsetof(h3s_config, norm_eps)},
+    {"num_attention_heads", KEY_INT, offsetof(h3s_config, num_attention_heads)},
+    {"num_layers", KEY_INT, offsetof(h3s_config, num_layers)},
+    {"num_refiner_layers", KEY_INT, offsetof(h3s_config, num_refiner_layers)},
+    {"patch_size", KEY_PATCH, offsetof(h3s_config, patch_size)},
+    {"qk_norm_eps", KEY_DOUBLE, offsetof(h3s_config, qk_norm_eps)},
+    {"rope_freq_dim", KEY_INT, offsetof(h3s_config, rope_freq_dim)},
+    {"rope_theta", KEY_DOUBLE, offsetof(h3s_config, rope_theta)},
+    {"text_dim", KEY_INT, offsetof(h3s_config, text_dim)},
+    {"time_embed_dim", KEY_INT, offsetof(h3s_config, time_embed_dim)},
+    {"time_embed_hidden_dim", KEY_INT, offsetof(h3s_config, time_embed_hidden_dim)},
+};
+#define N_CONFIG_KEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
+
+int64_t h3s_config_video_width(const h3s_config *c) {
+    if (!c) return 0;
+    return c->in_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+}
+
+static h3s_status check_dim(const char *key, int64_t v, int64_t min, int64_t max) {
+    if (v < min || v > max)
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %lld is outside [%lld, %lld]", key, (long long)v,
+                        (long long)min, (long long)max);
+    return H3S_OK;
+}
+
+static h3s_status check_eps(const char *key, double v) {
+    if (!(v > 0.0) || !isfinite(v))
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be finite and > 0", key, v);
+    return H3S_OK;
+}
+
+h3s_status h3s_config_validate(const h3s_config *c) {
+    if (!c) return h3s_fail(H3S_ERR_INVALID, "config: NULL config");
+    const int64_t M = H3S_CONFIG_MAX_DIM;
+    H3S_TRY(check_dim("num_attention_heads", c->num_attention_heads, 1, M));
+    H3S_TRY(check_dim("attention_head_dim", c->attention_head_dim, 2, M));
+    H3S_TRY(check_dim("hidden_size", c->hidden_size, 1, M));
+    H3S_TRY(check_dim("num_layers", c->num_layers, 1, H3S_CONFIG_MAX_LAYERS));
+    H3S_TRY(check_dim("num_refiner_layers", c->num_refiner_layers, 0, H3S_CONFIG_MAX_LAYERS));
+    H3S_TRY(check_dim("ffn_dim", c->ffn_dim, 1, M));
+    H3S_TRY(check_dim("in_channels", c->in_channels, 1, M));
+    H3S_TRY(check_dim("audio_in_channels", c->audio_in_channels, 1, M));
+    for (int d = 0; d < 3; d++) {
+        if (c->patch_size[d] < 1 || c->patch_size[d] > M)
+            return h3s_fail(H3S_ERR_INVALID, "config: patch_size[%d] = %lld is outside [1, %lld]", d,
+                            (long long)c->patch_size[d], (long long)M);
+    }
+    H3S_TRY(check_dim("text_dim", c->text_dim, 1, M));
+    H3S_TRY(check_dim("freq_dim", c->freq_dim, 2, M));
+    H3S_TRY(check_dim("time_embed_hidden_dim", c->time_embed_hidden_dim, 1, M));
+    H3S_TRY(check_dim("time_embed_dim", c->time_embed_dim, 1, M));
+    H3S_TRY(check_dim("rope_freq_dim", c->rope_freq_dim, 1, M));
+    if (c->attention_head_dim % 2 != 0)
+        return h3s_fail(H3S_ERR_INVALID, "config: attention_head_dim = %lld must be even",
+                        (long long)c->attention_head_dim);
+    if (6 * c->rope_freq_dim > c->attention_head_dim)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "config: rope_freq_dim = %lld rotates 6*%lld = %lld channels, more than attention_head_dim = "
+                        "%lld",
+                        (long long)c->rope_freq_dim, (long long)c->rope_freq_dim, (long long)(6 * c->rope_freq_dim),
+                        (long long)c->attention_head_dim);
+    if (c->freq_dim % 2 != 0)
+        return h3s_fail(H3S_ERR_INVALID, "config: freq_dim = %lld must be even (cos and sin halves)",
+                        (long long)c->freq_dim);
+    if (c->num_attention_heads * c->attention_head_dim > M)
+        return h3s_fail(H3S_ERR_INVALID, "config: num_attention_heads * attention_head_dim = %lld exceeds %lld",
+                        (long long)(c->num_attention_heads * c->attention_head_dim), (long long)M);
+    int64_t vw = c->in_channels;
+    for (int d = 0; d < 3; d++) {
+        vw *= c->patch_size[d]; /* each factor <= 2^24 and vw <= 2^24 before it: no overflow */
+        if (vw > M)
+            return h3s_fail(H3S_ERR_INVALID, "config: in_channels * patch_size = video row width exceeds %lld",
+                            (long long)M);
+    }
+    if (!isfinite(c->rope_theta) || !(c->rope_theta > 0.0))
+        return h3s_fail(H3S_ERR_INVALID, "config: rope_theta = %g must be finite and > 0", c->rope_theta);
+    H3S_TRY(check_eps("norm_eps", c->norm_eps));
+    H3S_TRY(check_eps("qk_norm_eps", c->qk_norm_eps));
+    H3S_TRY(check_eps("final_norm_eps", c->final_norm_eps));
+    return H3S_OK;
+}
+
+static const char *json_type_name(const cJSON *item) {
+    if (cJSON_IsNumber(item)) return "a number";
+    if (cJSON_IsString(item)) return "a string";
+    if (cJSON_IsBool(item)) return "a boolean";
+    if (cJSON_IsNull(item)) return "null";
+    if (cJSON_IsArray(item)) return "an array";
+    if (cJSON_IsObject(item)) return "an object";
+    return "an invalid value";
+}
+
+/* Integral JSON number exactly representable as a double (|v| <= 2^53). */
+static h3s_status json_int(const cJSON *item, const char *what, int64_t *out) {
+    if (!cJSON_IsNumber(item))
+        return h3s_fail(H3S_ERR_INVALID, "config: %s must be an integer, got %s", what, json_type_name(item));
+    double v = item->valuedouble;
+    if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0)
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be an integer", what, v);
+    *out = (int64_t)v;
+    return H3S_OK;
+}
+
+h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) {
+    if (!text || !out) return h3s_fail(H3S_ERR_INVALID, "config: NULL argument");
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) return h3s_fail(H3S_ERR_FORMAT, "config: not valid JSON");
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return h3s_fail(H3S_ERR_FORMAT, "config: the top level must be a JSON object");
+    }
+    h3s_config c;
+    memset(&c, 0, sizeof c);
+    h3s_status st = H3S_OK;
+    for (int k = 0; k < N_CONFIG_KEYS && st == H3S_OK; k++) {
+        const config_key *key = &config_keys[k];
+        const cJSON *item = NULL;
+        int seen = 0;
+        for (const cJSON *it = root->child; it; it = it->next) {
+            if (it->string && strcmp(it->string, key->name) == 0) {
+                item = it;
+                seen++;
+            }
+        }
+        if (seen == 0) {
+            st = h3s_fail(H3S_ERR_INVALID, "config: required key \"%s\" is missing", key->name);
+            break;
+        }
+        if (seen > 1) {
+            st = h3s_fail(H3S_ERR_INVALID, "config: key \"%s\" appears %d times", key->name, seen);
+            break;
+        }
+        char *field = (char *)&c + key->offset;
+        switch (key->kind) {
+        case KEY_INT: st = json_int(item, key->name, (int64_t *)field); break;
+        case KEY_DOUBLE:
+            if (!cJSON_IsNumber(item))
+                st = h3s_fail(H3S_ERR_INVALID, "config: %s must be a number, got %s", key->name,
+                              json_type_name(item));
+            else
+                *(double *)field = item->valuedouble;
+            break;
+        case KEY_PATCH: {
+            if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 3) {
+                st = h3s_fail(H3S_ERR_INVALID, "config: patch_size must be an array of 3 integers, got %s",
+                              cJSON_IsArray(item) ? "an array of another length" : json_type_name(item));
+                break;
+            }
+            int d = 0;
+            for (const cJSON *e = item->child; e && st == H3S_OK; e = e->next, d++) {
+                char what[32];
+                snprintf(what, sizeof what, "patch_size[%d]", d);
+                st = json_int(e, what, &((int64_t *)field)[d]);
+            }
+            break;
+        }
+        }
+    }
+    cJSON_Delete(root);
+    if (st != H3S_OK) return st;
+    H3S_TRY(h3s_config_validate(&c));
+    *out = c;
+    return H3S_OK;
+}
+
+h3s_status h3s_config_load(const char *path, h3s_config *out) {
+    if (!path || !out) return h3s_fail(H3S_ERR_INVALID, "config_load: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    /* A config.json is a few hundred bytes; anything past 1 MiB is not one. */
+    enum { MAX_CONFIG_BYTES = 1 << 20 };
+    char *buf = h3s_malloc(MAX_CONFIG_BYTES + 1, 1);
+    if (!buf) {
+        fclose(f);
+        return H3S_ERR_NOMEM;
+    }
+    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, f);
+    int read_error = ferror(f);
+    fclose(f);
+    h3s_status st;
+    if (read_error) {
+        st = h3s_fail(H3S_ERR_IO, "cannot read %s", path);
+    } else if (n > MAX_CONFIG_BYTES) {
+        st = h3s_fail(H3S_ERR_FORMAT, "%s: larger than %d bytes, not a config.json", path, MAX_CONFIG_BYTES);
+    } else {
+        h3s_config c;
+        st = h3s_config_parse_json(buf, n, &c);
+        if (st != H3S_OK)
+            h3s_fail_context(st, "%s", path);
+        else
+            *out = c;
+    }
+    free(buf);
+    return st;
+}
+
+/* The shortest decimal that reads back as the same double, laid out the way Python's repr() does (diffusers writes
+ * config.json with Python's json): fixed notation with at least one fractional digit for exponents in [-4, 16)
+ * (10000.0), otherwise d.ddde-XX (1e-05).  Built from the digits of %e, so the locale's decimal point never leaks. */
+static void format_double(double v, char *buf, size_t size) {
+    char e[64];
+    for (int prec = 0; prec <= 16; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, v);
+        if (strtod(e, NULL) == v) break;
+    }
+    const char *p = e;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    char digits[32];
+    int nd = 0;
+    for (; *p && *p != 'e' && *p != 'E'; p++)
+        if (*p >= '0' && *p <= '9' && nd < 31) digits[nd++] = *p;
+    int exp10 = *p ? atoi(p + 1) : 0;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    size_t n = 0;
+#define PUT(...) n += (size_t)snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__)
+    if (neg) PUT("-");
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 >= 0) {
+            for (int i = 0; i <= exp10; i++)
+                PUT("%c", i < nd ? digits[i] : '0');
+            PUT(".");
+            if (nd > exp10 + 1)
+                PUT("%s", digits + exp10 + 1);
+            else
+                PUT("0");
+        } else {
+            PUT("0.");
+            for (int i = 0; i < -exp10 - 1; i++)
+                PUT("0");
+            PUT("%s", digits);
+        }
+    } else {
+        PUT("%c", digits[0]);
+        if (nd > 1) PUT(".%s", digits + 1);
+        PUT("e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    }
+#undef PUT
+}
+
+h3s_status h3s_config_to_json(const h3s_config *c, char **out_text) {
+    if (!c || !out_text) return h3s_fail(H3S_ERR_INVALID, "config_to_json: NULL argument");
+    H3S_TRY(h3s_config_validate(c));
+    size_t cap = 4096, len = 0;
+    char *buf = h3s_malloc(cap, 1);
+    if (!buf) return H3S_ERR_NOMEM;
+    len += (size_t)snprintf(buf + len, cap - len, "{\n  \"_class_name\": \"MiniMaxH3Transformer3DModel\"");
+    for (int k = 0; k < N_CONFIG_KEYS; k++) {
+        const config_key *key = &config_keys[k];
+        const char *field = (const char *)c + key->offset;
+        char value[128];
+        switch (key->kind) {
+        case KEY_INT: snprintf(value, sizeof value, "%lld", (long long)*(const int64_t *)field); break;
+        case KEY_DOUBLE: format_double(*(const double *)field, value, sizeof value); break;
+        case KEY_PATCH: {
+            const int64_t *p = (const int64_t *)field;
+            snprintf(value, sizeof value, "[\n    %lld,\n    %lld,\n    %lld\n  ]", (long long)p[0], (long long)p[1],
+                     (long long)p[2]);
+            break;
+        }
+        }
+        /* 18 short keys with bounded values cannot outgrow 4 KiB. */
+        len += (size_t)snprintf(buf + len, cap - len, ",\n  \"%s\": %s", key->name, value);
+    }
+    len += (size_t)snprintf(buf + len, cap - len, "\n}\n");
+    if (len >= cap) {
+        free(buf);
+        return h3s_fail(H3S_ERR_INVALID, "config_to_json: internal buffer too small");
+    }
+    *out_text = buf;
+    return H3S_OK;
+}
+
+h3s_status h3s_config_preset(const char *name, int64_t layers, h3s_config *out) {
+    if (!name || !out) return h3s_fail(H3S_ERR_INVALID, "config_preset: NULL argument");
+    h3s_config c;
+    memset(&c, 0, sizeof c);
+    c.patch_size[0] = 1;
+    c.patch_size[1] = 2;
+    c.patch_size[2] = 2;
+    c.rope_theta = 10000.0;
+    c.norm_eps = c.qk_norm_eps = c.final_norm_eps = 1e-5;
+    if (strcmp(name, "h3-33b") == 0) {
+        c.num_attention_heads = 56;
+        c.attention_head_dim = 128;
+        c.hidden_size = 5376;
+        c.num_layers = 50;
+        c.num_refiner_layers = 2;
+        c.ffn_dim = 14336;
+        c.in_channels = 24;
+        c.audio_in_channels = 32;
+        c.text_dim = 5120;
+        c.freq_dim = 256;
+        c.time_embed_hidden_dim = 5376;
+        c.time_embed_dim = 2688;
+        c.rope_freq_dim = 16;
+    } else if (strcmp(name, "small") == 0) {
+        c.num_attention_heads = 8;
+        c.attention_head_dim = 64;
+        c.hidden_size = 448;
+        c.num_layers = 4;
+        c.num_refiner_layers = 1;
+        c.ffn_dim = 1216;
+        c.in_channels = 24;
+        c.audio_in_channels = 32;
+        c.text_dim = 512;
+        c.freq_dim = 256;
+        c.time_embed_hidden_dim = 448;
+        c.time_embed_dim = 224;
+        c.rope_freq_dim = 8;
+    } else if (strcmp(name, "tiny") == 0) {
+        /* Exercises what the real model has: heads*head_dim (60) != hidden_size (48), partial rope (12 of 20
+         * channels), widths that are not powers of two, two blocks and one refiner block. */
+        c.num_attention_heads = 3;
+        c.attention_head_dim = 20;
+        c.hidden_size = 48;
+        c.num_layers = 2;
+        c.num_refiner_layers = 1;
+        c.ffn_dim = 72;
+        c.in_channels = 6;
+        c.audio_in_channels = 5;
+        c.text_dim = 40;
+        c.freq_dim = 32;
+        c.time_embed_hidden_dim = 56;
+        c.time_embed_dim = 36;
+        c.rope_freq_dim = 2;
+    } else {
+        return h3s_fail(H3S_ERR_INVALID, "unknown preset \"%s\" (expected tiny, small or h3-33b)", name);
+    }
+    if (layers != -1) {
+        if (layers < 1 || layers > H3S_CONFIG_MAX_LAYERS)
+            return h3s_fail(H3S_ERR_INVALID, "preset %s: layers = %lld must be >= 1 (or -1 for the preset's %lld)",
+                            name, (long long)layers, (long long)c.num_layers);
+        c.num_layers = layers;
+    }
+    H3S_TRY(h3s_config_validate(&c));
+    *out = c;
+    return H3S_OK;
+}

@@ -1,0 +1,1011 @@
+/* The MiniMax-H3 graph: forward and backward of the whole model over the operator API.
+ *
+ * Every node's output is a tensor on the tape; the hook sees each one, in execution order,
+ * under its STRICT.md section 4 name.  Backward nodes are named "<node>.grad" and carry the
+ * gradient flowing into the node's main input. */
+#include "model/model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/core.h"
+#include "cuda/cuda_ops.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+#include "ops/ops.h"
+
+const char *h3s_backend_name(h3s_backend_kind kind) {
+    switch (kind) {
+    case H3S_BACKEND_CPU: return "cpu-strict";
+    case H3S_BACKEND_GOLDEN: return "cpu-golden-f64";
+    case H3S_BACKEND_CUDA: return "cuda-strict";
+    }
+    return "?";
+}
+
+struct h3s_model {
+    h3s_config cfg;
+    h3s_backend_kind kind;
+    int device;      /* 1: tensors live on the GPU */
+    h3s_dtype act;   /* block activations: BF16 / F64 */
+    h3s_dtype f32;   /* f32 modules, rope tables, temb: F32 / F64 */
+    h3s_dtype grad;  /* gradients: F32 / F64 */
+    int64_t nparams;
+    h3s_param_spec *specs;
+    h3s_tensor *w; /* weights in the backend's form, spec order */
+};
+
+/* ------------------------------------------------------------------ tensors & arena ---- */
+
+static h3s_status backend_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
+    if (m->device) return h3s_cuda_tensor_alloc(t, dt, ndim, shape);
+    return h3s_tensor_alloc(t, dt, ndim, shape);
+}
+
+static void backend_free(const h3s_model *m, h3s_tensor *t) {
+    if (t->device)
+        h3s_cuda_tensor_free(t);
+    else
+        h3s_tensor_free(t);
+}
+
+/* A borrowed 2-D view of `t` with another row split (same bytes, same device). */
+static h3s_tensor view2(const h3s_tensor *t, int64_t rows, int64_t cols) {
+    int64_t s[2] = {rows, cols};
+    h3s_tensor v = h3s_tensor_view(t->data, t->dtype, 2, s);
+    v.device = t->device;
+    return v;
+}
+
+/* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host). */
+static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
+                             h3s_tensor *out) {
+    int64_t s[2] = {rows, cols};
+    h3s_tensor tmp;
+    H3S_TRY(h3s_tensor_alloc(&tmp, dt, 2, s));
+    h3s_status st = h3s_tensor_convert(host, &tmp);
+    if (st == H3S_OK && m->device) {
+        st = h3s_cuda_tensor_alloc(out, dt, 2, s);
+        if (st == H3S_OK) {
+            st = h3s_cuda_upload(&tmp, out);
+            if (st != H3S_OK) h3s_cuda_tensor_free(out);
+        }
+        h3s_tensor_free(&tmp);
+        return st;
+    }
+    if (st != H3S_OK) {
+        h3s_tensor_free(&tmp);
+        return st;
+    }
+    *out = tmp;
+    return H3S_OK;
+}
+
+/* Host copy of a backend tensor (a plain copy when it already is on the host). */
+static h3s_status to_host(const h3s_tensor *t, h3s_tensor *out) {
+    H3S_TRY(h3s_tensor_alloc(out, t->dtype, t->ndim, t->shape));
+    h3s_status st = t->device ? h3s_cuda_download(t, out) : h3s_tensor_convert(t, out);
+    if (st != H3S_OK) h3s_tensor_free(out);
+    return st;
+}
+
+typedef struct arena {
+    const h3s_model *m;
+    h3s_tensor **items;
+    int64_t n, cap;
+} arena;
+
+/* Take ownership of a tensor built elsewhere (moved into a fresh slot). */
+static h3s_tensor *arena_adopt(arena *a, h3s_tensor *t) {
+    if (a->n == a->cap) {
+        int64_t cap = a->cap ? 2 * a->cap : 64;
+        h3s_tensor **items = realloc(a->items, (size_t)cap * sizeof *items);
+        if (!items) {
+            h3s_fail(H3S_ERR_NOMEM, "out of memory growing the activation tape");
+            return NULL;
+        }
+        a->items = items;
+        a->cap = cap;
+    }
+    h3s_tensor *slot = h3s_calloc(1, sizeof *slot);
+    if (!slot) return NULL;
+    *slot = *t;
+    a->items[a->n++] = slot;
+    return slot;
+}
+
+static h3s_tensor *arena_new(arena *a, h3s_dtype dt, int64_t rows, int64_t cols) {
+    h3s_tensor t;
+    int64_t s[2] = {rows, cols};
+    if (backend_alloc(a->m, &t, dt, 2, s) != H3S_OK) return NULL;
+    h3s_tensor *slot = arena_adopt(a, &t);
+    if (!slot) backend_free(a->m, &t);
+    return slot;
+}
+
+static void arena_free(arena *a) {
+    for (int64_t i = 0; i < a->n; i++) {
+        backend_free(a->m, a->items[i]);
+        free(a->items[i]);
+    }
+    free(a->items);
+    a->items = NULL;
+    a->n = a->cap = 0;
+}
+
+/* ------------------------------------------------------------------ model ------------- */
+
+const h3s_config *h3s_model_config(const h3s_model *m) { return &m->cfg; }
+h3s_backend_kind h3s_model_backend(const h3s_model *m) { return m->kind; }
+
+void h3s_model_free(h3s_model *m) {
+    if (!m) return;
+    for (int64_t i = 0; i < m->nparams; i++) {
+        if (m->w[i].owns_data) backend_free(m, &m->w[i]);
+    }
+    free(m->w);
+    free(m->specs);
+    free(m);
+}
+
+h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
+    if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
+    if (kind == H3S_BACKEND_CUDA && !h3s_cuda_available())
+        return h3s_fail_context(H3S_ERR_DEVICE, "--device cuda");
+    h3s_model *m = h3s_calloc(1, sizeof *m);
+    if (!m) return H3S_ERR_NOMEM;
+    m->cfg = *h3s_weights_config(wts);
+    m->kind = kind;
+    m->device = kind == H3S_BACKEND_CUDA;
+    m->act = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_BF16;
+    m->f32 = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_F32;
+    m->grad = m->f32;
+    h3s_status st = h3s_param_specs(&m->cfg, &m->specs, &m->nparams);
+    if (st != H3S_OK) {
+        free(m);
+        return st;
+    }
+    m->w = h3s_calloc((size_t)m->nparams, sizeof *m->w);
+    if (!m->w) {
+        h3s_model_free(m);
+        return H3S_ERR_NOMEM;
+    }
+    for (int64_t i = 0; i < m->nparams; i++) {
+        const h3s_tensor *src = h3s_weights_get(wts, m->specs[i].name);
+        if (!src) {
+            h3s_model_free(m);
+            return h3s_fail(H3S_ERR_FORMAT, "model_create: parameter %s missing", m->specs[i].name);
+        }
+        if (kind == H3S_BACKEND_CPU) {
+            m->w[i] = *src; /* borrowed view of the mapping */
+            m->w[i].owns_data = 0;
+            continue;
+        }
+        h3s_dtype dt = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : src->dtype;
+        int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
+        st = to_backend(m, src, dt, rows, cols, &m->w[i]);
+        if (st != H3S_OK) {
+            h3s_model_free(m);
+            return h3s_fail_context(st, "model_create: %s", m->specs[i].name);
+        }
+        /* keep the checkpoint's rank */
+        m->w[i].ndim = src->ndim;
+        m->w[i].shape[0] = src->shape[0];
+        if (src->ndim == 2) m->w[i].shape[1] = src->shape[1];
+    }
+    *out = m;
+    return H3S_OK;
+}
+
+static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) H3S_PRINTF(2, 3);
+static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) {
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    for (int64_t i = 0; i < m->nparams; i++)
+        if (!strcmp(m->specs[i].name, name)) return &m->w[i];
+    return NULL;
+}
+
+static int64_t param_index(const h3s_model *m, const char *name) {
+    for (int64_t i = 0; i < m->nparams; i++)
+        if (!strcmp(m->specs[i].name, name)) return i;
+    return -1;
+}
+
+/* ------------------------------------------------------------------ inputs ------------ */
+
+static const char *const INPUT_NAMES[] = {"hidden_states",    "audio_hidden_states", "encoder_hidden_states",
+                                          "timestep",         "timestep_indices",    "token_tags",
+                                          "position_ids",     "video_indices",       "audio_indices",
+                                          "text_indices"};
+
+h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in) {
+    memset(in, 0, sizeof *in);
+    h3s_tensor *slots[] = {&in->hidden_states,    &in->audio_hidden_states, &in->encoder_hidden_states,
+                           &in->timestep,         &in->timestep_indices,    &in->token_tags,
+                           &in->position_ids,     &in->video_indices,       &in->audio_indices,
+                           &in->text_indices};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        const h3s_st_entry *e = h3s_st_find(f, INPUT_NAMES[i]);
+        if (!e) return h3s_fail(H3S_ERR_FORMAT, "inputs: tensor '%s' is missing", INPUT_NAMES[i]);
+        *slots[i] = e->tensor;
+    }
+    const h3s_st_entry *mask = h3s_st_find(f, "attention_mask");
+    if (mask) in->attention_mask = mask->tensor;
+    for (int64_t i = 0; i < h3s_st_count(f); i++) {
+        const char *name = h3s_st_entry_at(f, i)->name;
+        int known = !strcmp(name, "attention_mask");
+        for (size_t j = 0; j < sizeof INPUT_NAMES / sizeof INPUT_NAMES[0]; j++) known |= !strcmp(name, INPUT_NAMES[j]);
+        if (!known) return h3s_fail(H3S_ERR_FORMAT, "inputs: unexpected tensor '%s'", name);
+    }
+    return H3S_OK;
+}
+
+static h3s_status check_float_input(const char *name, const h3s_tensor *t, int ndim, int allow_f64) {
+    if (t->ndim != ndim) return h3s_fail(H3S_ERR_SHAPE, "inputs: %s has %d dims, expected %d", name, t->ndim, ndim);
+    if (!(t->dtype == H3S_F32 || t->dtype == H3S_BF16 || (allow_f64 && t->dtype == H3S_F64)))
+        return h3s_fail(H3S_ERR_DTYPE, "inputs: %s has dtype %s, expected F32 or BF16%s", name,
+                        h3s_dtype_name(t->dtype), allow_f64 ? " or F64" : "");
+    int64_t n = h3s_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = h3s_tensor_get_f64(t, i);
+        if (v != v || v - v != 0)
+            return h3s_fail(H3S_ERR_INVALID, "inputs: %s[%lld] is not finite", name, (long long)i);
+    }
+    return H3S_OK;
+}
+
+static h3s_status check_i64_input(const char *name, const h3s_tensor *t, int64_t len, int64_t lo, int64_t hi) {
+    if (t->dtype != H3S_I64)
+        return h3s_fail(H3S_ERR_DTYPE, "inputs: %s has dtype %s, expected I64", name, h3s_dtype_name(t->dtype));
+    if (t->ndim != 1 || (len >= 0 && t->shape[0] != len))
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: %s must be 1-D of length %lld", name, (long long)len);
+    const int64_t *v = t->data;
+    for (int64_t i = 0; i < t->shape[0]; i++)
+        if (v[i] < lo || v[i] > hi)
+            return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld is outside [%lld, %lld]", name, (long long)i,
+                            (long long)v[i], (long long)lo, (long long)hi);
+    return H3S_OK;
+}
+
+h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_t *batch) {
+    H3S_TRY(check_float_input("hidden_states", &in->hidden_states, 3, 0));
+    H3S_TRY(check_float_input("audio_hidden_states", &in->audio_hidden_states, 3, 0));
+    H3S_TRY(check_float_input("encoder_hidden_states", &in->encoder_hidden_states, 3, 0));
+    H3S_TRY(check_float_input("timestep", &in->timestep, 1, 1));
+    if (in->position_ids.ndim != 2 || in->position_ids.shape[1] != 3)
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: position_ids must be [S, 3]");
+    H3S_TRY(check_float_input("position_ids", &in->position_ids, 2, 1));
+    int64_t B = in->hidden_states.shape[0], S = in->position_ids.shape[0], T = in->timestep.shape[0];
+    int64_t Nv = in->hidden_states.shape[1], Na = in->audio_hidden_states.shape[1];
+    int64_t Nt = in->encoder_hidden_states.shape[1];
+    if (B <= 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: batch size must be positive");
+    if (S <= 0 || T <= 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: empty sequence or no timestep");
+    if (in->audio_hidden_states.shape[0] != B || in->encoder_hidden_states.shape[0] != B)
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: hidden_states, audio_hidden_states and encoder_hidden_states "
+                                       "disagree on the batch size (%lld, %lld, %lld)",
+                        (long long)B, (long long)in->audio_hidden_states.shape[0],
+                        (long long)in->encoder_hidden_states.shape[0]);
+    if (in->hidden_states.shape[2] != h3s_config_video_width(c))
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: hidden_states rows have %lld channels, the model expects %lld",
+                        (long long)in->hidden_states.shape[2], (long long)h3s_config_video_width(c));
+    if (in->audio_hidden_states.shape[2] != c->audio_in_channels)
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: audio_hidden_states rows have %lld channels, the model expects %lld",
+                        (long long)in->audio_hidden_states.shape[2], (long long)c->audio_in_channels);
+    if (in->encoder_hidden_states.shape[2] != c->text_dim)
+        return h3s_fail(H3S_ERR_SHAPE, "inputs: encoder_hidden_states rows have %lld channels, the model expects %lld",
+                        (long long)in->encoder_hidden_states.shape[2], (long long)c->text_dim);
+    H3S_TRY(check_i64_input("timestep_indices", &in->timestep_indices, S, 0, T - 1));
+    H3S_TRY(check_i64_input("token_tags", &in->token_tags, S, -1, 2));
+    H3S_TRY(check_i64_input("video_indices", &in->video_indices, Nv, 0, S - 1));
+    H3S_TRY(check_i64_input("audio_indices", &in->audio_indices, Na, 0, S - 1));
+    H3S_TRY(check_i64_input("text_indices", &in->text_indices, Nt, 0, S - 1));
+    if (Nt == 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: at least one text row is required");
+    /* The three row sets must be disjoint and tagged consistently. */
+    int8_t *owner = h3s_calloc((size_t)S, 1);
+    if (!owner) return H3S_ERR_NOMEM;
+    const h3s_tensor *sets[3] = {&in->video_indices, &in->text_indices, &in->audio_indices};
+    static const char *set_names[3] = {"video_indices", "text_indices", "audio_indices"};
+    const int64_t *tags = in->token_tags.data;
+    for (int k = 0; k < 3; k++) {
+        const int64_t *v = sets[k]->data;
+        for (int64_t i = 0; i < sets[k]->shape[0]; i++) {
+            if (owner[v[i]]) {
+                const char *other = set_names[owner[v[i]] - 1];
+                free(owner);
+                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row already used by %s",
+                                set_names[k], (long long)i, (long long)v[i], other);
+            }
+            owner[v[i]] = (int8_t)(k + 1);
+            if (tags[v[i]] == -1) {
+                free(owner);
+                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a padding row (tag -1)", set_names[k],
+                                (long long)i, (long long)v[i]);
+            }
+        }
+    }
+    free(owner);
+    const h3s_tensor *am = &in->attention_mask;
+    if (am->data) {
+        if (am->dtype != H3S_BOOL)
+            return h3s_fail(H3S_ERR_DTYPE, "inputs: attention_mask has dtype %s, expected BOOL",
+                            h3s_dtype_name(am->dtype));
+        int ok2 = am->ndim == 2 && am->shape[0] == B && am->shape[1] == S;
+        int ok4 = am->ndim == 4 && am->shape[0] == B && am->shape[1] == 1 && am->shape[2] == 1 && am->shape[3] == S;
+        if (!ok2 && !ok4) return h3s_fail(H3S_ERR_SHAPE, "inputs: attention_mask must be [B, S] or [B, 1, 1, S]");
+    }
+    *batch = B;
+    return H3S_OK;
+}
+
+/* ------------------------------------------------------------------ tape -------------- */
+
+typedef struct block_acts {
+    h3s_tensor *x_in, *a_silu, *table, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *att, *stats, *o, *x1, *n2, *u, *h, *f,
+        *x2;
+} block_acts;
+
+struct h3s_tape {
+    h3s_model *m;
+    arena ar;
+    int64_t B, S, Nv, Na, Nt, T;
+    int64_t in_shape_v[3], in_shape_a[3], in_shape_t[3];
+    /* host index tensors (checked once) */
+    h3s_tensor adaln_rows, ts_rows, doc, key_valid, video_idx, audio_idx, text_idx;
+    int has_doc, has_mask;
+    h3s_tensor *cos_t, *sin_t, *hv, *ha, *enc, *video_emb, *audio_emb, *text_emb, *text_pre_final, *text_final,
+        *packed, *feats, *mlp_hidden, *temb, *a_out, *table_out, *y, *yv, *ya, *x_last;
+    block_acts *refiner, *blocks;
+};
+
+void h3s_tape_free(h3s_tape *t) {
+    if (!t) return;
+    arena_free(&t->ar);
+    h3s_tensor *host[] = {&t->adaln_rows, &t->ts_rows, &t->doc, &t->key_valid, &t->video_idx, &t->audio_idx,
+                          &t->text_idx};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) h3s_tensor_free(host[i]);
+    free(t->refiner);
+    free(t->blocks);
+    free(t);
+}
+
+typedef struct run_ctx {
+    h3s_tape *tp;
+    h3s_node_hook hook;
+    void *hook_ctx;
+} run_ctx;
+
+static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_item, const char *fmt, ...)
+    H3S_PRINTF(5, 6);
+static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_item, const char *fmt, ...) {
+    if (!r->hook) return H3S_OK;
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return r->hook(r->hook_ctx, name, t, batched, rows_per_item);
+}
+
+#define NEW(var, dt, rows, cols)                                                                                       \
+    do {                                                                                                               \
+        (var) = arena_new(&tp->ar, (dt), (rows), (cols));                                                              \
+        if (!(var)) return H3S_ERR_NOMEM;                                                                              \
+    } while (0)
+
+/* Parameter lookup by formatted name.  h3s_model_create checked that every parameter of
+ * the spec list exists, so a NULL here is a naming bug in this file; the operator it is
+ * passed to then fails with "NULL tensor" rather than reading anything. */
+#define W(...) weight(m, __VA_ARGS__)
+
+static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *x, int64_t S, block_acts *a,
+                                h3s_tensor **x_out) {
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    const char *pre = refiner ? "token_refiner.refiner_blocks" : "transformer_blocks";
+    const char *node = refiner ? "refiner" : "block";
+    int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
+    int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    h3s_tensor table6;
+    h3s_modulation mod1 = {0}, mod2 = {0};
+    a->x_in = x;
+    if (!refiner) {
+        NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
+        NEW(a->table, m->act, tp->T, 18 * H);
+        H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, (long long)i),
+                                             W("%s.%lld.adaln_proj.linear.bias", pre, (long long)i), a->a_silu,
+                                             a->table));
+        H3S_TRY(emit(r, a->table, 0, 0, "%s.%lld.adaln_projection", node, (long long)i));
+        table6 = view2(a->table, tp->T * 3, 6 * H);
+        mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
+        mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
+    }
+    NEW(a->n1, m->act, M, H);
+    H3S_TRY(h3s_rmsnorm_forward(x, W("%s.%lld.norm1.weight", pre, (long long)i), refiner ? NULL : &mod1, c->norm_eps,
+                                a->n1));
+    H3S_TRY(emit(r, a->n1, 1, S, "%s.%lld.norm1", node, (long long)i));
+    NEW(a->q, m->act, M, HD);
+    NEW(a->k, m->act, M, HD);
+    NEW(a->v, m->act, M, HD);
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_q.weight", pre, (long long)i), NULL, a->q));
+    H3S_TRY(emit(r, a->q, 1, S, "%s.%lld.q_proj", node, (long long)i));
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_k.weight", pre, (long long)i), NULL, a->k));
+    H3S_TRY(emit(r, a->k, 1, S, "%s.%lld.k_proj", node, (long long)i));
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_v.weight", pre, (long long)i), NULL, a->v));
+    H3S_TRY(emit(r, a->v, 1, S, "%s.%lld.v_proj", node, (long long)i));
+    NEW(a->qn, m->act, M, HD);
+    NEW(a->kn, m->act, M, HD);
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, (long long)i),
+                                     c->qk_norm_eps, a->qn));
+    H3S_TRY(emit(r, a->qn, 1, S, "%s.%lld.q_norm", node, (long long)i));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, (long long)i),
+                                     c->qk_norm_eps, a->kn));
+    H3S_TRY(emit(r, a->kn, 1, S, "%s.%lld.k_norm", node, (long long)i));
+    h3s_tensor *qa = a->qn, *ka = a->kn;
+    if (!refiner) {
+        NEW(a->qr, m->act, M, HD);
+        NEW(a->kr, m->act, M, HD);
+        H3S_TRY(h3s_rope_forward(a->qn, heads, tp->cos_t, tp->sin_t, a->qr));
+        H3S_TRY(emit(r, a->qr, 1, S, "%s.%lld.rope_q", node, (long long)i));
+        H3S_TRY(h3s_rope_forward(a->kn, heads, tp->cos_t, tp->sin_t, a->kr));
+        H3S_TRY(emit(r, a->kr, 1, S, "%s.%lld.rope_k", node, (long long)i));
+        qa = a->qr;
+        ka = a->kr;
+    }
+    NEW(a->att, m->act, M, HD);
+    NEW(a->stats, m->f32, M, heads * 2);
+    h3s_tensor stats3 = *a->stats;
+    stats3.ndim = 3;
+    stats3.shape[1] = heads;
+    stats3.shape[2] = 2;
+    h3s_attn_mask mask = {NULL, NULL};
+    if (!refiner) {
+        mask.doc = tp->has_doc ? &tp->doc : NULL;
+        mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
+    }
+    H3S_TRY(h3s_attention_forward(qa, ka, a->v, B, heads, &mask, a->att, &stats3));
+    H3S_TRY(emit(r, a->att, 1, S, "%s.%lld.attention", node, (long long)i));
+    NEW(a->o, m->act, M, H);
+    H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, (long long)i), NULL, a->o));
+    H3S_TRY(emit(r, a->o, 1, S, "%s.%lld.o_proj", node, (long long)i));
+    NEW(a->x1, m->act, M, H);
+    H3S_TRY(h3s_residual_forward(x, a->o, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 2, a->x1));
+    H3S_TRY(emit(r, a->x1, 1, S, "%s.%lld.residual_attn", node, (long long)i));
+    NEW(a->n2, m->act, M, H);
+    H3S_TRY(h3s_rmsnorm_forward(a->x1, W("%s.%lld.norm2.weight", pre, (long long)i), refiner ? NULL : &mod2,
+                                c->norm_eps, a->n2));
+    H3S_TRY(emit(r, a->n2, 1, S, "%s.%lld.norm2", node, (long long)i));
+    NEW(a->u, m->act, M, 2 * F);
+    H3S_TRY(h3s_linear_forward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, (long long)i), NULL, a->u));
+    H3S_TRY(emit(r, a->u, 1, S, "%s.%lld.ffn_gate_up", node, (long long)i));
+    NEW(a->h, m->act, M, F);
+    H3S_TRY(h3s_swiglu_forward(a->u, a->h));
+    H3S_TRY(emit(r, a->h, 1, S, "%s.%lld.swiglu", node, (long long)i));
+    NEW(a->f, m->act, M, H);
+    H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, (long long)i), NULL, a->f));
+    H3S_TRY(emit(r, a->f, 1, S, "%s.%lld.ffn_down", node, (long long)i));
+    NEW(a->x2, m->act, M, H);
+    H3S_TRY(h3s_residual_forward(a->x1, a->f, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 5, a->x2));
+    H3S_TRY(emit(r, a->x2, 1, S, "%s.%lld.residual_mlp", node, (long long)i));
+    *x_out = a->x2;
+    return H3S_OK;
+}
+
+/* Host index tensors shared by every node of a pass. */
+static h3s_status build_indices(h3s_tape *tp, const h3s_inputs *in) {
+    int64_t B = tp->B, S = tp->S;
+    int64_t s1[1] = {B * S};
+    H3S_TRY(h3s_tensor_alloc(&tp->adaln_rows, H3S_I64, 1, s1));
+    H3S_TRY(h3s_tensor_alloc(&tp->ts_rows, H3S_I64, 1, s1));
+    const int64_t *tsi = in->timestep_indices.data, *tags = in->token_tags.data;
+    int64_t *ar = tp->adaln_rows.data, *tr = tp->ts_rows.data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 0; s < S; s++) {
+            ar[b * S + s] = tsi[s] * 3 + (tags[s] > 0 ? tags[s] : 0);
+            tr[b * S + s] = tsi[s];
+        }
+    int64_t sS[1] = {S};
+    H3S_TRY(h3s_tensor_alloc(&tp->doc, H3S_I64, 1, sS));
+    int64_t *doc = tp->doc.data;
+    for (int64_t s = 0; s < S; s++) {
+        doc[s] = tags[s] == -1 ? 1 : 0;
+        tp->has_doc |= tags[s] == -1;
+    }
+    if (in->attention_mask.data) {
+        int64_t s2[2] = {B, S};
+        H3S_TRY(h3s_tensor_alloc(&tp->key_valid, H3S_BOOL, 2, s2));
+        memcpy(tp->key_valid.data, in->attention_mask.data, (size_t)(B * S));
+        tp->has_mask = 1;
+    }
+    const h3s_tensor *src[3] = {&in->video_indices, &in->audio_indices, &in->text_indices};
+    h3s_tensor *dst[3] = {&tp->video_idx, &tp->audio_idx, &tp->text_idx};
+    for (int k = 0; k < 3; k++) {
+        H3S_TRY(h3s_tensor_alloc(dst[k], H3S_I64, 1, src[k]->shape));
+        if (src[k]->shape[0]) memcpy(dst[k]->data, src[k]->data, (size_t)src[k]->shape[0] * 8);
+    }
+    return H3S_OK;
+}
+
+static h3s_status upload_input(h3s_tape *tp, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
+                               h3s_tensor **out) {
+    h3s_tensor t;
+    H3S_TRY(to_backend(tp->m, host, dt, rows, cols, &t));
+    *out = arena_adopt(&tp->ar, &t);
+    if (!*out) {
+        backend_free(tp->m, &t);
+        return H3S_ERR_NOMEM;
+    }
+    return H3S_OK;
+}
+
+static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sample, h3s_tensor *audio_sample) {
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    int64_t B = tp->B, S = tp->S, Nv = tp->Nv, Na = tp->Na, Nt = tp->Nt, T = tp->T, H = c->hidden_size;
+    int64_t Wv = h3s_config_video_width(c), Wa = c->audio_in_channels;
+    H3S_TRY(build_indices(tp, in));
+
+    /* rope table */
+    NEW(tp->cos_t, m->f32, S, 6 * c->rope_freq_dim);
+    NEW(tp->sin_t, m->f32, S, 6 * c->rope_freq_dim);
+    h3s_tensor pos;
+    if (m->device) {
+        h3s_tensor *p;
+        H3S_TRY(upload_input(tp, &in->position_ids, in->position_ids.dtype, S, 3, &p));
+        pos = *p;
+    } else {
+        pos = in->position_ids;
+        if (m->kind == H3S_BACKEND_GOLDEN && pos.dtype != H3S_F64) {
+            h3s_tensor *p;
+            H3S_TRY(upload_input(tp, &in->position_ids, H3S_F64, S, 3, &p));
+            pos = *p;
+        }
+    }
+    H3S_TRY(h3s_rope_table(&pos, c->rope_freq_dim, c->rope_theta, tp->cos_t, tp->sin_t));
+    H3S_TRY(emit(r, tp->cos_t, 0, 0, "rope_table"));
+
+    /* timestep embedding */
+    h3s_tensor *tstep;
+    H3S_TRY(upload_input(tp, &in->timestep, m->f32, T, 1, &tstep));
+    h3s_tensor tvec = *tstep;
+    tvec.ndim = 1;
+    NEW(tp->feats, m->f32, T, c->freq_dim);
+    H3S_TRY(h3s_timestep_sinusoid_forward(&tvec, c->freq_dim, tp->feats));
+    H3S_TRY(emit(r, tp->feats, 0, 0, "timestep_sinusoid"));
+    NEW(tp->mlp_hidden, m->f32, T, c->time_embed_hidden_dim);
+    NEW(tp->temb, m->f32, T, c->time_embed_dim);
+    H3S_TRY(h3s_timestep_mlp_forward(tp->feats, W("time_embedder.linear_1.weight"), W("time_embedder.linear_1.bias"),
+                                     W("time_embedder.linear_2.weight"), W("time_embedder.linear_2.bias"),
+                                     tp->mlp_hidden, tp->temb));
+    H3S_TRY(emit(r, tp->temb, 0, 0, "timestep_mlp"));
+
+    /* input projections */
+    H3S_TRY(upload_input(tp, &in->hidden_states, m->f32, B * Nv, Wv, &tp->hv));
+    H3S_TRY(upload_input(tp, &in->audio_hidden_states, m->f32, B * Na, Wa, &tp->ha));
+    H3S_TRY(upload_input(tp, &in->encoder_hidden_states, m->act, B * Nt, c->text_dim, &tp->enc));
+    NEW(tp->video_emb, m->f32, B * Nv, H);
+    H3S_TRY(h3s_linear_forward(tp->hv, W("proj_in.weight"), W("proj_in.bias"), tp->video_emb));
+    H3S_TRY(emit(r, tp->video_emb, 1, Nv, "proj_in"));
+    NEW(tp->audio_emb, m->f32, B * Na, H);
+    H3S_TRY(h3s_linear_forward(tp->ha, W("audio_proj_in.weight"), W("audio_proj_in.bias"), tp->audio_emb));
+    H3S_TRY(emit(r, tp->audio_emb, 1, Na, "audio_proj_in"));
+    NEW(tp->text_emb, m->act, B * Nt, H);
+    H3S_TRY(h3s_linear_forward(tp->enc, W("context_embedder.weight"), W("context_embedder.bias"), tp->text_emb));
+    H3S_TRY(emit(r, tp->text_emb, 1, Nt, "context_embedder"));
+
+    /* token refiner over the text rows */
+    h3s_tensor *x = tp->text_emb;
+    for (int64_t i = 0; i < c->num_refiner_layers; i++) H3S_TRY(block_forward(r, 1, i, x, Nt, &tp->refiner[i], &x));
+    tp->text_pre_final = x;
+    NEW(tp->text_final, m->act, B * Nt, H);
+    H3S_TRY(h3s_rmsnorm_forward(x, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps, tp->text_final));
+    H3S_TRY(emit(r, tp->text_final, 1, Nt, "refiner.final_norm"));
+
+    /* pack */
+    NEW(tp->packed, m->act, B * S, H);
+    H3S_TRY(h3s_rows_scatter(tp->text_final, &tp->text_idx, B, tp->packed));
+    H3S_TRY(h3s_rows_scatter(tp->video_emb, &tp->video_idx, B, tp->packed));
+    H3S_TRY(h3s_rows_scatter(tp->audio_emb, &tp->audio_idx, B, tp->packed));
+    H3S_TRY(emit(r, tp->packed, 1, S, "pack"));
+
+    x = tp->packed;
+    for (int64_t i = 0; i < c->num_layers; i++) H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
+    tp->x_last = x;
+
+    /* output norm and heads */
+    NEW(tp->a_out, m->act, T, c->time_embed_dim);
+    NEW(tp->table_out, m->act, T, 2 * H);
+    H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("norm_out.linear.weight"), W("norm_out.linear.bias"), tp->a_out,
+                                         tp->table_out));
+    NEW(tp->y, m->f32, B * S, H);
+    H3S_TRY(h3s_final_norm_forward(x, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows, c->final_norm_eps,
+                                   tp->y));
+    H3S_TRY(emit(r, tp->y, 1, S, "norm_out"));
+    NEW(tp->yv, m->f32, B * Nv, H);
+    NEW(tp->ya, m->f32, B * Na, H);
+    H3S_TRY(h3s_rows_gather(tp->y, &tp->video_idx, B, tp->yv));
+    H3S_TRY(h3s_rows_gather(tp->y, &tp->audio_idx, B, tp->ya));
+    h3s_tensor *sv, *sa;
+    NEW(sv, m->f32, B * Nv, Wv);
+    NEW(sa, m->f32, B * Na, Wa);
+    H3S_TRY(h3s_linear_forward(tp->yv, W("proj_out.weight"), W("proj_out.bias"), sv));
+    H3S_TRY(emit(r, sv, 1, Nv, "proj_out"));
+    H3S_TRY(h3s_linear_forward(tp->ya, W("audio_proj_out.weight"), W("audio_proj_out.bias"), sa));
+    H3S_TRY(emit(r, sa, 1, Na, "audio_proj_out"));
+    H3S_TRY(to_host(sv, sample));
+    h3s_status st = to_host(sa, audio_sample);
+    if (st != H3S_OK) {
+        h3s_tensor_free(sample);
+        return st;
+    }
+    sample->ndim = 3;
+    sample->shape[0] = B;
+    sample->shape[1] = Nv;
+    sample->shape[2] = Wv;
+    audio_sample->ndim = 3;
+    audio_sample->shape[0] = B;
+    audio_sample->shape[1] = Na;
+    audio_sample->shape[2] = Wa;
+    return H3S_OK;
+}
+
+h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                             h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample) {
+    if (!m || !in || !sample || !audio_sample) return h3s_fail(H3S_ERR_INVALID, "model_forward: NULL argument");
+    int64_t B;
+    H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
+    h3s_tape *tp = h3s_calloc(1, sizeof *tp);
+    if (!tp) return H3S_ERR_NOMEM;
+    tp->m = m;
+    tp->ar.m = m;
+    tp->B = B;
+    tp->S = in->position_ids.shape[0];
+    tp->Nv = in->hidden_states.shape[1];
+    tp->Na = in->audio_hidden_states.shape[1];
+    tp->Nt = in->encoder_hidden_states.shape[1];
+    tp->T = in->timestep.shape[0];
+    memcpy(tp->in_shape_v, in->hidden_states.shape, sizeof tp->in_shape_v);
+    memcpy(tp->in_shape_a, in->audio_hidden_states.shape, sizeof tp->in_shape_a);
+    memcpy(tp->in_shape_t, in->encoder_hidden_states.shape, sizeof tp->in_shape_t);
+    tp->refiner = h3s_calloc((size_t)(m->cfg.num_refiner_layers + 1), sizeof *tp->refiner);
+    tp->blocks = h3s_calloc((size_t)(m->cfg.num_layers + 1), sizeof *tp->blocks);
+    if (!tp->refiner || !tp->blocks) {
+        h3s_tape_free(tp);
+        return H3S_ERR_NOMEM;
+    }
+    run_ctx r = {tp, hook, hook_ctx};
+    memset(sample, 0, sizeof *sample);
+    memset(audio_sample, 0, sizeof *audio_sample);
+    h3s_status st = model_forward(&r, in, sample, audio_sample);
+    if (st == H3S_OK && m->device) st = h3s_cuda_sync();
+    if (st != H3S_OK) {
+        h3s_tensor_free(sample);
+        h3s_tensor_free(audio_sample);
+        h3s_tape_free(tp);
+        return st;
+    }
+    if (tape)
+        *tape = tp;
+    else
+        h3s_tape_free(tp);
+    return H3S_OK;
+}
+
+/* ------------------------------------------------------------------ backward ---------- */
+
+typedef struct grad_ctx {
+    run_ctx r;
+    h3s_tensor *pg; /* parameter gradients in backend memory, spec order */
+    h3s_tensor *dtemb;
+    h3s_tensor *d_hv, *d_ha, *d_enc; /* input gradients in backend memory */
+} grad_ctx;
+
+static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) H3S_PRINTF(2, 3);
+static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) {
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t i = param_index(g->r.tp->m, name);
+    if (i < 0) {
+        h3s_fail(H3S_ERR_FORMAT, "model: no parameter named %s", name);
+        return NULL;
+    }
+    return &g->pg[i];
+}
+
+#define PG(...) pgrad(g, __VA_ARGS__)
+
+/* dtemb += contribution (first contribution is copied). */
+static h3s_status accumulate_dtemb(grad_ctx *g, h3s_tensor *contrib) {
+    if (!g->dtemb) {
+        g->dtemb = contrib;
+        return H3S_OK;
+    }
+    return h3s_grad_add(g->dtemb, contrib, g->dtemb);
+}
+
+static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S, block_acts *a, h3s_tensor *dx2,
+                                 h3s_tensor **dx_out) {
+    run_ctx *r = &g->r;
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    const char *pre = refiner ? "token_refiner.refiner_blocks" : "transformer_blocks";
+    const char *node = refiner ? "refiner" : "block";
+    long long li = (long long)i;
+    int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
+    int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    h3s_dtype gd = m->grad;
+    h3s_tensor table6, *dtable = NULL, dtable6;
+    h3s_modulation mod1 = {0}, mod2 = {0};
+    if (!refiner) {
+        table6 = view2(a->table, tp->T * 3, 6 * H);
+        mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
+        mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
+        NEW(dtable, gd, tp->T, 18 * H);
+        dtable6 = view2(dtable, tp->T * 3, 6 * H);
+    }
+    const h3s_tensor *tab = refiner ? NULL : &table6;
+    const h3s_tensor *idx = refiner ? NULL : &tp->adaln_rows;
+    h3s_tensor *dtab = refiner ? NULL : &dtable6;
+
+    h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
+    h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
+    NEW(dx1a, gd, M, H);
+    NEW(df, gd, M, H);
+    H3S_TRY(h3s_residual_backward(a->f, tab, idx, 5, dx2, dx1a, df, dtab));
+    H3S_TRY(emit(r, df, 1, S, "%s.%lld.residual_mlp.grad", node, li));
+    NEW(dh, gd, M, F);
+    H3S_TRY(h3s_linear_backward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh, PG("%s.%lld.ff.net.2.weight", pre, li),
+                                NULL));
+    H3S_TRY(emit(r, dh, 1, S, "%s.%lld.ffn_down.grad", node, li));
+    NEW(du, gd, M, 2 * F);
+    H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
+    H3S_TRY(emit(r, du, 1, S, "%s.%lld.swiglu.grad", node, li));
+    NEW(dn2, gd, M, H);
+    H3S_TRY(h3s_linear_backward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), du, dn2,
+                                PG("%s.%lld.ff.net.0.proj.weight", pre, li), NULL));
+    H3S_TRY(emit(r, dn2, 1, S, "%s.%lld.ffn_gate_up.grad", node, li));
+    NEW(dx1b, gd, M, H);
+    H3S_TRY(h3s_rmsnorm_backward(a->x1, W("%s.%lld.norm2.weight", pre, li), refiner ? NULL : &mod2, c->norm_eps, dn2,
+                                 dx1b, PG("%s.%lld.norm2.weight", pre, li), dtab));
+    NEW(dx1, gd, M, H);
+    H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
+    H3S_TRY(emit(r, dx1, 1, S, "%s.%lld.norm2.grad", node, li));
+    NEW(dxa, gd, M, H);
+    NEW(dout_o, gd, M, H);
+    H3S_TRY(h3s_residual_backward(a->o, tab, idx, 2, dx1, dxa, dout_o, dtab));
+    H3S_TRY(emit(r, dout_o, 1, S, "%s.%lld.residual_attn.grad", node, li));
+    NEW(datt, gd, M, HD);
+    H3S_TRY(h3s_linear_backward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), dout_o, datt,
+                                PG("%s.%lld.attn.to_out.0.weight", pre, li), NULL));
+    H3S_TRY(emit(r, datt, 1, S, "%s.%lld.o_proj.grad", node, li));
+    NEW(dqa, gd, M, HD);
+    NEW(dka, gd, M, HD);
+    NEW(dv, gd, M, HD);
+    h3s_tensor stats3 = *a->stats;
+    stats3.ndim = 3;
+    stats3.shape[1] = heads;
+    stats3.shape[2] = 2;
+    h3s_attn_mask mask = {NULL, NULL};
+    if (!refiner) {
+        mask.doc = tp->has_doc ? &tp->doc : NULL;
+        mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
+    }
+    h3s_tensor *qa = refiner ? a->qn : a->qr, *ka = refiner ? a->kn : a->kr;
+    H3S_TRY(h3s_attention_backward(qa, ka, a->v, a->att, &stats3, B, heads, &mask, datt, dqa, dka, dv));
+    H3S_TRY(emit(r, dqa, 1, S, "%s.%lld.attention.grad_q", node, li));
+    H3S_TRY(emit(r, dka, 1, S, "%s.%lld.attention.grad_k", node, li));
+    H3S_TRY(emit(r, dv, 1, S, "%s.%lld.attention.grad_v", node, li));
+    if (!refiner) {
+        NEW(dqn, gd, M, HD);
+        NEW(dkn, gd, M, HD);
+        H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dqa, dqn));
+        H3S_TRY(emit(r, dqn, 1, S, "%s.%lld.rope_q.grad", node, li));
+        H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dka, dkn));
+        H3S_TRY(emit(r, dkn, 1, S, "%s.%lld.rope_k.grad", node, li));
+    } else {
+        dqn = dqa;
+        dkn = dka;
+    }
+    NEW(dq, gd, M, HD);
+    NEW(dk, gd, M, HD);
+    H3S_TRY(h3s_head_rmsnorm_backward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, dqn, dq,
+                                      PG("%s.%lld.attn.norm_q.weight", pre, li)));
+    H3S_TRY(emit(r, dq, 1, S, "%s.%lld.q_norm.grad", node, li));
+    H3S_TRY(h3s_head_rmsnorm_backward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, dkn, dk,
+                                      PG("%s.%lld.attn.norm_k.weight", pre, li)));
+    H3S_TRY(emit(r, dk, 1, S, "%s.%lld.k_norm.grad", node, li));
+    NEW(dn1, gd, M, H);
+    NEW(dn1k, gd, M, H);
+    NEW(dn1v, gd, M, H);
+    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_q.weight", pre, li), dq, dn1,
+                                PG("%s.%lld.attn.to_q.weight", pre, li), NULL));
+    H3S_TRY(emit(r, dn1, 1, S, "%s.%lld.q_proj.grad", node, li));
+    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_k.weight", pre, li), dk, dn1k,
+                                PG("%s.%lld.attn.to_k.weight", pre, li), NULL));
+    H3S_TRY(emit(r, dn1k, 1, S, "%s.%lld.k_proj.grad", node, li));
+    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_v.weight", pre, li), dv, dn1v,
+                                PG("%s.%lld.attn.to_v.weight", pre, li), NULL));
+    H3S_TRY(emit(r, dn1v, 1, S, "%s.%lld.v_proj.grad", node, li));
+    /* fixed order: (q + k) + v */
+    H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
+    H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
+    NEW(dxb, gd, M, H);
+    H3S_TRY(h3s_rmsnorm_backward(a->x_in, W("%s.%lld.norm1.weight", pre, li), refiner ? NULL : &mod1, c->norm_eps, dn1,
+                                 dxb, PG("%s.%lld.norm1.weight", pre, li), dtab));
+    NEW(dx, gd, M, H);
+    H3S_TRY(h3s_grad_add(dxa, dxb, dx));
+    H3S_TRY(emit(r, dx, 1, S, "%s.%lld.norm1.grad", node, li));
+    if (!refiner) {
+        h3s_tensor *dtemb;
+        NEW(dtemb, gd, tp->T, c->time_embed_dim);
+        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                              dtable, dtemb, PG("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                              PG("%s.%lld.adaln_proj.linear.bias", pre, li)));
+        H3S_TRY(emit(r, dtemb, 0, 0, "%s.%lld.adaln_projection.grad", node, li));
+        H3S_TRY(accumulate_dtemb(g, dtemb));
+    }
+    *dx_out = dx;
+    return H3S_OK;
+}
+
+static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const h3s_tensor *d_audio) {
+    run_ctx *r = &g->r;
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    int64_t B = tp->B, S = tp->S, Nv = tp->Nv, Na = tp->Na, Nt = tp->Nt, H = c->hidden_size;
+    int64_t Wv = h3s_config_video_width(c), Wa = c->audio_in_channels;
+    h3s_dtype gd = m->grad;
+    h3s_tensor *dsv, *dsa;
+    H3S_TRY(upload_input(tp, d_sample, gd, B * Nv, Wv, &dsv));
+    H3S_TRY(upload_input(tp, d_audio, gd, B * Na, Wa, &dsa));
+
+    h3s_tensor *dyv, *dya, *dy, *dx;
+    NEW(dyv, gd, B * Nv, H);
+    NEW(dya, gd, B * Na, H);
+    H3S_TRY(h3s_linear_backward(tp->yv, W("proj_out.weight"), dsv, dyv, PG("proj_out.weight"), PG("proj_out.bias")));
+    H3S_TRY(emit(r, dyv, 1, Nv, "proj_out.grad"));
+    H3S_TRY(h3s_linear_backward(tp->ya, W("audio_proj_out.weight"), dsa, dya, PG("audio_proj_out.weight"),
+                                PG("audio_proj_out.bias")));
+    H3S_TRY(emit(r, dya, 1, Na, "audio_proj_out.grad"));
+    NEW(dy, gd, B * S, H); /* zero: rows no head reads get no gradient */
+    H3S_TRY(h3s_rows_scatter(dyv, &tp->video_idx, B, dy));
+    H3S_TRY(h3s_rows_scatter(dya, &tp->audio_idx, B, dy));
+    h3s_tensor *dtable_out, *dtemb_out;
+    NEW(dx, gd, B * S, H);
+    NEW(dtable_out, gd, tp->T, 2 * H);
+    H3S_TRY(h3s_final_norm_backward(tp->x_last, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows,
+                                    c->final_norm_eps, dy, dx, PG("norm_out.norm.weight"), dtable_out));
+    H3S_TRY(emit(r, dx, 1, S, "norm_out.grad"));
+    NEW(dtemb_out, gd, tp->T, c->time_embed_dim);
+    H3S_TRY(h3s_adaln_projection_backward(tp->temb, tp->a_out, W("norm_out.linear.weight"), dtable_out, dtemb_out,
+                                          PG("norm_out.linear.weight"), PG("norm_out.linear.bias")));
+    H3S_TRY(accumulate_dtemb(g, dtemb_out));
+
+    for (int64_t i = c->num_layers - 1; i >= 0; i--) H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
+    H3S_TRY(emit(r, dx, 1, S, "pack.grad"));
+
+    h3s_tensor *dtext, *dvid, *daud;
+    NEW(dtext, gd, B * Nt, H);
+    NEW(dvid, gd, B * Nv, H);
+    NEW(daud, gd, B * Na, H);
+    H3S_TRY(h3s_rows_gather(dx, &tp->text_idx, B, dtext));
+    H3S_TRY(h3s_rows_gather(dx, &tp->video_idx, B, dvid));
+    H3S_TRY(h3s_rows_gather(dx, &tp->audio_idx, B, daud));
+    h3s_tensor *dt;
+    NEW(dt, gd, B * Nt, H);
+    H3S_TRY(h3s_rmsnorm_backward(tp->text_pre_final, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps,
+                                 dtext, dt, PG("token_refiner.final_norm.weight"), NULL));
+    H3S_TRY(emit(r, dt, 1, Nt, "refiner.final_norm.grad"));
+    for (int64_t i = c->num_refiner_layers - 1; i >= 0; i--)
+        H3S_TRY(block_backward(g, 1, i, Nt, &tp->refiner[i], dt, &dt));
+
+    h3s_tensor *denc, *dhv, *dha;
+    NEW(denc, gd, B * Nt, c->text_dim);
+    H3S_TRY(h3s_linear_backward(tp->enc, W("context_embedder.weight"), dt, denc, PG("context_embedder.weight"),
+                                PG("context_embedder.bias")));
+    H3S_TRY(emit(r, denc, 1, Nt, "context_embedder.grad"));
+    NEW(dhv, gd, B * Nv, Wv);
+    H3S_TRY(h3s_linear_backward(tp->hv, W("proj_in.weight"), dvid, dhv, PG("proj_in.weight"), PG("proj_in.bias")));
+    H3S_TRY(emit(r, dhv, 1, Nv, "proj_in.grad"));
+    NEW(dha, gd, B * Na, Wa);
+    H3S_TRY(h3s_linear_backward(tp->ha, W("audio_proj_in.weight"), daud, dha, PG("audio_proj_in.weight"),
+                                PG("audio_proj_in.bias")));
+    H3S_TRY(emit(r, dha, 1, Na, "audio_proj_in.grad"));
+
+    H3S_TRY(emit(r, g->dtemb, 0, 0, "timestep_mlp.grad"));
+    H3S_TRY(h3s_timestep_mlp_backward(tp->feats, W("time_embedder.linear_1.weight"), W("time_embedder.linear_2.weight"),
+                                      tp->mlp_hidden, g->dtemb, NULL, PG("time_embedder.linear_1.weight"),
+                                      PG("time_embedder.linear_1.bias"), PG("time_embedder.linear_2.weight"),
+                                      PG("time_embedder.linear_2.bias")));
+    for (int64_t i = 0; i < m->nparams; i++) {
+        H3S_TRY(emit(r, &g->pg[i], 0, 0, "param.%s", m->specs[i].name));
+    }
+    g->d_hv = dhv;
+    g->d_ha = dha;
+    g->d_enc = denc;
+    return H3S_OK;
+}
+
+void h3s_grads_free(h3s_grads *g) {
+    if (!g) return;
+    h3s_tensor_free(&g->hidden_states);
+    h3s_tensor_free(&g->audio_hidden_states);
+    h3s_tensor_free(&g->encoder_hidden_states);
+    if (g->params)
+        for (int64_t i = 0; i < g->count; i++) h3s_tensor_free(&g->params[i]);
+    free(g->params);
+    free(g->names);
+    memset(g, 0, sizeof *g);
+}
+
+static h3s_status host_shaped(const h3s_tensor *t, int ndim, const int64_t *shape, h3s_tensor *out) {
+    H3S_TRY(to_host(t, out));
+    out->ndim = ndim;
+    for (int d = 0; d < ndim; d++) out->shape[d] = shape[d];
+    return H3S_OK;
+}
+
+h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
+                              const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx, h3s_grads *out) {
+    if (!m || !tape || !d_sample || !d_audio_sample || !out)
+        return h3s_fail(H3S_ERR_INVALID, "model_backward: NULL argument");
+    if (tape->m != m) return h3s_fail(H3S_ERR_INVALID, "model_backward: the tape belongs to another model");
+    int64_t Wv = h3s_config_video_width(&m->cfg), Wa = m->cfg.audio_in_channels;
+    const h3s_tensor *cts[2] = {d_sample, d_audio_sample};
+    int64_t want[2][3] = {{tape->B, tape->Nv, Wv}, {tape->B, tape->Na, Wa}};
+    static const char *ct_names[2] = {"sample", "audio_sample"};
+    for (int k = 0; k < 2; k++) {
+        const h3s_tensor *t = cts[k];
+        if (!(t->dtype == H3S_F32 || t->dtype == H3S_F64 || t->dtype == H3S_BF16))
+            return h3s_fail(H3S_ERR_DTYPE, "cotangent: %s has dtype %s, expected F32", ct_names[k],
+                            h3s_dtype_name(t->dtype));
+        if (t->ndim != 3 || t->shape[0] != want[k][0] || t->shape[1] != want[k][1] || t->shape[2] != want[k][2])
+            return h3s_fail(H3S_ERR_SHAPE, "cotangent: %s must be [%lld, %lld, %lld]", ct_names[k],
+                            (long long)want[k][0], (long long)want[k][1], (long long)want[k][2]);
+    }
+    memset(out, 0, sizeof *out);
+    grad_ctx g;
+    memset(&g, 0, sizeof g);
+    g.r = (run_ctx){tape, hook, hook_ctx};
+    /* Backward temporaries live in their own arena so the forward tape stays reusable. */
+    arena fwd = tape->ar;
+    tape->ar = (arena){m, NULL, 0, 0};
+    g.pg = h3s_calloc((size_t)m->nparams, sizeof *g.pg);
+    h3s_status st = g.pg ? H3S_OK : H3S_ERR_NOMEM;
+    for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
+        int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
+        st = backend_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
+    }
+    if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
+    if (st == H3S_OK && m->device) st = h3s_cuda_sync();
+    if (st == H3S_OK) st = host_shaped(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
+    if (st == H3S_OK) st = host_shaped(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
+    if (st == H3S_OK) st = host_shaped(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
+    if (st == H3S_OK) {
+        out->count = m->nparams;
+        out->names = h3s_calloc((size_t)m->nparams, sizeof *out->names);
+        out->params = h3s_calloc((size_t)m->nparams, sizeof *out->params);
+        if (!out->names || !out->params) st = H3S_ERR_NOMEM;
+        for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
+            memcpy(out->names[i], m->specs[i].name, sizeof out->names[i]);
+            st = to_host(&g.pg[i], &out->params[i]);
+        }
+    }
+    if (g.pg)
+        for (int64_t i = 0; i < m->nparams; i++) backend_free(m, &g.pg[i]);
+    free(g.pg);
+    arena_free(&tape->ar);
+    tape->ar = fwd;
+    if (st != H3S_OK) h3s_grads_free(out);
+    return st;
+}

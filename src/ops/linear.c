@@ -1,0 +1,684 @@
+/* Linear (GEMM) forward and backward: strict BF16, strict F32 and the F64 golden.
+ *
+ * The one rule every strict path obeys (docs/numerics/linear.md): each output element is one
+ * FP32 FMA chain that starts at +0 and runs over the reduction index in ascending order,
+ * acc = fmaf(a, b, acc); the forward then adds the bias in FP32 and rounds once to the
+ * output dtype.  The weight gradient runs that chain inside each 256-row tile and folds the
+ * tile partials in ascending tile order (ops/fold.h).  Packing, K blocking (the FP32
+ * accumulator is stored and reloaded exactly between K blocks), register tiles, cache blocks
+ * and threads only decide *where* a chain is computed, never its order, so the bits depend
+ * neither on M, nor on a row's position, nor on the thread count, nor on the kernel
+ * (scalar, AVX2 or AVX-512: an FMA lane rounds exactly like fmaf). */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LIN_X86 1
+#else
+#define LIN_X86 0
+#endif
+
+#include "core/core.h"
+#include "cuda/cuda_ops.h"
+#include "ops/fold.h"
+#include "ops/linear_internal.h"
+#include "ops/ops.h"
+
+/* Cache blocking of the packed path.  None of these reaches the bits. */
+#define LIN_KC 256                /* reduction block: packed A block LIN_MC x LIN_KC stays in L2 */
+#define LIN_MC 96                 /* rows per work item (a multiple of every kernel's MR) */
+#define LIN_NB 512                /* columns per work item (a multiple of every kernel's NR) */
+#define LIN_CHUNK_BYTES (8u << 20) /* packed-B budget: columns are packed in chunks of at most this */
+
+/* ------------------------------------------------------------------ implementation switch */
+
+static int lin_forced = H3S_LINEAR_AUTO;
+
+int h3s_linear_impl_available(h3s_linear_impl impl) {
+    switch (impl) {
+    case H3S_LINEAR_AUTO:
+    case H3S_LINEAR_SCALAR: return 1;
+#if LIN_X86
+    case H3S_LINEAR_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case H3S_LINEAR_AVX512: return __builtin_cpu_supports("avx512f") != 0;
+#else
+    case H3S_LINEAR_AVX2:
+    case H3S_LINEAR_AVX512: return 0;
+#endif
+    }
+    return 0;
+}
+
+const char *h3s_linear_impl_name(h3s_linear_impl impl) {
+    switch (impl) {
+    case H3S_LINEAR_AUTO: return "auto";
+    case H3S_LINEAR_SCALAR: return "scalar";
+    case H3S_LINEAR_AVX2: return "avx2-6x16";
+    case H3S_LINEAR_AVX512: return "avx512-12x32";
+    }
+    return "?";
+}
+
+h3s_status h3s_linear_set_impl(h3s_linear_impl impl) {
+    if ((int)impl < H3S_LINEAR_AUTO || (int)impl > H3S_LINEAR_AVX512)
+        return h3s_fail(H3S_ERR_INVALID, "linear_set_impl: unknown implementation %d", (int)impl);
+    if (!h3s_linear_impl_available(impl))
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "linear_set_impl: this CPU cannot run the %s kernel",
+                        h3s_linear_impl_name(impl));
+    lin_forced = impl;
+    return H3S_OK;
+}
+
+h3s_linear_impl h3s_linear_get_impl(void) {
+    if (lin_forced != H3S_LINEAR_AUTO) return (h3s_linear_impl)lin_forced;
+    if (h3s_linear_impl_available(H3S_LINEAR_AVX512)) return H3S_LINEAR_AVX512;
+    if (h3s_linear_impl_available(H3S_LINEAR_AVX2)) return H3S_LINEAR_AVX2;
+    return H3S_LINEAR_SCALAR;
+}
+
+/* ------------------------------------------------------------------ element access */
+
+static inline float load_f32(const void *p, h3s_dtype dt, int64_t i) {
+    return dt == H3S_BF16 ? h3s_bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static inline void store_f32(void *p, h3s_dtype dt, int64_t i, float v) {
+    if (dt == H3S_BF16)
+        ((uint16_t *)p)[i] = h3s_bf16_round(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* C[M, N] = A[M, K] B[K, N] (+ bias[N]) with A(i, p) = a[i*a_si + p*a_sp] and
+ * B(p, j) = b[p*b_sp + j*b_sj]; A and B F32 or BF16, C F32 or BF16 with row stride ldc. */
+typedef struct gemm_problem {
+    int64_t M, N, K;
+    const void *a;
+    h3s_dtype adt;
+    int64_t a_si, a_sp;
+    const void *b;
+    h3s_dtype bdt;
+    int64_t b_sp, b_sj;
+    const void *bias; /* [N] in bias_dt, or NULL */
+    h3s_dtype bias_dt;
+    void *c;
+    h3s_dtype cdt;
+    int64_t ldc;
+} gemm_problem;
+
+/* The end of every forward/dx chain: bias after the sum (only when there is one: adding +0
+ * would turn a -0 sum into +0), then the one rounding. */
+static inline void gemm_finish(const gemm_problem *g, int64_t i, int64_t j, float acc) {
+    float v = acc;
+    if (g->bias) v = v + load_f32(g->bias, g->bias_dt, j);
+    store_f32(g->c, g->cdt, i * g->ldc + j, v);
+}
+
+/* ------------------------------------------------------------------ scalar reference */
+
+static void gemm_scalar(const gemm_problem *g, int nt) {
+    const int64_t M = g->M, N = g->N, K = g->K;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < K; p++)
+                acc = fmaf(load_f32(g->a, g->adt, i * g->a_si + p * g->a_sp),
+                           load_f32(g->b, g->bdt, p * g->b_sp + j * g->b_sj), acc);
+            gemm_finish(g, i, j, acc);
+        }
+    }
+}
+
+/* dw[n, k] = fold over 256-row tiles of (FMA chain over the tile's rows m ascending, from +0,
+ * of dy[m, n] * x[m, k]); tile partials folded in ascending tile order, from tile 0's. */
+static void dw_scalar(const float *dy, const void *x, h3s_dtype xdt, int64_t M, int64_t N, int64_t K, float *dw,
+                      int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) {
+            float total = 0.0f;
+            for (int64_t t0 = 0; t0 < M; t0 += H3S_FOLD_TILE) {
+                int64_t t1 = t0 + H3S_FOLD_TILE < M ? t0 + H3S_FOLD_TILE : M;
+                float part = 0.0f;
+                for (int64_t m = t0; m < t1; m++)
+                    part = fmaf(dy[m * N + n], load_f32(x, xdt, m * K + k), part);
+                total = t0 == 0 ? part : total + part;
+            }
+            dw[n * K + k] = total;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ packed kernels
+ * A microkernel computes an MR x NR register tile over L reduction steps:
+ *   acc[r*NR + c] = fma chain over p < L of ap[p*MR + r] * bp[p*NR + c],
+ * starting from +0 (first) or from the FP32 values already in acc (a later K block). */
+typedef void (*lin_kernel_fn)(int64_t L, const float *ap, const float *bp, float *acc, int first);
+
+typedef struct lin_kernel {
+    int mr, nr;
+    lin_kernel_fn fn;
+} lin_kernel;
+
+#if LIN_X86
+#define AVX2_ROW(r)                                                                                                    \
+    do {                                                                                                               \
+        __m256 a_ = _mm256_broadcast_ss(ap + (r));                                                                     \
+        c##r##0 = _mm256_fmadd_ps(a_, b0, c##r##0);                                                                    \
+        c##r##1 = _mm256_fmadd_ps(a_, b1, c##r##1);                                                                    \
+    } while (0)
+
+__attribute__((target("avx2,fma"))) static void kernel_avx2_6x16(int64_t L, const float *ap, const float *bp,
+                                                                  float *acc, int first) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (first) {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+    } else {
+        c00 = _mm256_loadu_ps(acc + 0), c01 = _mm256_loadu_ps(acc + 8);
+        c10 = _mm256_loadu_ps(acc + 16), c11 = _mm256_loadu_ps(acc + 24);
+        c20 = _mm256_loadu_ps(acc + 32), c21 = _mm256_loadu_ps(acc + 40);
+        c30 = _mm256_loadu_ps(acc + 48), c31 = _mm256_loadu_ps(acc + 56);
+        c40 = _mm256_loadu_ps(acc + 64), c41 = _mm256_loadu_ps(acc + 72);
+        c50 = _mm256_loadu_ps(acc + 80), c51 = _mm256_loadu_ps(acc + 88);
+    }
+    for (int64_t p = 0; p < L; p++) {
+        __m256 b0 = _mm256_loadu_ps(bp), b1 = _mm256_loadu_ps(bp + 8);
+        AVX2_ROW(0);
+        AVX2_ROW(1);
+        AVX2_ROW(2);
+        AVX2_ROW(3);
+        AVX2_ROW(4);
+        AVX2_ROW(5);
+        ap += 6;
+        bp += 16;
+    }
+    _mm256_storeu_ps(acc + 0, c00), _mm256_storeu_ps(acc + 8, c01);
+    _mm256_storeu_ps(acc + 16, c10), _mm256_storeu_ps(acc + 24, c11);
+    _mm256_storeu_ps(acc + 32, c20), _mm256_storeu_ps(acc + 40, c21);
+    _mm256_storeu_ps(acc + 48, c30), _mm256_storeu_ps(acc + 56, c31);
+    _mm256_storeu_ps(acc + 64, c40), _mm256_storeu_ps(acc + 72, c41);
+    _mm256_storeu_ps(acc + 80, c50), _mm256_storeu_ps(acc + 88, c51);
+}
+#undef AVX2_ROW
+
+/* 12 x 32: 24 zmm accumulators, two B vectors, one broadcast. */
+#define AVX512_ROW(r)                                                                                                  \
+    do {                                                                                                               \
+        __m512 a_ = _mm512_set1_ps(ap[r]);                                                                             \
+        c[2 * (r)] = _mm512_fmadd_ps(a_, b0, c[2 * (r)]);                                                              \
+        c[2 * (r) + 1] = _mm512_fmadd_ps(a_, b1, c[2 * (r) + 1]);                                                      \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void kernel_avx512_12x32(int64_t L, const float *ap, const float *bp,
+                                                                    float *acc, int first) {
+    __m512 c[24];
+    for (int i = 0; i < 24; i++)
+        c[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + 16 * i);
+    for (int64_t p = 0; p < L; p++) {
+        __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+        AVX512_ROW(0);
+        AVX512_ROW(1);
+        AVX512_ROW(2);
+        AVX512_ROW(3);
+        AVX512_ROW(4);
+        AVX512_ROW(5);
+        AVX512_ROW(6);
+        AVX512_ROW(7);
+        AVX512_ROW(8);
+        AVX512_ROW(9);
+        AVX512_ROW(10);
+        AVX512_ROW(11);
+        ap += 12;
+        bp += 32;
+    }
+    for (int i = 0; i < 24; i++)
+        _mm512_storeu_ps(acc + 16 * i, c[i]);
+}
+#undef AVX512_ROW
+#endif
+
+static int lin_kernel_for(h3s_linear_impl impl, lin_kernel *k) {
+#if LIN_X86
+    if (impl == H3S_LINEAR_AVX2) {
+        *k = (lin_kernel){6, 16, kernel_avx2_6x16};
+        return 1;
+    }
+    if (impl == H3S_LINEAR_AVX512) {
+        *k = (lin_kernel){12, 32, kernel_avx512_12x32};
+        return 1;
+    }
+#endif
+    (void)impl;
+    (void)k;
+    return 0;
+}
+
+/* dst[p*W + r] = S(r, p) for r < R, 0 for R <= r < W, p < L, with S(r, p) = src[r*sr + p*sp]
+ * (elements of dtype dt; BF16 widened exactly). */
+static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, int64_t R, int W, int64_t L,
+                       float *dst) {
+    if (dt == H3S_BF16) {
+        const uint16_t *s = (const uint16_t *)src;
+        if (sp == 1) {
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t p = 0; p < L; p++)
+                    dst[p * W + r] = h3s_bf16_value(s[r * sr + p]);
+        } else {
+            for (int64_t p = 0; p < L; p++)
+                for (int64_t r = 0; r < R; r++)
+                    dst[p * W + r] = h3s_bf16_value(s[r * sr + p * sp]);
+        }
+    } else {
+        const float *s = (const float *)src;
+        if (sp == 1) {
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t p = 0; p < L; p++)
+                    dst[p * W + r] = s[r * sr + p];
+        } else {
+            for (int64_t p = 0; p < L; p++)
+                for (int64_t r = 0; r < R; r++)
+                    dst[p * W + r] = s[r * sr + p * sp];
+        }
+    }
+    if (R < W)
+        for (int64_t p = 0; p < L; p++)
+            for (int64_t r = R; r < W; r++)
+                dst[p * W + r] = 0.0f;
+}
+
+static inline const void *elem_ptr(const void *base, h3s_dtype dt, int64_t i) {
+    return (const char *)base + (size_t)i * h3s_dtype_size(dt);
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Workspace: one checked allocation made before any output is written, carved into 64-byte
+ * aligned float buffers. */
+typedef struct lin_ws {
+    void *raw;
+    float *base;
+} lin_ws;
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+static h3s_status ws_alloc(lin_ws *ws, size_t floats, const char *what) {
+    ws->raw = h3s_malloc(floats + 16, sizeof(float));
+    if (!ws->raw) return h3s_fail_context(H3S_ERR_NOMEM, "%s workspace", what);
+    ws->base = (float *)(((uintptr_t)ws->raw + 63) & ~(uintptr_t)63);
+    return H3S_OK;
+}
+
+/* Columns of B packed at once: a multiple of the work-item width, within LIN_CHUNK_BYTES. */
+static int64_t gemm_chunk_panels(const gemm_problem *g, const lin_kernel *kd) {
+    const int64_t pan_per_nb = LIN_NB / kd->nr, npanels = ceil_div(g->N, kd->nr);
+    int64_t chunk = (int64_t)(LIN_CHUNK_BYTES / sizeof(float)) / (g->K * kd->nr);
+    chunk = chunk / pan_per_nb * pan_per_nb;
+    if (chunk < pan_per_nb) chunk = pan_per_nb;
+    if (chunk > npanels) chunk = npanels;
+    return chunk;
+}
+
+static size_t gemm_ws_floats(const gemm_problem *g, const lin_kernel *kd, int nt) {
+    return round16((size_t)(gemm_chunk_panels(g, kd) * g->K * kd->nr)) + (size_t)nt * LIN_MC * LIN_KC +
+           (size_t)nt * LIN_MC * LIN_NB;
+}
+
+#define DW_TILE_FLOATS 1024 /* >= MR * NR of every kernel */
+
+static size_t dw_ws_floats(int nt) {
+    return (size_t)nt * (LIN_MC * H3S_FOLD_TILE + H3S_FOLD_TILE * LIN_NB + DW_TILE_FLOATS);
+}
+
+/* Goto-style blocking: B is packed once per column chunk (shared by the threads); every
+ * work item (LIN_MC rows x LIN_NB columns) walks K in LIN_KC blocks with its own packed A
+ * block and an FP32 accumulator block that carries each chain from one K block to the next. */
+static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, float *ws) {
+    const int MR = kd->mr, NR = kd->nr;
+    const int64_t M = g->M, N = g->N, K = g->K;
+    const int64_t pan_per_nb = LIN_NB / NR, npanels = ceil_div(N, NR), chunk = gemm_chunk_panels(g, kd);
+    float *bbuf = ws, *abuf = bbuf + round16((size_t)(chunk * K * NR)), *cbuf = abuf + (size_t)nt * LIN_MC * LIN_KC;
+
+    const int64_t nmb = ceil_div(M, LIN_MC);
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        float *ap = abuf + (size_t)tid * LIN_MC * LIN_KC;
+        float *acc = cbuf + (size_t)tid * LIN_MC * LIN_NB;
+        for (int64_t c0 = 0; c0 < npanels; c0 += chunk) {
+            const int64_t cp = min64(chunk, npanels - c0);
+#pragma omp for schedule(static)
+            for (int64_t q = 0; q < cp; q++) {
+                int64_t j0 = (c0 + q) * NR;
+                pack_panel(elem_ptr(g->b, g->bdt, j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp, min64(NR, N - j0), NR, K,
+                           bbuf + (size_t)(q * K * NR));
+            }
+            const int64_t nnb = ceil_div(cp, pan_per_nb);
+#pragma omp for schedule(static)
+            for (int64_t it = 0; it < nmb * nnb; it++) {
+                const int64_t mb = it / nnb, nb = it % nnb;
+                const int64_t i0 = mb * LIN_MC, rows = min64(LIN_MC, M - i0), mpan = ceil_div(rows, MR);
+                const int64_t q0 = nb * pan_per_nb, qn = min64(pan_per_nb, cp - q0);
+                for (int64_t k0 = 0; k0 < K; k0 += LIN_KC) {
+                    const int64_t kl = min64(LIN_KC, K - k0);
+                    for (int64_t ii = 0; ii < mpan; ii++)
+                        pack_panel(elem_ptr(g->a, g->adt, (i0 + ii * MR) * g->a_si + k0 * g->a_sp), g->adt, g->a_si,
+                                   g->a_sp, min64(MR, rows - ii * MR), MR, kl, ap + ii * MR * LIN_KC);
+                    for (int64_t qq = 0; qq < qn; qq++) {
+                        const float *bp = bbuf + (size_t)((q0 + qq) * K * NR + k0 * NR);
+                        for (int64_t ii = 0; ii < mpan; ii++)
+                            kd->fn(kl, ap + ii * MR * LIN_KC, bp, acc + (qq * mpan + ii) * MR * NR, k0 == 0);
+                    }
+                }
+                for (int64_t qq = 0; qq < qn; qq++) {
+                    const int64_t j0 = (c0 + q0 + qq) * NR, cols = min64(NR, N - j0);
+                    for (int64_t ii = 0; ii < mpan; ii++) {
+                        const float *t = acc + (qq * mpan + ii) * MR * NR;
+                        const int64_t r0 = i0 + ii * MR, nr = min64(MR, M - r0);
+                        for (int64_t r = 0; r < nr; r++)
+                            for (int64_t c = 0; c < cols; c++)
+                                gemm_finish(g, r0 + r, j0 + c, t[r * NR + c]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* dw by tiles: for each block of (n, k) outputs, the tile partial dy_tile^T x_tile is one
+ * packed GEMM over the tile's rows (A(n, m) = dy[m, n], B(m, k) = x[m, k]), folded into dw
+ * in ascending tile order.  No [tiles, N, K] buffer: a block's thread walks every tile. */
+static void dw_packed(const float *dy, const void *x, h3s_dtype xdt, int64_t M, int64_t N, int64_t K, float *dw,
+                      const lin_kernel *kd, int nt, float *ws) {
+    const int MR = kd->mr, NR = kd->nr;
+    const int64_t T = H3S_FOLD_TILE;
+    float *abuf = ws, *bbuf = abuf + (size_t)nt * LIN_MC * T, *tbuf = bbuf + (size_t)nt * T * LIN_NB;
+    const int64_t nbn = ceil_div(N, LIN_MC), nbk = ceil_div(K, LIN_NB);
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        float *ap = abuf + (size_t)tid * LIN_MC * T, *bp = bbuf + (size_t)tid * T * LIN_NB;
+        float *tile = tbuf + (size_t)tid * DW_TILE_FLOATS;
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < nbn * nbk; it++) {
+            const int64_t n0 = (it / nbk) * LIN_MC, k0 = (it % nbk) * LIN_NB;
+            const int64_t nrows = min64(LIN_MC, N - n0), kcols = min64(LIN_NB, K - k0);
+            const int64_t npan = ceil_div(nrows, MR), kpan = ceil_div(kcols, NR);
+            for (int64_t t0 = 0; t0 < M; t0 += T) {
+                const int64_t L = min64(T, M - t0);
+                for (int64_t ii = 0; ii < npan; ii++)
+                    pack_panel(dy + t0 * N + n0 + ii * MR, H3S_F32, 1, N, min64(MR, nrows - ii * MR), MR, L,
+                               ap + ii * MR * T);
+                for (int64_t qq = 0; qq < kpan; qq++)
+                    pack_panel(elem_ptr(x, xdt, t0 * K + k0 + qq * NR), xdt, 1, K, min64(NR, kcols - qq * NR), NR, L,
+                               bp + qq * NR * T);
+                for (int64_t qq = 0; qq < kpan; qq++) {
+                    const int64_t kk0 = k0 + qq * NR, cols = min64(NR, K - kk0);
+                    for (int64_t ii = 0; ii < npan; ii++) {
+                        const int64_t nn0 = n0 + ii * MR, rows = min64(MR, N - nn0);
+                        kd->fn(L, ap + ii * MR * T, bp + qq * NR * T, tile, 1);
+                        for (int64_t r = 0; r < rows; r++) {
+                            float *d = dw + (nn0 + r) * K + kk0;
+                            const float *s = tile + r * NR;
+                            if (t0 == 0)
+                                for (int64_t c = 0; c < cols; c++)
+                                    d[c] = s[c];
+                            else
+                                for (int64_t c = 0; c < cols; c++)
+                                    d[c] = d[c] + s[c];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Whether g takes the packed path (K == 0: every chain is the empty sum +0, then the bias:
+ * nothing to pack). */
+static int gemm_is_packed(const gemm_problem *g, const lin_kernel *kd, int have_kernel) {
+    (void)kd;
+    return have_kernel && g->M > 0 && g->N > 0 && g->K > 0;
+}
+
+static void gemm_run(const gemm_problem *g, const lin_kernel *kd, int have_kernel, int nt, float *ws) {
+    if (g->M == 0 || g->N == 0) return;
+    if (gemm_is_packed(g, kd, have_kernel))
+        gemm_packed(g, kd, nt, ws);
+    else
+        gemm_scalar(g, nt);
+}
+
+/* ------------------------------------------------------------------ golden (F64) */
+
+static void forward_golden(const double *x, const double *w, const double *b, double *y, int64_t M, int64_t N,
+                           int64_t K, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++)
+                acc = acc + x[m * K + k] * w[n * K + k];
+            if (b) acc = acc + b[n];
+            y[m * N + n] = acc;
+        }
+    }
+}
+
+/* dx[m, :] accumulated row-wise: the same per-element order (n ascending) as the strict path. */
+static void dx_golden(const double *dy, const double *w, double *dx, int64_t M, int64_t N, int64_t K, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t m = 0; m < M; m++) {
+        double *row = dx + m * K;
+        for (int64_t k = 0; k < K; k++)
+            row[k] = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const double d = dy[m * N + n];
+            for (int64_t k = 0; k < K; k++)
+                row[k] = row[k] + d * w[n * K + k];
+        }
+    }
+}
+
+/* dw with the same tile structure as the strict path, in FP64. */
+static h3s_status dw_golden(const double *dy, const double *x, double *dw, int64_t M, int64_t N, int64_t K, int nt) {
+    double *part = h3s_malloc((size_t)nt * (size_t)(K > 0 ? K : 1), sizeof(double));
+    if (!part) return h3s_fail_context(H3S_ERR_NOMEM, "linear_backward: golden dw");
+#pragma omp parallel num_threads(nt)
+    {
+        double *pk = part + (size_t)omp_get_thread_num() * (size_t)(K > 0 ? K : 1);
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            double *row = dw + n * K;
+            for (int64_t k = 0; k < K; k++)
+                row[k] = 0.0;
+            for (int64_t t0 = 0; t0 < M; t0 += H3S_FOLD_TILE) {
+                int64_t t1 = t0 + H3S_FOLD_TILE < M ? t0 + H3S_FOLD_TILE : M;
+                for (int64_t k = 0; k < K; k++)
+                    pk[k] = 0.0;
+                for (int64_t m = t0; m < t1; m++) {
+                    const double d = dy[m * N + n];
+                    for (int64_t k = 0; k < K; k++)
+                        pk[k] = pk[k] + d * x[m * K + k];
+                }
+                for (int64_t k = 0; k < K; k++)
+                    row[k] = t0 == 0 ? pk[k] : row[k] + pk[k];
+            }
+        }
+    }
+    free(part);
+    return H3S_OK;
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static int ranges_overlap(const h3s_tensor *a, const h3s_tensor *b) {
+    if (!a || !b || !a->data || !b->data) return 0;
+    size_t na = h3s_tensor_nbytes(a), nb = h3s_tensor_nbytes(b);
+    if (na == 0 || nb == 0) return 0;
+    uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+    return a0 < b0 + nb && b0 < a0 + na;
+}
+
+/* Every tensor on the host (0) or every one on the device (1); *device gets which. */
+static h3s_status check_devices(const char *op, const h3s_tensor *const *t, const char *const *names, int n,
+                                int *device) {
+    int first = -1;
+    for (int i = 0; i < n; i++) {
+        if (!t[i]) continue;
+        if (t[i]->device != 0 && t[i]->device != 1)
+            return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d (expected 0 = host or 1 = CUDA)", op, names[i],
+                            t[i]->device);
+        if (first < 0) {
+            first = i;
+        } else if (t[i]->device != t[first]->device) {
+            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is on the %s but %s is on the %s", op, names[first],
+                            t[first]->device ? "device" : "host", names[i], t[i]->device ? "device" : "host");
+        }
+    }
+    *device = first < 0 ? 0 : t[first]->device;
+    return H3S_OK;
+}
+
+static h3s_status check_variant_dtype(const char *op, const h3s_tensor *x) {
+    if (!x) return h3s_fail(H3S_ERR_INVALID, "%s: x is NULL", op);
+    if (x->dtype != H3S_BF16 && x->dtype != H3S_F32 && x->dtype != H3S_F64)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: x has dtype %s; expected BF16 or F32 (strict) or F64 (golden)", op,
+                        h3s_dtype_name(x->dtype));
+    return H3S_OK;
+}
+
+static const char *variant_name(h3s_dtype xdt) {
+    return xdt == H3S_F64 ? "golden F64" : xdt == H3S_F32 ? "strict F32" : "strict BF16";
+}
+
+h3s_status h3s_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {
+    static const char *op = "linear_forward";
+    H3S_TRY(check_variant_dtype(op, x));
+    const h3s_dtype dt = x->dtype;
+    if (!w) return h3s_fail(H3S_ERR_INVALID, "%s: w is NULL", op);
+    if (!y) return h3s_fail(H3S_ERR_INVALID, "%s: y is NULL", op);
+    h3s_status s = h3s_check_tensor(op, "x", x, dt, 2);
+    if (s == H3S_OK) s = h3s_check_shape(op, "w", w, dt, 2, (const int64_t[]){-1, x->shape[1]});
+    if (s == H3S_OK && b) s = h3s_check_shape(op, "b", b, dt, 1, (const int64_t[]){w->shape[0]});
+    if (s == H3S_OK) s = h3s_check_shape(op, "y", y, dt, 2, (const int64_t[]){x->shape[0], w->shape[0]});
+    if (s != H3S_OK) return h3s_fail_context(s, "%s variant (x is %s)", variant_name(dt), h3s_dtype_name(dt));
+
+    int device = 0;
+    const h3s_tensor *all[4] = {x, w, b, y};
+    const char *names[4] = {"x", "w", "b", "y"};
+    H3S_TRY(check_devices(op, all, names, 4, &device));
+    if (device) return h3s_cuda_linear_forward(x, w, b, y);
+    for (int i = 0; i < 3; i++)
+        if (ranges_overlap(y, all[i])) return h3s_fail(H3S_ERR_INVALID, "%s: y overlaps %s", op, names[i]);
+
+    const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[0];
+    if (dt == H3S_F64) {
+        forward_golden(x->data, w->data, b ? b->data : NULL, y->data, M, N, K, h3s_get_num_threads());
+        return H3S_OK;
+    }
+    gemm_problem g = {.M = M,
+                      .N = N,
+                      .K = K,
+                      .a = x->data,
+                      .adt = dt,
+                      .a_si = K,
+                      .a_sp = 1,
+                      .b = w->data,
+                      .bdt = dt,
+                      .b_sp = 1,
+                      .b_sj = K,
+                      .bias = b ? b->data : NULL,
+                      .bias_dt = dt,
+                      .c = y->data,
+                      .cdt = dt,
+                      .ldc = N};
+    const int nt = h3s_get_num_threads();
+    lin_kernel kd;
+    const int have = lin_kernel_for(h3s_linear_get_impl(), &kd);
+    lin_ws ws = {NULL, NULL};
+    if (gemm_is_packed(&g, &kd, have)) H3S_TRY(ws_alloc(&ws, gemm_ws_floats(&g, &kd, nt), op));
+    gemm_run(&g, &kd, have, nt, ws.base);
+    free(ws.raw);
+    return H3S_OK;
+}
+
+h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
+                               h3s_tensor *dw, h3s_tensor *db) {
+    static const char *op = "linear_backward";
+    H3S_TRY(check_variant_dtype(op, x));
+    const h3s_dtype dt = x->dtype, gt = dt == H3S_F64 ? H3S_F64 : H3S_F32;
+    if (!w) return h3s_fail(H3S_ERR_INVALID, "%s: w is NULL", op);
+    if (!dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy is NULL", op);
+    h3s_status s = h3s_check_tensor(op, "x", x, dt, 2);
+    if (s == H3S_OK) s = h3s_check_shape(op, "w", w, dt, 2, (const int64_t[]){-1, x->shape[1]});
+    const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[0];
+    if (s == H3S_OK) s = h3s_check_shape(op, "dy", dy, gt, 2, (const int64_t[]){M, N});
+    if (s == H3S_OK && dx) s = h3s_check_shape(op, "dx", dx, gt, 2, (const int64_t[]){M, K});
+    if (s == H3S_OK && dw) s = h3s_check_shape(op, "dw", dw, gt, 2, (const int64_t[]){N, K});
+    if (s == H3S_OK && db) s = h3s_check_shape(op, "db", db, gt, 1, (const int64_t[]){N});
+    if (s != H3S_OK) return h3s_fail_context(s, "%s variant (x is %s)", variant_name(dt), h3s_dtype_name(dt));
+
+    int device = 0;
+    const h3s_tensor *all[6] = {x, w, dy, dx, dw, db};
+    const char *names[6] = {"x", "w", "dy", "dx", "dw", "db"};
+    H3S_TRY(check_devices(op, all, names, 6, &device));
+    if (device) return h3s_cuda_linear_backward(x, w, dy, dx, dw, db);
+    for (int o = 3; o < 6; o++)
+        for (int i = 0; i < o; i++)
+            if (ranges_overlap(all[o], all[i]))
+                return h3s_fail(H3S_ERR_INVALID, "%s: %s overlaps %s", op, names[o], names[i]);
+
+    const int nt = h3s_get_num_threads();
+    if (dt == H3S_F64) {
+        /* allocate before writing anything */
+        if (dw) H3S_TRY(dw_golden(dy->data, x->data, dw->data, M, N, K, nt));
+        if (dx) dx_golden(dy->data, w->data, dx->data, M, N, K, nt);
+        if (db) h3s_fold_columns_f64(dy->data, M, N, N, db->data);
+        return H3S_OK;
+    }
+
+    /* dx[m, k] = sum_n dy[m, n] w[n, k]: the forward GEMM with A = dy and B(n, k) = w[n, k]. */
+    gemm_problem g = {.M = M,
+                      .N = K,
+                      .K = N,
+                      .a = dy->data,
+                      .adt = H3S_F32,
+                      .a_si = N,
+                      .a_sp = 1,
+                      .b = w->data,
+                      .bdt = dt,
+                      .b_sp = K,
+                      .b_sj = 1,
+                      .bias = NULL,
+                      .bias_dt = H3S_F32,
+                      .c = dx ? dx->data : NULL,
+                      .cdt = H3S_F32,
+                      .ldc = K};
+    lin_kernel kd;
+    const int have = lin_kernel_for(h3s_linear_get_impl(), &kd);
+    const int dw_fast = dw && have && M > 0 && N > 0 && K > 0, dx_fast = dx && gemm_is_packed(&g, &kd, have);
+    size_t need = 0;
+    if (dw_fast) need = dw_ws_floats(nt);
+    if (dx_fast && gemm_ws_floats(&g, &kd, nt) > need) need = gemm_ws_floats(&g, &kd, nt);
+    lin_ws ws = {NULL, NULL};
+    if (need) H3S_TRY(ws_alloc(&ws, need, op)); /* the only allocation: nothing is written before it */
+
+    if (dw) {
+        if (M == 0 || N == 0 || K == 0) {
+            if (h3s_tensor_nbytes(dw)) memset(dw->data, 0, h3s_tensor_nbytes(dw)); /* empty sums: +0 */
+        }
+        else if (dw_fast)
+            dw_packed(dy->data, x->data, dt, M, N, K, dw->data, &kd, nt, ws.base);
+        else
+            dw_scalar(dy->data, x->data, dt, M, N, K, dw->data, nt);
+    }
+    if (dx) gemm_run(&g, &kd, have, nt, ws.base);
+    free(ws.raw);
+    if (db) h3s_fold_columns_f32(dy->data, M, N, N, db->data);
+    return H3S_OK;
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Run the public diffusers MiniMaxH3Transformer3DModel on a model directory and an inputs file (CLI.md formats) and
+compare it with reference.py's FP64 golden and, when given, with h3strict's output.  Not part of CI: it needs torch
+and diffusers (>= 0.42.1 ships the model; docs/conformance.md).
+
+  python3 diffusers_compare.py --model M --inputs IN [--h3strict-out OUT] --json result.json
+                               [--device cuda|cpu] [--no-provider]
+
+Runs: `diffusers_fp64`  the diffusers module with every parameter and activation in float64, on the CPU;
+      `provider`        the diffusers module at the checkpoint's own mixed precision (bf16 + the f32 modules), on
+                        --device (cuda when available), i.e. what STRICT.md calls the provider.
+Rows tagged -1 (padding) are stripped before the diffusers calls: the released model has no padding (its
+adaln index would be timestep_index*3 - 1), and by H3_MODEL.md 3.6 padding never changes a live row.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as R  # noqa: E402
+
+
+def rel(got, ref):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return {"rel_l2": R.rel_l2(got, ref), "max_abs": float(np.max(np.abs(got - ref))) if got.size else 0.0}
+
+
+def strip_padding(inp):
+    tags = inp["token_tags"]
+    keep = np.nonzero(tags != -1)[0]
+    if keep.size == tags.size:
+        return dict(inp), False
+    new_of = np.full(tags.size, -1, dtype=np.int64)
+    new_of[keep] = np.arange(keep.size)
+    out = dict(inp)
+    for n in ("timestep_indices", "token_tags"):
+        out[n] = inp[n][keep]
+    out["position_ids"] = np.asarray(inp["position_ids"])[keep]
+    for n in ("video_indices", "audio_indices", "text_indices"):
+        out[n] = new_of[inp[n]]
+    if "attention_mask" in inp:
+        out["attention_mask"] = inp["attention_mask"][:, keep]
+    return out, True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--inputs", required=True)
+    ap.add_argument("--h3strict-out")
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--device", default=None, help="device of the provider run (default: cuda if available)")
+    ap.add_argument("--no-provider", action="store_true", help="skip the mixed-precision provider run")
+    a = ap.parse_args()
+
+    import torch
+    import diffusers
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    m = R.Model(a.model)
+    inp = R.load_inputs(a.inputs, m.cfg)
+    result = {
+        "diffusers_version": diffusers.__version__, "diffusers_file": diffusers.__file__,
+        "torch_version": torch.__version__, "numpy_version": np.__version__,
+        "model": os.path.abspath(a.model), "inputs": os.path.abspath(a.inputs), "config": m.cfg,
+    }
+
+    # FP64 golden (reference.py)
+    ref = dict(zip(("sample", "audio_sample"), R.forward(m, inp, "fp64")))
+
+    # The diffusers module: loaded the ordinary way (this checks that the directory is a diffusers checkpoint),
+    # then every parameter set from the stored tensors in their stored dtype, so the mixed precision is exact.
+    try:
+        sub = {"subfolder": "transformer"} if os.path.abspath(m.dir) != os.path.abspath(a.model) else {}
+        model = MiniMaxH3Transformer3DModel.from_pretrained(a.model, **sub)
+        result["from_pretrained"] = "ok"
+    except Exception as e:  # noqa: BLE001 - reported, then the manual path
+        result["from_pretrained"] = f"failed: {type(e).__name__}: {e}"
+        cfg = {k: v for k, v in json.load(open(os.path.join(m.dir, "config.json"))).items() if not k.startswith("_")}
+        model = MiniMaxH3Transformer3DModel.from_config(cfg)
+    model.eval()
+    params = dict(model.named_parameters())
+    ckpt = set(m.where)
+    result["missing_in_checkpoint"] = sorted(set(params) - ckpt)
+    result["unexpected_in_checkpoint"] = sorted(ckpt - set(params))
+
+    def stored(name):
+        st = m.where[name]
+        raw = st.raw(name)
+        if st.dtype(name) == "BF16":
+            return torch.from_numpy(raw.astype(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(raw))
+
+    def load(dtype, device):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                t = stored(name)
+                p.data = (t if dtype is None else t.to(dtype)).to(device)
+            for name, b in model.named_buffers():
+                if name.endswith("inv_freq"):
+                    # recomputed by __init__ in f32, as the provider does
+                    F, theta = m.cfg["rope_freq_dim"], float(m.cfg["rope_theta"])
+                    inv = 1.0 / (theta ** (torch.arange(0, 2 * F, 2, dtype=torch.float32) / (2 * F)))
+                    b.data = (inv if dtype is None else inv.to(dtype)).to(device)
+        return model
+
+    cinp, stripped = strip_padding(inp)
+    result["padding_rows_stripped"] = bool(stripped)
+
+    def run(dtype, device):
+        mdl = load(dtype, device)
+        st = R.SafeTensors(a.inputs)
+
+        def act(n):
+            if dtype is not None:
+                return torch.from_numpy(np.asarray(cinp[n], np.float64)).to(dtype).to(device)
+            if st.dtype(n) == "BF16":  # keep the stored dtype; the module casts to its parameter dtype
+                return torch.from_numpy(st.raw(n).astype(np.int16)).view(torch.bfloat16).to(device)
+            return torch.from_numpy(np.asarray(cinp[n], np.float32)).to(device)
+
+        def idx(n):
+            return torch.from_numpy(np.asarray(cinp[n], np.int64)).to(device)
+
+        kw = {}
+        if "attention_mask" in cinp and not cinp["attention_mask"].all():
+            mk = cinp["attention_mask"]
+            kw["attention_mask"] = torch.from_numpy(mk.reshape(mk.shape[0], 1, 1, mk.shape[1])).to(device)
+        with torch.no_grad():
+            out = mdl(
+                hidden_states=act("hidden_states"), audio_hidden_states=act("audio_hidden_states"),
+                encoder_hidden_states=act("encoder_hidden_states"),
+                timestep=torch.from_numpy(np.asarray(cinp["timestep"], np.float32)).to(device),
+                timestep_indices=idx("timestep_indices"), token_tags=idx("token_tags"),
+                position_ids=torch.from_numpy(np.asarray(cinp["position_ids"], np.float64)).to(device),
+                video_indices=idx("video_indices"), audio_indices=idx("audio_indices"),
+                text_indices=idx("text_indices"), return_dict=True, **kw)
+        return {"sample": out.sample.double().cpu().numpy(), "audio_sample": out.audio_sample.double().cpu().numpy()}
+
+    runs = {"diffusers_fp64": run(torch.float64, "cpu")}
+    if not a.no_provider:
+        dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        result["provider_device"] = dev
+        if dev.startswith("cuda"):
+            result["provider_settings"] = {
+                "allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "allow_bf16_reduced_precision_reduction":
+                    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+                "gpu": torch.cuda.get_device_name(0)}
+        runs["provider"] = run(None, dev)
+    if a.h3strict_out:
+        st = R.SafeTensors(a.h3strict_out)
+        runs["h3strict"] = {k: st.get(k).astype(np.float64) for k in ("sample", "audio_sample")}
+
+    errors = {}
+    for name, r in runs.items():
+        errors[f"{name}_vs_reference_fp64"] = {k: rel(r[k], ref[k]) for k in ref}
+    if "h3strict" in runs:
+        for other in ("diffusers_fp64", "provider"):
+            if other in runs:
+                errors[f"h3strict_vs_{other}"] = {k: rel(runs["h3strict"][k], runs[other][k]) for k in ref}
+    result["errors"] = errors
+    if "h3strict" in runs and "provider" in runs:
+        # STRICT.md 1.4 at the model output: h3strict error <= 1.25 * provider error + 1e-3 (against FP64)
+        acc = {}
+        for k in ref:
+            e_h = errors["h3strict_vs_reference_fp64"][k]["rel_l2"]
+            e_p = errors["provider_vs_reference_fp64"][k]["rel_l2"]
+            acc[k] = {"h3strict": e_h, "provider": e_p, "limit": 1.25 * e_p + 1e-3, "pass": e_h <= 1.25 * e_p + 1e-3}
+        result["strict_accuracy"] = acc
+    # the two FP64 computations must agree far below any bf16 effect (diffusers' sinusoid and rope angles are f32)
+    worst = max(v["rel_l2"] for v in errors["diffusers_fp64_vs_reference_fp64"].values())
+    result["reference_agrees_with_diffusers_fp64"] = {"worst_rel_l2": worst, "pass": worst < 1e-5}
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps({k: result[k] for k in ("diffusers_version", "torch_version", "errors",
+                                              "reference_agrees_with_diffusers_fp64")}, indent=2))
+    return 0 if result["reference_agrees_with_diffusers_fp64"]["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
