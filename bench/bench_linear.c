@@ -174,17 +174,19 @@ int main(int argc, char **argv) {
             return 2;
         }
         fprintf(jf, "{\n  \"benchmark\": \"linear\",\n  \"threads\": %d,\n  \"reps\": %d,\n", threads, reps);
-        fprintf(jf, "  \"kernel\": \"%s\",\n  \"blas\": \"%s\",\n  \"results\": [", h3s_linear_impl_name(h3s_linear_get_impl()),
-                blas);
+        fprintf(jf, "  \"kernel\": \"%s\",\n  \"blas\": \"%s\",\n  \"results\": [",
+                h3s_linear_impl_name(h3s_linear_get_impl()), blas);
     }
     int first_json = 1;
     for (int si = 0; si < NSHAPES; si++) {
         const shape *sh = &shapes[si];
         bench_ctx c;
         c.M = sh->M, c.K = sh->K, c.N = sh->N;
-        c.x32 = make(H3S_F32, sh->M, sh->K, 1), c.w32 = make(H3S_F32, sh->N, sh->K, 2), c.b32 = make(H3S_F32, sh->N, -1, 3);
+        c.x32 = make(H3S_F32, sh->M, sh->K, 1), c.w32 = make(H3S_F32, sh->N, sh->K, 2),
+        c.b32 = make(H3S_F32, sh->N, -1, 3);
         c.y32 = make(H3S_F32, sh->M, sh->N, 4);
-        c.xb = make(H3S_BF16, sh->M, sh->K, 1), c.wb = make(H3S_BF16, sh->N, sh->K, 2), c.bb = make(H3S_BF16, sh->N, -1, 3);
+        c.xb = make(H3S_BF16, sh->M, sh->K, 1), c.wb = make(H3S_BF16, sh->N, sh->K, 2),
+        c.bb = make(H3S_BF16, sh->N, -1, 3);
         c.yb = make(H3S_BF16, sh->M, sh->N, 4);
         c.dy = make(H3S_F32, sh->M, sh->N, 5), c.dx = make(H3S_F32, sh->M, sh->K, 6);
         c.dw = make(H3S_F32, sh->N, sh->K, 7), c.db = make(H3S_F32, sh->N, -1, 8);
@@ -207,7 +209,8 @@ int main(int argc, char **argv) {
             double t = time_median(&c, rows[r].kind, reps);
             double gs = rows[r].flop / t * 1e-9, gb = rows[r].base > 0 ? rows[r].flop / rows[r].base * 1e-9 : 0;
             if (gb > 0)
-                printf("%-40s %-14s %10.1f %10.1f %8.2f\n", r ? "" : sh->name, rows[r].variant, gs, gb, gs > 0 ? gb / gs : 0);
+                printf("%-40s %-14s %10.1f %10.1f %8.2f\n", r ? "" : sh->name, rows[r].variant, gs, gb,
+                       gs > 0 ? gb / gs : 0);
             else
                 printf("%-40s %-14s %10.1f %10s %8s\n", r ? "" : sh->name, rows[r].variant, gs, "-", "-");
             if (r == 0) printf("%-40s\n", label);

@@ -123,8 +123,8 @@ static void test_accuracy(h3s_dtype dt, int64_t M, int64_t K, int64_t N) {
     CHECK(rel <= bound, "%s db rel-L2 %.3e > bound %.3e", name, rel, bound);
     printf(", db %.3e (%.3e)\n", rel, bound);
 
-    h3s_tensor *all[] = {&x,  &w,  &b,  &y,   &dy,  &dx,  &dw, &db, &xd, &wd,  &bd,  &dyd, &yg,
-                         &dxg, &dwg, &dbg, &xa, &wa, &ba, &dya, &ya, &dxa, &dwa, &dba};
+    h3s_tensor *all[] = {&x,  &w,   &b,   &y,   &dy, &dx, &dw, &db,  &xd, &wd,  &bd,  &dyd,
+                         &yg, &dxg, &dwg, &dbg, &xa, &wa, &ba, &dya, &ya, &dxa, &dwa, &dba};
     free_all(all, (int)(sizeof all / sizeof all[0]));
 }
 
@@ -271,20 +271,25 @@ static void free_outputs(lin_outputs *o) {
 /* Every vector kernel this CPU has against the scalar reference, bitwise. */
 static void test_kernels_match_scalar(h3s_dtype dt, int64_t M, int64_t K, int64_t N, int with_bias, int with_inf) {
     h3s_tensor x = rnd2(dt, M, K, 51), w = rnd2(dt, N, K, 52), b = rnd1(dt, N, 53), dy = rnd2(H3S_F32, M, N, 54);
-    if (with_inf) { /* Inf rows and columns: Inf, -Inf and the default NaN must come out alike */
-        h3s_tensor one = h3t_alloc1(H3S_F32, 1);
-        ((float *)one.data)[0] = INFINITY;
-        h3s_tensor xi = h3s_tensor_view((char *)x.data + (size_t)(M / 2 * K + 1) * h3s_dtype_size(dt), dt, 1,
-                                        (const int64_t[]){1});
-        CHECK_OK(h3s_tensor_convert(&one, &xi));
-        ((float *)one.data)[0] = -INFINITY;
-        h3s_tensor wi = h3s_tensor_view((char *)w.data + (size_t)(N / 2 * K + 1) * h3s_dtype_size(dt), dt, 1,
-                                        (const int64_t[]){1});
-        CHECK_OK(h3s_tensor_convert(&one, &wi));
-        h3s_tensor_free(&one);
+    const int64_t ms = M / 2, ns = N / 2;
+    if (with_inf) {
+        /* x[ms, 1..2] = +Inf, w[ns, 1] = +Inf, w[ns, 2] = -Inf: Inf rows and columns everywhere
+         * and the default NaN (Inf - Inf) at y[ms, ns]; every path must give the same bits. */
+        const float vals[4] = {INFINITY, INFINITY, INFINITY, -INFINITY};
+        const int64_t at[4] = {ms * K + 1, ms * K + 2, ns * K + 1, ns * K + 2};
+        for (int i = 0; i < 4; i++) {
+            h3s_tensor *t = i < 2 ? &x : &w;
+            h3s_tensor one = h3s_tensor_view((float *)vals + i, H3S_F32, 1, (const int64_t[]){1});
+            h3s_tensor dst =
+                h3s_tensor_view((char *)t->data + (size_t)at[i] * h3s_dtype_size(dt), dt, 1, (const int64_t[]){1});
+            CHECK_OK(h3s_tensor_convert(&one, &dst));
+        }
     }
     CHECK_OK(h3s_linear_set_impl(H3S_LINEAR_SCALAR));
     lin_outputs ref = run_all(&x, &w, with_bias ? &b : NULL, &dy);
+    if (with_inf)
+        CHECK(isnan(h3s_tensor_get_f64(&ref.y, ms * N + ns)) && isinf(h3s_tensor_get_f64(&ref.y, ms * N + ns + 1)),
+              "Inf inputs did not give NaN and Inf outputs");
     int compared = 0;
     for (int impl = H3S_LINEAR_AVX2; impl <= H3S_LINEAR_AVX512; impl++) {
         if (!h3s_linear_impl_available((h3s_linear_impl)impl)) continue;
@@ -409,8 +414,8 @@ static void test_bad_input(void) {
     /* the internal switch */
     CHECK_FAILS(H3S_ERR_INVALID, h3s_linear_set_impl((h3s_linear_impl)42));
 
-    h3s_tensor *all[] = {&x,  &w,   &b,   &x32, &w32, &b32, &x64, &w64, &xf16, &x1d, &wk,  &b5,  &y,   &dy,
-                         &dx, &dw,  &db,  &y32, &yn1, &dyb, &dw64, &dxk, &db2, &dyn, &py,  &pdx, &pdw, &pdb};
+    h3s_tensor *all[] = {&x,  &w,  &b,  &x32, &w32, &b32, &x64,  &w64, &xf16, &x1d, &wk, &b5,  &y,   &dy,
+                         &dx, &dw, &db, &y32, &yn1, &dyb, &dw64, &dxk, &db2,  &dyn, &py, &pdx, &pdw, &pdb};
     free_all(all, (int)(sizeof all / sizeof all[0]));
 }
 
@@ -453,7 +458,7 @@ static void test_boundaries(h3s_dtype dt) {
         CHECK(all_positive_zero(&y), "%s K=0 without bias: y not +0", name);
         CHECK_OK(h3s_linear_backward(&x, &w, &dy, &dx, &dw, &db));
         CHECK(fabsf(((float *)db.data)[1] - (((float *)dy.data)[1] + ((float *)dy.data)[4] + ((float *)dy.data)[7] +
-                                               ((float *)dy.data)[10])) < 1e-5f,
+                                             ((float *)dy.data)[10])) < 1e-5f,
               "%s K=0: db is not the column sum", name);
         h3s_tensor *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
         free_all(all, 8);
@@ -472,7 +477,8 @@ static void test_boundaries(h3s_dtype dt) {
     }
     /* No bias and NULL gradient outputs. */
     {
-        h3s_tensor x = rnd2(dt, 9, 37, 86), w = rnd2(dt, 60, 37, 87), y = h3t_alloc2(dt, 9, 60), dy = rnd2(H3S_F32, 9, 60, 88);
+        h3s_tensor x = rnd2(dt, 9, 37, 86), w = rnd2(dt, 60, 37, 87), y = h3t_alloc2(dt, 9, 60),
+                   dy = rnd2(H3S_F32, 9, 60, 88);
         h3s_tensor xd = h3t_to_f64(&x), wd = h3t_to_f64(&w), yg = h3t_alloc2(H3S_F64, 9, 60);
         h3s_tensor db = h3t_alloc1(H3S_F32, 60);
         CHECK_OK(h3s_linear_forward(&x, &w, NULL, &y));

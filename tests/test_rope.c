@@ -78,9 +78,9 @@ static void test_table_hand_values(void) {
     double pv[6] = {3.0, 0.5, -2.0, 0.0, 0.0, 0.0};
     int64_t ps[2] = {2, 3};
     h3s_tensor pos = h3s_tensor_view(pv, H3S_F64, 2, ps);
-    static const double want_cos[6] = {-0.9899924966004454, 0.9995500337489875, 0.8775825618903728,
+    static const double want_cos[6] = {-0.9899924966004454, 0.9995500337489875,  0.8775825618903728,
                                        0.9999875000260416,  -0.4161468365471424, 0.9998000066665778};
-    static const double want_sin[6] = {0.1411200080598672,  0.02999550020249566, 0.479425538604203,
+    static const double want_sin[6] = {0.1411200080598672,   0.02999550020249566, 0.479425538604203,
                                        0.004999979166692708, -0.9092974268256817, -0.01999866669333308};
     for (int golden = 0; golden < 2; golden++) {
         h3s_tensor c, s;
@@ -218,11 +218,11 @@ static void check_apply_accuracy(int64_t B, int64_t S, int64_t heads, int64_t D,
 }
 
 static void test_apply_accuracy(void) {
-    check_apply_accuracy(2, 5, 3, 16, 2, 100);  /* 12 rotary + 4 pass-through channels per head */
-    check_apply_accuracy(1, 9, 3, 14, 2, 200);  /* head_dim 14: not a power of two */
+    check_apply_accuracy(2, 5, 3, 16, 2, 100);   /* 12 rotary + 4 pass-through channels per head */
+    check_apply_accuracy(1, 9, 3, 14, 2, 200);   /* head_dim 14: not a power of two */
     check_apply_accuracy(2, 4, 1, 100, 16, 300); /* the model's 96 rotary channels in a 100-wide head */
-    check_apply_accuracy(1, 3, 2, 30, 5, 400);  /* 6F = head_dim: no pass-through */
-    check_apply_accuracy(1, 1, 5, 12, 1, 500);  /* M = 1, width 60 */
+    check_apply_accuracy(1, 3, 2, 30, 5, 400);   /* 6F = head_dim: no pass-through */
+    check_apply_accuracy(1, 1, 5, 12, 1, 500);   /* M = 1, width 60 */
 }
 
 static void test_rotate_half_by_hand(void) {
@@ -497,8 +497,8 @@ static void test_bad_table(void) {
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_table(&pos, F + 1, 1e4, &c, &s));
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&posi, F, 1e4, &c, &s));
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&pos, F, 1e4, &bf, &s));
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&pos, F, 1e4, &c, &gs));  /* strict cos, golden sin */
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&pos, F, 1e4, &gc, &s));  /* golden cos, strict sin */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&pos, F, 1e4, &c, &gs));   /* strict cos, golden sin */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&pos, F, 1e4, &gc, &s));   /* golden cos, strict sin */
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_table(&posf, F, 1e4, &gc, &gs)); /* golden table from F32 positions */
     /* non-finite positions, and one that overflows f32 */
     ((double *)pos.data)[7] = NAN;
@@ -533,7 +533,8 @@ static void test_bad_apply(void) {
     h3s_tensor y_short = h3t_alloc2(H3S_BF16, M - 1, W), y_narrow = h3t_alloc2(H3S_BF16, M, W - 2);
     h3s_tensor x_oddD = h3t_alloc2(H3S_BF16, M, 2 * 13), y_oddD = h3t_alloc2(H3S_BF16, M, 2 * 13);
     h3s_tensor x_smallD = h3t_alloc2(H3S_BF16, M, 2 * 10), y_smallD = h3t_alloc2(H3S_BF16, M, 2 * 10);
-    h3s_tensor c_bad = h3t_alloc2(H3S_F32, S, 10), s_bad = h3t_alloc2(H3S_F32, S, 10), s_rows = h3t_alloc2(H3S_F32, S + 1, 12);
+    h3s_tensor c_bad = h3t_alloc2(H3S_F32, S, 10), s_bad = h3t_alloc2(H3S_F32, S, 10),
+               s_rows = h3t_alloc2(H3S_F32, S + 1, 12);
     h3s_tensor c_empty = h3t_alloc2(H3S_F32, 0, 12), s_empty = h3t_alloc2(H3S_F32, 0, 12);
     h3t_fill_normal(&x, 92, 1.0f);
     h3t_fill_normal(&dy, 93, 1.0f);
@@ -546,13 +547,13 @@ static void test_bad_apply(void) {
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_forward(&x, heads, &c, NULL, &y));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_forward(&x, heads, &c, &s, NULL));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_forward(&x, 0, &c, &s, &y));
-    CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_forward(&x, 3, &c, &s, &y));        /* 32 channels, 3 heads */
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&xf, heads, &c, &s, &yf));  /* F32 activations: not rope's */
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &c, &s, &yf));   /* y dtype */
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_forward(&x, 3, &c, &s, &y));         /* 32 channels, 3 heads */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&xf, heads, &c, &s, &yf));   /* F32 activations: not rope's */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &c, &s, &yf));    /* y dtype */
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x64, heads, &c, &s, &y64)); /* golden x, strict table */
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &gc, &gs, &y));  /* strict x, golden table */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &gc, &gs, &y));   /* strict x, golden table */
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x64, heads, &gc, &gs, &y)); /* golden x, strict y */
-    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &c, &gs, &y));   /* mixed table */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_rope_forward(&x, heads, &c, &gs, &y));    /* mixed table */
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_forward(&x_odd_rows, heads, &c, &s, &y_odd_rows)); /* 7 rows, S = 3 */
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_forward(&x, heads, &c, &s, &y_short));
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_forward(&x, heads, &c, &s, &y_narrow));
@@ -613,9 +614,10 @@ static void test_bad_apply(void) {
     CHECK_OK(h3s_rope_forward(&x, heads, &c, &s, &y));
     CHECK(!all_poison(&y), "the valid call wrote nothing");
 
-    h3s_tensor *all[] = {&pos, &c, &s, &gc, &gs, &x, &y, &dy, &dx, &x64, &y64, &dx64, &xf, &yf, &dybf, &x_odd_rows,
-                         &y_odd_rows, &y_short, &y_narrow, &x_oddD, &y_oddD, &x_smallD, &y_smallD, &c_bad, &s_bad,
-                         &s_rows, &c_empty, &s_empty};
+    h3s_tensor *all[] = {&pos,      &c,          &s,          &gc,      &gs,       &x,       &y,
+                         &dy,       &dx,         &x64,        &y64,     &dx64,     &xf,      &yf,
+                         &dybf,     &x_odd_rows, &y_odd_rows, &y_short, &y_narrow, &x_oddD,  &y_oddD,
+                         &x_smallD, &y_smallD,   &c_bad,      &s_bad,   &s_rows,   &c_empty, &s_empty};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         h3s_tensor_free(all[i]);
 }

@@ -40,9 +40,9 @@
 /* Tile sizes: they bound the workspace and decide what is loaded together; the bits do not
  * depend on them.  Block sizes must be multiples of 4 and tile sizes multiples of 16 (the
  * score kernel computes 4 x 16 blocks). */
-#define ATTN_QB 32 /* queries per forward / dq work unit */
+#define ATTN_QB 64 /* queries per forward / dq work unit */
 #define ATTN_KT 64 /* keys per tile loaded by a forward / dq unit */
-#define ATTN_KB 32 /* keys per dk / dv work unit */
+#define ATTN_KB 64 /* keys per dk / dv work unit */
 #define ATTN_QT 64 /* queries per tile loaded by a dk / dv unit */
 _Static_assert(ATTN_QB % 4 == 0 && ATTN_KB % 4 == 0 && ATTN_KT % 16 == 0 && ATTN_QT % 16 == 0, "tile shapes");
 _Static_assert(ATTN_QB == ATTN_KB && ATTN_QT >= ATTN_KT, "the backward workspace is shared by dq and dk/dv units");
@@ -68,6 +68,8 @@ typedef struct attn_kernels {
                   int64_t ld);
     /* y[t] = h3s_det_expf(x[t]). */
     void (*exp_row)(const float *x, float *y, int64_t n);
+    /* FMA chain over d ascending of a[d] * bf16 b[d], from 0. */
+    float (*dot_bf16)(const float *a, const uint16_t *b, int64_t D);
 } attn_kernels;
 
 static void scores_portable(const float *a, int64_t rows, int64_t D, const float *bt, int64_t cols, int64_t ldb,
@@ -98,6 +100,13 @@ static void accum_portable(float *acc, int64_t D, const float *coef, const int32
 static void exp_row_portable(const float *x, float *y, int64_t n) {
     for (int64_t t = 0; t < n; t++)
         y[t] = h3s_det_expf(x[t]);
+}
+
+static float dot_bf16_portable(const float *a, const uint16_t *b, int64_t D) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++)
+        s = fmaf(a[d], h3s_bf16_value(b[d]), s);
+    return s;
 }
 
 #if ATTN_HAVE_X86
@@ -143,6 +152,20 @@ ATTN_AVX2 static void scores_avx2(const float *a, int64_t rows, int64_t D, const
 ATTN_AVX2 static void accum_avx2(float *acc, int64_t D, const float *coef, const int32_t *idx, int64_t n,
                                  const float *base, int64_t ld) {
     int64_t d = 0;
+    /* 64 channels at a time: eight independent FMA chains keep both FMA pipes busy */
+    for (; d + 64 <= D; d += 64) {
+        __m256 a[8];
+        for (int r = 0; r < 8; r++)
+            a[r] = _mm256_loadu_ps(acc + d + 8 * r);
+        for (int64_t t = 0; t < n; t++) {
+            const float *row = base + (int64_t)idx[t] * ld + d;
+            __m256 c = _mm256_broadcast_ss(coef + t);
+            for (int r = 0; r < 8; r++)
+                a[r] = _mm256_fmadd_ps(c, _mm256_loadu_ps(row + 8 * r), a[r]);
+        }
+        for (int r = 0; r < 8; r++)
+            _mm256_storeu_ps(acc + d + 8 * r, a[r]);
+    }
     for (; d + 32 <= D; d += 32) {
         __m256 a0 = _mm256_loadu_ps(acc + d), a1 = _mm256_loadu_ps(acc + d + 8), a2 = _mm256_loadu_ps(acc + d + 16),
                a3 = _mm256_loadu_ps(acc + d + 24);
@@ -225,10 +248,18 @@ ATTN_AVX2 static void exp_row_avx2(const float *x, float *y, int64_t n) {
         y[t] = h3s_det_expf(x[t]);
 }
 
-static const attn_kernels kernels_avx2 = {scores_avx2, accum_avx2, exp_row_avx2};
+/* The same chain as the portable twin; compiled here so that fmaf is one instruction. */
+ATTN_AVX2 static float dot_bf16_avx2(const float *a, const uint16_t *b, int64_t D) {
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; d++)
+        s = fmaf(a[d], h3s_bf16_value(b[d]), s);
+    return s;
+}
+
+static const attn_kernels kernels_avx2 = {scores_avx2, accum_avx2, exp_row_avx2, dot_bf16_avx2};
 #endif
 
-static const attn_kernels kernels_portable = {scores_portable, accum_portable, exp_row_portable};
+static const attn_kernels kernels_portable = {scores_portable, accum_portable, exp_row_portable, dot_bf16_portable};
 
 static int attn_force_portable = 0;
 
@@ -331,26 +362,35 @@ static void *take(carve *c, size_t count, size_t size) {
     return c->base ? c->base + o : NULL;
 }
 
-/* Per query of a backward tile: m, l from stats, D_i = FMA chain over d of dout * out, and
- * whether the query takes part (l != 0 and a non-zero dout row: a query whose dout row is
- * all zero contributes exactly zero to every gradient and is skipped, so padding rows,
- * whose outputs are never read, leave no trace, not even the sign of a zero). */
-static void load_query_terms(const attn_geom *g, const uint16_t *out, const float *stats, const float *dout,
+/* Per (row, head), computed once before the backward units: D_i = FMA chain over d ascending
+ * of dout_id * out_id (out as saved, BF16), and whether query i takes part: l_i != 0 and a
+ * non-zero dout row.  A query whose dout row is all zero contributes exactly zero to every
+ * gradient and is skipped, so padding rows, whose outputs are never read, leave no trace,
+ * not even the sign of a zero. */
+static void query_terms(const attn_kernels *kn, const attn_geom *g, const uint16_t *out, const float *stats,
+                        const float *dout, float *Dt, uint8_t *live) {
+    const int64_t units = g->B * g->S * g->H;
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; u++) {
+        int64_t row = u / g->H, h = u % g->H;
+        const float *go = dout + row * g->W + h * g->D;
+        int nonzero = 0;
+        for (int64_t d = 0; d < g->D; d++)
+            nonzero |= go[d] != 0.0f;
+        Dt[u] = kn->dot_bf16(go, out + row * g->W + h * g->D, g->D);
+        live[u] = (uint8_t)(nonzero && stats[u * 2 + 1] != 0.0f);
+    }
+}
+
+/* m, l, D, live of n consecutive queries (rows row0 ..) of head h. */
+static void load_query_terms(const attn_geom *g, const float *stats, const float *Dt, const uint8_t *live_t,
                              int64_t row0, int64_t n, int64_t h, float *m, float *l, float *Di, uint8_t *live) {
     for (int64_t i = 0; i < n; i++) {
-        const float *st = stats + ((row0 + i) * g->H + h) * 2;
-        const float *go = dout + (row0 + i) * g->W + h * g->D;
-        const uint16_t *o = out + (row0 + i) * g->W + h * g->D;
-        float acc = 0.0f;
-        int nonzero = 0;
-        for (int64_t d = 0; d < g->D; d++) {
-            acc = fmaf(go[d], h3s_bf16_value(o[d]), acc);
-            nonzero |= go[d] != 0.0f;
-        }
-        m[i] = st[0];
-        l[i] = st[1];
-        Di[i] = acc;
-        live[i] = (uint8_t)(nonzero && st[1] != 0.0f);
+        int64_t u = (row0 + i) * g->H + h;
+        m[i] = stats[u * 2];
+        l[i] = stats[u * 2 + 1];
+        Di[i] = Dt[u];
+        live[i] = live_t[u];
     }
 }
 
@@ -517,13 +557,13 @@ static void probs(const attn_kernels *kn, float scale, const float *s, const flo
 }
 
 static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, const uint16_t *q, const uint16_t *k,
-                    const uint16_t *v, const uint16_t *out, const float *stats, const float *dout, float *dq, int64_t b,
-                    int64_t h, int64_t i0, int64_t nq, const bwd_ws *w) {
+                    const uint16_t *v, const float *stats, const float *Dt, const uint8_t *live_t, const float *dout,
+                    float *dq, int64_t b, int64_t h, int64_t i0, int64_t nq, const bwd_ws *w) {
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rq = round_up(nq, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S : NULL;
     load_rows_bf16(q, W, row0 + i0, nq, rq, col, D, w->qf);
     load_rows_f32(dout, W, row0 + i0, nq, rq, col, D, w->gf);
-    load_query_terms(g, out, stats, dout, row0 + i0, nq, h, w->m, w->l, w->Di, w->live);
+    load_query_terms(g, stats, Dt, live_t, row0 + i0, nq, h, w->m, w->l, w->Di, w->live);
     memset(w->acc, 0, (size_t)(nq * D) * sizeof(float));
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
@@ -550,8 +590,9 @@ static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, con
 }
 
 static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, const uint16_t *q, const uint16_t *k,
-                      const uint16_t *v, const uint16_t *out, const float *stats, const float *dout, float *dk,
-                      float *dv, int64_t b, int64_t h, int64_t j0, int64_t nk, const bwd_ws *w) {
+                      const uint16_t *v, const float *stats, const float *Dt, const uint8_t *live_t,
+                      const float *dout, float *dk, float *dv, int64_t b, int64_t h, int64_t j0, int64_t nk,
+                      const bwd_ws *w) {
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rk = round_up(nk, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S + j0 : NULL;
     load_rows_bf16(k, W, row0 + j0, nk, rk, col, D, w->kf);
@@ -560,7 +601,7 @@ static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, c
     memset(w->dv, 0, (size_t)(nk * D) * sizeof(float));
     for (int64_t i0 = 0; i0 < S; i0 += ATTN_QT) {
         int64_t nq = min64(ATTN_QT, S - i0), pq = round_up(nq, 16);
-        load_query_terms(g, out, stats, dout, row0 + i0, nq, h, w->mq, w->lq, w->Dq, w->liveq);
+        load_query_terms(g, stats, Dt, live_t, row0 + i0, nq, h, w->mq, w->lq, w->Dq, w->liveq);
         if (!build_lists(g->doc, j0, nk, kv, i0, nq, w->liveq, w->lst, ATTN_QT, w->cnt)) continue;
         load_trans_bf16(q, W, row0 + i0, nq, pq, col, D, w->qt, ATTN_QT);
         kn->scores(w->kf, rk, D, w->qt, pq, ATTN_QT, w->sc, ATTN_QT);
@@ -901,25 +942,36 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
     const int64_t nqb = (g.S + ATTN_QB - 1) / ATTN_QB, nkb = (g.S + ATTN_KB - 1) / ATTN_KB;
     const int64_t uq = dq ? g.B * g.H * nqb : 0, uk = (dk || dv) ? g.B * g.H * nkb : 0;
     float *pdq = dq ? dq->data : NULL, *pdk = dk ? dk->data : NULL, *pdv = dv ? dv->data : NULL;
+    /* D_i and the live flag of every (row, head): rows * heads * 5 bytes */
+    float *Dt = h3s_malloc((size_t)(rows * g.H), sizeof(float));
+    uint8_t *live_t = Dt ? h3s_malloc((size_t)(rows * g.H), 1) : NULL;
+    if (!live_t) {
+        free(Dt);
+        free(ws);
+        return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
+    }
 #pragma omp parallel num_threads(nt)
     {
         bwd_ws w;
         bwd_ws_layout(&w, ws + (size_t)omp_get_thread_num() * per, g.D);
+        query_terms(kn, &g, out->data, stats->data, dout->data, Dt, live_t); /* ends with a barrier */
         /* dq units (by query) and dk/dv units (by key) write disjoint outputs; any schedule
          * gives the same bits. */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t u = 0; u < uq + uk; u++) {
             if (u < uq) {
                 int64_t b = u / (g.H * nqb), h = (u / nqb) % g.H, i0 = (u % nqb) * ATTN_QB;
-                dq_unit(kn, &g, scale, q->data, k->data, v->data, out->data, stats->data, dout->data, pdq, b, h, i0,
+                dq_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdq, b, h, i0,
                         min64(ATTN_QB, g.S - i0), &w);
             } else {
                 int64_t x = u - uq, b = x / (g.H * nkb), h = (x / nkb) % g.H, j0 = (x % nkb) * ATTN_KB;
-                dkdv_unit(kn, &g, scale, q->data, k->data, v->data, out->data, stats->data, dout->data, pdk, pdv, b,
+                dkdv_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdk, pdv, b,
                           h, j0, min64(ATTN_KB, g.S - j0), &w);
             }
         }
     }
+    free(live_t);
+    free(Dt);
     free(ws);
     return H3S_OK;
 }

@@ -12,8 +12,7 @@ h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *ou
     if (a->dtype != H3S_F32 && a->dtype != H3S_F64)
         return h3s_fail(H3S_ERR_DTYPE, "%s: a has dtype %s, expected F32 (strict) or F64 (golden)", op,
                         h3s_dtype_name(a->dtype));
-    if (a->ndim < 0 || a->ndim > H3S_MAX_DIMS)
-        return h3s_fail(H3S_ERR_SHAPE, "%s: a has %d dims", op, a->ndim);
+    if (a->ndim < 0 || a->ndim > H3S_MAX_DIMS) return h3s_fail(H3S_ERR_SHAPE, "%s: a has %d dims", op, a->ndim);
     H3S_TRY(h3s_check_tensor(op, "a", a, a->dtype, a->ndim));
     H3S_TRY(h3s_check_shape(op, "b", b, a->dtype, a->ndim, a->shape));
     H3S_TRY(h3s_check_shape(op, "out", out, a->dtype, a->ndim, a->shape));

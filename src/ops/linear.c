@@ -28,10 +28,18 @@
 #include "ops/ops.h"
 
 /* Cache blocking of the packed path.  None of these reaches the bits. */
-#define LIN_KC 256                /* reduction block: packed A block LIN_MC x LIN_KC stays in L2 */
-#define LIN_MC 96                 /* rows per work item (a multiple of every kernel's MR) */
-#define LIN_NB 512                /* columns per work item (a multiple of every kernel's NR) */
+#ifndef LIN_KC
+#define LIN_KC 256 /* reduction block: packed A block LIN_MC x LIN_KC stays in L2 */
+#endif
+#ifndef LIN_MC
+#define LIN_MC 96 /* rows per work item (a multiple of every kernel's MR) */
+#endif
+#ifndef LIN_NB
+#define LIN_NB 512 /* columns per work item (a multiple of every kernel's NR) */
+#endif
+#ifndef LIN_CHUNK_BYTES
 #define LIN_CHUNK_BYTES (8u << 20) /* packed-B budget: columns are packed in chunks of at most this */
+#endif
 
 /* ------------------------------------------------------------------ implementation switch */
 
@@ -117,6 +125,48 @@ static inline void gemm_finish(const gemm_problem *g, int64_t i, int64_t j, floa
     store_f32(g->c, g->cdt, i * g->ldc + j, v);
 }
 
+/* h3s_bf16_round written without a branch, so that a row of them vectorises (checked equal
+ * to h3s_bf16_round on all 2^32 inputs when it was written; the tests compare both paths). */
+static inline uint16_t bf16_round_branchless(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+/* gemm_finish over cols consecutive outputs of row i from the FP32 chain results t[]: the
+ * same two operations per element, written as loops the compiler can vectorise. */
+static void gemm_finish_row(const gemm_problem *g, int64_t i, int64_t j0, int64_t cols, const float *t) {
+    if (g->cdt == H3S_F32) {
+        float *o = (float *)g->c + i * g->ldc + j0;
+        if (g->bias && g->bias_dt == H3S_F32) {
+            const float *b = (const float *)g->bias + j0;
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = t[c] + b[c];
+            return;
+        }
+        if (!g->bias) {
+            memcpy(o, t, (size_t)cols * sizeof(float));
+            return;
+        }
+    } else if (g->cdt == H3S_BF16) {
+        uint16_t *o = (uint16_t *)g->c + i * g->ldc + j0;
+        if (g->bias && g->bias_dt == H3S_BF16) {
+            const uint16_t *b = (const uint16_t *)g->bias + j0;
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = bf16_round_branchless(t[c] + h3s_bf16_value(b[c]));
+            return;
+        }
+        if (!g->bias) {
+            for (int64_t c = 0; c < cols; c++)
+                o[c] = bf16_round_branchless(t[c]);
+            return;
+        }
+    }
+    for (int64_t c = 0; c < cols; c++) /* any other combination */
+        gemm_finish(g, i, j0 + c, t[c]);
+}
+
 /* ------------------------------------------------------------------ scalar reference */
 
 static void gemm_scalar(const gemm_problem *g, int nt) {
@@ -173,7 +223,7 @@ typedef struct lin_kernel {
     } while (0)
 
 __attribute__((target("avx2,fma"))) static void kernel_avx2_6x16(int64_t L, const float *ap, const float *bp,
-                                                                  float *acc, int first) {
+                                                                 float *acc, int first) {
     __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     if (first) {
         c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
@@ -214,7 +264,7 @@ __attribute__((target("avx2,fma"))) static void kernel_avx2_6x16(int64_t L, cons
     } while (0)
 
 __attribute__((target("avx512f"))) static void kernel_avx512_12x32(int64_t L, const float *ap, const float *bp,
-                                                                    float *acc, int first) {
+                                                                   float *acc, int first) {
     __m512 c[24];
     for (int i = 0; i < 24; i++)
         c[i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + 16 * i);
@@ -259,8 +309,7 @@ static int lin_kernel_for(h3s_linear_impl impl, lin_kernel *k) {
 
 /* dst[p*W + r] = S(r, p) for r < R, 0 for R <= r < W, p < L, with S(r, p) = src[r*sr + p*sp]
  * (elements of dtype dt; BF16 widened exactly). */
-static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, int64_t R, int W, int64_t L,
-                       float *dst) {
+static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, int64_t R, int W, int64_t L, float *dst) {
     if (dt == H3S_BF16) {
         const uint16_t *s = (const uint16_t *)src;
         if (sp == 1) {
@@ -334,16 +383,30 @@ static size_t dw_ws_floats(int nt) {
     return (size_t)nt * (LIN_MC * H3S_FOLD_TILE + H3S_FOLD_TILE * LIN_NB + DW_TILE_FLOATS);
 }
 
+/* Cut an m_units x n_units grid of register panels into work items of bm x bn panels (at most
+ * max_m x max_n), shrinking rows first, so that every thread gets several items; items are
+ * handed out dynamically.  Which thread computes an item never reaches the bits. */
+static void split_work(int64_t m_units, int64_t n_units, int64_t max_m, int64_t max_n, int nt, int64_t *bm,
+                       int64_t *bn) {
+    const int64_t want = nt > 1 ? 4 * (int64_t)nt : 1;
+    int64_t a = min64(max_m, m_units), b = min64(max_n, n_units);
+    const int64_t nbc = ceil_div(n_units, b), need_m = ceil_div(want, nbc);
+    if (ceil_div(m_units, a) < need_m) a = ceil_div(m_units, need_m);
+    const int64_t mbc = ceil_div(m_units, a);
+    if (mbc * nbc < want) b = ceil_div(n_units, ceil_div(want, mbc));
+    *bm = a > 0 ? a : 1;
+    *bn = b > 0 ? b : 1;
+}
+
 /* Goto-style blocking: B is packed once per column chunk (shared by the threads); every
- * work item (LIN_MC rows x LIN_NB columns) walks K in LIN_KC blocks with its own packed A
- * block and an FP32 accumulator block that carries each chain from one K block to the next. */
+ * work item (at most LIN_MC rows x LIN_NB columns) walks K in LIN_KC blocks with its own
+ * packed A block and an FP32 accumulator block that carries each chain from one K block to
+ * the next. */
 static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, float *ws) {
     const int MR = kd->mr, NR = kd->nr;
     const int64_t M = g->M, N = g->N, K = g->K;
-    const int64_t pan_per_nb = LIN_NB / NR, npanels = ceil_div(N, NR), chunk = gemm_chunk_panels(g, kd);
+    const int64_t npanels = ceil_div(N, NR), chunk = gemm_chunk_panels(g, kd), mpanels = ceil_div(M, MR);
     float *bbuf = ws, *abuf = bbuf + round16((size_t)(chunk * K * NR)), *cbuf = abuf + (size_t)nt * LIN_MC * LIN_KC;
-
-    const int64_t nmb = ceil_div(M, LIN_MC);
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();
@@ -357,12 +420,14 @@ static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, flo
                 pack_panel(elem_ptr(g->b, g->bdt, j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp, min64(NR, N - j0), NR, K,
                            bbuf + (size_t)(q * K * NR));
             }
-            const int64_t nnb = ceil_div(cp, pan_per_nb);
-#pragma omp for schedule(static)
+            int64_t bm, bn;
+            split_work(mpanels, cp, LIN_MC / MR, LIN_NB / NR, nt, &bm, &bn);
+            const int64_t nmb = ceil_div(mpanels, bm), nnb = ceil_div(cp, bn);
+#pragma omp for schedule(dynamic, 1)
             for (int64_t it = 0; it < nmb * nnb; it++) {
                 const int64_t mb = it / nnb, nb = it % nnb;
-                const int64_t i0 = mb * LIN_MC, rows = min64(LIN_MC, M - i0), mpan = ceil_div(rows, MR);
-                const int64_t q0 = nb * pan_per_nb, qn = min64(pan_per_nb, cp - q0);
+                const int64_t i0 = mb * bm * MR, rows = min64(bm * MR, M - i0), mpan = ceil_div(rows, MR);
+                const int64_t q0 = nb * bn, qn = min64(bn, cp - q0);
                 for (int64_t k0 = 0; k0 < K; k0 += LIN_KC) {
                     const int64_t kl = min64(LIN_KC, K - k0);
                     for (int64_t ii = 0; ii < mpan; ii++)
@@ -380,8 +445,7 @@ static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, flo
                         const float *t = acc + (qq * mpan + ii) * MR * NR;
                         const int64_t r0 = i0 + ii * MR, nr = min64(MR, M - r0);
                         for (int64_t r = 0; r < nr; r++)
-                            for (int64_t c = 0; c < cols; c++)
-                                gemm_finish(g, r0 + r, j0 + c, t[r * NR + c]);
+                            gemm_finish_row(g, r0 + r, j0, cols, t + r * NR);
                     }
                 }
             }
@@ -397,16 +461,18 @@ static void dw_packed(const float *dy, const void *x, h3s_dtype xdt, int64_t M, 
     const int MR = kd->mr, NR = kd->nr;
     const int64_t T = H3S_FOLD_TILE;
     float *abuf = ws, *bbuf = abuf + (size_t)nt * LIN_MC * T, *tbuf = bbuf + (size_t)nt * T * LIN_NB;
-    const int64_t nbn = ceil_div(N, LIN_MC), nbk = ceil_div(K, LIN_NB);
+    int64_t bm, bn;
+    split_work(ceil_div(N, MR), ceil_div(K, NR), LIN_MC / MR, LIN_NB / NR, nt, &bm, &bn);
+    const int64_t nbn = ceil_div(ceil_div(N, MR), bm), nbk = ceil_div(ceil_div(K, NR), bn);
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();
         float *ap = abuf + (size_t)tid * LIN_MC * T, *bp = bbuf + (size_t)tid * T * LIN_NB;
         float *tile = tbuf + (size_t)tid * DW_TILE_FLOATS;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < nbn * nbk; it++) {
-            const int64_t n0 = (it / nbk) * LIN_MC, k0 = (it % nbk) * LIN_NB;
-            const int64_t nrows = min64(LIN_MC, N - n0), kcols = min64(LIN_NB, K - k0);
+            const int64_t n0 = (it / nbk) * bm * MR, k0 = (it % nbk) * bn * NR;
+            const int64_t nrows = min64(bm * MR, N - n0), kcols = min64(bn * NR, K - k0);
             const int64_t npan = ceil_div(nrows, MR), kpan = ceil_div(kcols, NR);
             for (int64_t t0 = 0; t0 < M; t0 += T) {
                 const int64_t L = min64(T, M - t0);
@@ -671,8 +737,7 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
     if (dw) {
         if (M == 0 || N == 0 || K == 0) {
             if (h3s_tensor_nbytes(dw)) memset(dw->data, 0, h3s_tensor_nbytes(dw)); /* empty sums: +0 */
-        }
-        else if (dw_fast)
+        } else if (dw_fast)
             dw_packed(dy->data, x->data, dt, M, N, K, dw->data, &kd, nt, ws.base);
         else
             dw_scalar(dy->data, x->data, dt, M, N, K, dw->data, nt);

@@ -54,8 +54,8 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
                         h3s_dtype_name(cos_out->dtype));
     *golden = cos_out->dtype == H3S_F64;
     if (sin_out->dtype != cos_out->dtype)
-        return h3s_fail(H3S_ERR_DTYPE, "%s: sin_out has dtype %s but cos_out has %s (strict and golden cannot mix)",
-                        op, h3s_dtype_name(sin_out->dtype), h3s_dtype_name(cos_out->dtype));
+        return h3s_fail(H3S_ERR_DTYPE, "%s: sin_out has dtype %s but cos_out has %s (strict and golden cannot mix)", op,
+                        h3s_dtype_name(sin_out->dtype), h3s_dtype_name(cos_out->dtype));
     if (*golden && pos->dtype != H3S_F64)
         return h3s_fail(H3S_ERR_DTYPE, "%s: position_ids has dtype %s, the golden table (F64) needs F64", op,
                         h3s_dtype_name(pos->dtype));
@@ -155,8 +155,8 @@ typedef struct rope_geometry {
  * the strict dtypes of the input and output (BF16/BF16 forward, F32/F32 backward). */
 static h3s_status rope_apply_check(const char *op, const char *in_name, const h3s_tensor *in, const char *out_name,
                                    const h3s_tensor *out, int64_t heads, const h3s_tensor *cos_t,
-                                   const h3s_tensor *sin_t, h3s_dtype in_strict, h3s_dtype out_strict,
-                                   rope_geometry *g, int *golden, int *device) {
+                                   const h3s_tensor *sin_t, h3s_dtype in_strict, h3s_dtype out_strict, rope_geometry *g,
+                                   int *golden, int *device) {
     if (!in) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, in_name);
     if (!cos_t) return h3s_fail(H3S_ERR_INVALID, "%s: cos is NULL", op);
     if (!sin_t) return h3s_fail(H3S_ERR_INVALID, "%s: sin is NULL", op);
@@ -193,8 +193,7 @@ static h3s_status rope_apply_check(const char *op, const char *in_name, const h3
         return h3s_fail(H3S_ERR_SHAPE, "%s: %s width %lld is not a multiple of heads = %lld", op, in_name,
                         (long long)g->W, (long long)heads);
     g->D = g->W / heads;
-    if (g->D % 2 != 0)
-        return h3s_fail(H3S_ERR_SHAPE, "%s: head_dim = %lld must be even", op, (long long)g->D);
+    if (g->D % 2 != 0) return h3s_fail(H3S_ERR_SHAPE, "%s: head_dim = %lld must be even", op, (long long)g->D);
     g->S = cos_t->shape[0];
     g->R = cos_t->shape[1];
     if (g->S <= 0) return h3s_fail(H3S_ERR_SHAPE, "%s: cos has %lld rows, expected at least 1", op, (long long)g->S);

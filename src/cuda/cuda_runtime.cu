@@ -1,0 +1,390 @@
+/* Host runtime of the strict CUDA backend: device check, the one stream, device tensors,
+ * host <-> device copies, the index error flag, stream-ordered workspace and the cache of
+ * device copies of host index tensors.
+ *
+ * Strict mode refuses a device this build has no native code for: the kernels are compiled
+ * for sm_90 only (CMakeLists.txt), and a build that also embeds PTX would let the driver
+ * JIT-compile it for another architecture, with other instruction selection.  So the check
+ * asks the runtime which binary a kernel would load (cudaFuncGetAttributes) and requires its
+ * architecture to equal the device's compute capability exactly. */
+#include <pthread.h>
+#include <stdio.h>
+
+#include "cuda/k_common.cuh"
+
+extern "C" {
+#include "cuda/cuda_extra.h"
+#include "cuda/cuda_ops.h"
+}
+
+/* The architecture the kernels were compiled for (nvcc defines __CUDA_ARCH__ only in device
+ * passes; the build passes CUDA_ARCHITECTURES 90). */
+#define H3C_BUILT_ARCH 90
+
+__global__ void h3k_probe_kernel(int *p) {
+    if (p) p[0] = 0;
+}
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_state = 0; /* 0 = not tried, 1 = ready, -1 = unusable */
+static char g_reason[512];
+static int g_device = 0;
+static cudaStream_t g_stream = NULL;
+static int *g_flag = NULL;
+static cudaDeviceProp g_prop;
+
+static h3s_status cuda_fail(const char *op, const char *what, cudaError_t e) {
+    return h3s_fail(H3S_ERR_DEVICE, "%s: %s failed: %s (%s)", op, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* Called with g_lock held. */
+static void init_locked(void) {
+    if (g_state != 0) return;
+    g_state = -1;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(g_reason, sizeof g_reason, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return;
+    }
+    if (count == 0) {
+        snprintf(g_reason, sizeof g_reason, "no CUDA device is present");
+        return;
+    }
+    e = cudaGetDevice(&g_device);
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&g_prop, g_device);
+    if (e != cudaSuccess) {
+        snprintf(g_reason, sizeof g_reason, "cannot query CUDA device: %s", cudaGetErrorString(e));
+        return;
+    }
+    int cc = g_prop.major * 10 + g_prop.minor;
+    cudaFuncAttributes attr;
+    e = cudaFuncGetAttributes(&attr, h3k_probe_kernel);
+    if (e != cudaSuccess) {
+        snprintf(g_reason, sizeof g_reason,
+                 "device %d (%s, compute capability %d.%d) cannot load this build's kernels (built for sm_%d): %s",
+                 g_device, g_prop.name, g_prop.major, g_prop.minor, H3C_BUILT_ARCH, cudaGetErrorString(e));
+        cudaGetLastError();
+        return;
+    }
+    if (attr.binaryVersion != cc || cc != H3C_BUILT_ARCH) {
+        snprintf(g_reason, sizeof g_reason,
+                 "device %d (%s) has compute capability %d.%d but this build contains native kernels for sm_%d only "
+                 "(loaded binary: sm_%d); strict mode refuses an architecture it was not built for",
+                 g_device, g_prop.name, g_prop.major, g_prop.minor, H3C_BUILT_ARCH, attr.binaryVersion);
+        return;
+    }
+    e = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g_flag, 4 * sizeof(int));
+    if (e == cudaSuccess) e = cudaMemset(g_flag, 0, 4 * sizeof(int));
+    if (e == cudaSuccess) {
+        /* Workspace comes from the device's default pool; keep freed blocks cached. */
+        cudaMemPool_t pool;
+        e = cudaDeviceGetDefaultMemPool(&pool, g_device);
+        uint64_t keep = UINT64_MAX;
+        if (e == cudaSuccess) e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    if (e != cudaSuccess) {
+        snprintf(g_reason, sizeof g_reason, "CUDA initialisation failed: %s", cudaGetErrorString(e));
+        return;
+    }
+    g_state = 1;
+}
+
+extern "C" h3s_status h3c_init(const char *op) {
+    pthread_mutex_lock(&g_lock);
+    init_locked();
+    int ok = g_state == 1;
+    pthread_mutex_unlock(&g_lock);
+    if (!ok) return h3s_fail(H3S_ERR_DEVICE, "%s: CUDA backend unavailable: %s", op, g_reason);
+    return H3S_OK;
+}
+
+extern "C" int h3s_cuda_available(void) {
+    if (h3c_init("cuda") != H3S_OK) return 0;
+    return 1;
+}
+
+extern "C" void *h3c_stream(void) { return (void *)g_stream; }
+extern "C" int *h3c_error_flag(void) { return g_flag; }
+
+extern "C" h3s_status h3c_launch_check(const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_fail(op, "kernel launch", e);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3c_ws_alloc(const char *op, size_t bytes, void **ptr) {
+    *ptr = NULL;
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMallocAsync(ptr, bytes, g_stream);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        cudaGetLastError();
+        return h3s_fail(e == cudaErrorMemoryAllocation ? H3S_ERR_NOMEM : H3S_ERR_DEVICE,
+                        "%s: device workspace of %zu bytes: %s", op, bytes, cudaGetErrorString(e));
+    }
+    return H3S_OK;
+}
+
+extern "C" void h3c_ws_free(void *ptr) {
+    if (ptr) cudaFreeAsync(ptr, g_stream);
+}
+
+extern "C" h3s_status h3c_memset(const char *op, void *dptr, size_t bytes) {
+    if (bytes == 0) return H3S_OK;
+    cudaError_t e = cudaMemsetAsync(dptr, 0, bytes, g_stream);
+    if (e != cudaSuccess) return cuda_fail(op, "cudaMemsetAsync", e);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3c_copy_d2d(const char *op, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return H3S_OK;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream);
+    if (e != cudaSuccess) return cuda_fail(op, "cudaMemcpyAsync", e);
+    return H3S_OK;
+}
+
+/* ------------------------------------------------------------------ index cache
+ * Host index and mask tensors (I64, BOOL) are small and reused across many calls (the same
+ * AdaLN index by every block).  A device copy is found by content: equal byte length and
+ * equal bytes (memcmp against the kept host copy, so a hash collision cannot serve wrong
+ * indices).  Least recently used entries are evicted; eviction waits for the stream first,
+ * since queued kernels may still read the copy. */
+#define H3C_CACHE_SLOTS 64
+
+typedef struct cache_entry {
+    size_t bytes;
+    void *host; /* malloc'd copy of the content */
+    void *dev;
+    uint64_t last_use;
+} cache_entry;
+
+static cache_entry g_cache[H3C_CACHE_SLOTS];
+static uint64_t g_clock = 0;
+
+static void cache_drop(cache_entry *c) {
+    free(c->host);
+    cudaFree(c->dev);
+    memset(c, 0, sizeof *c);
+}
+
+extern "C" h3s_status h3c_index_on_device(const char *op, const h3s_tensor *t, const void **dptr) {
+    *dptr = NULL;
+    if (!t) return H3S_OK;
+    if (t->device) {
+        *dptr = t->data;
+        return H3S_OK;
+    }
+    size_t bytes = h3s_tensor_nbytes(t);
+    if (bytes == 0) return H3S_OK;
+    pthread_mutex_lock(&g_lock);
+    cache_entry *hit = NULL, *victim = &g_cache[0];
+    for (int i = 0; i < H3C_CACHE_SLOTS; i++) {
+        cache_entry *c = &g_cache[i];
+        if (c->dev && c->bytes == bytes && memcmp(c->host, t->data, bytes) == 0) {
+            hit = c;
+            break;
+        }
+        if (!c->dev) {
+            if (victim->dev) victim = c;
+        } else if (victim->dev && c->last_use < victim->last_use) {
+            victim = c;
+        }
+    }
+    h3s_status st = H3S_OK;
+    if (!hit) {
+        if (victim->dev) {
+            cudaError_t e = cudaStreamSynchronize(g_stream);
+            if (e != cudaSuccess) st = cuda_fail(op, "cudaStreamSynchronize (index cache eviction)", e);
+            if (st == H3S_OK) cache_drop(victim);
+        }
+        if (st == H3S_OK) {
+            void *host = malloc(bytes), *dev = NULL;
+            cudaError_t e = host ? cudaMalloc(&dev, bytes) : cudaErrorMemoryAllocation;
+            if (e == cudaSuccess) e = cudaMemcpyAsync(dev, t->data, bytes, cudaMemcpyHostToDevice, g_stream);
+            if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
+            if (e != cudaSuccess) {
+                free(host);
+                if (dev) cudaFree(dev);
+                cudaGetLastError();
+                st = cuda_fail(op, "index upload", e);
+            } else {
+                memcpy(host, t->data, bytes);
+                victim->bytes = bytes;
+                victim->host = host;
+                victim->dev = dev;
+                hit = victim;
+            }
+        }
+    }
+    if (hit) {
+        hit->last_use = ++g_clock;
+        *dptr = hit->dev;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+extern "C" void h3s_cuda_release_caches(void) {
+    pthread_mutex_lock(&g_lock);
+    if (g_state == 1) {
+        cudaStreamSynchronize(g_stream);
+        for (int i = 0; i < H3C_CACHE_SLOTS; i++)
+            if (g_cache[i].dev) cache_drop(&g_cache[i]);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ------------------------------------------------------------------ error codes */
+
+extern "C" const char *h3c_code_name(int code) {
+    switch (code) {
+    case H3C_CODE_RMSNORM_FORWARD: return "rmsnorm_forward";
+    case H3C_CODE_RMSNORM_BACKWARD: return "rmsnorm_backward";
+    case H3C_CODE_RESIDUAL_FORWARD: return "residual_forward";
+    case H3C_CODE_RESIDUAL_BACKWARD: return "residual_backward";
+    case H3C_CODE_ROWS_GATHER: return "rows_gather";
+    case H3C_CODE_ROWS_SCATTER: return "rows_scatter";
+    case H3C_CODE_FINAL_NORM_FORWARD: return "final_norm_forward";
+    case H3C_CODE_FINAL_NORM_BACKWARD: return "final_norm_backward";
+    default: return "cuda kernel";
+    }
+}
+
+/* Wait for the stream, then read and clear the index flag. */
+static h3s_status sync_and_check(const char *op) {
+    cudaError_t e = cudaStreamSynchronize(g_stream);
+    if (e != cudaSuccess) return cuda_fail(op, "cudaStreamSynchronize", e);
+    int flag[4] = {0, 0, 0, 0};
+    e = cudaMemcpy(flag, g_flag, sizeof flag, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) return cuda_fail(op, "reading the index error flag", e);
+    if (flag[0] != 0) {
+        long long value;
+        memcpy(&value, &flag[2], sizeof value);
+        e = cudaMemset(g_flag, 0, 4 * sizeof(int));
+        if (e != cudaSuccess) return cuda_fail(op, "clearing the index error flag", e);
+        return h3s_fail(H3S_ERR_INDEX,
+                        "%s: a device kernel of %s read index %lld, outside its range (the affected outputs were not "
+                        "written)",
+                        op, h3c_code_name(flag[0]), value);
+    }
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_sync(void) {
+    H3S_TRY(h3c_init("cuda_sync"));
+    return sync_and_check("cuda_sync");
+}
+
+/* ------------------------------------------------------------------ tensors */
+
+extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    static const char op[] = "cuda_tensor_alloc";
+    if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: tensor is NULL", op);
+    memset(t, 0, sizeof *t);
+    if (ndim < 0 || ndim > H3S_MAX_DIMS) return h3s_fail(H3S_ERR_SHAPE, "%s: %d dims (at most %d)", op, ndim, H3S_MAX_DIMS);
+    if (ndim > 0 && !shape) return h3s_fail(H3S_ERR_INVALID, "%s: shape is NULL", op);
+    if ((int)dtype < (int)H3S_F64 || (int)dtype > (int)H3S_BOOL)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dtype);
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "%s: shape[%d] = %lld is negative", op, d, (long long)shape[d]);
+        if (shape[d] > 0 && n > SIZE_MAX / 16 / (size_t)shape[d])
+            return h3s_fail(H3S_ERR_SHAPE, "%s: tensor size overflows", op);
+        n *= (size_t)shape[d];
+    }
+    H3S_TRY(h3c_init(op));
+    size_t bytes = n * h3s_dtype_size(dtype);
+    void *p = NULL;
+    if (bytes) {
+        cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return h3s_fail(e == cudaErrorMemoryAllocation ? H3S_ERR_NOMEM : H3S_ERR_DEVICE,
+                            "%s: cudaMalloc of %zu bytes failed: %s", op, bytes, cudaGetErrorString(e));
+        }
+        /* zero-filled like h3s_tensor_alloc */
+        e = cudaMemsetAsync(p, 0, bytes, g_stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
+        if (e != cudaSuccess) {
+            cudaFree(p);
+            return cuda_fail(op, "zero fill", e);
+        }
+    }
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    t->data = p;
+    t->owns_data = 1;
+    t->device = 1;
+    return H3S_OK;
+}
+
+extern "C" void h3s_cuda_tensor_free(h3s_tensor *t) {
+    if (!t) return;
+    if (t->device && t->owns_data && t->data) {
+        /* queued kernels may still use it: cudaFree waits for the device */
+        cudaFree(t->data);
+    }
+    t->data = NULL;
+    t->owns_data = 0;
+}
+
+static h3s_status check_copy(const char *op, const h3s_tensor *host, const h3s_tensor *dev) {
+    if (!host || !dev) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
+    if (host->device != 0) return h3s_fail(H3S_ERR_DEVICE, "%s: the host tensor has device = %d", op, host->device);
+    if (dev->device != 1) return h3s_fail(H3S_ERR_DEVICE, "%s: the device tensor has device = %d", op, dev->device);
+    if (host->dtype != dev->dtype)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: host tensor is %s, device tensor is %s", op, h3s_dtype_name(host->dtype),
+                        h3s_dtype_name(dev->dtype));
+    if (h3s_tensor_numel(host) != h3s_tensor_numel(dev))
+        return h3s_fail(H3S_ERR_SHAPE, "%s: host tensor has %lld elements, device tensor %lld", op,
+                        (long long)h3s_tensor_numel(host), (long long)h3s_tensor_numel(dev));
+    if (h3s_tensor_nbytes(host) && (!host->data || !dev->data))
+        return h3s_fail(H3S_ERR_INVALID, "%s: tensor data is NULL", op);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) {
+    static const char op[] = "cuda_upload";
+    H3S_TRY(check_copy(op, host, dev));
+    H3S_TRY(h3c_init(op));
+    size_t bytes = h3s_tensor_nbytes(host);
+    if (!bytes) return H3S_OK;
+    cudaError_t e = cudaMemcpyAsync(dev->data, host->data, bytes, cudaMemcpyHostToDevice, g_stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
+    if (e != cudaSuccess) return cuda_fail(op, "host to device copy", e);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) {
+    static const char op[] = "cuda_download";
+    H3S_TRY(check_copy(op, host, dev));
+    H3S_TRY(h3c_init(op));
+    size_t bytes = h3s_tensor_nbytes(host);
+    if (bytes) {
+        cudaError_t e = cudaMemcpyAsync(host->data, dev->data, bytes, cudaMemcpyDeviceToHost, g_stream);
+        if (e != cudaSuccess) return cuda_fail(op, "device to host copy", e);
+    }
+    /* the bytes are only meaningful if no kernel before them read a bad index */
+    return sync_and_check(op);
+}
+
+extern "C" h3s_status h3s_cuda_describe(char *buf, size_t size) {
+    if (!buf || size == 0) return h3s_fail(H3S_ERR_INVALID, "cuda_describe: empty buffer");
+    h3s_status st = h3c_init("cuda_describe");
+    if (st != H3S_OK) {
+        snprintf(buf, size, "unavailable: %s", h3s_last_error());
+        return st;
+    }
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, size, "%s, sm_%d%d, %d SMs, %.1f GiB, driver API %d.%d, runtime %d.%d, kernels built for sm_%d",
+             g_prop.name, g_prop.major, g_prop.minor, g_prop.multiProcessorCount,
+             (double)g_prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), drv / 1000, (drv % 1000) / 10, rt / 1000,
+             (rt % 1000) / 10, H3C_BUILT_ARCH);
+    return H3S_OK;
+}

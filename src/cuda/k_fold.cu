@@ -1,0 +1,123 @@
+/* The canonical cross-row reduction on the GPU (STRICT.md section 3, ops/fold.h).
+ *
+ * Two kernels, no atomics:
+ *   1. partial: one block per (column block of 128, 256-row tile, table row); each thread owns
+ *      one column and runs over the tile's rows in ascending order, starting from the first
+ *      contributing row's value, and writes the tile partial to a workspace
+ *      [tiles][rows of the output][N] with a "tile has a contributing row" flag;
+ *   2. final: one thread per output element folds the partials in ascending tile order,
+ *      starting from the first contributing tile's partial; an output row no tile
+ *      contributes to gets 0.
+ * Contributions are computed on the fly from the operator's inputs (mode), so the workspace
+ * is tiles x rows x N floats, never M x N.  The tile (256 rows) and the orders are constants:
+ * the bits do not depend on the launch shape, and equal the CPU fold's structure. */
+#include "cuda/k_common.cuh"
+
+#define FOLD_COLS 128
+
+__device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m, int64_t n, int64_t row_index) {
+    switch (a.mode) {
+    case H3C_FOLD_COPY: return a.dy[m * a.ld_dy + n];
+    case H3C_FOLD_RMS_DW: {
+        float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
+        float s = a.table ? 1.0f + h3k_bf2f(((const uint16_t *)a.table)[row_index * a.ld_table + a.scale_off + n])
+                          : 1.0f;
+        float g = a.dy[m * a.ld_dy + n] * s;
+        return g * xh;
+    }
+    case H3C_FOLD_RMS_DSCALE: {
+        float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
+        float wk = a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
+        return a.dy[m * a.ld_dy + n] * (xh * wk);
+    }
+    case H3C_FOLD_PRODUCT: return a.dy[m * a.ld_dy + n] * h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]);
+    default: return 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(FOLD_COLS) fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has,
+                                                                 int64_t rows_out, int *flag) {
+    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x;
+    const int64_t tile = blockIdx.y, r = blockIdx.z;
+    const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
+    float part = 0.0f;
+    bool have = false;
+    for (int64_t m = m0; m < m1; m++) {
+        int64_t row_index = 0;
+        if (a.index) {
+            row_index = a.index[m];
+            if (row_index < 0 || row_index >= a.index_limit) {
+                if (threadIdx.x == 0) h3k_report_index(flag, a.code, row_index);
+                continue;
+            }
+            if (a.indexed && row_index != r) continue;
+        }
+        if (n < a.N) {
+            float c;
+            if (a.mode == H3C_FOLD_HEAD_DW) {
+                /* the (row, head) pairs of row m, heads ascending, each one chain step */
+                for (int64_t h = 0; h < a.heads; h++) {
+                    int64_t col = h * a.head_dim + n;
+                    float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + col]) * a.inv[m * a.heads + h];
+                    c = a.dy[m * a.ld_dy + col] * xh;
+                    part = have ? part + c : c;
+                    have = true;
+                }
+                continue;
+            }
+            c = fold_contrib(a, m, n, row_index);
+            part = have ? part + c : c;
+        }
+        have = true;
+    }
+    if (n < a.N) partial[(tile * rows_out + r) * a.N + n] = part;
+    if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
+}
+
+__global__ void __launch_bounds__(FOLD_COLS) fold_final_kernel(h3c_fold_args a, const float *partial,
+                                                               const uint8_t *has, int64_t tiles, int64_t rows_out) {
+    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x, r = blockIdx.y;
+    if (n >= a.N) return;
+    float total = 0.0f;
+    bool have = false;
+    for (int64_t t = 0; t < tiles; t++) {
+        if (!has[t * rows_out + r]) continue;
+        float v = partial[(t * rows_out + r) * a.N + n];
+        total = have ? total + v : v;
+        have = true;
+    }
+    a.out[r * a.ldo + n] = have ? total : 0.0f;
+}
+
+extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
+    if (a->N <= 0) return H3S_OK;
+    const int64_t rows_out = a->indexed ? a->R : 1;
+    if (rows_out <= 0) return H3S_OK;
+    const int64_t tiles = (a->M + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE;
+    const int64_t cb = (a->N + FOLD_COLS - 1) / FOLD_COLS;
+    if (tiles > 65535 || rows_out > 65535)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: fold of %lld rows into %lld table rows exceeds the grid limits", op,
+                        (long long)a->M, (long long)rows_out);
+    float *partial = NULL;
+    uint8_t *has = NULL;
+    if (tiles > 0) {
+        size_t pbytes = (size_t)tiles * (size_t)rows_out * (size_t)a->N * sizeof(float);
+        pbytes = (pbytes + 255) & ~(size_t)255;
+        void *ws = NULL;
+        H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
+        partial = (float *)ws;
+        has = (uint8_t *)ws + pbytes;
+        dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
+        fold_partial_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, h3c_error_flag());
+        h3s_status st = h3c_launch_check(op);
+        if (st != H3S_OK) {
+            h3c_ws_free(ws);
+            return st;
+        }
+    }
+    dim3 grid2((unsigned)cb, (unsigned)rows_out);
+    fold_final_kernel<<<grid2, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, tiles, rows_out);
+    h3s_status st = h3c_launch_check(op);
+    if (partial) h3c_ws_free(partial);
+    return st;
+}

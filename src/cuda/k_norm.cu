@@ -1,0 +1,240 @@
+/* RMSNorm family on the GPU (docs/numerics/cuda.md, "Norms").
+ *
+ * Row norms (rmsnorm, final norm): one block of 256 threads per row.  The sum of squares is a
+ * fixed two-level order: thread t runs an FMA chain over the columns t, t + 256, ... in
+ * ascending order, then the 256 partials are added by a fixed binary tree in shared memory.
+ * The block size is a constant, so a row's bits depend only on the row.  The element formula
+ * is the CPU's, one IEEE operation at a time:
+ *   inv = 1 / sqrt(ss / H + eps);  t = x * inv;  t = t * w;  t = t * (1 + scale);  t = t + shift.
+ * Per-head norms (q_norm, k_norm): one warp per (row, head); lane chains over d = lane,
+ * lane + 32, ..., then a butterfly of shuffles (every lane ends with the same bits).
+ * Backward: the row kernels recompute inv with the forward's code (same bits), write dx and
+ * keep inv per row for the cross-row folds (k_fold.cu). */
+#include "cuda/k_common.cuh"
+
+#define NORM_THREADS 256
+
+/* Sum over the block of one value per thread, fixed tree; every thread gets the result. */
+__device__ __forceinline__ float block_sum(float v, float *sm) {
+    const int tid = threadIdx.x;
+    sm[tid] = v;
+    __syncthreads();
+#pragma unroll
+    for (int s = NORM_THREADS / 2; s > 0; s >>= 1) {
+        if (tid < s) sm[tid] = sm[tid] + sm[tid + s];
+        __syncthreads();
+    }
+    float r = sm[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float row_inv_rms(const uint16_t *x, int64_t H, float eps, float *sm) {
+    float ss = 0.0f;
+    for (int64_t k = threadIdx.x; k < H; k += NORM_THREADS) {
+        float v = h3k_bf2f(x[k]);
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = block_sum(ss, sm);
+    return 1.0f / sqrtf(ss / (float)H + eps);
+}
+
+typedef struct norm_args {
+    int64_t M, H;
+    const uint16_t *x, *w, *table;
+    const int64_t *index;
+    int64_t R, ld_table, shift_off, scale_off;
+    float eps;
+    void *y;
+    int y_dt;
+    const float *dy;
+    float *dx, *inv;
+    int code;
+    int *flag;
+} norm_args;
+
+__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args a) {
+    __shared__ float sm[NORM_THREADS];
+    __shared__ int64_t row_sh;
+    const int64_t m = blockIdx.x;
+    const uint16_t *xr = a.x + m * a.H;
+    if (threadIdx.x == 0) row_sh = a.table ? h3k_index(a.index, m, a.R, a.flag, a.code) : 0;
+    float inv = row_inv_rms(xr, a.H, a.eps, sm); /* its barriers publish row_sh */
+    const int64_t row = row_sh;
+    if (row < 0) return; /* bad index: reported, row left unwritten */
+    const uint16_t *sh = a.table ? a.table + row * a.ld_table + a.shift_off : NULL;
+    const uint16_t *sc = a.table ? a.table + row * a.ld_table + a.scale_off : NULL;
+    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+        float t = h3k_bf2f(xr[k]) * inv;
+        if (a.w) t = t * h3k_bf2f(a.w[k]);
+        if (sc) {
+            float s = 1.0f + h3k_bf2f(sc[k]);
+            t = t * s;
+            t = t + h3k_bf2f(sh[k]);
+        }
+        h3k_st(a.y, a.y_dt, m * a.H + k, t);
+    }
+}
+
+__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backward_rows_kernel(norm_args a) {
+    __shared__ float sm[NORM_THREADS];
+    __shared__ int64_t row_sh;
+    const int64_t m = blockIdx.x;
+    const uint16_t *xr = a.x + m * a.H;
+    const float *dyr = a.dy + m * a.H;
+    if (threadIdx.x == 0) row_sh = a.table ? h3k_index(a.index, m, a.R, a.flag, a.code) : 0;
+    float inv = row_inv_rms(xr, a.H, a.eps, sm);
+    const int64_t row = row_sh;
+    if (threadIdx.x == 0) a.inv[m] = inv;
+    if (row < 0) return;
+    const uint16_t *sc = a.table ? a.table + row * a.ld_table + a.scale_off : NULL;
+    float dot = 0.0f;
+    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+        float xh = h3k_bf2f(xr[k]) * inv;
+        float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
+        float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
+        float g = dyr[k] * s; /* dL/d(xhat * w) */
+        float gx = g * wk;    /* dL/d(xhat) */
+        dot = __fmaf_rn(gx, xh, dot);
+    }
+    dot = block_sum(dot, sm);
+    if (!a.dx) return;
+    const float mean = dot / (float)a.H;
+    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+        float xh = h3k_bf2f(xr[k]) * inv;
+        float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
+        float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
+        float gx = (dyr[k] * s) * wk;
+        a.dx[m * a.H + k] = inv * (gx - xh * mean);
+    }
+}
+
+static h3s_status norm_launch_check(const char *op, int64_t M) {
+    if (M > 0x7fffffffLL) return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", op, (long long)M);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x,
+                                          const void *w, const void *table, const int64_t *index, int64_t R,
+                                          int64_t ld_table, int64_t shift_off, int64_t scale_off, float eps, void *y,
+                                          int y_dt) {
+    if (M <= 0) return H3S_OK;
+    H3S_TRY(norm_launch_check(op, M));
+    norm_args a;
+    memset(&a, 0, sizeof a);
+    a.M = M, a.H = H, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w, a.table = (const uint16_t *)table;
+    a.index = index, a.R = R, a.ld_table = ld_table, a.shift_off = shift_off, a.scale_off = scale_off;
+    a.eps = eps, a.y = y, a.y_dt = y_dt, a.code = code, a.flag = h3c_error_flag();
+    rmsnorm_forward_kernel<<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    return h3c_launch_check(op);
+}
+
+extern "C" h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_t H, const void *x,
+                                                const void *w, const void *table, const int64_t *index, int64_t R,
+                                                int64_t ld_table, int64_t scale_off, float eps, const float *dy,
+                                                float *dx, float *inv) {
+    if (M <= 0) return H3S_OK;
+    H3S_TRY(norm_launch_check(op, M));
+    norm_args a;
+    memset(&a, 0, sizeof a);
+    a.M = M, a.H = H, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w, a.table = (const uint16_t *)table;
+    a.index = index, a.R = R, a.ld_table = ld_table, a.scale_off = scale_off;
+    a.eps = eps, a.dy = dy, a.dx = dx, a.inv = inv, a.code = code, a.flag = h3c_error_flag();
+    rmsnorm_backward_rows_kernel<<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    return h3c_launch_check(op);
+}
+
+/* ------------------------------------------------------------------ per-head norm */
+
+typedef struct head_args {
+    int64_t pairs, heads, D;
+    const uint16_t *x, *w;
+    float eps;
+    uint16_t *y;
+    const float *dy;
+    float *dx, *inv;
+} head_args;
+
+__device__ __forceinline__ float head_inv_rms(const uint16_t *xr, int64_t D, float eps, int lane) {
+    float ss = 0.0f;
+    for (int64_t d = lane; d < D; d += 32) {
+        float v = h3k_bf2f(xr[d]);
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = warp_sum(ss);
+    return 1.0f / sqrtf(ss / (float)D + eps);
+}
+
+__global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); /* (row, head) pair */
+    if (p >= a.pairs) return;                                        /* whole warps leave together */
+    const uint16_t *xr = a.x + p * a.D;
+    float inv = head_inv_rms(xr, a.D, a.eps, lane);
+    for (int64_t d = lane; d < a.D; d += 32) {
+        float t = h3k_bf2f(xr[d]) * inv;
+        t = t * h3k_bf2f(a.w[d]);
+        a.y[p * a.D + d] = h3k_f2bf(t);
+    }
+}
+
+__global__ void __launch_bounds__(256) head_rmsnorm_backward_kernel(head_args a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (p >= a.pairs) return;
+    const uint16_t *xr = a.x + p * a.D;
+    const float *dyr = a.dy + p * a.D;
+    float inv = head_inv_rms(xr, a.D, a.eps, lane);
+    if (lane == 0) a.inv[p] = inv;
+    float dot = 0.0f;
+    for (int64_t d = lane; d < a.D; d += 32) {
+        float xh = h3k_bf2f(xr[d]) * inv;
+        float gx = dyr[d] * h3k_bf2f(a.w[d]);
+        dot = __fmaf_rn(gx, xh, dot);
+    }
+    dot = warp_sum(dot);
+    if (!a.dx) return;
+    const float mean = dot / (float)a.D;
+    for (int64_t d = lane; d < a.D; d += 32) {
+        float xh = h3k_bf2f(xr[d]) * inv;
+        float gx = dyr[d] * h3k_bf2f(a.w[d]);
+        a.dx[p * a.D + d] = inv * (gx - xh * mean);
+    }
+}
+
+static h3s_status head_launch(const char *op, int backward, const head_args &a) {
+    if (a.pairs <= 0) return H3S_OK;
+    int64_t blocks = (a.pairs + 7) / 8;
+    if (blocks > 0x7fffffffLL) return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: too many rows for the grid", op);
+    if (backward)
+        head_rmsnorm_backward_kernel<<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+    else
+        head_rmsnorm_forward_kernel<<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+    return h3c_launch_check(op);
+}
+
+extern "C" h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
+                                               const void *w, float eps, void *y) {
+    head_args a;
+    memset(&a, 0, sizeof a);
+    a.pairs = M * heads, a.heads = heads, a.D = D, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w;
+    a.eps = eps, a.y = (uint16_t *)y;
+    return head_launch(op, 0, a);
+}
+
+extern "C" h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D,
+                                                     const void *x, const void *w, float eps, const float *dy,
+                                                     float *dx, float *inv) {
+    head_args a;
+    memset(&a, 0, sizeof a);
+    a.pairs = M * heads, a.heads = heads, a.D = D, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w;
+    a.eps = eps, a.dy = dy, a.dx = dx, a.inv = inv;
+    return head_launch(op, 1, a);
+}

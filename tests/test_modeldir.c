@@ -1,0 +1,641 @@
+/* Model directories: seeded init (reproducible, well-scaled), load against the parameter table, shards, the
+ * transformer/ subfolder, every way a directory can be wrong (each error naming the tensor or file), the
+ * overwrite policy of init, and verification against a manifest. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/modeldir.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+static char root[] = "/tmp/h3s_test_modeldir_XXXXXX";
+
+static char *pjoin(const char *a, const char *b) {
+    static char bufs[8][1024];
+    static int k = 0;
+    char *out = bufs[k++ % 8];
+    if (snprintf(out, 1024, "%s/%s", a, b) >= 1024) exit(2);
+    return out;
+}
+
+static size_t read_file(const char *path, unsigned char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *out = NULL;
+        return 0;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)n + 1);
+    size_t got = fread(*out, 1, (size_t)n, f);
+    fclose(f);
+    (*out)[got] = 0;
+    return got;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int files_equal(const char *a, const char *b) {
+    unsigned char *x, *y;
+    size_t nx = read_file(a, &x), ny = read_file(b, &y);
+    int eq = x && y && nx == ny && memcmp(x, y, nx) == 0;
+    free(x);
+    free(y);
+    return eq;
+}
+
+static void copy_file(const char *from, const char *to) {
+    unsigned char *x;
+    size_t n = read_file(from, &x);
+    FILE *f = fopen(to, "wb");
+    fwrite(x, 1, n, f);
+    fclose(f);
+    free(x);
+}
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+static void make_dir(const char *path) { mkdir(path, 0755); }
+
+/* A path that must outlive the rotating pjoin buffers. */
+#define PATHVAR(var, base, sub)                                                                                        \
+    char var[1024];                                                                                                    \
+    if (snprintf(var, sizeof var, "%s/%s", base, sub) >= (int)sizeof var) exit(2)
+
+/* Every canonical parameter of `w` as entries (views). */
+static h3s_st_entry *entries_of(const h3s_weights *w, int64_t *n) {
+    *n = h3s_weights_count(w);
+    h3s_st_entry *e = calloc((size_t)*n, sizeof *e);
+    for (int64_t i = 0; i < *n; i++) {
+        const h3s_tensor *t = h3s_weights_at(w, i, &e[i].name);
+        e[i].tensor = *t;
+    }
+    return e;
+}
+
+/* The load must fail with `want` and the message must contain `needle`. */
+static void expect_load_fails(const char *dir, h3s_status want, const char *needle, const char *what) {
+    h3s_weights *w = NULL;
+    h3s_clear_error();
+    h3s_status st = h3s_weights_load(dir, &w);
+    CHECK(st == want, "%s: got %s (%s), expected %s", what, h3s_status_name(st), h3s_last_error(),
+          h3s_status_name(want));
+    CHECK(strstr(h3s_last_error(), needle) != NULL, "%s: message lacks '%s': %s", what, needle, h3s_last_error());
+    CHECK(w == NULL, "%s: output written on failure", what);
+    if (st == H3S_OK) h3s_weights_free(w);
+}
+
+/* ---------------------------------------------------------------- init + load ---------- */
+
+static double mean_of(const h3s_tensor *t) {
+    double s = 0;
+    int64_t n = h3s_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        s += h3s_tensor_get_f64(t, i);
+    return s / (double)n;
+}
+
+static double std_of(const h3s_tensor *t, double about) {
+    double s = 0;
+    int64_t n = h3s_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double d = h3s_tensor_get_f64(t, i) - about;
+        s += d * d;
+    }
+    return sqrt(s / (double)n);
+}
+
+static void test_init_and_load(const char *m1) {
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m1));
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(m1, &w));
+    if (!w) return;
+    h3s_config tiny;
+    CHECK_OK(h3s_config_preset("tiny", -1, &tiny));
+    CHECK(memcmp(h3s_weights_config(w), &tiny, sizeof tiny) == 0, "config.json holds the tiny preset");
+    h3s_param_spec *specs = NULL;
+    int64_t n = 0;
+    CHECK_OK(h3s_param_specs(&tiny, &specs, &n));
+    CHECK(h3s_weights_count(w) == n, "count %lld vs %lld", (long long)h3s_weights_count(w), (long long)n);
+    for (int64_t i = 0; i < n && i < h3s_weights_count(w); i++) {
+        const char *name = NULL;
+        const h3s_tensor *t = h3s_weights_at(w, i, &name);
+        CHECK(name && strcmp(name, specs[i].name) == 0, "canonical order at %lld", (long long)i);
+        CHECK(t == h3s_weights_get(w, specs[i].name), "get(%s) is at(%lld)", specs[i].name, (long long)i);
+        CHECK(t->dtype == specs[i].dtype && t->ndim == specs[i].ndim && t->shape[0] == specs[i].shape[0] &&
+                  (t->ndim == 1 || t->shape[1] == specs[i].shape[1]),
+              "%s: dtype/shape", specs[i].name);
+    }
+    CHECK(h3s_weights_get(w, "transformer_blocks.2.norm1.weight") == NULL, "absent parameter");
+    CHECK(h3s_weights_at(w, n, NULL) == NULL, "at out of range");
+
+    /* the scales the init promises */
+    const h3s_tensor *q = h3s_weights_get(w, "transformer_blocks.0.attn.to_q.weight"); /* [60, 48] bf16 */
+    const h3s_tensor *k = h3s_weights_get(w, "transformer_blocks.0.attn.to_k.weight");
+    double sq = std_of(q, 0), want = 1 / sqrt(48.0);
+    CHECK(fabs(sq / want - 1) < 0.08, "to_q std %g, want %g", sq, want);
+    CHECK(fabs(mean_of(q)) < 0.02, "to_q mean %g", mean_of(q));
+    CHECK(!h3t_bitwise_equal(q, k), "to_q and to_k must differ (own streams)");
+    const h3s_tensor *ada = h3s_weights_get(w, "transformer_blocks.1.adaln_proj.linear.weight"); /* [864, 36] */
+    double sa = std_of(ada, 0), want_a = 0.5 / 6.0;
+    CHECK(fabs(sa / want_a - 1) < 0.05, "adaln weight std %g, want %g", sa, want_a);
+    const h3s_tensor *adab = h3s_weights_get(w, "transformer_blocks.1.adaln_proj.linear.bias"); /* [864] */
+    CHECK(fabs(std_of(adab, 0) / 0.1 - 1) < 0.12, "adaln bias std %g", std_of(adab, 0));
+    const h3s_tensor *nb = h3s_weights_get(w, "norm_out.linear.bias");
+    CHECK(fabs(std_of(nb, 0) / 0.1 - 1) < 0.25, "norm_out bias std %g", std_of(nb, 0));
+    const h3s_tensor *pb = h3s_weights_get(w, "proj_in.bias"); /* [48] f32 */
+    CHECK(pb->dtype == H3S_F32 && std_of(pb, 0) > 0.01 && std_of(pb, 0) < 0.03, "proj_in bias std %g", std_of(pb, 0));
+    const h3s_tensor *norm = h3s_weights_get(w, "transformer_blocks.0.norm1.weight");
+    CHECK(fabs(mean_of(norm) - 1) < 0.05 && std_of(norm, mean_of(norm)) > 0.05 && std_of(norm, mean_of(norm)) < 0.15,
+          "norm weight mean %g std %g", mean_of(norm), std_of(norm, mean_of(norm)));
+    const h3s_tensor *po = h3s_weights_get(w, "proj_out.weight"); /* [24, 48] f32 */
+    CHECK(fabs(std_of(po, 0) / (1 / sqrt(48.0)) - 1) < 0.1, "proj_out std %g", std_of(po, 0));
+    /* every BF16 value is finite and the F32 ones are not all bf16-rounded (F32 modules keep full precision) */
+    int f32_full = 0;
+    for (int64_t i = 0; i < h3s_tensor_numel(po); i++) {
+        float v = ((const float *)po->data)[i];
+        if (h3s_bf16_value(h3s_bf16_round(v)) != v) f32_full++;
+    }
+    CHECK(f32_full > 0, "F32 parameters keep F32 precision");
+
+    /* writing the loaded parameters back in canonical order reproduces the file byte for byte */
+    int64_t ne;
+    h3s_st_entry *e = entries_of(w, &ne);
+    PATHVAR(back, root, "rewrite.safetensors");
+    CHECK_OK(h3s_st_write(back, e, ne));
+    CHECK(files_equal(back, pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "rewrite is byte-identical to init's file");
+    unlink(back);
+    free(e);
+
+    /* in-memory weights carry exactly the values init wrote */
+    h3s_weights *mem = NULL;
+    CHECK_OK(h3s_weights_create(&tiny, 7, &mem));
+    if (mem) {
+        int same = h3s_weights_count(mem) == n;
+        for (int64_t i = 0; same && i < n; i++)
+            same = h3t_bitwise_equal(h3s_weights_at(mem, i, NULL), h3s_weights_at(w, i, NULL));
+        CHECK(same, "weights_create equals init's file");
+        CHECK(h3s_weights_dir(mem) == NULL, "in-memory weights have no directory");
+        h3s_weights_free(mem);
+    }
+    free(specs);
+    h3s_weights_free(w);
+}
+
+static void test_reproducible(const char *m1) {
+    PATHVAR(m2, root, "m2");
+    PATHVAR(m3, root, "m3");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m2));
+    CHECK_OK(h3s_model_init("tiny", -1, 8, m3));
+    CHECK(files_equal(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(m2, H3S_MODEL_WEIGHTS_FILE)),
+          "same seed, different weights bytes");
+    CHECK(files_equal(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m2, H3S_MODEL_CONFIG_FILE)), "same config bytes");
+    CHECK(!files_equal(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(m3, H3S_MODEL_WEIGHTS_FILE)),
+          "different seeds gave the same weights");
+    CHECK(files_equal(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m3, H3S_MODEL_CONFIG_FILE)), "config independent of seed");
+    /* the seed changes every parameter, not just some */
+    h3s_weights *a = NULL, *b = NULL;
+    CHECK_OK(h3s_weights_load(m1, &a));
+    CHECK_OK(h3s_weights_load(m3, &b));
+    if (a && b) {
+        int differ = 0;
+        for (int64_t i = 0; i < h3s_weights_count(a); i++)
+            differ += !h3t_bitwise_equal(h3s_weights_at(a, i, NULL), h3s_weights_at(b, i, NULL));
+        CHECK(differ == h3s_weights_count(a), "%d of %lld parameters changed with the seed", differ,
+              (long long)h3s_weights_count(a));
+    }
+    h3s_weights_free(a);
+    h3s_weights_free(b);
+    /* a pinned digest: the bytes must be the same on every machine and every build (update only on purpose) */
+    char hex[65];
+    CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), hex));
+    CHECK(strcmp(hex, "b90c79dc47b048a8365f7cfa3300af343c0743c37429346c51639c169617fc01") == 0,
+          "tiny seed 7 weights changed: sha256 %s", hex);
+    /* more layers through the same API */
+    PATHVAR(m4, root, "m4");
+    CHECK_OK(h3s_model_init("tiny", 3, 7, m4));
+    h3s_weights *w4 = NULL;
+    CHECK_OK(h3s_weights_load(m4, &w4));
+    if (w4) {
+        CHECK(h3s_weights_config(w4)->num_layers == 3 && h3s_weights_get(w4, "transformer_blocks.2.norm1.weight"),
+              "--layers 3");
+        /* a parameter's values depend on its name and the seed, not on the depth */
+        h3s_weights *w1 = NULL;
+        CHECK_OK(h3s_weights_load(m1, &w1));
+        if (w1)
+            CHECK(h3t_bitwise_equal(h3s_weights_get(w4, "transformer_blocks.1.ff.net.2.weight"),
+                                    h3s_weights_get(w1, "transformer_blocks.1.ff.net.2.weight")),
+                  "values independent of depth");
+        h3s_weights_free(w1);
+        h3s_weights_free(w4);
+    }
+    rm_tree(m2);
+    rm_tree(m3);
+    rm_tree(m4);
+}
+
+/* ---------------------------------------------------------------- shards --------------- */
+
+static const char *SHARD1 = "diffusion_pytorch_model-00001-of-00002.safetensors";
+static const char *SHARD2 = "diffusion_pytorch_model-00002-of-00002.safetensors";
+
+/* dir gets config.json, two shards (first half / second half of the canonical order) and an index. */
+static void write_sharded(const h3s_weights *w, const char *m1, const char *dir) {
+    make_dir(dir);
+    copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(dir, H3S_MODEL_CONFIG_FILE));
+    int64_t n;
+    h3s_st_entry *e = entries_of(w, &n);
+    int64_t half = n / 2;
+    CHECK_OK(h3s_st_write(pjoin(dir, SHARD2), e, half)); /* deliberately: shard 2 holds the first half */
+    CHECK_OK(h3s_st_write(pjoin(dir, SHARD1), e + half, n - half));
+    size_t cap = 64 + (size_t)n * 256, len = 0;
+    char *idx = malloc(cap);
+    len += (size_t)snprintf(idx + len, cap - len, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
+    for (int64_t i = 0; i < n; i++)
+        len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"%s\"", i ? ", " : "", e[i].name,
+                                i < half ? SHARD2 : SHARD1);
+    snprintf(idx + len, cap - len, "}}\n");
+    write_text(pjoin(dir, H3S_MODEL_INDEX_FILE), idx);
+    free(idx);
+    free(e);
+}
+
+static void test_sharded(const char *m1) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(m1, &w));
+    if (!w) return;
+    PATHVAR(sd, root, "sharded");
+    write_sharded(w, m1, sd);
+    h3s_weights *s = NULL;
+    CHECK_OK(h3s_weights_load(sd, &s));
+    if (s) {
+        int same = h3s_weights_count(s) == h3s_weights_count(w);
+        for (int64_t i = 0; same && i < h3s_weights_count(w); i++)
+            same = h3t_bitwise_equal(h3s_weights_at(s, i, NULL), h3s_weights_at(w, i, NULL));
+        CHECK(same, "sharded directory gives identical tensors");
+        h3s_weights_free(s);
+    }
+
+    /* verify with a manifest written for it, then with a wrong one */
+    PATHVAR(man, root, "sharded-manifest.json");
+    CHECK_OK(h3s_model_manifest_write(sd, man));
+    char *report = NULL;
+    CHECK_OK(h3s_model_verify(sd, man, &report));
+    CHECK(report && strstr(report, SHARD1) && strstr(report, "OK"), "report: %s", report ? report : "(null)");
+    free(report);
+    unsigned char *text;
+    read_file(man, &text);
+    char *line = strstr((char *)text, SHARD2);
+    /* drop shard 2 from the manifest: every shard must be listed */
+    {
+        char *start = line;
+        while (start > (char *)text && start[-1] != '\n')
+            start--;
+        char *end = strchr(line, '\n') + 1;
+        memmove(start, end, strlen(end) + 1);
+        write_text(man, (char *)text);
+    }
+    free(text);
+    report = (char *)0x1;
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(sd, man, &report));
+    CHECK(strstr(h3s_last_error(), SHARD2), "unlisted shard named: %s", h3s_last_error());
+    CHECK(report == (char *)0x1, "report untouched on failure");
+    unlink(man);
+
+    /* a shard the index names is missing */
+    PATHVAR(sd2, root, "sharded2");
+    write_sharded(w, m1, sd2);
+    unlink(pjoin(sd2, SHARD1));
+    expect_load_fails(sd2, H3S_ERR_IO, SHARD1, "missing shard");
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_verify(sd2, NULL, NULL));
+    rm_tree(sd2);
+
+    /* the index maps a tensor to the other shard */
+    write_sharded(w, m1, sd2);
+    {
+        unsigned char *idx;
+        read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
+        char *at = strstr((char *)idx, "\"proj_in.weight\": \"");
+        at += strlen("\"proj_in.weight\": \"");
+        at[strlen("diffusion_pytorch_model-0000")] = '1'; /* 00002 -> 00001 */
+        write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), (char *)idx);
+        free(idx);
+    }
+    expect_load_fails(sd2, H3S_ERR_FORMAT, "proj_in.weight", "index maps a tensor to the wrong shard");
+    rm_tree(sd2);
+
+    /* a shard holds a tensor the index does not list */
+    write_sharded(w, m1, sd2);
+    {
+        unsigned char *idx;
+        read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
+        char *at = strstr((char *)idx, "\"norm_out.linear.bias\": ");
+        char *comma = strchr(at, ',');
+        memmove(at, comma + 2, strlen(comma + 2) + 1);
+        write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), (char *)idx);
+        free(idx);
+    }
+    expect_load_fails(sd2, H3S_ERR_FORMAT, "norm_out.linear.bias", "tensor not in the index");
+    rm_tree(sd2);
+
+    /* a shard name that leaves the directory */
+    write_sharded(w, m1, sd2);
+    write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), "{\"weight_map\": {\"proj_in.weight\": \"../elsewhere.safetensors\"}}");
+    expect_load_fails(sd2, H3S_ERR_FORMAT, "../elsewhere", "shard outside the directory");
+    write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), "{\"weight_map\": [1]}");
+    expect_load_fails(sd2, H3S_ERR_FORMAT, "weight_map", "weight_map not an object");
+    write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), "not json");
+    expect_load_fails(sd2, H3S_ERR_FORMAT, H3S_MODEL_INDEX_FILE, "index not JSON");
+    /* both a single file and an index */
+    copy_file(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(sd2, H3S_MODEL_WEIGHTS_FILE));
+    expect_load_fails(sd2, H3S_ERR_FORMAT, "both", "single file and index");
+    rm_tree(sd2);
+    rm_tree(sd);
+    h3s_weights_free(w);
+}
+
+/* ---------------------------------------------------------------- bad parameters ------- */
+
+/* A single-file model dir whose tensors are w's, edited: `drop` removed, `extra` added, `reshape` given another
+ * shape, `retype` stored as BF16. */
+static void write_edited(const h3s_weights *w, const char *m1, const char *dir, const char *drop, const char *extra,
+                         const char *reshape, const char *retype) {
+    make_dir(dir);
+    copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(dir, H3S_MODEL_CONFIG_FILE));
+    int64_t n;
+    h3s_st_entry *e = entries_of(w, &n);
+    h3s_st_entry *out = calloc((size_t)n + 1, sizeof *out);
+    int64_t k = 0;
+    static uint16_t bf[8192];
+    for (int64_t i = 0; i < n; i++) {
+        if (drop && strcmp(e[i].name, drop) == 0) continue;
+        out[k] = e[i];
+        if (reshape && strcmp(e[i].name, reshape) == 0) {
+            out[k].tensor.shape[0] -= 1; /* fewer elements: a consistent file with the wrong shape */
+        }
+        if (retype && strcmp(e[i].name, retype) == 0) {
+            int64_t m = h3s_tensor_numel(&e[i].tensor);
+            for (int64_t j = 0; j < m && j < 8192; j++)
+                bf[j] = h3s_bf16_round(((const float *)e[i].tensor.data)[j]);
+            out[k].tensor.dtype = H3S_BF16;
+            out[k].tensor.data = bf;
+        }
+        k++;
+    }
+    static float extra_data[4] = {1, 2, 3, 4};
+    if (extra) {
+        out[k].name = extra;
+        out[k].tensor = h3s_tensor_view(extra_data, H3S_F32, 1, (int64_t[]){4});
+        k++;
+    }
+    CHECK_OK(h3s_st_write(pjoin(dir, H3S_MODEL_WEIGHTS_FILE), out, k));
+    free(out);
+    free(e);
+}
+
+static void test_bad_parameters(const char *m1) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(m1, &w));
+    if (!w) return;
+    PATHVAR(d, root, "edited");
+    write_edited(w, m1, d, "transformer_blocks.1.attn.norm_q.weight", NULL, NULL, NULL);
+    expect_load_fails(d, H3S_ERR_FORMAT, "'transformer_blocks.1.attn.norm_q.weight' is missing", "missing parameter");
+    rm_tree(d);
+    write_edited(w, m1, d, NULL, "transformer_blocks.0.attn.extra.weight", NULL, NULL);
+    expect_load_fails(d, H3S_ERR_FORMAT, "'transformer_blocks.0.attn.extra.weight'", "extra parameter");
+    rm_tree(d);
+    write_edited(w, m1, d, NULL, NULL, "norm_out.linear.weight", NULL);
+    expect_load_fails(d, H3S_ERR_SHAPE, "'norm_out.linear.weight' has shape [95, 36], expected [96, 36]",
+                      "wrong shape");
+    rm_tree(d);
+    write_edited(w, m1, d, NULL, NULL, NULL, "proj_out.bias");
+    expect_load_fails(d, H3S_ERR_DTYPE, "'proj_out.bias' has dtype BF16, expected F32", "wrong dtype");
+    rm_tree(d);
+
+    /* a config that says 3 layers over weights for 2 */
+    write_edited(w, m1, d, NULL, NULL, NULL, NULL);
+    h3s_config c = *h3s_weights_config(w);
+    c.num_layers = 3;
+    char *json = NULL;
+    CHECK_OK(h3s_config_to_json(&c, &json));
+    write_text(pjoin(d, H3S_MODEL_CONFIG_FILE), json);
+    free(json);
+    expect_load_fails(d, H3S_ERR_FORMAT, "transformer_blocks.2.norm1.weight", "config deeper than the weights");
+    /* and 1 layer over weights for 2: the block-1 tensors are extra */
+    c.num_layers = 1;
+    CHECK_OK(h3s_config_to_json(&c, &json));
+    write_text(pjoin(d, H3S_MODEL_CONFIG_FILE), json);
+    free(json);
+    expect_load_fails(d, H3S_ERR_FORMAT, "transformer_blocks.1.", "config shallower than the weights");
+    /* a broken config */
+    write_text(pjoin(d, H3S_MODEL_CONFIG_FILE), "{\"hidden_size\": 48}");
+    expect_load_fails(d, H3S_ERR_INVALID, "config.json", "incomplete config");
+    /* no weights */
+    unlink(pjoin(d, H3S_MODEL_WEIGHTS_FILE));
+    CHECK_OK(h3s_config_to_json(h3s_weights_config(w), &json));
+    write_text(pjoin(d, H3S_MODEL_CONFIG_FILE), json);
+    free(json);
+    expect_load_fails(d, H3S_ERR_IO, H3S_MODEL_WEIGHTS_FILE, "no weights file");
+    /* a corrupt weights file */
+    write_text(pjoin(d, H3S_MODEL_WEIGHTS_FILE), "garbage");
+    expect_load_fails(d, H3S_ERR_FORMAT, H3S_MODEL_WEIGHTS_FILE, "corrupt weights");
+    rm_tree(d);
+    expect_load_fails(pjoin(root, "does-not-exist"), H3S_ERR_IO, "does-not-exist", "no directory");
+    make_dir(d);
+    expect_load_fails(d, H3S_ERR_IO, "config.json", "empty directory");
+    rm_tree(d);
+    h3s_weights_free(w);
+}
+
+/* ---------------------------------------------------------------- snapshot + verify ---- */
+
+static void test_snapshot_and_verify(const char *m1) {
+    PATHVAR(snap, root, "snapshot");
+    make_dir(snap);
+    PATHVAR(tdir, snap, "transformer");
+    make_dir(tdir);
+    copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(tdir, H3S_MODEL_CONFIG_FILE));
+    copy_file(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(tdir, H3S_MODEL_WEIGHTS_FILE));
+    make_dir(pjoin(snap, "vae")); /* other pipeline parts are ignored */
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(snap, &w));
+    if (w) {
+        const char *d = h3s_weights_dir(w);
+        CHECK(d && strlen(d) > 12 && strcmp(d + strlen(d) - 12, "/transformer") == 0, "dir %s", d ? d : "(null)");
+        h3s_weights_free(w);
+    }
+
+    /* a manifest relative to the model dir, written by the library */
+    PATHVAR(man, root, "manifest.json");
+    CHECK_OK(h3s_model_manifest_write(m1, man));
+    char *report = NULL;
+    CHECK_OK(h3s_model_verify(m1, man, &report));
+    CHECK(report && strstr(report, "verify: OK"), "report %s", report ? report : "(null)");
+    free(report);
+    CHECK_OK(h3s_model_verify(m1, NULL, NULL));
+    /* the same manifest verifies the snapshot (keys relative to transformer/) */
+    CHECK_OK(h3s_model_verify(snap, man, NULL));
+    /* keys relative to the snapshot root */
+    char hex[65], text[512];
+    CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), hex));
+    snprintf(text, sizeof text, "{\"transformer/%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, hex);
+    PATHVAR(man2, root, "manifest2.json");
+    write_text(man2, text);
+    CHECK_OK(h3s_model_verify(snap, man2, NULL));
+    /* upper-case hex is the same digest */
+    for (char *p = strstr(text, hex); p && *p != '"'; p++)
+        if (*p >= 'a' && *p <= 'f') *p = (char)(*p - 32);
+    write_text(man2, text);
+    CHECK_OK(h3s_model_verify(snap, man2, NULL));
+
+    /* a wrong digest */
+    char bad[65];
+    memcpy(bad, hex, 65);
+    bad[10] = bad[10] == '0' ? '1' : '0';
+    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, bad);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
+    CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE), "mismatch names the file: %s", h3s_last_error());
+    /* the weights file not listed at all */
+    CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_CONFIG_FILE), hex));
+    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, hex);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
+    CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE), "unlisted file named: %s", h3s_last_error());
+    /* a listed file that is not there */
+    snprintf(text, sizeof text, "{\"%s\": \"%s\", \"nothere.bin\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, bad, hex);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
+    CHECK(strstr(h3s_last_error(), "nothere.bin"), "missing listed file named: %s", h3s_last_error());
+    /* malformed manifests */
+    write_text(man2, "[\"x\"]");
+    CHECK_FAILS(H3S_ERR_FORMAT, h3s_model_verify(m1, man2, NULL));
+    snprintf(text, sizeof text, "{\"%s\": \"abc\"}", H3S_MODEL_WEIGHTS_FILE);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_FORMAT, h3s_model_verify(m1, man2, NULL));
+    snprintf(text, sizeof text, "{\"../m2/%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, hex);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_FORMAT, h3s_model_verify(m1, man2, NULL));
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_verify(m1, pjoin(root, "no-manifest.json"), NULL));
+
+    /* one flipped data byte: the header still validates, the manifest catches it */
+    PATHVAR(m5, root, "m5");
+    make_dir(m5);
+    copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m5, H3S_MODEL_CONFIG_FILE));
+    copy_file(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(m5, H3S_MODEL_WEIGHTS_FILE));
+    unsigned char *bytes;
+    size_t n = read_file(pjoin(m5, H3S_MODEL_WEIGHTS_FILE), &bytes);
+    bytes[n - 3] ^= 0x10;
+    FILE *f = fopen(pjoin(m5, H3S_MODEL_WEIGHTS_FILE), "wb");
+    fwrite(bytes, 1, n, f);
+    fclose(f);
+    free(bytes);
+    CHECK_OK(h3s_model_verify(m5, NULL, NULL));
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m5, man, NULL));
+    CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE), "corruption names the file: %s", h3s_last_error());
+    rm_tree(m5);
+    unlink(man);
+    unlink(man2);
+    rm_tree(snap);
+}
+
+/* ---------------------------------------------------------------- init policy ---------- */
+
+static void test_init_policy(const char *m1) {
+    /* overwrite our own model dir: allowed, the result is the new model */
+    PATHVAR(m6, root, "m6");
+    PATHVAR(m7, root, "m7");
+    CHECK_OK(h3s_model_init("tiny", -1, 1, m6));
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m6));
+    CHECK(files_equal(pjoin(m6, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "overwrite result");
+    CHECK(count_entries(m6) == 2, "overwritten dir holds exactly the two files");
+    /* trailing slash */
+    char slash[1100];
+    snprintf(slash, sizeof slash, "%s/", m6);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, slash));
+    /* an empty directory is fine */
+    make_dir(m7);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m7));
+    CHECK(files_equal(pjoin(m7, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "init into empty dir");
+    /* a directory with anything else in it is refused and left alone */
+    write_text(pjoin(m7, "notes.txt"), "mine");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", -1, 9, m7));
+    CHECK(strstr(h3s_last_error(), "notes.txt"), "names the foreign file: %s", h3s_last_error());
+    CHECK(files_equal(pjoin(m7, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "left alone");
+    unlink(pjoin(m7, "notes.txt"));
+    /* a config.json that is not ours */
+    write_text(pjoin(m7, H3S_MODEL_CONFIG_FILE), "{\"_class_name\": \"SomethingElse\"}");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", -1, 9, m7));
+    /* a file where the directory should be */
+    PATHVAR(file, root, "plainfile");
+    write_text(file, "x");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", -1, 7, file));
+    unlink(file);
+    /* bad arguments create nothing */
+    PATHVAR(m8, root, "m8");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("gigantic", -1, 7, m8));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", 0, 7, m8));
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 7, "/nonexistent-h3s-parent/model"));
+    h3s_config bad;
+    CHECK_OK(h3s_config_preset("tiny", -1, &bad));
+    bad.attention_head_dim = 7;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config(&bad, 7, m8));
+    CHECK(count_entries(m8) == -1, "nothing created for bad arguments");
+    rm_tree(m6);
+    rm_tree(m7);
+}
+
+int main(void) {
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    char m1[1024];
+    snprintf(m1, sizeof m1, "%s/m1", root);
+    test_init_and_load(m1);
+    test_reproducible(m1);
+    test_sharded(m1);
+    test_bad_parameters(m1);
+    test_snapshot_and_verify(m1);
+    test_init_policy(m1);
+    rm_tree(m1);
+    /* no temporary directories or files may be left next to the outputs */
+    CHECK(count_entries(root) == 0, "%d entries left in %s", count_entries(root), root);
+    rm_tree(root);
+    return h3t_finish("test_modeldir");
+}
