@@ -8,34 +8,35 @@
 #include "test_util.h"
 
 /* The released config.json as diffusers writes it (with its bookkeeping keys). */
-static const char *released_json =
-    "{\n"
-    "  \"_class_name\": \"MiniMaxH3Transformer3DModel\",\n"
-    "  \"_diffusers_version\": \"0.36.0.dev0\",\n"
-    "  \"attention_head_dim\": 128,\n"
-    "  \"audio_in_channels\": 32,\n"
-    "  \"ffn_dim\": 14336,\n"
-    "  \"final_norm_eps\": 1e-05,\n"
-    "  \"freq_dim\": 256,\n"
-    "  \"hidden_size\": 5376,\n"
-    "  \"in_channels\": 24,\n"
-    "  \"norm_eps\": 1e-05,\n"
-    "  \"num_attention_heads\": 56,\n"
-    "  \"num_layers\": 50,\n"
-    "  \"num_refiner_layers\": 2,\n"
-    "  \"patch_size\": [1, 2, 2],\n"
-    "  \"qk_norm_eps\": 1e-05,\n"
-    "  \"rope_freq_dim\": 16,\n"
-    "  \"rope_theta\": 10000.0,\n"
-    "  \"text_dim\": 5120,\n"
-    "  \"time_embed_dim\": 2688,\n"
-    "  \"time_embed_hidden_dim\": 5376\n"
-    "}\n";
+static const char *released_json = "{\n"
+                                   "  \"_class_name\": \"MiniMaxH3Transformer3DModel\",\n"
+                                   "  \"_diffusers_version\": \"0.36.0.dev0\",\n"
+                                   "  \"attention_head_dim\": 128,\n"
+                                   "  \"audio_in_channels\": 32,\n"
+                                   "  \"ffn_dim\": 14336,\n"
+                                   "  \"final_norm_eps\": 1e-05,\n"
+                                   "  \"freq_dim\": 256,\n"
+                                   "  \"hidden_size\": 5376,\n"
+                                   "  \"in_channels\": 24,\n"
+                                   "  \"norm_eps\": 1e-05,\n"
+                                   "  \"num_attention_heads\": 56,\n"
+                                   "  \"num_layers\": 50,\n"
+                                   "  \"num_refiner_layers\": 2,\n"
+                                   "  \"patch_size\": [1, 2, 2],\n"
+                                   "  \"qk_norm_eps\": 1e-05,\n"
+                                   "  \"rope_freq_dim\": 16,\n"
+                                   "  \"rope_theta\": 10000.0,\n"
+                                   "  \"text_dim\": 5120,\n"
+                                   "  \"time_embed_dim\": 2688,\n"
+                                   "  \"time_embed_hidden_dim\": 5376\n"
+                                   "}\n";
 
-static const char *all_keys[] = {"attention_head_dim", "audio_in_channels", "ffn_dim", "final_norm_eps", "freq_dim",
-                                 "hidden_size", "in_channels", "norm_eps", "num_attention_heads", "num_layers",
-                                 "num_refiner_layers", "patch_size", "qk_norm_eps", "rope_freq_dim", "rope_theta",
-                                 "text_dim", "time_embed_dim", "time_embed_hidden_dim"};
+static const char *all_keys[] = {"attention_head_dim", "audio_in_channels",  "ffn_dim",
+                                 "final_norm_eps",     "freq_dim",           "hidden_size",
+                                 "in_channels",        "norm_eps",           "num_attention_heads",
+                                 "num_layers",         "num_refiner_layers", "patch_size",
+                                 "qk_norm_eps",        "rope_freq_dim",      "rope_theta",
+                                 "text_dim",           "time_embed_dim",     "time_embed_hidden_dim"};
 #define N_KEYS ((int)(sizeof all_keys / sizeof all_keys[0]))
 
 static h3s_status parse(const char *text, h3s_config *c) { return h3s_config_parse_json(text, strlen(text), c); }

@@ -37,8 +37,7 @@ static void check_structure(const char *what, const h3s_layout *l) {
               l->position_ids.shape[1] == 3,
           "%s: position_ids shape", what);
     CHECK(l->video_indices.shape[0] == l->Nv && l->audio_indices.shape[0] == l->Na &&
-              l->text_indices.shape[0] == l->Nt && l->timestep_indices.shape[0] == l->S &&
-              l->row_kind.shape[0] == l->S,
+              l->text_indices.shape[0] == l->Nt && l->timestep_indices.shape[0] == l->S && l->row_kind.shape[0] == l->S,
           "%s: index list lengths", what);
     /* disjoint and covering the live rows; padding rows in no list */
     int *seen = calloc((size_t)l->S, sizeof(int));
@@ -74,11 +73,11 @@ static void check_structure(const char *what, const h3s_layout *l) {
     for (int64_t r = 0; r < l->S; r++) {
         int64_t tag = I(&l->token_tags)[r], kind = I(&l->row_kind)[r];
         int64_t want_tag = kind == H3S_ROW_TEXT ? 1 : kind == H3S_ROW_AUDIO ? 2 : kind == H3S_ROW_PAD ? -1 : 0;
-        int64_t want_kind = r < l->Nt                   ? H3S_ROW_TEXT
-                            : r < l->Nt + l->n_condition ? H3S_ROW_CONDITION
+        int64_t want_kind = r < l->Nt                            ? H3S_ROW_TEXT
+                            : r < l->Nt + l->n_condition         ? H3S_ROW_CONDITION
                             : r < l->Nt + l->n_condition + l->Na ? H3S_ROW_AUDIO
-                            : r < live                  ? H3S_ROW_VIDEO
-                                                        : H3S_ROW_PAD;
+                            : r < live                           ? H3S_ROW_VIDEO
+                                                                 : H3S_ROW_PAD;
         if (tag != want_tag || kind != want_kind) tags_ok = 0;
     }
     CHECK(tags_ok, "%s: tags / row kinds wrong", what);
@@ -151,8 +150,8 @@ static void test_fl2va(void) {
         h3s_layout l = build(3, 2, 4, 6, 2, cases[c].first, cases[c].last, 0);
         int nk = cases[c].first + cases[c].last;
         CHECK(l.n_condition == 6 * nk && l.Nv == 12 + 6 * nk && l.S == 19 + 6 * nk && l.n_keyframes == nk,
-              "%s counts: n_condition %lld Nv %lld S %lld", cases[c].name, (long long)l.n_condition,
-              (long long)l.Nv, (long long)l.S);
+              "%s counts: n_condition %lld Nv %lld S %lld", cases[c].name, (long long)l.n_condition, (long long)l.Nv,
+              (long long)l.S);
         check_structure(cases[c].name, &l);
         const double *p = P(&l);
         int ok = 1;
@@ -182,8 +181,9 @@ static void test_temporal(void) {
      * 33.333333333333336, 35 (0x1.18p+5). */
     h3s_layout l = build(5, 7, 6, 10, 3, 1, 1, 0);
     check_structure("6x10 fl2va", &l);
-    const double ft[7] = {0x1.4p+2, 0x1.aaaaaaaaaaaabp+2, 0x1.aaaaaaaaaaaabp+3, 0x1.4p+4,
-                          0x1.aaaaaaaaaaaabp+4, 0x1.0aaaaaaaaaaabp+5, 0x1.18p+5};
+    const double ft[7] = {0x1.4p+2, 0x1.aaaaaaaaaaaabp+2, 0x1.aaaaaaaaaaaabp+3,
+                          0x1.4p+4, 0x1.aaaaaaaaaaaabp+4, 0x1.0aaaaaaaaaaabp+5,
+                          0x1.18p+5};
     const double *p = P(&l);
     int64_t v0 = 5 + l.n_condition + l.Na;
     for (int f = 0; f < 7; f++)

@@ -227,7 +227,8 @@ static void test_reproducible(const char *m1) {
     CHECK(files_equal(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m2, H3S_MODEL_CONFIG_FILE)), "same config bytes");
     CHECK(!files_equal(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(m3, H3S_MODEL_WEIGHTS_FILE)),
           "different seeds gave the same weights");
-    CHECK(files_equal(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m3, H3S_MODEL_CONFIG_FILE)), "config independent of seed");
+    CHECK(files_equal(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m3, H3S_MODEL_CONFIG_FILE)),
+          "config independent of seed");
     /* the seed changes every parameter, not just some */
     h3s_weights *a = NULL, *b = NULL;
     CHECK_OK(h3s_weights_load(m1, &a));
@@ -375,7 +376,8 @@ static void test_sharded(const char *m1) {
 
     /* a shard name that leaves the directory */
     write_sharded(w, m1, sd2);
-    write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), "{\"weight_map\": {\"proj_in.weight\": \"../elsewhere.safetensors\"}}");
+    write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE),
+               "{\"weight_map\": {\"proj_in.weight\": \"../elsewhere.safetensors\"}}");
     expect_load_fails(sd2, H3S_ERR_FORMAT, "../elsewhere", "shard outside the directory");
     write_text(pjoin(sd2, H3S_MODEL_INDEX_FILE), "{\"weight_map\": [1]}");
     expect_load_fails(sd2, H3S_ERR_FORMAT, "weight_map", "weight_map not an object");

@@ -86,7 +86,8 @@ static void make_samples(sample_set *s) {
     s->t[6] = h3t_alloc(H3S_F32, 0, NULL); /* a scalar */
     s->t[7] = h3t_alloc(H3S_F32, 4, s_4d);
     s->t[8] = h3t_alloc(H3S_F32, 2, s_empty);
-    static const char *names[9] = {"a.f64", "b.f32", "c.bf16", "d.f16", "e.i64", "f.bool", "g.scalar", "h.4d", "i.empty"};
+    static const char *names[9] = {"a.f64",  "b.f32",    "c.bf16", "d.f16",  "e.i64",
+                                   "f.bool", "g.scalar", "h.4d",   "i.empty"};
     for (int i = 0; i < 9; i++) {
         unsigned char *p = s->t[i].data;
         size_t n = h3s_tensor_nbytes(&s->t[i]);
@@ -334,8 +335,8 @@ static void expect_bad(const char *path, h3s_status want, const char *needle, co
           h3s_status_name(want));
     CHECK(f == (h3s_st_file *)0x1, "%s: output written on failure", what);
     CHECK(strstr(h3s_last_error(), path) != NULL, "%s: message does not name the file: %s", what, h3s_last_error());
-    if (needle) CHECK(strstr(h3s_last_error(), needle) != NULL, "%s: message lacks '%s': %s", what, needle,
-                      h3s_last_error());
+    if (needle)
+        CHECK(strstr(h3s_last_error(), needle) != NULL, "%s: message lacks '%s': %s", what, needle, h3s_last_error());
     if (st == H3S_OK) h3s_st_close(f);
 }
 

@@ -1,6 +1,9 @@
 /* Build without nvcc: the CUDA backend is absent and every entry point says so. */
 #ifndef H3S_WITH_CUDA
+#include <stdio.h>
+
 #include "core/core.h"
+#include "cuda/cuda_extra.h"
 #include "cuda/cuda_ops.h"
 
 #define NO_CUDA(name)                                                                                                  \
@@ -113,6 +116,13 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
 h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_gather"); }
 h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_scatter"); }
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
+h3s_status h3s_cuda_describe(char *buf, size_t size) {
+    h3s_status st = NO_CUDA("cuda_describe");
+    if (buf && size) snprintf(buf, size, "unavailable: %s", h3s_last_error());
+    return st;
+}
+h3s_status h3s_cuda_fill_random(h3s_tensor *t, uint64_t seed, float scale) { return NO_CUDA("cuda_fill_random"); }
+void h3s_cuda_release_caches(void) {}
 #else
 typedef int h3s_cuda_none_translation_unit_is_not_empty;
 #endif

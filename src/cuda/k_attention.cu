@@ -13,7 +13,7 @@
  * Two passes instead of an online softmax: the online rescaling would make the bits depend on
  * where the tile boundaries fall among the attendable keys.  No S x S buffer: keys stream
  * through shared memory in tiles of 32.  Backward (no atomics):
- *   delta_i = FMA chain over d of dout_id * out_id;  P_ij = expf(s_ij - m_i) * (1 / l_i);
+ *   delta_i = FMA chain over d of dout_id * out_id;  P_ij = expf(s_ij - m_i) / l_i;
  *   dS_ij = P_ij * (dout_i . v_j - delta_i);
  *   dq_i = scale * (chain over attendable j ascending of dS_ij k_j)   -- by query blocks;
  *   dk_j = scale * (chain over attendable i ascending of dS_ij q_i),
@@ -153,7 +153,6 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dq_kernel(
         dq[i] = 0.0f;
     }
     const float mq = live ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
-    const float inv_l = live ? 1.0f / lq : 0.0f;
     const float delta = live ? a.delta[row * a.heads + h] : 0.0f;
     const int64_t qdoc = (live && a.doc) ? a.doc[s] : 0;
     const int64_t ntiles = (S + AT_TILE - 1) / AT_TILE;
@@ -177,7 +176,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dq_kernel(
             float sc = quad_dot<DPT>(q, Ks[j], ql) * a.scale;
             float dp = quad_dot<DPT>(g, Vs[j], ql);
             if (!(live && kok[j] && kdoc[j] == qdoc)) continue;
-            float p = expf(sc - mq) * inv_l;
+            float p = expf(sc - mq) / lq;
             float ds = p * (dp - delta);
 #pragma unroll
             for (int i = 0; i < DPT; i++)
@@ -195,7 +194,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dq_kernel(
 template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kernel(h3c_attn_args a) {
     __shared__ float Qs[AT_TILE][4 * DPT];
     __shared__ float Gs[AT_TILE][4 * DPT];
-    __shared__ float qm[AT_TILE], qinv[AT_TILE], qdelta[AT_TILE];
+    __shared__ float qm[AT_TILE], ql_sum[AT_TILE], qdelta[AT_TILE];
     __shared__ int64_t qdoc[AT_TILE];
     __shared__ int qok[AT_TILE];
     const int tid = threadIdx.x, ql = tid & 3;
@@ -226,7 +225,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
             bool ok = tid < cnt && lq > 0.0f;
             qok[tid] = ok;
             qm[tid] = ok ? a.stats_in[(r * a.heads + h) * 2] : 0.0f;
-            qinv[tid] = ok ? 1.0f / lq : 0.0f;
+            ql_sum[tid] = ok ? lq : 1.0f;
             qdelta[tid] = ok ? a.delta[r * a.heads + h] : 0.0f;
             qdoc[tid] = (ok && a.doc) ? a.doc[i0 + tid] : 0;
         }
@@ -240,7 +239,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
             float sc = quad_dot<DPT>(k, Qs[i], ql) * a.scale;
             float dp = quad_dot<DPT>(v, Gs[i], ql);
             if (!(live && qok[i] && qdoc[i] == kd)) continue;
-            float p = expf(sc - qm[i]) * qinv[i];
+            float p = expf(sc - qm[i]) / ql_sum[i];
             float ds = p * (dp - qdelta[i]);
 #pragma unroll
             for (int c = 0; c < DPT; c++) {

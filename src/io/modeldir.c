@@ -147,10 +147,10 @@ struct h3s_weights {
     h3s_config config;
     h3s_param_spec *specs;
     int64_t count;
-    h3s_tensor *tensors;  /* canonical order */
-    int64_t *by_name;     /* spec indices sorted by name */
-    h3s_st_file **files;  /* the weights files (shards in name order) */
-    char **file_names;    /* their names relative to model_dir */
+    h3s_tensor *tensors; /* canonical order */
+    int64_t *by_name;    /* spec indices sorted by name */
+    h3s_st_file **files; /* the weights files (shards in name order) */
+    char **file_names;   /* their names relative to model_dir */
     int64_t nfiles;
     int owns_tensors;
 };
@@ -185,7 +185,9 @@ const h3s_tensor *h3s_weights_at(const h3s_weights *w, int64_t i, const char **n
     return &w->tensors[i];
 }
 
-static int cmp_spec_name(const h3s_param_spec *specs, int64_t a, int64_t b) { return strcmp(specs[a].name, specs[b].name); }
+static int cmp_spec_name(const h3s_param_spec *specs, int64_t a, int64_t b) {
+    return strcmp(specs[a].name, specs[b].name);
+}
 
 /* Sorting indices by name without a global: a simple merge sort with the spec table passed along. */
 static void merge_sort_specs(const h3s_param_spec *specs, int64_t *idx, int64_t *tmp, int64_t n) {
@@ -743,8 +745,8 @@ static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
     st = h3s_config_load(cfg, &old);
     free(cfg);
     if (st != H3S_OK)
-        return h3s_fail_context(H3S_ERR_INVALID, "init: %s is not a MiniMax-H3 model directory; refusing to overwrite it",
-                                out_dir);
+        return h3s_fail_context(H3S_ERR_INVALID,
+                                "init: %s is not a MiniMax-H3 model directory; refusing to overwrite it", out_dir);
     *state = OUT_MODEL;
     return H3S_OK;
 }
@@ -789,8 +791,7 @@ h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char 
         if (mkdir(tmp, 0777) == 0)
             made = 1;
         else if (errno != EEXIST) {
-            st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s: %s", out,
-                          strerror(errno));
+            st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s: %s", out, strerror(errno));
             free(tmp);
             tmp = NULL;
             goto done;
@@ -869,12 +870,13 @@ static int safe_relative_path(const char *s) {
 static int is_sha256_hex(const char *s) {
     if (strlen(s) != 64) return 0;
     for (int i = 0; i < 64; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F')))
-            return 0;
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F'))) return 0;
     return 1;
 }
 
-static int same_file(const struct stat *a, const struct stat *b) { return a->st_dev == b->st_dev && a->st_ino == b->st_ino; }
+static int same_file(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
 
 typedef struct {
     const char *key;

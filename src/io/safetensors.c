@@ -129,8 +129,8 @@ static h3s_status parse_entry(const char *path, const cJSON *item, uint64_t data
         if (seen == 0)
             return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': header entry lacks \"%s\"", path, name, fields[k]);
         if (seen > 1)
-            return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': header entry has \"%s\" %d times", path, name,
-                            fields[k], seen);
+            return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': header entry has \"%s\" %d times", path, name, fields[k],
+                            seen);
     }
     const cJSON *dtype = found[0], *shape = found[1], *offsets = found[2];
     if (!cJSON_IsString(dtype) || !dtype->valuestring)
@@ -160,9 +160,9 @@ static h3s_status parse_entry(const char *path, const cJSON *item, uint64_t data
         return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", path, name,
                         (unsigned long long)e->begin, (unsigned long long)e->end);
     if (e->end > data_size)
-        return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] run past the data area (%llu bytes)",
-                        path, name, (unsigned long long)e->begin, (unsigned long long)e->end,
-                        (unsigned long long)data_size);
+        return h3s_fail(H3S_ERR_FORMAT,
+                        "%s: tensor '%s': data_offsets [%llu, %llu] run past the data area (%llu bytes)", path, name,
+                        (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_size);
     uint64_t nbytes;
     if (checked_nbytes(ndim, e->shape, h3s_dtype_size(e->dtype), &nbytes))
         return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': byte size of the shape overflows", path, name);
@@ -175,8 +175,7 @@ static h3s_status parse_entry(const char *path, const cJSON *item, uint64_t data
 }
 
 static h3s_status check_metadata(const char *path, const cJSON *item) {
-    if (!cJSON_IsObject(item))
-        return h3s_fail(H3S_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
+    if (!cJSON_IsObject(item)) return h3s_fail(H3S_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
     for (const cJSON *m = item->child; m; m = m->next) {
         if (!cJSON_IsString(m))
             return h3s_fail(H3S_ERR_FORMAT, "%s: __metadata__ value of '%s' is not a string", path, m->string);
@@ -189,8 +188,7 @@ static int is_json_space(unsigned char c) { return c == ' ' || c == '\t' || c ==
 /* Parse and validate the header; on success fill f->entries / names / by_name. */
 static h3s_status parse_header(h3s_st_file *f, const char *hdr, size_t hdr_len, uint64_t data_size) {
     const char *path = f->path;
-    if (memchr(hdr, '\0', hdr_len))
-        return h3s_fail(H3S_ERR_FORMAT, "%s: header contains a NUL byte", path);
+    if (memchr(hdr, '\0', hdr_len)) return h3s_fail(H3S_ERR_FORMAT, "%s: header contains a NUL byte", path);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hdr_len, &end, 0);
     if (!root) {
@@ -265,15 +263,17 @@ static h3s_status parse_header(h3s_st_file *f, const char *hdr, size_t hdr_len, 
             goto done;
         }
         if (pe[i].begin > expect) {
-            st = h3s_fail(H3S_ERR_FORMAT, "%s: bytes [%llu, %llu) of the data area before tensor '%s' belong to no tensor",
-                          path, (unsigned long long)expect, (unsigned long long)pe[i].begin, pe[i].name);
+            st = h3s_fail(H3S_ERR_FORMAT,
+                          "%s: bytes [%llu, %llu) of the data area before tensor '%s' belong to no tensor", path,
+                          (unsigned long long)expect, (unsigned long long)pe[i].begin, pe[i].name);
             goto done;
         }
         expect = pe[i].end;
     }
     if (expect != data_size) {
-        st = h3s_fail(H3S_ERR_FORMAT, "%s: %llu bytes after the last tensor belong to no tensor (truncated header or "
-                                      "trailing data)",
+        st = h3s_fail(H3S_ERR_FORMAT,
+                      "%s: %llu bytes after the last tensor belong to no tensor (truncated header or "
+                      "trailing data)",
                       path, (unsigned long long)(data_size - expect));
         goto done;
     }
@@ -632,11 +632,13 @@ static int valid_utf8(const char *s) {
     return 1;
 }
 
-static int cmp_cstr_ptr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int cmp_cstr_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 /* Validate the entries and build the padded header; *data_bytes = total size of the data area. */
-static h3s_status build_header(const char *path, const h3s_st_entry *entries, int64_t count, int need_data,
-                               strbuf *hdr, uint64_t *data_bytes) {
+static h3s_status build_header(const char *path, const h3s_st_entry *entries, int64_t count, int need_data, strbuf *hdr,
+                               uint64_t *data_bytes) {
     if (count < 0) return h3s_fail(H3S_ERR_INVALID, "st_write %s: count %lld is negative", path, (long long)count);
     if (count > 0 && !entries) return h3s_fail(H3S_ERR_INVALID, "st_write %s: NULL entries", path);
     uint64_t offset = 0;
@@ -673,8 +675,8 @@ static h3s_status build_header(const char *path, const h3s_st_entry *entries, in
         qsort(names, (size_t)count, sizeof *names, cmp_cstr_ptr);
         for (int64_t i = 1; i < count; i++) {
             if (strcmp(names[i - 1], names[i]) == 0) {
-                h3s_status st = h3s_fail(H3S_ERR_INVALID, "st_write %s: tensor name '%s' appears more than once", path,
-                                         names[i]);
+                h3s_status st =
+                    h3s_fail(H3S_ERR_INVALID, "st_write %s: tensor name '%s' appears more than once", path, names[i]);
                 free(names);
                 return st;
             }

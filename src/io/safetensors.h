@@ -32,7 +32,7 @@ typedef struct h3s_st_file h3s_st_file;
  * (possible only in files other writers made) is copied once into aligned memory owned by the file. */
 h3s_status h3s_st_open(const char *path, h3s_st_file **out);
 int64_t h3s_st_count(const h3s_st_file *f);
-const h3s_st_entry *h3s_st_entry_at(const h3s_st_file *f, int64_t i); /* NULL if i is out of range */
+const h3s_st_entry *h3s_st_entry_at(const h3s_st_file *f, int64_t i);    /* NULL if i is out of range */
 const h3s_st_entry *h3s_st_find(const h3s_st_file *f, const char *name); /* NULL if absent */
 const char *h3s_st_path(const h3s_st_file *f);
 uint64_t h3s_st_file_size(const h3s_st_file *f);

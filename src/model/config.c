@@ -52,14 +52,13 @@ int64_t h3s_config_video_width(const h3s_config *c) {
 
 static h3s_status check_dim(const char *key, int64_t v, int64_t min, int64_t max) {
     if (v < min || v > max)
-        return h3s_fail(H3S_ERR_INVALID, "config: %s = %lld is outside [%lld, %lld]", key, (long long)v,
-                        (long long)min, (long long)max);
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %lld is outside [%lld, %lld]", key, (long long)v, (long long)min,
+                        (long long)max);
     return H3S_OK;
 }
 
 static h3s_status check_eps(const char *key, double v) {
-    if (!(v > 0.0) || !isfinite(v))
-        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be finite and > 0", key, v);
+    if (!(v > 0.0) || !isfinite(v)) return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be finite and > 0", key, v);
     return H3S_OK;
 }
 
@@ -169,8 +168,7 @@ h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) 
         case KEY_INT: st = json_int(item, key->name, (int64_t *)field); break;
         case KEY_DOUBLE:
             if (!cJSON_IsNumber(item))
-                st = h3s_fail(H3S_ERR_INVALID, "config: %s must be a number, got %s", key->name,
-                              json_type_name(item));
+                st = h3s_fail(H3S_ERR_INVALID, "config: %s must be a number, got %s", key->name, json_type_name(item));
             else
                 *(double *)field = item->valuedouble;
             break;

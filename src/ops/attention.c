@@ -70,6 +70,12 @@ typedef struct attn_kernels {
     void (*exp_row)(const float *x, float *y, int64_t n);
     /* FMA chain over d ascending of a[d] * bf16 b[d], from 0. */
     float (*dot_bf16)(const float *a, const uint16_t *b, int64_t D);
+    /* dst[d * ldt + i] = src[(row0 + i) * W + col0 + d] as float for i < n, d < D; columns
+     * n .. pcol-1 of dst zero.  Pure data movement. */
+    void (*trans_bf16)(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0, int64_t D,
+                       float *dst, int64_t ldt);
+    void (*trans_f32)(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0, int64_t D,
+                      float *dst, int64_t ldt);
 } attn_kernels;
 
 static void scores_portable(const float *a, int64_t rows, int64_t D, const float *bt, int64_t cols, int64_t ldb,
@@ -100,6 +106,29 @@ static void accum_portable(float *acc, int64_t D, const float *coef, const int32
 static void exp_row_portable(const float *x, float *y, int64_t n) {
     for (int64_t t = 0; t < n; t++)
         y[t] = h3s_det_expf(x[t]);
+}
+
+static void trans_bf16_portable(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
+                                int64_t D, float *dst, int64_t ldt) {
+    for (int64_t i = 0; i < n; i++) {
+        const uint16_t *s = src + (row0 + i) * W + col0;
+        for (int64_t d = 0; d < D; d++)
+            dst[d * ldt + i] = h3s_bf16_value(s[d]);
+    }
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t i = n; i < pcol; i++)
+            dst[d * ldt + i] = 0.0f;
+}
+static void trans_f32_portable(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
+                               int64_t D, float *dst, int64_t ldt) {
+    for (int64_t i = 0; i < n; i++) {
+        const float *s = src + (row0 + i) * W + col0;
+        for (int64_t d = 0; d < D; d++)
+            dst[d * ldt + i] = s[d];
+    }
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t i = n; i < pcol; i++)
+            dst[d * ldt + i] = 0.0f;
 }
 
 static float dot_bf16_portable(const float *a, const uint16_t *b, int64_t D) {
@@ -203,47 +232,65 @@ ATTN_AVX2 static void accum_avx2(float *acc, int64_t D, const float *coef, const
  * scaling by 2^k, which is exact (as ldexp is) while the result is a normal double, i.e. for
  * x >= -708.  Lanes outside [-708, 0] (and NaN) are recomputed by the scalar function, so
  * the values equal h3s_det_expf everywhere (checked against it in tests/test_attention.c). */
-ATTN_AVX2 static void exp_row_avx2(const float *x, float *y, int64_t n) {
-    static const double c[] = {1.0 / 6227020800.0,
-                               1.0 / 479001600.0,
-                               1.0 / 39916800.0,
-                               1.0 / 3628800.0,
-                               1.0 / 362880.0,
-                               1.0 / 40320.0,
-                               1.0 / 5040.0,
-                               1.0 / 720.0,
-                               1.0 / 120.0,
-                               1.0 / 24.0,
-                               1.0 / 6.0,
-                               0.5,
-                               1.0,
-                               1.0};
+static const double exp_poly[] = {1.0 / 6227020800.0,
+                                  1.0 / 479001600.0,
+                                  1.0 / 39916800.0,
+                                  1.0 / 3628800.0,
+                                  1.0 / 362880.0,
+                                  1.0 / 40320.0,
+                                  1.0 / 5040.0,
+                                  1.0 / 720.0,
+                                  1.0 / 120.0,
+                                  1.0 / 24.0,
+                                  1.0 / 6.0,
+                                  0.5,
+                                  1.0,
+                                  1.0};
+
+/* nv <= EXP_GROUPS groups of four values at once (independent chains hide the latency of the
+ * polynomial). */
+#define EXP_GROUPS 4
+
+ATTN_AVX2 static inline void exp_groups_avx2(const float *x, float *y, int nv) {
     const __m256d inv_ln2 = _mm256_set1_pd(1.44269504088896338700e+00);
     const __m256d ln2_hi = _mm256_set1_pd(6.93147180369123816490e-01);
     const __m256d ln2_lo = _mm256_set1_pd(1.90821492927058770002e-10);
     const __m256d shifter = _mm256_set1_pd(6755399441055744.0); /* 1.5 * 2^52 */
-    const __m128 lo_lim = _mm_set1_ps(-708.0f), hi_lim = _mm_setzero_ps();
-    int64_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-        __m128 xf = _mm_loadu_ps(x + t);
-        __m256d xd = _mm256_cvtps_pd(xf);
+    __m256d r[EXP_GROUPS], p[EXP_GROUPS];
+    __m256i e[EXP_GROUPS];
+    for (int g = 0; g < nv; g++) {
+        __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * g));
         __m256d kk = _mm256_add_pd(_mm256_mul_pd(xd, inv_ln2), shifter);
-        __m256i kbits = _mm256_castpd_si256(kk);
+        /* 2^k: the low bits of the shifted value hold k in two's complement */
+        e[g] = _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(kk), _mm256_set1_epi64x(1023)), 52);
         kk = _mm256_sub_pd(kk, shifter);
-        __m256d r = _mm256_sub_pd(_mm256_sub_pd(xd, _mm256_mul_pd(kk, ln2_hi)), _mm256_mul_pd(kk, ln2_lo));
-        __m256d p = _mm256_set1_pd(1.0 / 87178291200.0);
-        for (unsigned i = 0; i < sizeof c / sizeof c[0]; i++)
-            p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(c[i]));
-        /* 2^k: the low bits of the shifted value hold k in two's complement. */
-        __m256i e = _mm256_slli_epi64(_mm256_add_epi64(kbits, _mm256_set1_epi64x(1023)), 52);
-        __m128 res = _mm256_cvtpd_ps(_mm256_mul_pd(p, _mm256_castsi256_pd(e)));
+        r[g] = _mm256_sub_pd(_mm256_sub_pd(xd, _mm256_mul_pd(kk, ln2_hi)), _mm256_mul_pd(kk, ln2_lo));
+        p[g] = _mm256_set1_pd(1.0 / 87178291200.0);
+    }
+    for (unsigned i = 0; i < sizeof exp_poly / sizeof exp_poly[0]; i++) {
+        __m256d c = _mm256_set1_pd(exp_poly[i]);
+        for (int g = 0; g < nv; g++)
+            p[g] = _mm256_add_pd(_mm256_mul_pd(p[g], r[g]), c);
+    }
+    const __m128 lo_lim = _mm_set1_ps(-708.0f), hi_lim = _mm_setzero_ps();
+    for (int g = 0; g < nv; g++) {
+        __m128 xf = _mm_loadu_ps(x + 4 * g);
+        _mm_storeu_ps(y + 4 * g, _mm256_cvtpd_ps(_mm256_mul_pd(p[g], _mm256_castsi256_pd(e[g]))));
         __m128 ok = _mm_and_ps(_mm_cmpge_ps(xf, lo_lim), _mm_cmple_ps(xf, hi_lim));
-        _mm_storeu_ps(y + t, res);
         if (_mm_movemask_ps(ok) != 0xf) {
-            for (int64_t u = t; u < t + 4; u++)
+            for (int u = 4 * g; u < 4 * g + 4; u++)
                 if (!(x[u] >= -708.0f && x[u] <= 0.0f)) y[u] = h3s_det_expf(x[u]);
         }
     }
+}
+
+/* y = h3s_det_expf(x), sixteen values at a time, then four, then the scalar function. */
+ATTN_AVX2 static void exp_row_avx2(const float *x, float *y, int64_t n) {
+    int64_t t = 0;
+    for (; t + 4 * EXP_GROUPS <= n; t += 4 * EXP_GROUPS)
+        exp_groups_avx2(x + t, y + t, EXP_GROUPS);
+    for (; t + 4 <= n; t += 4)
+        exp_groups_avx2(x + t, y + t, 1);
     for (; t < n; t++)
         y[t] = h3s_det_expf(x[t]);
 }
@@ -256,10 +303,77 @@ ATTN_AVX2 static float dot_bf16_avx2(const float *a, const uint16_t *b, int64_t 
     return s;
 }
 
-static const attn_kernels kernels_avx2 = {scores_avx2, accum_avx2, exp_row_avx2, dot_bf16_avx2};
+/* 8 x 8 transpose of r[0..7] (rows) into columns. */
+ATTN_AVX2 static inline void transpose8_avx2(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+ATTN_AVX2 static inline __m256 bf16x8_avx2(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+ATTN_AVX2 static void trans_bf16_avx2(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol,
+                                      int64_t col0, int64_t D, float *dst, int64_t ldt) {
+    int64_t i0 = 0, D8 = D / 8 * 8;
+    for (; i0 + 8 <= n; i0 += 8) {
+        const uint16_t *s0 = src + (row0 + i0) * W + col0;
+        for (int64_t d0 = 0; d0 < D8; d0 += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = bf16x8_avx2(s0 + i * W + d0);
+            transpose8_avx2(r);
+            for (int d = 0; d < 8; d++)
+                _mm256_storeu_ps(dst + (d0 + d) * ldt + i0, r[d]);
+        }
+        for (int64_t d = D8; d < D; d++)
+            for (int i = 0; i < 8; i++)
+                dst[d * ldt + i0 + i] = h3s_bf16_value(s0[i * W + d]);
+    }
+    trans_bf16_portable(src, W, row0 + i0, n - i0, pcol - i0, col0, D, dst + i0, ldt);
+}
+
+ATTN_AVX2 static void trans_f32_avx2(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
+                                     int64_t D, float *dst, int64_t ldt) {
+    int64_t i0 = 0, D8 = D / 8 * 8;
+    for (; i0 + 8 <= n; i0 += 8) {
+        const float *s0 = src + (row0 + i0) * W + col0;
+        for (int64_t d0 = 0; d0 < D8; d0 += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_loadu_ps(s0 + i * W + d0);
+            transpose8_avx2(r);
+            for (int d = 0; d < 8; d++)
+                _mm256_storeu_ps(dst + (d0 + d) * ldt + i0, r[d]);
+        }
+        for (int64_t d = D8; d < D; d++)
+            for (int i = 0; i < 8; i++)
+                dst[d * ldt + i0 + i] = s0[i * W + d];
+    }
+    trans_f32_portable(src, W, row0 + i0, n - i0, pcol - i0, col0, D, dst + i0, ldt);
+}
+
+static const attn_kernels kernels_avx2 = {scores_avx2,   accum_avx2,      exp_row_avx2,
+                                          dot_bf16_avx2, trans_bf16_avx2, trans_f32_avx2};
 #endif
 
-static const attn_kernels kernels_portable = {scores_portable, accum_portable, exp_row_portable, dot_bf16_portable};
+static const attn_kernels kernels_portable = {scores_portable,   accum_portable,      exp_row_portable,
+                                              dot_bf16_portable, trans_bf16_portable, trans_f32_portable};
 
 static int attn_force_portable = 0;
 
@@ -310,8 +424,8 @@ static int64_t build_lists(const int64_t *doc, int64_t r0, int64_t nr, const uin
     return total;
 }
 
-/* rows x D block of a [.., W] BF16 / F32 tensor (head h) as floats, rows padded with zeros
- * up to prow; or transposed into [D][ldt] with columns padded with zeros up to pcol. */
+/* n rows x D channels (from column col0) of a [.., W] BF16 / F32 tensor as floats [n][D],
+ * rows padded with zeros up to prow. */
 static void load_rows_bf16(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t prow, int64_t col0,
                            int64_t D, float *dst) {
     for (int64_t i = 0; i < n; i++) {
@@ -326,28 +440,6 @@ static void load_rows_f32(const float *src, int64_t W, int64_t row0, int64_t n, 
     for (int64_t i = 0; i < n; i++)
         memcpy(dst + i * D, src + (row0 + i) * W + col0, (size_t)D * sizeof(float));
     if (prow > n) memset(dst + n * D, 0, (size_t)((prow - n) * D) * sizeof(float));
-}
-static void load_trans_bf16(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
-                            int64_t D, float *dst, int64_t ldt) {
-    for (int64_t i = 0; i < n; i++) {
-        const uint16_t *s = src + (row0 + i) * W + col0;
-        for (int64_t d = 0; d < D; d++)
-            dst[d * ldt + i] = h3s_bf16_value(s[d]);
-    }
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t i = n; i < pcol; i++)
-            dst[d * ldt + i] = 0.0f;
-}
-static void load_trans_f32(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0, int64_t D,
-                           float *dst, int64_t ldt) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *s = src + (row0 + i) * W + col0;
-        for (int64_t d = 0; d < D; d++)
-            dst[d * ldt + i] = s[d];
-    }
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t i = n; i < pcol; i++)
-            dst[d * ldt + i] = 0.0f;
 }
 
 /* Workspace carving: one block per thread, 64-byte aligned pieces.  With base == NULL it
@@ -434,7 +526,7 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, NULL, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        load_trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
+        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         for (int64_t i = 0; i < nq; i++) {
             const int32_t *l = w->lst + i * ATTN_KT;
@@ -452,7 +544,7 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, NULL, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        load_trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
+        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
         load_rows_bf16(v, W, row0 + j0, nk, nk, col, D, w->vr);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         for (int64_t i = 0; i < nq; i++) {
@@ -537,7 +629,8 @@ static size_t bwd_ws_layout(bwd_ws *w, char *base, int64_t D) {
 
 /* P_ij = exp(s_ij - m_i) / l_i and dS_ij = P_ij * (dP_ij - D_i) for the n listed partners of
  * one row.  s, dp: the row's scores (unscaled) and dout . v dots, indexed by partner offset;
- * for a query row m, l, Di are scalars (mi = NULL), for a key row they are per partner. */
+ * for a query row m, l, Di are scalars (mv = NULL), for a key row they come per partner from
+ * mv, lv, Dv.  Writes pn = P and, when dp is given, ds = dS. */
 static void probs(const attn_kernels *kn, float scale, const float *s, const float *dp, const int32_t *lst, int32_t n,
                   float m, float l, float Di, const float *mv, const float *lv, const float *Dv, const bwd_ws *w) {
     if (mv) {
@@ -568,8 +661,8 @@ static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, con
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, w->live, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        load_trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
-        load_trans_bf16(v, W, row0 + j0, nk, pk, col, D, w->vt, ATTN_KT);
+        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
+        kn->trans_bf16(v, W, row0 + j0, nk, pk, col, D, w->vt, ATTN_KT);
         load_rows_bf16(k, W, row0 + j0, nk, nk, col, D, w->kr);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         kn->scores(w->gf, rq, D, w->vt, pk, ATTN_KT, w->dp, ATTN_KT);
@@ -590,9 +683,8 @@ static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, con
 }
 
 static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, const uint16_t *q, const uint16_t *k,
-                      const uint16_t *v, const float *stats, const float *Dt, const uint8_t *live_t,
-                      const float *dout, float *dk, float *dv, int64_t b, int64_t h, int64_t j0, int64_t nk,
-                      const bwd_ws *w) {
+                      const uint16_t *v, const float *stats, const float *Dt, const uint8_t *live_t, const float *dout,
+                      float *dk, float *dv, int64_t b, int64_t h, int64_t j0, int64_t nk, const bwd_ws *w) {
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rk = round_up(nk, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S + j0 : NULL;
     load_rows_bf16(k, W, row0 + j0, nk, rk, col, D, w->kf);
@@ -603,10 +695,10 @@ static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, c
         int64_t nq = min64(ATTN_QT, S - i0), pq = round_up(nq, 16);
         load_query_terms(g, stats, Dt, live_t, row0 + i0, nq, h, w->mq, w->lq, w->Dq, w->liveq);
         if (!build_lists(g->doc, j0, nk, kv, i0, nq, w->liveq, w->lst, ATTN_QT, w->cnt)) continue;
-        load_trans_bf16(q, W, row0 + i0, nq, pq, col, D, w->qt, ATTN_QT);
+        kn->trans_bf16(q, W, row0 + i0, nq, pq, col, D, w->qt, ATTN_QT);
         kn->scores(w->kf, rk, D, w->qt, pq, ATTN_QT, w->sc, ATTN_QT);
         if (dk) {
-            load_trans_f32(dout, W, row0 + i0, nq, pq, col, D, w->gt, ATTN_QT);
+            kn->trans_f32(dout, W, row0 + i0, nq, pq, col, D, w->gt, ATTN_QT);
             load_rows_bf16(q, W, row0 + i0, nq, nq, col, D, w->qr);
             kn->scores(w->vf, rk, D, w->gt, pq, ATTN_QT, w->dp, ATTN_QT);
         }
@@ -768,8 +860,7 @@ static int overlaps(const h3s_tensor *a, const h3s_tensor *b) {
 /* Checks q, k, v, batch, heads and the mask; fills the geometry (data pointers of the mask
  * only) and the mode. */
 static h3s_status check_common(const char *op, const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
-                               int64_t batch, int64_t heads, const h3s_attn_mask *mask, attn_mode *mode,
-                               attn_geom *g) {
+                               int64_t batch, int64_t heads, const h3s_attn_mask *mask, attn_mode *mode, attn_geom *g) {
     if (!q) return h3s_fail(H3S_ERR_INVALID, "%s: q is NULL", op);
     if (q->dtype == H3S_F64) {
         *mode = (attn_mode){1, H3S_F64, H3S_F64, H3S_F64};
@@ -825,14 +916,13 @@ static h3s_status check_devices(const char *op, const h3s_tensor *const *t, cons
         if (mask->doc && mask->doc->device)
             return h3s_fail(H3S_ERR_INVALID, "%s: mask.doc is on the device but the tensors are on the host", op);
         if (mask->key_valid && mask->key_valid->device)
-            return h3s_fail(H3S_ERR_INVALID, "%s: mask.key_valid is on the device but the tensors are on the host",
-                            op);
+            return h3s_fail(H3S_ERR_INVALID, "%s: mask.key_valid is on the device but the tensors are on the host", op);
     }
     return H3S_OK;
 }
 
-static h3s_status check_no_overlap(const char *op, const h3s_tensor *const *outs, const char *const *out_names, int nout,
-                                   const h3s_tensor *const *ins, const char *const *in_names, int nin) {
+static h3s_status check_no_overlap(const char *op, const h3s_tensor *const *outs, const char *const *out_names,
+                                   int nout, const h3s_tensor *const *ins, const char *const *in_names, int nin) {
     for (int i = 0; i < nout; i++) {
         for (int j = 0; j < nin; j++)
             if (overlaps(outs[i], ins[j]))
@@ -965,8 +1055,8 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
                         min64(ATTN_QB, g.S - i0), &w);
             } else {
                 int64_t x = u - uq, b = x / (g.H * nkb), h = (x / nkb) % g.H, j0 = (x % nkb) * ATTN_KB;
-                dkdv_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdk, pdv, b,
-                          h, j0, min64(ATTN_KB, g.S - j0), &w);
+                dkdv_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdk, pdv, b, h,
+                          j0, min64(ATTN_KB, g.S - j0), &w);
             }
         }
     }

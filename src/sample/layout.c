@@ -152,7 +152,8 @@ h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t p
                         (long long)patch_w);
     if (o->text_tokens <= 0)
         return h3s_fail(H3S_ERR_INVALID, "%s: text_tokens = %lld must be positive", op, (long long)o->text_tokens);
-    if (o->frames <= 0) return h3s_fail(H3S_ERR_INVALID, "%s: frames = %lld must be positive", op, (long long)o->frames);
+    if (o->frames <= 0)
+        return h3s_fail(H3S_ERR_INVALID, "%s: frames = %lld must be positive", op, (long long)o->frames);
     if (o->latent_height <= 0)
         return h3s_fail(H3S_ERR_INVALID, "%s: latent_height = %lld must be positive", op, (long long)o->latent_height);
     if (o->latent_width <= 0)
@@ -213,8 +214,7 @@ h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t p
         (st = alloc1(&l.timestep_indices, H3S_I64, S)) != H3S_OK ||
         (st = h3s_tensor_alloc(&l.position_ids, H3S_F64, 2, pshape)) != H3S_OK ||
         (st = alloc1(&l.video_indices, H3S_I64, Nv)) != H3S_OK ||
-        (st = alloc1(&l.audio_indices, H3S_I64, Na)) != H3S_OK ||
-        (st = alloc1(&l.text_indices, H3S_I64, Nt)) != H3S_OK)
+        (st = alloc1(&l.audio_indices, H3S_I64, Na)) != H3S_OK || (st = alloc1(&l.text_indices, H3S_I64, Nt)) != H3S_OK)
         goto fail;
     hgrid = h3s_malloc((size_t)hp, sizeof(double));
     wgrid = h3s_malloc((size_t)wp, sizeof(double));
@@ -370,8 +370,8 @@ h3s_status h3s_layout_timesteps_ex(const h3s_layout *l, float t_video, float t_a
     const int64_t *kind = l->row_kind.data;
     for (int64_t row = 0; row < l->S; row++)
         if (kind[row] < H3S_ROW_PAD || kind[row] > H3S_ROW_VIDEO)
-            return h3s_fail(H3S_ERR_INVALID, "%s: layout.row_kind[%lld] = %lld is not a row kind", op,
-                            (long long)row, (long long)kind[row]);
+            return h3s_fail(H3S_ERR_INVALID, "%s: layout.row_kind[%lld] = %lld is not a row kind", op, (long long)row,
+                            (long long)kind[row]);
 
     /* Which values occur among the live rows. */
     int used[3] = {0, 0, 0}; /* t_video (text, target video), t_audio, t_condition */
@@ -461,7 +461,8 @@ h3s_status h3s_inputs_random(const h3s_layout *l, int64_t batch, uint64_t seed, 
         return h3s_fail(H3S_ERR_INVALID, "%s: video_width = %lld must be positive", op, (long long)video_width);
     if (audio_channels <= 0)
         return h3s_fail(H3S_ERR_INVALID, "%s: audio_channels = %lld must be positive", op, (long long)audio_channels);
-    if (text_dim <= 0) return h3s_fail(H3S_ERR_INVALID, "%s: text_dim = %lld must be positive", op, (long long)text_dim);
+    if (text_dim <= 0)
+        return h3s_fail(H3S_ERR_INVALID, "%s: text_dim = %lld must be positive", op, (long long)text_dim);
     /* per-item element counts; the whole batch must stay far inside int64 / size_t */
     const int64_t limit = (int64_t)1 << 50;
     if (l->Nv > limit / video_width || l->Na > limit / audio_channels || l->Nt > limit / text_dim)
@@ -492,8 +493,8 @@ h3s_status h3s_inputs_random(const h3s_layout *l, int64_t batch, uint64_t seed, 
         const uint64_t s_v = h3s_inputs_stream("hidden_states", b), s_a = h3s_inputs_stream("audio_hidden_states", b),
                        s_e = h3s_inputs_stream("encoder_hidden_states", b),
                        s_x0 = h3s_inputs_stream("keyframe_latents", b), s_n = h3s_inputs_stream("keyframe_noise", b);
-        /* Condition rows: clean latent x0 noised once at t = 0.999 (h3s_scale_noise's arithmetic).  Target rows are indexed from the first target row, so the
-         * target noise of a seed is the same with and without keyframes. */
+        /* Condition rows: clean latent x0 noised once at t = 0.999 (h3s_scale_noise's arithmetic).  Target rows are
+         * indexed from the first target row, so the target noise of a seed is the same with and without keyframes. */
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n_cond_el; i++) {
             v[i] = h3s_scale_noise1(h3s_rng_normal(seed, s_x0, (uint64_t)i), h3s_rng_normal(seed, s_n, (uint64_t)i),

@@ -38,18 +38,18 @@ typedef struct h3s_layout_opts {
 } h3s_layout_opts;
 
 typedef struct h3s_layout {
-    int64_t S, Nv, Na, Nt, T;     /* packed rows, video rows (condition + target), audio rows, text rows, row groups */
-    int64_t n_condition;          /* keyframe condition rows (first Nv entries of video_indices) */
-    h3s_tensor token_tags;        /* [S] I64: 0 video/condition, 1 text, 2 audio, -1 padding */
-    h3s_tensor position_ids;      /* [S, 3] F64 */
+    int64_t S, Nv, Na, Nt, T; /* packed rows, video rows (condition + target), audio rows, text rows, row groups */
+    int64_t n_condition;      /* keyframe condition rows (first Nv entries of video_indices) */
+    h3s_tensor token_tags;    /* [S] I64: 0 video/condition, 1 text, 2 audio, -1 padding */
+    h3s_tensor position_ids;  /* [S, 3] F64 */
     h3s_tensor video_indices, audio_indices, text_indices; /* I64 */
-    h3s_tensor timestep_indices;  /* [S] I64: static row-group plan, see below */
-    h3s_tensor row_kind;          /* [S] I64: 0 text, 1 condition, 2 target audio, 3 target video, -1 padding */
+    h3s_tensor timestep_indices;                           /* [S] I64: static row-group plan, see below */
+    h3s_tensor row_kind; /* [S] I64: 0 text, 1 condition, 2 target audio, 3 target video, -1 padding */
     /* Additions. */
     int64_t n_pad;          /* padding rows appended at the end (S - Nt - Nv - Na) */
     int64_t rows_per_frame; /* (latent_height / patch_h) * (latent_width / patch_w) */
     int64_t frames, latent_height, latent_width, audio_latents, patch_h, patch_w;
-    int n_keyframes;        /* 0, 1 or 2 condition frames */
+    int n_keyframes; /* 0, 1 or 2 condition frames */
     int keyframe_first, keyframe_last;
 } h3s_layout;
 

@@ -56,15 +56,16 @@ h3s_status h3s_schedule_sigmas(int64_t n, float shift, float *sigmas_out, int64_
 h3s_status h3s_schedule_timesteps(const float *sigmas, int64_t count, float *timesteps_out) {
     if (!sigmas) return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: sigmas is NULL");
     if (!timesteps_out) return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: timesteps_out is NULL");
-    if (count < 2) return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: %lld sigmas, need at least 2", (long long)count);
+    if (count < 2)
+        return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: %lld sigmas, need at least 2", (long long)count);
     for (int64_t i = 0; i + 1 < count; i++)
         timesteps_out[i] = 1.0f - sigmas[i];
     return H3S_OK;
 }
 
 void h3s_euler_step(const float *x, const float *v, int64_t n, float t, float sigma, float sigma_next, float *x_next) {
-    const float sigma_t = 1.0f - t;           /* sigma recovered from the timestep (not the grid) */
-    const float r = sigma_next / sigma;       /* Euler ratio from the grid */
+    const float sigma_t = 1.0f - t;     /* sigma recovered from the timestep (not the grid) */
+    const float r = sigma_next / sigma; /* Euler ratio from the grid */
     const float one_minus_r = 1.0f - r;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) {
