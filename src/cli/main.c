@@ -22,6 +22,18 @@
 #define EXIT_USAGE 2
 
 static const char *g_cmd = "h3strict";
+static char g_command_line[1024];
+
+/* The command line as typed, for reports ("every figure is reproduced by one command"). */
+static void remember_command_line(int argc, char **argv) {
+    size_t used = 0;
+    for (int i = 0; i < argc && used + 2 < sizeof g_command_line; i++) {
+        const char *a = i == 0 ? "h3strict" : argv[i];
+        int n = snprintf(g_command_line + used, sizeof g_command_line - used, "%s%s", i ? " " : "", a);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
 
 static int fail_line(const char *fmt, ...) H3S_PRINTF(1, 2);
 static int fail_line(const char *fmt, ...) {
@@ -506,6 +518,8 @@ static int cmd_trajectory(int argc, char **argv) {
     st = h3s_trajectory_run(w, &to, &report, &tot);
     if (st == H3S_OK) {
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
+        cJSON_AddStringToObject(report, "command", g_command_line);
+        cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         st = h3s_json_write_file(out, report);
     }
     cJSON_Delete(report);
@@ -545,7 +559,11 @@ static int cmd_replay(int argc, char **argv) {
         h3s_replay_opts ro = {kind, 1234, get(o, n, "--no-golden") == NULL, get(o, n, "--plant-drift")};
         st = h3s_replay(w, &in, &ro, &report);
     }
-    if (st == H3S_OK) st = h3s_json_write_file(out, report);
+    if (st == H3S_OK) {
+        cJSON_AddStringToObject(report, "command", g_command_line);
+        cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
+        st = h3s_json_write_file(out, report);
+    }
     if (st == H3S_OK) {
         const cJSON *fd = cJSON_GetObjectItemCaseSensitive(report, "first_drift");
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(report, "summary");
@@ -608,6 +626,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (!strcmp(argv[1], cmds[i].name)) {
             g_cmd = cmds[i].name;
+            remember_command_line(argc, argv);
             return cmds[i].fn(argc, argv);
         }
     }

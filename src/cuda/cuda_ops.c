@@ -293,7 +293,7 @@ static h3s_status head_common(const char *op, const h3s_tensor *x, int64_t heads
 h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                          h3s_tensor *y) {
     static const char op[] = "head_rmsnorm_forward";
-    int64_t M, D;
+    int64_t M = 0, D = 0;
     H3S_TRY(head_common(op, x, heads, w, eps, &M, &D));
     H3S_TRY(dev_tensor(op, "y", y, H3S_BF16, 2, M, heads * D, -1));
     return h3c_head_rmsnorm_forward(op, M, heads, D, x->data, w->data, (float)eps, y->data);
@@ -302,7 +302,7 @@ h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, con
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                           const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
     static const char op[] = "head_rmsnorm_backward";
-    int64_t M, D;
+    int64_t M = 0, D = 0;
     H3S_TRY(head_common(op, x, heads, w, eps, &M, &D));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, heads * D, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, heads * D));
@@ -373,7 +373,7 @@ static h3s_status rope_common(const char *op, const h3s_tensor *in, const char *
 h3s_status h3s_cuda_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,
                                  h3s_tensor *y) {
     static const char op[] = "rope_forward";
-    int64_t M, S, D, R;
+    int64_t M = 0, S = 0, D = 0, R = 0;
     H3S_TRY(rope_common(op, x, "x", H3S_BF16, heads, cos_t, sin_t, y, "y", &M, &S, &D, &R));
     return h3c_rope_apply(op, 0, M, S, heads, D, R, cos_t->data, sin_t->data, x->data, y->data);
 }
@@ -381,7 +381,7 @@ h3s_status h3s_cuda_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_t
 h3s_status h3s_cuda_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t, const h3s_tensor *dy,
                                   h3s_tensor *dx) {
     static const char op[] = "rope_backward";
-    int64_t M, S, D, R;
+    int64_t M = 0, S = 0, D = 0, R = 0;
     H3S_TRY(rope_common(op, dy, "dy", H3S_F32, heads, cos_t, sin_t, dx, "dx", &M, &S, &D, &R));
     return h3c_rope_apply(op, 1, M, S, heads, D, R, cos_t->data, sin_t->data, dy->data, dx->data);
 }
@@ -483,7 +483,7 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
     const int64_t M = r->shape[0], H = r->shape[1];
     H3S_TRY(dev_tensor(op, "y", y, H3S_BF16, 2, M, H, -1));
     H3S_TRY(dev_tensor(op, "out", out, H3S_BF16, 2, M, H, -1));
-    int64_t R, ld, off;
+    int64_t R = 0, ld = 0, off = 0;
     const int64_t *idx;
     H3S_TRY(gate_table(op, table, index, gate_chunk, M, H, &R, &ld, &off, &idx));
     return h3c_residual_forward(op, M, H, r->data, y->data, dp(table), idx, R, ld, off, out->data);
@@ -498,7 +498,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
     const int64_t M = dout->shape[0], H = dout->shape[1];
     H3S_TRY(dev_opt(op, "dr", dr, H3S_F32, 2, M, H));
     H3S_TRY(dev_opt(op, "dy", dy, H3S_F32, 2, M, H));
-    int64_t R, ld, off;
+    int64_t R = 0, ld = 0, off = 0;
     const int64_t *idx;
     H3S_TRY(gate_table(op, table, index, gate_chunk, M, H, &R, &ld, &off, &idx));
     if (dtable) {

@@ -19,31 +19,29 @@ typedef enum { KEY_INT, KEY_DOUBLE, KEY_PATCH } key_kind;
 typedef struct {
     const char *name;
     key_kind kind;
-    size_t offset;
 } config_key;
 
 /* Sorted by name: the order diffusers writes config.json in (json.dumps(sort_keys=True)). */
 static const config_key config_keys[] = {
-    {"attention_head_dim", KEY_INT, offsetof(h3s_config, attention_head_dim)},
-    {"audio_in_channels", KEY_INT, offsetof(h3s_config, audio_in_channels)},
-    {"ffn_dim", KEY_INT, offsetof(h3s_config, ffn_dim)},
-    {"final_norm_eps", KEY_DOUBLE, offsetof(h3s_config, final_norm_eps)},
-    {"freq_dim", KEY_INT, offsetof(h3s_config, freq_dim)},
-    {"hidden_size", KEY_INT, offsetof(h3s_config, hidden_size)},
-    {"in_channels", KEY_INT, offsetof(h3s_config, in_channels)},
-    {"norm_eps", KEY_DOUBLE, offsetof(h3s_config, norm_eps)},
-    {"num_attention_heads", KEY_INT, offsetof(h3s_config, num_attention_heads)},
-    {"num_layers", KEY_INT, offsetof(h3s_config, num_layers)},
-    {"num_refiner_layers", KEY_INT, offsetof(h3s_config, num_refiner_layers)},
-    {"patch_size", KEY_PATCH, offsetof(h3s_config, patch_size)},
-    {"qk_norm_eps", KEY_DOUBLE, offsetof(h3s_config, qk_norm_eps)},
-    {"rope_freq_dim", KEY_INT, offsetof(h3s_config, rope_freq_dim)},
-    {"rope_theta", KEY_DOUBLE, offsetof(h3s_config, rope_theta)},
-    {"text_dim", KEY_INT, offsetof(h3s_config, text_dim)},
-    {"time_embed_dim", KEY_INT, offsetof(h3s_config, time_embed_dim)},
-    {"time_embed_hidden_dim", KEY_INT, offsetof(h3s_config, time_embed_hidden_dim)},
+    {"attention_head_dim", KEY_INT}, {"audio_in_channels", KEY_INT},  {"ffn_dim", KEY_INT},
+    {"final_norm_eps", KEY_DOUBLE},  {"freq_dim", KEY_INT},           {"hidden_size", KEY_INT},
+    {"in_channels", KEY_INT},        {"norm_eps", KEY_DOUBLE},        {"num_attention_heads", KEY_INT},
+    {"num_layers", KEY_INT},         {"num_refiner_layers", KEY_INT}, {"patch_size", KEY_PATCH},
+    {"qk_norm_eps", KEY_DOUBLE},     {"rope_freq_dim", KEY_INT},      {"rope_theta", KEY_DOUBLE},
+    {"text_dim", KEY_INT},           {"time_embed_dim", KEY_INT},     {"time_embed_hidden_dim", KEY_INT},
 };
 #define N_CONFIG_KEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
+
+/* The field of `c` behind each entry of config_keys (same order). */
+static void bind_fields(h3s_config *c, void *fields[N_CONFIG_KEYS]) {
+    void *f[N_CONFIG_KEYS] = {&c->attention_head_dim, &c->audio_in_channels,  &c->ffn_dim,
+                              &c->final_norm_eps,     &c->freq_dim,           &c->hidden_size,
+                              &c->in_channels,        &c->norm_eps,           &c->num_attention_heads,
+                              &c->num_layers,         &c->num_refiner_layers, c->patch_size,
+                              &c->qk_norm_eps,        &c->rope_freq_dim,      &c->rope_theta,
+                              &c->text_dim,           &c->time_embed_dim,     &c->time_embed_hidden_dim};
+    memcpy(fields, f, sizeof f);
+}
 
 int64_t h3s_config_video_width(const h3s_config *c) {
     if (!c) return 0;
@@ -144,6 +142,8 @@ h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) 
     }
     h3s_config c;
     memset(&c, 0, sizeof c);
+    void *fields[N_CONFIG_KEYS];
+    bind_fields(&c, fields);
     h3s_status st = H3S_OK;
     for (int k = 0; k < N_CONFIG_KEYS && st == H3S_OK; k++) {
         const config_key *key = &config_keys[k];
@@ -163,7 +163,7 @@ h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) 
             st = h3s_fail(H3S_ERR_INVALID, "config: key \"%s\" appears %d times", key->name, seen);
             break;
         }
-        char *field = (char *)&c + key->offset;
+        void *field = fields[k];
         switch (key->kind) {
         case KEY_INT: st = json_int(item, key->name, (int64_t *)field); break;
         case KEY_DOUBLE:
@@ -278,13 +278,16 @@ static void format_double(double v, char *buf, size_t size) {
 h3s_status h3s_config_to_json(const h3s_config *c, char **out_text) {
     if (!c || !out_text) return h3s_fail(H3S_ERR_INVALID, "config_to_json: NULL argument");
     H3S_TRY(h3s_config_validate(c));
+    h3s_config copy = *c;
+    void *fields[N_CONFIG_KEYS];
+    bind_fields(&copy, fields);
     size_t cap = 4096, len = 0;
     char *buf = h3s_malloc(cap, 1);
     if (!buf) return H3S_ERR_NOMEM;
     len += (size_t)snprintf(buf + len, cap - len, "{\n  \"_class_name\": \"MiniMaxH3Transformer3DModel\"");
     for (int k = 0; k < N_CONFIG_KEYS; k++) {
         const config_key *key = &config_keys[k];
-        const char *field = (const char *)c + key->offset;
+        const void *field = fields[k];
         char value[128];
         switch (key->kind) {
         case KEY_INT: snprintf(value, sizeof value, "%lld", (long long)*(const int64_t *)field); break;
