@@ -28,6 +28,7 @@
 #include <math.h>
 
 #include "core/detmath.h"
+#include "cuda/cuda_ops.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -483,12 +484,12 @@ static void check_padded(const attn_case *u, const attn_case *p, const int64_t *
     }
 }
 
-/* Padding rows masked by key_valid: kind 0 = tail, 1 = middle and front (different per item),
- * 2 = middle, the same for both items, combined with the live documents. */
+/* Padding rows masked by key_valid: kind 0 and 3 = tail, 1 = middle and front (different per
+ * item), 2 = middle, the same for both items, combined with the live documents. */
 static int is_pad(int kind, int64_t b, int64_t r, int64_t S) {
     static const int64_t pad0[16] = {0, 4, 8, 12, 16, 17, 18, 19, 25, 30, 31, 32, 40, 41, 44, 47};
     static const int64_t pad1[16] = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 35, 36, 50, 51};
-    if (kind == 0) return r >= S;
+    if (kind == 0 || kind == 3) return r >= S;
     const int64_t *pads = (kind == 1 && b == 1) ? pad1 : pad0;
     for (int i = 0; i < 16; i++)
         if (pads[i] == r) return 1;
@@ -497,9 +498,13 @@ static int is_pad(int kind, int64_t b, int64_t r, int64_t S) {
 
 static void test_padding(void) {
     const int64_t B = 2, S = 37, H = 3, D = 20;
-    attn_case u = case_alloc(B, S, H, D, 0), ud = case_alloc(B, S, H, D, 0);
+    attn_case u = case_alloc(B, S, H, D, 0), ud = case_alloc(B, S, H, D, 0), ut = case_alloc(B, S, H, D, 0);
     case_fill(&u, 71, 1.0f);
     case_fill(&ud, 71, 1.0f);
+    /* tiny q and dout: the dk products underflow to signed zeros, so a key's dk is a zero whose
+     * sign the last query decides; padding queries (after the live ones) must not flip it */
+    case_fill(&ut, 70, 1e-24f);
+    h3t_fill_normal(&ut.dout, 69, 1e-24f);
     int64_t ids[37];
     for (int64_t s = 0; s < S; s++)
         ids[s] = s < 20 ? 0 : 1; /* two documents in the live sequence */
@@ -507,6 +512,7 @@ static void test_padding(void) {
     h3s_attn_mask um = {&udoc, NULL};
     case_run(&u, NULL);
     case_run(&ud, &um);
+    case_run(&ut, NULL);
 
     /* (a) tail padding to 64 rows tagged as document -1; padding rows carry random data and
      * non-zero dout (they cannot reach live rows). */
@@ -531,16 +537,17 @@ static void test_padding(void) {
     }
     /* (b) key_valid padding.  Padding rows attend live keys, so their dout is 0 (their
      * outputs are never read); their q, k, v are random. */
-    static const char *names[3] = {"key_valid tail", "key_valid middle", "key_valid middle + documents"};
-    for (int kind = 0; kind < 3; kind++) {
-        const int64_t Sp = kind == 0 ? 48 : 53;
+    static const char *names[4] = {"key_valid tail", "key_valid middle", "key_valid middle + documents",
+                                   "key_valid tail, underflowing gradients"};
+    for (int kind = 0; kind < 4; kind++) {
+        const int64_t Sp = kind == 0 || kind == 3 ? 48 : 53;
         attn_case p = case_alloc(B, Sp, H, D, 0);
         case_fill(&p, 73 + (uint64_t)kind, 1.0f);
         memset(p.dout.data, 0, h3s_tensor_nbytes(&p.dout));
         h3s_tensor kv = h3t_alloc2(H3S_BOOL, B, Sp);
         uint8_t *kvd = (uint8_t *)kv.data;
         int64_t pids[64], pos[2 * 37];
-        const attn_case *ref = kind == 2 ? &ud : &u;
+        const attn_case *ref = kind == 2 ? &ud : kind == 3 ? &ut : &u;
         for (int64_t b = 0; b < B; b++) {
             int64_t s = 0;
             for (int64_t r = 0; r < Sp; r++) {
@@ -564,6 +571,7 @@ static void test_padding(void) {
     }
     case_free(&u);
     case_free(&ud);
+    case_free(&ut);
     h3s_tensor_free(&udoc);
 }
 
@@ -707,14 +715,28 @@ static void test_bad_input(void) {
     CHECK_FAILS(H3S_ERR_INVALID, BWD(&c.out, &c.stats, &c.dout, &dq, &dk, &dvd));
     CHECK(poisoned(&dq) && poisoned(&dk) && poisoned(&dv), "failed backward calls wrote a gradient");
 
-    /* every tensor on the device: dispatched to the CUDA backend, which this build may lack */
-    attn_case cd = c;
-    h3s_tensor *dev[] = {&cd.q, &cd.k, &cd.v, &cd.out, &cd.stats};
-    for (int i = 0; i < 5; i++)
-        dev[i]->device = 1;
-#ifndef H3S_WITH_CUDA
-    CHECK_FAILS(H3S_ERR_DEVICE, FWD(&cd.q, &cd.k, &cd.v, B, H, NULL, &cd.out, &cd.stats));
-#endif
+    /* every tensor on the device goes to the CUDA backend: without one, a clear device error
+     * (with one, these host buffers must not be handed to it) */
+    if (!h3s_cuda_available()) {
+        attn_case cd = c;
+        h3s_tensor *dev[] = {&cd.q, &cd.k, &cd.v, &cd.out, &cd.stats};
+        for (int i = 0; i < 5; i++)
+            dev[i]->device = 1;
+        CHECK_FAILS(H3S_ERR_DEVICE, FWD(&cd.q, &cd.k, &cd.v, B, H, NULL, &cd.out, &cd.stats));
+    }
+
+    /* golden calls with a strict tensor among them */
+    attn_case g = case_alloc(B, S, H, D, 1);
+    h3t_poison(&g.out);
+    h3t_poison(&g.dq);
+    CHECK_FAILS(H3S_ERR_DTYPE, FWD(&g.q, &g.k, &g.v, B, H, NULL, &g.out, &st)); /* F32 stats */
+    CHECK_FAILS(H3S_ERR_DTYPE, FWD(&g.q, &g.k, &c.v, B, H, NULL, &g.out, &g.stats));
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_attention_backward(&g.q, &g.k, &g.v, &g.out, &g.stats, B, H, NULL, &c.dout, &g.dq,
+                                                      NULL, NULL)); /* F32 dout */
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_attention_backward(&g.q, &g.k, &g.v, &g.out, &g.stats, B, H, NULL, &g.dout, &g.dq,
+                                                      &dk, NULL)); /* F32 dk */
+    CHECK(poisoned(&g.out) && poisoned(&g.dq), "failed golden calls wrote an output");
+    case_free(&g);
 
     h3s_tensor *fr[] = {&doc,     &kv,        &q32,     &k64,    &kshort,  &vwide,  &stats_bad, &stats64, &stats2d,
                         &out_bad, &doc_short, &doc_f64, &kv_i64, &kv_wide, &kv_one, &kv_flat,   &dout_bf, &dq_bad,

@@ -27,7 +27,8 @@ typedef struct request {
 
 static void request_free(request *q) {
     h3s_tensor *t[] = {&q->hv, &q->ha, &q->enc, &q->ts, &q->tsi, &q->mask};
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) h3s_tensor_free(t[i]);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        h3s_tensor_free(t[i]);
     h3s_layout_free(&q->lay);
 }
 
@@ -35,8 +36,8 @@ static void make_request(const h3s_config *c, int64_t batch, int64_t pad_to, int
     memset(q, 0, sizeof *q);
     h3s_layout_opts lo = {5, 2, 4, 6, 3, 1, 0, pad_to};
     CHECK_OK(h3s_layout_build(&lo, c->patch_size[1], c->patch_size[2], &q->lay));
-    CHECK_OK(h3s_inputs_random(&q->lay, batch, 21, h3s_config_video_width(c), c->audio_in_channels, c->text_dim,
-                               &q->hv, &q->ha, &q->enc));
+    CHECK_OK(h3s_inputs_random(&q->lay, batch, 21, h3s_config_video_width(c), c->audio_in_channels, c->text_dim, &q->hv,
+                               &q->ha, &q->enc));
     CHECK_OK(h3s_layout_timesteps(&q->lay, 0.3f, 0.55f, &q->ts, &q->tsi));
     q->in.hidden_states = q->hv;
     q->in.audio_hidden_states = q->ha;
@@ -53,7 +54,8 @@ static void make_request(const h3s_config *c, int64_t batch, int64_t pad_to, int
         q->mask = h3t_alloc(H3S_BOOL, 2, s2);
         const int64_t *tags = q->lay.token_tags.data;
         for (int64_t b = 0; b < batch; b++)
-            for (int64_t s = 0; s < q->lay.S; s++) ((uint8_t *)q->mask.data)[b * q->lay.S + s] = tags[s] != -1;
+            for (int64_t s = 0; s < q->lay.S; s++)
+                ((uint8_t *)q->mask.data)[b * q->lay.S + s] = tags[s] != -1;
         q->in.attention_mask = q->mask;
     }
 }
@@ -109,11 +111,11 @@ int main(void) {
     forward_backward(golden, &q3.in, &g);
 
     /* Accuracy against the FP64 golden.  The strict model rounds every block activation to
-     * BF16 (unit roundoff u = 2^-8 = 3.9e-3; one rounding of many values measures ~1.6e-3 rel-L2); a tiny model chains ~40 such roundings
-     * (3 blocks x 13 nodes + pack + refiner final norm), partly cancelling, so the outputs sit
-     * near 3-8e-3.  Bound: 2.5e-2 for outputs (4x margin, well under the 1.25x-provider +
-     * 1e-3 contract of a BF16 provider that rounds at least as often).  Gradients flow through
-     * the same BF16 saved activations plus F32 arithmetic: bound 4e-2. */
+     * BF16 (unit roundoff u = 2^-8 = 3.9e-3; one rounding of many values measures ~1.6e-3 rel-L2); a tiny model chains
+     * ~40 such roundings (3 blocks x 13 nodes + pack + refiner final norm), partly cancelling, so the outputs sit near
+     * 3-8e-3.  Bound: 2.5e-2 for outputs (4x margin, well under the 1.25x-provider + 1e-3 contract of a BF16 provider
+     * that rounds at least as often).  Gradients flow through the same BF16 saved activations plus F32 arithmetic:
+     * bound 4e-2. */
     double e_s = h3t_rel_l2(&a.sample, &g.sample), e_a = h3t_rel_l2(&a.audio, &g.audio);
     printf("forward rel-L2 vs golden: sample %.3e, audio_sample %.3e\n", e_s, e_a);
     CHECK(e_s < 2.5e-2, "sample rel-L2 %g", e_s);
@@ -224,7 +226,8 @@ int main(void) {
     }
 
     run *all[] = {&a, &b, &one, &g, &t1, &t2, &t4, &p, &pm};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) run_free(all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        run_free(all[i]);
     request_free(&q3);
     request_free(&q1);
     request_free(&qp);

@@ -29,11 +29,12 @@ int main(void) {
     h3s_layout_opts lo = {5, 2, 4, 6, 3, 0, 1, 0};
     CHECK_OK(h3s_layout_build(&lo, c.patch_size[1], c.patch_size[2], &lay));
     h3s_tensor hv, ha, enc, ts, tsi;
-    CHECK_OK(h3s_inputs_random(&lay, 2, 8, h3s_config_video_width(&c), c.audio_in_channels, c.text_dim, &hv, &ha,
-                               &enc));
+    CHECK_OK(
+        h3s_inputs_random(&lay, 2, 8, h3s_config_video_width(&c), c.audio_in_channels, c.text_dim, &hv, &ha, &enc));
     CHECK_OK(h3s_layout_timesteps(&lay, 0.4f, 0.7f, &ts, &tsi));
-    h3s_inputs in = {hv, ha, enc, ts, tsi, lay.token_tags, lay.position_ids, lay.video_indices, lay.audio_indices,
-                     lay.text_indices, {0}};
+    h3s_inputs in = {
+        hv, ha, enc, ts, tsi, lay.token_tags, lay.position_ids, lay.video_indices, lay.audio_indices, lay.text_indices,
+        {0}};
 
     cJSON *clean = replay(w, &in, NULL, 1);
     if (clean) {
@@ -77,7 +78,8 @@ int main(void) {
 
     cJSON_Delete(clean);
     h3s_tensor *all[] = {&hv, &ha, &enc, &ts, &tsi};
-    for (size_t i = 0; i < 5; i++) h3s_tensor_free(all[i]);
+    for (size_t i = 0; i < 5; i++)
+        h3s_tensor_free(all[i]);
     h3s_layout_free(&lay);
     h3s_weights_free(w);
     return h3t_finish("test_replay");

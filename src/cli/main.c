@@ -54,7 +54,7 @@ static int fail_status(h3s_status st) { return fail_line("%s (%s)", h3s_last_err
 /* ------------------------------------------------------------------ options ----------- */
 
 typedef struct opt {
-    const char *name;  /* "--model" */
+    const char *name; /* "--model" */
     int takes_value;
     const char *value; /* NULL when absent; "" for a present flag */
 } opt;
@@ -175,8 +175,8 @@ static int cmd_init(int argc, char **argv) {
     h3s_config c;
     st = h3s_config_preset(preset, layers, &c);
     if (st != H3S_OK) return fail_status(st);
-    printf("initialised %s model (hidden %lld, %lld x %lld heads, %lld blocks, %lld refiner) seed %llu in %s\n",
-           preset, (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.attention_head_dim,
+    printf("initialised %s model (hidden %lld, %lld x %lld heads, %lld blocks, %lld refiner) seed %llu in %s\n", preset,
+           (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.attention_head_dim,
            (long long)c.num_layers, (long long)c.num_refiner_layers, (unsigned long long)seed, out);
     return 0;
 }
@@ -200,10 +200,12 @@ static int parse_keyframes(const char *s, int *first, int *last) {
 }
 
 static int cmd_inputs(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},         {"--seed", 1, NULL},          {"--batch", 1, NULL},
-               {"--text", 1, NULL},          {"--frames", 1, NULL},        {"--latent-height", 1, NULL},
-               {"--latent-width", 1, NULL},  {"--audio-latents", 1, NULL}, {"--keyframes", 1, NULL},
-               {"--pad-to", 1, NULL},        {"--t-video", 1, NULL},       {"--t-audio", 1, NULL},
+    opt o[] = {{"--model", 1, NULL},          {"--seed", 1, NULL},
+               {"--batch", 1, NULL},          {"--text", 1, NULL},
+               {"--frames", 1, NULL},         {"--latent-height", 1, NULL},
+               {"--latent-width", 1, NULL},   {"--audio-latents", 1, NULL},
+               {"--keyframes", 1, NULL},      {"--pad-to", 1, NULL},
+               {"--t-video", 1, NULL},        {"--t-audio", 1, NULL},
                {"--attention-mask", 0, NULL}, {"--out", 1, NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *seed_s, *out;
@@ -219,9 +221,12 @@ static int cmd_inputs(int argc, char **argv) {
         const char *name;
         int64_t *dst;
         int64_t lo;
-    } ints[] = {{"--batch", &batch, 1},          {"--text", &lo.text_tokens, 1},
-                {"--frames", &lo.frames, 1},     {"--latent-height", &lo.latent_height, 1},
-                {"--latent-width", &lo.latent_width, 1}, {"--audio-latents", &lo.audio_latents, 0},
+    } ints[] = {{"--batch", &batch, 1},
+                {"--text", &lo.text_tokens, 1},
+                {"--frames", &lo.frames, 1},
+                {"--latent-height", &lo.latent_height, 1},
+                {"--latent-width", &lo.latent_width, 1},
+                {"--audio-latents", &lo.audio_latents, 0},
                 {"--pad-to", &lo.pad_to, 0}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = get(o, n, ints[i].name);
@@ -249,7 +254,8 @@ static int cmd_inputs(int argc, char **argv) {
         st = h3s_tensor_alloc(&mask, H3S_BOOL, 2, s2);
         const int64_t *tags = lay.token_tags.data;
         for (int64_t b = 0; st == H3S_OK && b < batch; b++)
-            for (int64_t s = 0; s < lay.S; s++) ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
+            for (int64_t s = 0; s < lay.S; s++)
+                ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
     }
     if (st == H3S_OK) {
         h3s_st_entry e[11] = {{"hidden_states", hv},
@@ -271,7 +277,8 @@ static int cmd_inputs(int argc, char **argv) {
                out, (long long)batch, (long long)lay.S, (long long)lay.Nt, (long long)lay.Nv,
                (long long)lay.n_condition, (long long)lay.Na, (long long)lay.n_pad, (long long)ts.shape[0]);
     h3s_tensor *ts_all[] = {&hv, &ha, &enc, &ts, &tsi, &mask};
-    for (size_t i = 0; i < sizeof ts_all / sizeof ts_all[0]; i++) h3s_tensor_free(ts_all[i]);
+    for (size_t i = 0; i < sizeof ts_all / sizeof ts_all[0]; i++)
+        h3s_tensor_free(ts_all[i]);
     h3s_layout_free(&lay);
     h3s_weights_free(w);
     return st == H3S_OK ? 0 : fail_status(st);
@@ -304,8 +311,8 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
 }
 
 static int cmd_forward(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--out", 1, NULL}, {"--device", 1, NULL},
-               {"--threads", 1, NULL}};
+    opt o[] = {
+        {"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--out", 1, NULL}, {"--device", 1, NULL}, {"--threads", 1, NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
@@ -333,8 +340,7 @@ static int cmd_forward(int argc, char **argv) {
 static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_tensor **ds, const h3s_tensor **da) {
     H3S_TRY(h3s_st_open(path, f));
     const h3s_st_entry *es = h3s_st_find(*f, "sample"), *ea = h3s_st_find(*f, "audio_sample");
-    if (!es || !ea)
-        return h3s_fail(H3S_ERR_FORMAT, "cotangent %s must hold 'sample' and 'audio_sample'", path);
+    if (!es || !ea) return h3s_fail(H3S_ERR_FORMAT, "cotangent %s must hold 'sample' and 'audio_sample'", path);
     for (int64_t i = 0; i < h3s_st_count(*f); i++) {
         const char *name = h3s_st_entry_at(*f, i)->name;
         if (strcmp(name, "sample") && strcmp(name, "audio_sample"))
@@ -354,21 +360,21 @@ static h3s_status write_grads(const char *path, const h3s_grads *g) {
     e[0] = (h3s_st_entry){"hidden_states", g->hidden_states};
     e[1] = (h3s_st_entry){"audio_hidden_states", g->audio_hidden_states};
     e[2] = (h3s_st_entry){"encoder_hidden_states", g->encoder_hidden_states};
-    for (int64_t i = 0; i < g->count; i++) e[3 + i] = (h3s_st_entry){g->names[i], g->params[i]};
+    for (int64_t i = 0; i < g->count; i++)
+        e[3 + i] = (h3s_st_entry){g->names[i], g->params[i]};
     h3s_status st = h3s_st_write(path, e, n);
     free(e);
     return st;
 }
 
 static int cmd_grad(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},  {"--inputs", 1, NULL}, {"--cotangent", 1, NULL},
-               {"--out", 1, NULL},    {"--device", 1, NULL}, {"--threads", 1, NULL}};
+    opt o[] = {{"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--cotangent", 1, NULL},
+               {"--out", 1, NULL},   {"--device", 1, NULL}, {"--threads", 1, NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *ct, *out;
     h3s_backend_kind kind;
     if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) ||
-        need(o, n, "--cotangent", &ct) || need(o, n, "--out", &out) || parse_device(o, n, &kind) ||
-        apply_threads(o, n))
+        need(o, n, "--cotangent", &ct) || need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
     loaded l;
     h3s_st_file *ctf = NULL;
@@ -477,9 +483,9 @@ static int parse_seeds(const char *s, uint64_t *seeds, int64_t max, int64_t *cou
 }
 
 static int cmd_trajectory(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},  {"--seeds", 1, NULL},   {"--steps", 1, NULL},     {"--batch", 1, NULL},
-               {"--out", 1, NULL},    {"--device", 1, NULL},  {"--threads", 1, NULL},   {"--no-grad", 0, NULL},
-               {"--quiet", 0, NULL}};
+    opt o[] = {{"--model", 1, NULL},   {"--seeds", 1, NULL},   {"--steps", 1, NULL},
+               {"--batch", 1, NULL},   {"--out", 1, NULL},     {"--device", 1, NULL},
+               {"--threads", 1, NULL}, {"--no-grad", 0, NULL}, {"--quiet", 0, NULL}};
     int n = sizeof o / sizeof o[0];
     const char *out;
     h3s_backend_kind kind;
@@ -538,7 +544,7 @@ static int cmd_trajectory(int argc, char **argv) {
 /* ------------------------------------------------------------------ replay ------------ */
 
 static int cmd_replay(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},  {"--inputs", 1, NULL},  {"--out", 1, NULL},        {"--device", 1, NULL},
+    opt o[] = {{"--model", 1, NULL},   {"--inputs", 1, NULL},    {"--out", 1, NULL},        {"--device", 1, NULL},
                {"--threads", 1, NULL}, {"--no-golden", 0, NULL}, {"--plant-drift", 1, NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
@@ -580,28 +586,27 @@ static int cmd_replay(int argc, char **argv) {
 /* ------------------------------------------------------------------ main -------------- */
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: h3strict <command> [options]\n"
-            "\n"
-            "Strict-mode MiniMax-H3: a rollout (batch 1) and its training recomputation (item 0 of a\n"
-            "batch) give bit-for-bit identical results, forward and backward, on any thread count.\n"
-            "\n"
-            "commands:\n"
-            "  init       --preset tiny|small|h3-33b [--layers N] --seed N --out DIR\n"
-            "  inputs     --model DIR --seed N [--batch B] [--text T] [--frames F] [--latent-height H]\n"
-            "             [--latent-width W] [--audio-latents A] [--keyframes first,last] [--pad-to N]\n"
-            "             [--t-video T] [--t-audio T] [--attention-mask] --out IN.safetensors\n"
-            "  forward    --model DIR --inputs IN --out OUT [--device cpu|cuda] [--threads N]\n"
-            "  grad       --model DIR --inputs IN --cotangent CT --out GRADS [--device cpu|cuda] [--threads N]\n"
-            "  cotangent  --model DIR --inputs IN --seed N --out CT.safetensors\n"
-            "  trajectory [--model DIR] [--seeds 11,22,33] [--steps N] [--batch B] --out REPORT.json\n"
-            "             [--device cpu|cuda] [--threads N] [--no-grad] [--quiet]\n"
-            "  replay     --model DIR --inputs IN --out REPORT.json [--device cpu|cuda] [--threads N]\n"
-            "             [--no-golden] [--plant-drift NODE  (test only: flip one bit of NODE in the batch-1 run)]\n"
-            "  verify     --model DIR [--manifest MANIFEST.json] [--write-manifest MANIFEST.json]\n"
-            "\n"
-            "  --help       this text\n"
-            "  --version    print the version\n");
+    fprintf(f, "usage: h3strict <command> [options]\n"
+               "\n"
+               "Strict-mode MiniMax-H3: a rollout (batch 1) and its training recomputation (item 0 of a\n"
+               "batch) give bit-for-bit identical results, forward and backward, on any thread count.\n"
+               "\n"
+               "commands:\n"
+               "  init       --preset tiny|small|h3-33b [--layers N] --seed N --out DIR\n"
+               "  inputs     --model DIR --seed N [--batch B] [--text T] [--frames F] [--latent-height H]\n"
+               "             [--latent-width W] [--audio-latents A] [--keyframes first,last] [--pad-to N]\n"
+               "             [--t-video T] [--t-audio T] [--attention-mask] --out IN.safetensors\n"
+               "  forward    --model DIR --inputs IN --out OUT [--device cpu|cuda] [--threads N]\n"
+               "  grad       --model DIR --inputs IN --cotangent CT --out GRADS [--device cpu|cuda] [--threads N]\n"
+               "  cotangent  --model DIR --inputs IN --seed N --out CT.safetensors\n"
+               "  trajectory [--model DIR] [--seeds 11,22,33] [--steps N] [--batch B] --out REPORT.json\n"
+               "             [--device cpu|cuda] [--threads N] [--no-grad] [--quiet]\n"
+               "  replay     --model DIR --inputs IN --out REPORT.json [--device cpu|cuda] [--threads N]\n"
+               "             [--no-golden] [--plant-drift NODE  (test only: flip one bit of NODE in the batch-1 run)]\n"
+               "  verify     --model DIR [--manifest MANIFEST.json] [--write-manifest MANIFEST.json]\n"
+               "\n"
+               "  --help       this text\n"
+               "  --version    print the version\n");
 }
 
 int main(int argc, char **argv) {
@@ -620,9 +625,9 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int (*fn)(int, char **);
-    } cmds[] = {{"init", cmd_init},       {"inputs", cmd_inputs},         {"forward", cmd_forward},
-                {"grad", cmd_grad},       {"cotangent", cmd_cotangent},   {"trajectory", cmd_trajectory},
-                {"replay", cmd_replay},   {"verify", cmd_verify}};
+    } cmds[] = {{"init", cmd_init},     {"inputs", cmd_inputs},       {"forward", cmd_forward},
+                {"grad", cmd_grad},     {"cotangent", cmd_cotangent}, {"trajectory", cmd_trajectory},
+                {"replay", cmd_replay}, {"verify", cmd_verify}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (!strcmp(argv[1], cmds[i].name)) {
             g_cmd = cmds[i].name;

@@ -32,6 +32,8 @@ static const config_key config_keys[] = {
 };
 #define N_CONFIG_KEYS ((int)(sizeof config_keys / sizeof config_keys[0]))
 
+_Static_assert(N_CONFIG_KEYS == 18, "config_keys and bind_fields must list the same 18 keys");
+
 /* The field of `c` behind each entry of config_keys (same order). */
 static void bind_fields(h3s_config *c, void *fields[N_CONFIG_KEYS]) {
     void *f[N_CONFIG_KEYS] = {&c->attention_head_dim, &c->audio_in_channels,  &c->ffn_dim,

@@ -26,10 +26,10 @@ const char *h3s_backend_name(h3s_backend_kind kind) {
 struct h3s_model {
     h3s_config cfg;
     h3s_backend_kind kind;
-    int device;      /* 1: tensors live on the GPU */
-    h3s_dtype act;   /* block activations: BF16 / F64 */
-    h3s_dtype f32;   /* f32 modules, rope tables, temb: F32 / F64 */
-    h3s_dtype grad;  /* gradients: F32 / F64 */
+    int device;     /* 1: tensors live on the GPU */
+    h3s_dtype act;  /* block activations: BF16 / F64 */
+    h3s_dtype f32;  /* f32 modules, rope tables, temb: F32 / F64 */
+    h3s_dtype grad; /* gradients: F32 / F64 */
     int64_t nparams;
     h3s_param_spec *specs;
     h3s_tensor *w; /* weights in the backend's form, spec order */
@@ -150,8 +150,7 @@ void h3s_model_free(h3s_model *m) {
 
 h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
-    if (kind == H3S_BACKEND_CUDA && !h3s_cuda_available())
-        return h3s_fail_context(H3S_ERR_DEVICE, "--device cuda");
+    if (kind == H3S_BACKEND_CUDA && !h3s_cuda_available()) return h3s_fail_context(H3S_ERR_DEVICE, "--device cuda");
     h3s_model *m = h3s_calloc(1, sizeof *m);
     if (!m) return H3S_ERR_NOMEM;
     m->cfg = *h3s_weights_config(wts);
@@ -217,16 +216,15 @@ static int64_t param_index(const h3s_model *m, const char *name) {
 
 /* ------------------------------------------------------------------ inputs ------------ */
 
-static const char *const INPUT_NAMES[] = {"hidden_states",    "audio_hidden_states", "encoder_hidden_states",
-                                          "timestep",         "timestep_indices",    "token_tags",
-                                          "position_ids",     "video_indices",       "audio_indices",
-                                          "text_indices"};
+static const char *const INPUT_NAMES[] = {
+    "hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep",      "timestep_indices",
+    "token_tags",    "position_ids",        "video_indices",         "audio_indices", "text_indices"};
 
 h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in) {
     memset(in, 0, sizeof *in);
-    h3s_tensor *slots[] = {&in->hidden_states,    &in->audio_hidden_states, &in->encoder_hidden_states,
-                           &in->timestep,         &in->timestep_indices,    &in->token_tags,
-                           &in->position_ids,     &in->video_indices,       &in->audio_indices,
+    h3s_tensor *slots[] = {&in->hidden_states, &in->audio_hidden_states, &in->encoder_hidden_states,
+                           &in->timestep,      &in->timestep_indices,    &in->token_tags,
+                           &in->position_ids,  &in->video_indices,       &in->audio_indices,
                            &in->text_indices};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         const h3s_st_entry *e = h3s_st_find(f, INPUT_NAMES[i]);
@@ -238,7 +236,8 @@ h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in) {
     for (int64_t i = 0; i < h3s_st_count(f); i++) {
         const char *name = h3s_st_entry_at(f, i)->name;
         int known = !strcmp(name, "attention_mask");
-        for (size_t j = 0; j < sizeof INPUT_NAMES / sizeof INPUT_NAMES[0]; j++) known |= !strcmp(name, INPUT_NAMES[j]);
+        for (size_t j = 0; j < sizeof INPUT_NAMES / sizeof INPUT_NAMES[0]; j++)
+            known |= !strcmp(name, INPUT_NAMES[j]);
         if (!known) return h3s_fail(H3S_ERR_FORMAT, "inputs: unexpected tensor '%s'", name);
     }
     return H3S_OK;
@@ -285,8 +284,9 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
     if (B <= 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: batch size must be positive");
     if (S <= 0 || T <= 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: empty sequence or no timestep");
     if (in->audio_hidden_states.shape[0] != B || in->encoder_hidden_states.shape[0] != B)
-        return h3s_fail(H3S_ERR_SHAPE, "inputs: hidden_states, audio_hidden_states and encoder_hidden_states "
-                                       "disagree on the batch size (%lld, %lld, %lld)",
+        return h3s_fail(H3S_ERR_SHAPE,
+                        "inputs: hidden_states, audio_hidden_states and encoder_hidden_states "
+                        "disagree on the batch size (%lld, %lld, %lld)",
                         (long long)B, (long long)in->audio_hidden_states.shape[0],
                         (long long)in->encoder_hidden_states.shape[0]);
     if (in->hidden_states.shape[2] != h3s_config_video_width(c))
@@ -316,8 +316,8 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
             if (owner[v[i]]) {
                 const char *other = set_names[owner[v[i]] - 1];
                 free(owner);
-                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row already used by %s",
-                                set_names[k], (long long)i, (long long)v[i], other);
+                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row already used by %s", set_names[k],
+                                (long long)i, (long long)v[i], other);
             }
             owner[v[i]] = (int8_t)(k + 1);
             if (tags[v[i]] == -1) {
@@ -344,8 +344,7 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
 /* ------------------------------------------------------------------ tape -------------- */
 
 typedef struct block_acts {
-    h3s_tensor *x_in, *a_silu, *table, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *att, *stats, *o, *x1, *n2, *u, *h, *f,
-        *x2;
+    h3s_tensor *x_in, *a_silu, *table, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *att, *stats, *o, *x1, *n2, *u, *h, *f, *x2;
 } block_acts;
 
 struct h3s_tape {
@@ -356,17 +355,18 @@ struct h3s_tape {
     /* host index tensors (checked once) */
     h3s_tensor adaln_rows, ts_rows, doc, key_valid, video_idx, audio_idx, text_idx;
     int has_doc, has_mask;
-    h3s_tensor *cos_t, *sin_t, *hv, *ha, *enc, *video_emb, *audio_emb, *text_emb, *text_pre_final, *text_final,
-        *packed, *feats, *mlp_hidden, *temb, *a_out, *table_out, *y, *yv, *ya, *x_last;
+    h3s_tensor *cos_t, *sin_t, *hv, *ha, *enc, *video_emb, *audio_emb, *text_emb, *text_pre_final, *text_final, *packed,
+        *feats, *mlp_hidden, *temb, *a_out, *table_out, *y, *yv, *ya, *x_last;
     block_acts *refiner, *blocks;
 };
 
 void h3s_tape_free(h3s_tape *t) {
     if (!t) return;
     arena_free(&t->ar);
-    h3s_tensor *host[] = {&t->adaln_rows, &t->ts_rows, &t->doc, &t->key_valid, &t->video_idx, &t->audio_idx,
-                          &t->text_idx};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) h3s_tensor_free(host[i]);
+    h3s_tensor *host[] = {&t->adaln_rows, &t->ts_rows,   &t->doc,     &t->key_valid,
+                          &t->video_idx,  &t->audio_idx, &t->text_idx};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        h3s_tensor_free(host[i]);
     free(t->refiner);
     free(t->blocks);
     free(t);
@@ -439,11 +439,11 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     H3S_TRY(emit(r, a->v, 1, S, "%s.%lld.v_proj", node, (long long)i));
     NEW(a->qn, m->act, M, HD);
     NEW(a->kn, m->act, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, (long long)i),
-                                     c->qk_norm_eps, a->qn));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, (long long)i), c->qk_norm_eps,
+                                     a->qn));
     H3S_TRY(emit(r, a->qn, 1, S, "%s.%lld.q_norm", node, (long long)i));
-    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, (long long)i),
-                                     c->qk_norm_eps, a->kn));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, (long long)i), c->qk_norm_eps,
+                                     a->kn));
     H3S_TRY(emit(r, a->kn, 1, S, "%s.%lld.k_norm", node, (long long)i));
     h3s_tensor *qa = a->qn, *ka = a->kn;
     if (!refiner) {
@@ -600,7 +600,8 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
 
     /* token refiner over the text rows */
     h3s_tensor *x = tp->text_emb;
-    for (int64_t i = 0; i < c->num_refiner_layers; i++) H3S_TRY(block_forward(r, 1, i, x, Nt, &tp->refiner[i], &x));
+    for (int64_t i = 0; i < c->num_refiner_layers; i++)
+        H3S_TRY(block_forward(r, 1, i, x, Nt, &tp->refiner[i], &x));
     tp->text_pre_final = x;
     NEW(tp->text_final, m->act, B * Nt, H);
     H3S_TRY(h3s_rmsnorm_forward(x, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps, tp->text_final));
@@ -614,7 +615,8 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(emit(r, tp->packed, 1, S, "pack"));
 
     x = tp->packed;
-    for (int64_t i = 0; i < c->num_layers; i++) H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
+    for (int64_t i = 0; i < c->num_layers; i++)
+        H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
     tp->x_last = x;
 
     /* output norm and heads */
@@ -623,8 +625,8 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("norm_out.linear.weight"), W("norm_out.linear.bias"), tp->a_out,
                                          tp->table_out));
     NEW(tp->y, m->f32, B * S, H);
-    H3S_TRY(h3s_final_norm_forward(x, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows, c->final_norm_eps,
-                                   tp->y));
+    H3S_TRY(
+        h3s_final_norm_forward(x, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows, c->final_norm_eps, tp->y));
     H3S_TRY(emit(r, tp->y, 1, S, "norm_out"));
     NEW(tp->yv, m->f32, B * Nv, H);
     NEW(tp->ya, m->f32, B * Na, H);
@@ -654,8 +656,8 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     return H3S_OK;
 }
 
-h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                             h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample) {
+h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
+                             h3s_tensor *sample, h3s_tensor *audio_sample) {
     if (!m || !in || !sample || !audio_sample) return h3s_fail(H3S_ERR_INVALID, "model_forward: NULL argument");
     int64_t B;
     H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
@@ -763,8 +765,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     H3S_TRY(h3s_residual_backward(a->f, tab, idx, 5, dx2, dx1a, df, dtab));
     H3S_TRY(emit(r, df, 1, S, "%s.%lld.residual_mlp.grad", node, li));
     NEW(dh, gd, M, F);
-    H3S_TRY(h3s_linear_backward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh, PG("%s.%lld.ff.net.2.weight", pre, li),
-                                NULL));
+    H3S_TRY(h3s_linear_backward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh,
+                                PG("%s.%lld.ff.net.2.weight", pre, li), NULL));
     H3S_TRY(emit(r, dh, 1, S, "%s.%lld.ffn_down.grad", node, li));
     NEW(du, gd, M, 2 * F);
     H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
@@ -891,7 +893,8 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
                                           PG("norm_out.linear.weight"), PG("norm_out.linear.bias")));
     H3S_TRY(accumulate_dtemb(g, dtemb_out));
 
-    for (int64_t i = c->num_layers - 1; i >= 0; i--) H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
+    for (int64_t i = c->num_layers - 1; i >= 0; i--)
+        H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
     H3S_TRY(emit(r, dx, 1, S, "pack.grad"));
 
     h3s_tensor *dtext, *dvid, *daud;
@@ -942,7 +945,8 @@ void h3s_grads_free(h3s_grads *g) {
     h3s_tensor_free(&g->audio_hidden_states);
     h3s_tensor_free(&g->encoder_hidden_states);
     if (g->params)
-        for (int64_t i = 0; i < g->count; i++) h3s_tensor_free(&g->params[i]);
+        for (int64_t i = 0; i < g->count; i++)
+            h3s_tensor_free(&g->params[i]);
     free(g->params);
     free(g->names);
     memset(g, 0, sizeof *g);
@@ -951,7 +955,8 @@ void h3s_grads_free(h3s_grads *g) {
 static h3s_status host_shaped(const h3s_tensor *t, int ndim, const int64_t *shape, h3s_tensor *out) {
     H3S_TRY(to_host(t, out));
     out->ndim = ndim;
-    for (int d = 0; d < ndim; d++) out->shape[d] = shape[d];
+    for (int d = 0; d < ndim; d++)
+        out->shape[d] = shape[d];
     return H3S_OK;
 }
 
@@ -1002,7 +1007,8 @@ h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_
         }
     }
     if (g.pg)
-        for (int64_t i = 0; i < m->nparams; i++) backend_free(m, &g.pg[i]);
+        for (int64_t i = 0; i < m->nparams; i++)
+            backend_free(m, &g.pg[i]);
     free(g.pg);
     arena_free(&tape->ar);
     tape->ar = fwd;

@@ -42,8 +42,7 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
  * (so item 0 is the first rows_per_item rows), 0 when it has no batch axis (tables,
  * parameter gradients).  The hook may read the tensor; a test-only hook may modify it
  * (planted drift).  Returning non-OK aborts the pass with that status. */
-typedef h3s_status (*h3s_node_hook)(void *ctx, const char *name, h3s_tensor *out, int batched,
-                                    int64_t rows_per_item);
+typedef h3s_status (*h3s_node_hook)(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item);
 
 typedef struct h3s_model h3s_model;
 /* Prepare the weights for a backend (golden: F64 copies; CUDA: uploaded once). */
@@ -58,8 +57,8 @@ void h3s_tape_free(h3s_tape *t);
 /* Forward.  sample [B, Nv, video_width] and audio_sample [B, Na, audio_in] are allocated by
  * the call as host tensors (F32 strict, F64 golden).  When tape != NULL the activations
  * are kept for h3s_model_backward. */
-h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                             h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
+h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
+                             h3s_tensor *sample, h3s_tensor *audio_sample);
 
 /* Gradients: the three input gradients and one entry per parameter, in canonical order. */
 typedef struct h3s_grads {

@@ -30,7 +30,8 @@ h3s_status h3s_tensor_to_host_f64(const h3s_tensor *t, h3s_tensor *out) {
 void h3s_recorder_free(h3s_recorder *r) {
     if (!r) return;
     if (r->values)
-        for (int64_t i = 0; i < r->n; i++) h3s_tensor_free(&r->values[i]);
+        for (int64_t i = 0; i < r->n; i++)
+            h3s_tensor_free(&r->values[i]);
     free(r->values);
     free(r->rec);
     memset(r, 0, sizeof *r);
@@ -113,8 +114,8 @@ h3s_status h3s_cotangent_random(int64_t batch, int64_t nv, int64_t wv, int64_t n
     for (int64_t b = 0; b < batch; b++) {
         h3s_rng_fill_normal(seed, h3s_rng_stream_id("cotangent.sample") + (uint64_t)b * 0x9e3779b97f4a7c15ULL, 0,
                             nv * wv, 1.0f, (float *)d_sample->data + b * nv * wv);
-        h3s_rng_fill_normal(seed, h3s_rng_stream_id("cotangent.audio_sample") + (uint64_t)b * 0x9e3779b97f4a7c15ULL,
-                            0, na * wa, 1.0f, (float *)d_audio_sample->data + b * na * wa);
+        h3s_rng_fill_normal(seed, h3s_rng_stream_id("cotangent.audio_sample") + (uint64_t)b * 0x9e3779b97f4a7c15ULL, 0,
+                            na * wa, 1.0f, (float *)d_audio_sample->data + b * na * wa);
     }
     return H3S_OK;
 }

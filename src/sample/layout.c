@@ -385,7 +385,7 @@ h3s_status h3s_layout_timesteps_ex(const h3s_layout *l, float t_video, float t_a
         }
     }
     /* Distinct values sorted ascending (torch.unique(sorted=True)). */
-    float vals[3];
+    float vals[3] = {0, 0, 0};
     int64_t T = 0;
     for (int i = 0; i < 3; i++) {
         if (!used[i]) continue;

@@ -111,8 +111,8 @@ static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s
     roll.batch = 1;
     train.batch = o->batch;
     int64_t Wv = h3s_config_video_width(c);
-    h3s_status st = h3s_inputs_random(lay, 1, seed, Wv, c->audio_in_channels, c->text_dim, &roll.hv, &roll.ha,
-                                      &roll.enc);
+    h3s_status st =
+        h3s_inputs_random(lay, 1, seed, Wv, c->audio_in_channels, c->text_dim, &roll.hv, &roll.ha, &roll.enc);
     if (st == H3S_OK)
         st = h3s_inputs_random(lay, o->batch, seed, Wv, c->audio_in_channels, c->text_dim, &train.hv, &train.ha,
                                &train.enc);
@@ -151,11 +151,9 @@ static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s
                 add_comparison(g, "hidden_states", &train.grads.hidden_states, &roll.grads.hidden_states,
                                &tot->gradient_comparisons, &tot->gradient_differing);
                 add_comparison(g, "audio_hidden_states", &train.grads.audio_hidden_states,
-                               &roll.grads.audio_hidden_states, &tot->gradient_comparisons,
-                               &tot->gradient_differing);
+                               &roll.grads.audio_hidden_states, &tot->gradient_comparisons, &tot->gradient_differing);
                 add_comparison(g, "encoder_hidden_states", &train.grads.encoder_hidden_states,
-                               &roll.grads.encoder_hidden_states, &tot->gradient_comparisons,
-                               &tot->gradient_differing);
+                               &roll.grads.encoder_hidden_states, &tot->gradient_comparisons, &tot->gradient_differing);
             }
             cJSON_AddItemToArray(steps, so);
             tot->steps_run++;

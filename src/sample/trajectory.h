@@ -13,11 +13,11 @@ typedef void (*h3s_progress_fn)(void *ctx, const char *line);
 typedef struct h3s_trajectory_opts {
     const uint64_t *seeds;
     int64_t nseeds;
-    int64_t steps;   /* Euler steps: the grid has steps + 1 points */
-    int64_t batch;   /* size of the training batch (item 0 = the rollout's request) */
+    int64_t steps; /* Euler steps: the grid has steps + 1 points */
+    int64_t batch; /* size of the training batch (item 0 = the rollout's request) */
     h3s_backend_kind backend;
     h3s_layout_opts layout;
-    int with_grad;   /* one backward per step on both layouts, item 0's input gradients compared */
+    int with_grad; /* one backward per step on both layouts, item 0's input gradients compared */
     h3s_progress_fn progress;
     void *progress_ctx;
 } h3s_trajectory_opts;

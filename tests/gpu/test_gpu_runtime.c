@@ -1,0 +1,126 @@
+/* CUDA runtime of the strict backend: device tensors, copies, the fail-closed paths (host or
+ * mixed tensors, bad device indices reported by h3s_cuda_sync as H3S_ERR_INDEX), the index
+ * cache and the seeded device fill. */
+#include "gpu_util.h"
+
+static void test_roundtrip(void) {
+    h3s_tensor h = hrand(H3S_F32, 37, 11, 5, 1.0f);
+    h3s_tensor d = gup(&h);
+    CHECK(d.device == 1 && d.owns_data, "device tensor flags");
+    CHECK(gequal(&d, &h), "upload/download round trip");
+    h3s_tensor b = hrand(H3S_BF16, 5, 3, 6, 1.0f);
+    h3s_tensor db = gup(&b);
+    CHECK(gequal(&db, &b), "BF16 round trip");
+    /* a fresh device tensor is zero-filled like a host one */
+    h3s_tensor z = gdev2(H3S_F32, 4, 4), zh = h3t_alloc2(H3S_F32, 4, 4);
+    CHECK(gequal(&z, &zh), "zero fill");
+    /* copies check dtype and size */
+    h3s_tensor wrong = h3t_alloc2(H3S_F32, 36, 11);
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_cuda_download(&d, &wrong));
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_cuda_upload(&b, &d));
+    CHECK_FAILS(H3S_ERR_DEVICE, h3s_cuda_upload(&d, &d));
+    gfree(&d), gfree(&db), gfree(&z);
+    h3s_tensor_free(&h), h3s_tensor_free(&b), h3s_tensor_free(&zh), h3s_tensor_free(&wrong);
+}
+
+static void test_fail_closed(void) {
+    /* host tensors handed to a CUDA twin directly */
+    h3s_tensor x = hrand(H3S_BF16, 8, 16, 1, 1.0f), w = hrand(H3S_BF16, 4, 16, 2, 0.2f);
+    h3s_tensor y = h3t_alloc2(H3S_BF16, 8, 4);
+    CHECK_FAILS(H3S_ERR_DEVICE, h3s_cuda_linear_forward(&x, &w, NULL, &y));
+    /* mixed host/device through the public entry point */
+    h3s_tensor xd = gup(&x), yd = gdev2(H3S_BF16, 8, 4);
+    h3s_status st = h3s_linear_forward(&xd, &w, NULL, &yd);
+    CHECK(st != H3S_OK && h3s_last_error()[0], "mixed host/device linear must fail (got %s)", h3s_status_name(st));
+    /* an unsupported dtype on the device */
+    h3s_tensor x64 = h3t_to_f64(&x);
+    h3s_tensor x64d = gup(&x64);
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_cuda_linear_forward(&x64d, &x64d, NULL, &x64d));
+    gfree(&xd), gfree(&yd), gfree(&x64d);
+    h3s_tensor_free(&x), h3s_tensor_free(&w), h3s_tensor_free(&y), h3s_tensor_free(&x64);
+}
+
+/* A device index outside its range: the op is queued, the kernel refuses the row and raises
+ * the flag, h3s_cuda_sync reports H3S_ERR_INDEX once, then the flag is clear again. */
+static void test_bad_device_index(void) {
+    const int64_t M = 6, H = 32, R = 3;
+    h3s_tensor x = hrand(H3S_BF16, M, H, 3, 1.0f), table = hrand(H3S_BF16, R, 2 * H, 4, 0.1f);
+    h3s_tensor idx = h3t_alloc1(H3S_I64, M);
+    int64_t *iv = (int64_t *)idx.data;
+    for (int64_t m = 0; m < M; m++)
+        iv[m] = m % R;
+    iv[4] = 7; /* out of range */
+    h3s_tensor xd = gup(&x), td = gup(&table), id = gup(&idx), yd = gdev2(H3S_BF16, M, H);
+    h3s_modulation mod = {&td, &id, 0, 1};
+    CHECK_OK(h3s_rmsnorm_forward(&xd, NULL, &mod, 1e-5, &yd));
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_cuda_sync());
+    CHECK(strstr(h3s_last_error(), "7") != NULL, "message names the bad index: %s", h3s_last_error());
+    CHECK_OK(h3s_cuda_sync());
+    /* the same through residual and the gather; download reports it too */
+    h3s_tensor rd = gup(&x), od = gdev2(H3S_BF16, M, H);
+    CHECK_OK(h3s_cuda_residual_forward(&rd, &xd, &td, &id, 1, &od));
+    h3s_tensor oh = h3t_alloc2(H3S_BF16, M, H);
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_cuda_download(&od, &oh));
+    CHECK_OK(h3s_cuda_sync());
+    /* a host index outside its range is refused by the entry point before any launch */
+    h3s_modulation hmod = {&td, &idx, 0, 1};
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_rmsnorm_forward(&xd, NULL, &hmod, 1e-5, &yd));
+    CHECK_OK(h3s_cuda_sync());
+    gfree(&xd), gfree(&td), gfree(&id), gfree(&yd), gfree(&rd), gfree(&od);
+    h3s_tensor_free(&x), h3s_tensor_free(&table), h3s_tensor_free(&idx), h3s_tensor_free(&oh);
+}
+
+/* The index cache is keyed by content: changing a host index between calls must change the
+ * result (a stale device copy would not). */
+static void test_index_cache(void) {
+    const int64_t M = 5, H = 16, R = 4;
+    h3s_tensor x = hrand(H3S_BF16, M, H, 8, 1.0f), table = hrand(H3S_BF16, R, 2 * H, 9, 0.5f);
+    h3s_tensor idx = h3t_alloc1(H3S_I64, M);
+    int64_t *iv = (int64_t *)idx.data;
+    for (int64_t m = 0; m < M; m++)
+        iv[m] = 0;
+    h3s_tensor xd = gup(&x), td = gup(&table), y1 = gdev2(H3S_BF16, M, H), y2 = gdev2(H3S_BF16, M, H);
+    h3s_modulation mod = {&td, &idx, 0, 1};
+    CHECK_OK(h3s_rmsnorm_forward(&xd, NULL, &mod, 1e-5, &y1));
+    h3s_tensor a = gdown(&y1);
+    iv[2] = 3;
+    CHECK_OK(h3s_rmsnorm_forward(&xd, NULL, &mod, 1e-5, &y2));
+    h3s_tensor b = gdown(&y2);
+    CHECK(h3t_rows_equal(&a, 0, &b, 0, 2) && h3t_rows_equal(&a, 3, &b, 3, 2), "unchanged rows equal");
+    CHECK(!h3t_rows_equal(&a, 2, &b, 2, 1), "row 2 follows the changed index");
+    /* and back: the first content is served again */
+    iv[2] = 0;
+    CHECK_OK(h3s_rmsnorm_forward(&xd, NULL, &mod, 1e-5, &y2));
+    CHECK(gequal(&y2, &a), "cached index content serves the same bits");
+    gfree(&xd), gfree(&td), gfree(&y1), gfree(&y2);
+    h3s_tensor_free(&x), h3s_tensor_free(&table), h3s_tensor_free(&idx), h3s_tensor_free(&a), h3s_tensor_free(&b);
+}
+
+/* The seeded fill: the same bits for the same (seed, i) whatever the tensor size. */
+static void test_fill(void) {
+    h3s_tensor a = gdev1(H3S_F32, 1000), b = gdev1(H3S_F32, 300), c = gdev1(H3S_F32, 300);
+    gfill(&a, 42, 1.0f);
+    gfill(&b, 42, 1.0f);
+    gfill(&c, 43, 1.0f);
+    h3s_tensor ah = gdown(&a), bh = gdown(&b), ch = gdown(&c);
+    CHECK(memcmp(ah.data, bh.data, 300 * sizeof(float)) == 0, "fill is a function of (seed, i)");
+    CHECK(memcmp(bh.data, ch.data, 300 * sizeof(float)) != 0, "another seed gives other values");
+    double mean = 0, var = 0;
+    for (int i = 0; i < 1000; i++)
+        mean += ((float *)ah.data)[i] / 1000.0;
+    for (int i = 0; i < 1000; i++)
+        var += (((float *)ah.data)[i] - mean) * (((float *)ah.data)[i] - mean) / 1000.0;
+    CHECK(fabs(mean) < 0.15 && fabs(var - 1.0) < 0.2, "fill mean %g var %g", mean, var);
+    gfree(&a), gfree(&b), gfree(&c);
+    h3s_tensor_free(&ah), h3s_tensor_free(&bh), h3s_tensor_free(&ch);
+}
+
+int main(void) {
+    gpu_require();
+    test_roundtrip();
+    test_fail_closed();
+    test_bad_device_index();
+    test_index_cache();
+    test_fill();
+    return h3t_finish("test_gpu_runtime");
+}
