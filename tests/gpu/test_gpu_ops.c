@@ -1,0 +1,732 @@
+/* Every operator of the strict CUDA backend, forward and backward, through the public entry
+ * points with device tensors:
+ *   - accuracy against the FP64 golden (the CPU golden ops on F64 copies of the same inputs),
+ *     with the CPU strict backend's error on the same inputs printed beside it;
+ *   - repeatability: a second run gives identical bits;
+ *   - row invariance: a sub-range of rows computed alone gives the bits of the full run;
+ *   - batch invariance (B in {1, 2, 4}) for attention and the per-row-table ops;
+ *   - attention padding invariance (masked keys between live ones change no live bit).
+ * H3S_GPU_TEST_SMALL=1 shrinks every problem (the compute-sanitizer runs). */
+#include "gpu_util.h"
+
+#define TOL_BF16 4e-3 /* BF16 output: one rounding, about 2^-9 relative at worst */
+#define TOL_F32 1e-4  /* F32 output from BF16/F32 inputs with FP32 accumulation */
+
+static int64_t SZ(int64_t big, int64_t small) { return gpu_small() ? small : big; }
+
+static h3s_tensor f64(const h3s_tensor *t) { return h3t_to_f64(t); }
+static h3s_tensor like64(const h3s_tensor *t) { return h3t_alloc(H3S_F64, t->ndim, t->shape); }
+static h3s_tensor host_like(const h3s_tensor *t, h3s_dtype dt) { return h3t_alloc(dt, t->ndim, t->shape); }
+
+static void free_all(h3s_tensor *ts, int n, int device) {
+    for (int i = 0; i < n; i++) {
+        if (device)
+            gfree(&ts[i]);
+        else
+            h3s_tensor_free(&ts[i]);
+    }
+}
+
+/* Row-index tensor [n] with values (seed-mixed) in [0, R). */
+static h3s_tensor rand_index(int64_t n, int64_t R, uint64_t seed) {
+    h3s_tensor t = h3t_alloc1(H3S_I64, n);
+    for (int64_t i = 0; i < n; i++)
+        ((int64_t *)t.data)[i] = (int64_t)((i * 2654435761ull + seed * 40503ull) % (uint64_t)R);
+    return t;
+}
+
+static h3s_tensor hview_rows(const h3s_tensor *t, int64_t r0, int64_t n) {
+    if (t->ndim == 1) {
+        h3s_tensor v = *t;
+        v.shape[0] = n;
+        v.data = (char *)t->data + (size_t)r0 * h3s_dtype_size(t->dtype);
+        v.owns_data = 0;
+        return v;
+    }
+    return h3t_rows(t, r0, n);
+}
+
+/* ================================================================== linear */
+
+static void test_linear(h3s_dtype dt) {
+    const char *name = dt == H3S_BF16 ? "bf16" : "f32";
+    const int64_t M = SZ(300, 37), K = SZ(392, 40), N = SZ(330, 24);
+    const double tol_y = dt == H3S_BF16 ? TOL_BF16 : 1e-5;
+    printf("linear %s M=%lld K=%lld N=%lld\n", name, (long long)M, (long long)K, (long long)N);
+    h3s_tensor x = hrand(dt, M, K, 11, 1.0f), w = hrand(dt, N, K, 12, 0.05f), b = hrand(dt, N, 0, 13, 0.1f);
+    h3s_tensor dy = hrand(H3S_F32, M, N, 14, 1.0f);
+    h3s_tensor xd = gup(&x), wd = gup(&w), bd = gup(&b), dyd = gup(&dy);
+    h3s_tensor yd = gdev2(dt, M, N), dxd = gdev2(H3S_F32, M, K), dwd = gdev2(H3S_F32, N, K), dbd = gdev1(H3S_F32, N);
+    gpoison(&yd), gpoison(&dxd), gpoison(&dwd), gpoison(&dbd);
+    CHECK_OK(h3s_linear_forward(&xd, &wd, &bd, &yd));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dxd, &dwd, &dbd));
+    h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd), db = gdown(&dbd);
+
+    h3s_tensor x64 = f64(&x), w64 = f64(&w), b64 = f64(&b), dy64 = f64(&dy);
+    h3s_tensor y64 = like64(&y), dx64 = like64(&dx), dw64 = like64(&dw), db64 = like64(&db);
+    CHECK_OK(h3s_linear_forward(&x64, &w64, &b64, &y64));
+    CHECK_OK(h3s_linear_backward(&x64, &w64, &dy64, &dx64, &dw64, &db64));
+    h3s_tensor yc = host_like(&y, dt), dxc = host_like(&dx, H3S_F32), dwc = host_like(&dw, H3S_F32),
+               dbc = host_like(&db, H3S_F32);
+    CHECK_OK(h3s_linear_forward(&x, &w, &b, &yc));
+    CHECK_OK(h3s_linear_backward(&x, &w, &dy, &dxc, &dwc, &dbc));
+    char what[64];
+    snprintf(what, sizeof what, "linear %s y", name);
+    report_err(what, h3t_rel_l2(&y, &y64), h3t_rel_l2(&yc, &y64), tol_y);
+    snprintf(what, sizeof what, "linear %s dx", name);
+    report_err(what, h3t_rel_l2(&dx, &dx64), h3t_rel_l2(&dxc, &dx64), TOL_F32);
+    snprintf(what, sizeof what, "linear %s dw", name);
+    report_err(what, h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), TOL_F32);
+    snprintf(what, sizeof what, "linear %s db", name);
+    report_err(what, h3t_rel_l2(&db, &db64), h3t_rel_l2(&dbc, &db64), 1e-5);
+    if (dt == H3S_F32) {
+        /* the FFMA kernel runs the CPU's chain: the same bits */
+        CHECK(h3t_bitwise_equal(&y, &yc), "F32 linear y equals the CPU strict bits");
+        CHECK(h3t_bitwise_equal(&dx, &dxc), "F32 linear dx equals the CPU strict bits");
+        CHECK(h3t_bitwise_equal(&dw, &dwc), "F32 linear dw equals the CPU strict bits");
+    }
+    CHECK(h3t_bitwise_equal(&db, &dbc), "db (tile fold of dy) equals the CPU strict bits");
+
+    /* repeat */
+    CHECK_OK(h3s_linear_forward(&xd, &wd, &bd, &yd));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dxd, &dwd, &dbd));
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw) && gequal(&dbd, &db), "linear %s repeat", name);
+
+    /* rows alone give the bits they had in the full run */
+    const int64_t subs[][2] = {{0, 1}, {5, 7}, {M / 2, M / 3}, {M - 1, 1}, {1, M - 1}};
+    for (int s = 0; s < 5; s++) {
+        int64_t r0 = subs[s][0], n = subs[s][1];
+        h3s_tensor xv = grows(&xd, r0, n), dyv = grows(&dyd, r0, n);
+        h3s_tensor ys = gdev2(dt, n, N), dxs = gdev2(H3S_F32, n, K);
+        CHECK_OK(h3s_linear_forward(&xv, &wd, &bd, &ys));
+        CHECK_OK(h3s_linear_backward(&xv, &wd, &dyv, &dxs, NULL, NULL));
+        h3s_tensor yh = gdown(&ys), dxh = gdown(&dxs);
+        CHECK(h3t_rows_equal(&yh, 0, &y, r0, n), "linear %s y rows [%lld, +%lld) alone", name, (long long)r0,
+              (long long)n);
+        CHECK(h3t_rows_equal(&dxh, 0, &dx, r0, n), "linear %s dx rows [%lld, +%lld) alone", name, (long long)r0,
+              (long long)n);
+        gfree(&ys), gfree(&dxs), h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+    }
+    h3s_tensor all[] = {x, w, b, dy, y, dx, dw, db, x64, w64, b64, dy64, y64, dx64, dw64, db64, yc, dxc, dwc, dbc};
+    free_all(all, 20, 0);
+    h3s_tensor alld[] = {xd, wd, bd, dyd, yd, dxd, dwd, dbd};
+    free_all(alld, 8, 1);
+}
+
+/* ================================================================== rmsnorm */
+
+static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
+    const int64_t M = SZ(300, 20), H = SZ(1000, 72), R = 5, C = 6;
+    const int shift = 3, scale = 4;
+    printf("rmsnorm w=%d mod=%d y=%s M=%lld H=%lld\n", with_w, with_mod, h3s_dtype_name(ydt), (long long)M,
+           (long long)H);
+    h3s_tensor x = hrand(H3S_BF16, M, H, 21, 1.5f), w = hrand(H3S_BF16, H, 0, 22, 1.0f);
+    h3s_tensor table = hrand(H3S_BF16, R, C * H, 23, 0.3f), idx = rand_index(M, R, 24);
+    h3s_tensor dy = hrand(H3S_F32, M, H, 25, 1.0f), pattern = hrand(H3S_F32, R, C * H, 26, 1.0f);
+    h3s_tensor xd = gup(&x), wd = gup(&w), td = gup(&table), dyd = gup(&dy);
+    h3s_tensor yd = gdev2(ydt, M, H), dxd = gdev2(H3S_F32, M, H), dwd = gdev1(H3S_F32, H), dtd = gup(&pattern);
+    h3s_modulation mod = {&td, &idx, shift, scale};
+    const h3s_tensor *W = with_w ? &wd : NULL;
+    const h3s_modulation *MOD = with_mod ? &mod : NULL;
+    gpoison(&yd), gpoison(&dxd), gpoison(&dwd);
+    CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
+    CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, with_mod ? &dtd : NULL));
+    h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd), dt = gdown(&dtd);
+
+    h3s_tensor x64 = f64(&x), w64 = f64(&w), t64 = f64(&table), dy64 = f64(&dy);
+    h3s_tensor y64 = h3t_alloc2(H3S_F64, M, H), dx64 = like64(&dx), dw64 = like64(&dw), dt64 = f64(&pattern);
+    h3s_modulation mod64 = {&t64, &idx, shift, scale};
+    CHECK_OK(h3s_rmsnorm_forward(&x64, with_w ? &w64 : NULL, with_mod ? &mod64 : NULL, 1e-5, &y64));
+    CHECK_OK(h3s_rmsnorm_backward(&x64, with_w ? &w64 : NULL, with_mod ? &mod64 : NULL, 1e-5, &dy64, &dx64,
+                                  with_w ? &dw64 : NULL, with_mod ? &dt64 : NULL));
+    h3s_tensor yc = host_like(&y, ydt), dxc = host_like(&dx, H3S_F32), dwc = host_like(&dw, H3S_F32);
+    h3s_tensor dtc = h3t_alloc2(H3S_F32, R, C * H);
+    memcpy(dtc.data, pattern.data, h3s_tensor_nbytes(&pattern));
+    h3s_modulation modc = {&table, &idx, shift, scale};
+    CHECK_OK(h3s_rmsnorm_forward(&x, with_w ? &w : NULL, with_mod ? &modc : NULL, 1e-5, &yc));
+    CHECK_OK(h3s_rmsnorm_backward(&x, with_w ? &w : NULL, with_mod ? &modc : NULL, 1e-5, &dy, &dxc,
+                                  with_w ? &dwc : NULL, with_mod ? &dtc : NULL));
+    report_err("rmsnorm y", h3t_rel_l2(&y, &y64), h3t_rel_l2(&yc, &y64), ydt == H3S_BF16 ? TOL_BF16 : 1e-5);
+    report_err("rmsnorm dx", h3t_rel_l2(&dx, &dx64), h3t_rel_l2(&dxc, &dx64), TOL_F32);
+    if (with_w) report_err("rmsnorm dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), TOL_F32);
+    if (with_mod) {
+        report_err("rmsnorm dtable", h3t_rel_l2(&dt, &dt64), h3t_rel_l2(&dtc, &dt64), TOL_F32);
+        /* only the shift and scale chunks are written */
+        int untouched = 1;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) {
+                if (c == shift || c == scale) continue;
+                size_t off = (size_t)((r * C + c) * H) * sizeof(float);
+                if (memcmp((char *)dt.data + off, (char *)pattern.data + off, (size_t)H * sizeof(float)))
+                    untouched = 0;
+            }
+        CHECK(untouched, "rmsnorm dtable: other chunks untouched");
+    }
+    /* repeat */
+    CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
+    CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, NULL));
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)), "rmsnorm repeat");
+    /* rows alone (with their own index rows) */
+    const int64_t r0 = M / 3, n = M / 2;
+    h3s_tensor xv = grows(&xd, r0, n), dyv = grows(&dyd, r0, n), iv = hview_rows(&idx, r0, n);
+    h3s_modulation modv = {&td, &iv, shift, scale};
+    h3s_tensor ys = gdev2(ydt, n, H), dxs = gdev2(H3S_F32, n, H);
+    CHECK_OK(h3s_rmsnorm_forward(&xv, W, with_mod ? &modv : NULL, 1e-5, &ys));
+    CHECK_OK(h3s_rmsnorm_backward(&xv, W, with_mod ? &modv : NULL, 1e-5, &dyv, &dxs, NULL, NULL));
+    h3s_tensor yh = gdown(&ys), dxh = gdown(&dxs);
+    CHECK(h3t_rows_equal(&yh, 0, &y, r0, n) && h3t_rows_equal(&dxh, 0, &dx, r0, n), "rmsnorm rows alone");
+    gfree(&ys), gfree(&dxs), h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+
+    h3s_tensor all[] = {x,   w,   table, idx, dy,  pattern, y,   dx,  dw,  dt,  x64, w64, t64,
+                        dy64, y64, dx64,  dw64, dt64, yc,     dxc, dwc, dtc};
+    free_all(all, 22, 0);
+    h3s_tensor alld[] = {xd, wd, td, dyd, yd, dxd, dwd, dtd};
+    free_all(alld, 8, 1);
+}
+
+/* Item 0 of a batch of B items, each S rows with a per-row AdaLN index: its rows of y and dx
+ * are the bits it gets alone (B = 1).  Also the final norm (F32 y, table [T, 2H]). */
+static void test_norm_batch(void) {
+    const int64_t S = SZ(120, 9), H = SZ(640, 40), R = 3;
+    h3s_tensor ref_y = {0}, ref_dx = {0}, ref_fy = {0}, ref_fdx = {0};
+    h3s_tensor w = hrand(H3S_BF16, H, 0, 31, 1.0f), table = hrand(H3S_BF16, R, 6 * H, 32, 0.3f);
+    h3s_tensor ftable = hrand(H3S_BF16, 2, 2 * H, 33, 0.3f);
+    h3s_tensor wd = gup(&w), td = gup(&table), ftd = gup(&ftable);
+    for (int64_t B = 1; B <= 4; B *= 2) {
+        const int64_t M = B * S;
+        h3s_tensor xd = gdev2(H3S_BF16, M, H), dyd = gdev2(H3S_F32, M, H);
+        for (int64_t b = 0; b < B; b++) {
+            h3s_tensor xv = grows(&xd, b * S, S), dv = grows(&dyd, b * S, S);
+            gfill(&xv, 100 + (uint64_t)b, 1.0f); /* item 0 gets seed 100 for every B */
+            gfill(&dv, 200 + (uint64_t)b, 1.0f);
+        }
+        h3s_tensor idx = h3t_alloc1(H3S_I64, M), fidx = h3t_alloc1(H3S_I64, M);
+        for (int64_t m = 0; m < M; m++) {
+            ((int64_t *)idx.data)[m] = (m % S) % R; /* the layout repeats per item */
+            ((int64_t *)fidx.data)[m] = (m % S) % 2;
+        }
+        h3s_modulation mod = {&td, &idx, 0, 1};
+        h3s_tensor yd = gdev2(H3S_BF16, M, H), dxd = gdev2(H3S_F32, M, H), dwd = gdev1(H3S_F32, H);
+        h3s_tensor dtd = gdev2(H3S_F32, R, 6 * H), fyd = gdev2(H3S_F32, M, H), fdxd = gdev2(H3S_F32, M, H);
+        h3s_tensor fdtd = gdev2(H3S_F32, 2, 2 * H);
+        CHECK_OK(h3s_rmsnorm_forward(&xd, &wd, &mod, 1e-5, &yd));
+        CHECK_OK(h3s_rmsnorm_backward(&xd, &wd, &mod, 1e-5, &dyd, &dxd, &dwd, &dtd));
+        CHECK_OK(h3s_final_norm_forward(&xd, &wd, &ftd, &fidx, 1e-5, &fyd));
+        CHECK_OK(h3s_final_norm_backward(&xd, &wd, &ftd, &fidx, 1e-5, &dyd, &fdxd, &dwd, &fdtd));
+        h3s_tensor y0 = grows(&yd, 0, S), dx0 = grows(&dxd, 0, S), fy0 = grows(&fyd, 0, S), fdx0 = grows(&fdxd, 0, S);
+        if (B == 1) {
+            ref_y = gdown(&y0), ref_dx = gdown(&dx0), ref_fy = gdown(&fy0), ref_fdx = gdown(&fdx0);
+        } else {
+            CHECK(gequal(&y0, &ref_y) && gequal(&dx0, &ref_dx), "rmsnorm item 0 at B=%lld equals B=1", (long long)B);
+            CHECK(gequal(&fy0, &ref_fy) && gequal(&fdx0, &ref_fdx), "final norm item 0 at B=%lld equals B=1",
+                  (long long)B);
+        }
+        h3s_tensor alld[] = {xd, dyd, yd, dxd, dwd, dtd, fyd, fdxd, fdtd};
+        free_all(alld, 9, 1);
+        h3s_tensor_free(&idx), h3s_tensor_free(&fidx);
+    }
+    /* final norm accuracy (B = 1 inputs rebuilt on the host) */
+    {
+        const int64_t M = S;
+        h3s_tensor x = hrand(H3S_BF16, M, H, 34, 1.0f), dy = hrand(H3S_F32, M, H, 35, 1.0f);
+        h3s_tensor fidx = rand_index(M, 2, 36);
+        h3s_tensor xd = gup(&x), dyd = gup(&dy), yd = gdev2(H3S_F32, M, H), dxd = gdev2(H3S_F32, M, H);
+        h3s_tensor dwd = gdev1(H3S_F32, H), dtd = gdev2(H3S_F32, 2, 2 * H);
+        CHECK_OK(h3s_final_norm_forward(&xd, &wd, &ftd, &fidx, 1e-5, &yd));
+        CHECK_OK(h3s_final_norm_backward(&xd, &wd, &ftd, &fidx, 1e-5, &dyd, &dxd, &dwd, &dtd));
+        h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd), dt = gdown(&dtd);
+        h3s_tensor x64 = f64(&x), w64 = f64(&w), t64 = f64(&ftable), dy64 = f64(&dy);
+        h3s_tensor y64 = like64(&y), dx64 = like64(&dx), dw64 = like64(&dw), dt64 = like64(&dt);
+        CHECK_OK(h3s_final_norm_forward(&x64, &w64, &t64, &fidx, 1e-5, &y64));
+        CHECK_OK(h3s_final_norm_backward(&x64, &w64, &t64, &fidx, 1e-5, &dy64, &dx64, &dw64, &dt64));
+        h3s_tensor yc = host_like(&y, H3S_F32), dxc = host_like(&dx, H3S_F32), dwc = host_like(&dw, H3S_F32),
+                   dtc = host_like(&dt, H3S_F32);
+        CHECK_OK(h3s_final_norm_forward(&x, &w, &ftable, &fidx, 1e-5, &yc));
+        CHECK_OK(h3s_final_norm_backward(&x, &w, &ftable, &fidx, 1e-5, &dy, &dxc, &dwc, &dtc));
+        report_err("final_norm y", h3t_rel_l2(&y, &y64), h3t_rel_l2(&yc, &y64), 1e-5);
+        report_err("final_norm dx", h3t_rel_l2(&dx, &dx64), h3t_rel_l2(&dxc, &dx64), TOL_F32);
+        report_err("final_norm dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), TOL_F32);
+        report_err("final_norm dtable", h3t_rel_l2(&dt, &dt64), h3t_rel_l2(&dtc, &dt64), TOL_F32);
+        h3s_tensor all[] = {x, dy, fidx, y, dx, dw, dt, x64, w64, t64, dy64, y64, dx64, dw64, dt64, yc, dxc, dwc, dtc};
+        free_all(all, 19, 0);
+        h3s_tensor alld[] = {xd, dyd, yd, dxd, dwd, dtd};
+        free_all(alld, 6, 1);
+    }
+    h3s_tensor all[] = {ref_y, ref_dx, ref_fy, ref_fdx, w, table, ftable};
+    free_all(all, 7, 0);
+    gfree(&wd), gfree(&td), gfree(&ftd);
+}
+
+/* ================================================================== head rmsnorm */
+
+static void test_head_rmsnorm(void) {
+    const int64_t M = SZ(200, 10), heads = SZ(6, 2), D = SZ(128, 16), W = heads * D;
+    printf("head_rmsnorm M=%lld heads=%lld D=%lld\n", (long long)M, (long long)heads, (long long)D);
+    h3s_tensor x = hrand(H3S_BF16, M, W, 41, 2.0f), w = hrand(H3S_BF16, D, 0, 42, 1.0f);
+    h3s_tensor dy = hrand(H3S_F32, M, W, 43, 1.0f);
+    h3s_tensor xd = gup(&x), wd = gup(&w), dyd = gup(&dy);
+    h3s_tensor yd = gdev2(H3S_BF16, M, W), dxd = gdev2(H3S_F32, M, W), dwd = gdev1(H3S_F32, D);
+    CHECK_OK(h3s_head_rmsnorm_forward(&xd, heads, &wd, 1e-5, &yd));
+    CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dwd));
+    h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd);
+    h3s_tensor x64 = f64(&x), w64 = f64(&w), dy64 = f64(&dy), y64 = like64(&y), dx64 = like64(&dx),
+               dw64 = like64(&dw);
+    CHECK_OK(h3s_head_rmsnorm_forward(&x64, heads, &w64, 1e-5, &y64));
+    CHECK_OK(h3s_head_rmsnorm_backward(&x64, heads, &w64, 1e-5, &dy64, &dx64, &dw64));
+    h3s_tensor yc = host_like(&y, H3S_BF16), dxc = host_like(&dx, H3S_F32), dwc = host_like(&dw, H3S_F32);
+    CHECK_OK(h3s_head_rmsnorm_forward(&x, heads, &w, 1e-5, &yc));
+    CHECK_OK(h3s_head_rmsnorm_backward(&x, heads, &w, 1e-5, &dy, &dxc, &dwc));
+    report_err("head_rmsnorm y", h3t_rel_l2(&y, &y64), h3t_rel_l2(&yc, &y64), TOL_BF16);
+    report_err("head_rmsnorm dx", h3t_rel_l2(&dx, &dx64), h3t_rel_l2(&dxc, &dx64), TOL_F32);
+    report_err("head_rmsnorm dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), TOL_F32);
+    CHECK_OK(h3s_head_rmsnorm_forward(&xd, heads, &wd, 1e-5, &yd));
+    CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dwd));
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw), "head_rmsnorm repeat");
+    /* in place: dx over dy gives the same bits */
+    CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dyd, &dwd));
+    CHECK(gequal(&dyd, &dx) && gequal(&dwd, &dw), "head_rmsnorm backward in place");
+    h3s_tensor all[] = {x, w, dy, y, dx, dw, x64, w64, dy64, y64, dx64, dw64, yc, dxc, dwc};
+    free_all(all, 15, 0);
+    h3s_tensor alld[] = {xd, wd, dyd, yd, dxd, dwd};
+    free_all(alld, 6, 1);
+}
+
+/* ================================================================== rope */
+
+static void test_rope(void) {
+    const int64_t S = SZ(150, 12), B = 2, M = B * S, heads = SZ(4, 2), D = SZ(128, 16), F = SZ(16, 2), W = heads * D;
+    printf("rope S=%lld heads=%lld D=%lld F=%lld\n", (long long)S, (long long)heads, (long long)D, (long long)F);
+    h3s_tensor pos = h3t_alloc2(H3S_F64, S, 3);
+    for (int64_t s = 0; s < S; s++) {
+        ((double *)pos.data)[s * 3] = 5.0 + s / 7;
+        ((double *)pos.data)[s * 3 + 1] = -4.0 + 0.37 * (double)(s % 7) * 32.0 / 7.0;
+        ((double *)pos.data)[s * 3 + 2] = 1.5 + 0.21 * (double)(s % 5) * 32.0;
+    }
+    h3s_tensor posd = gup(&pos), cd = gdev2(H3S_F32, S, 6 * F), sd = gdev2(H3S_F32, S, 6 * F);
+    CHECK_OK(h3s_rope_table(&posd, F, 10000.0, &cd, &sd));
+    h3s_tensor c = gdown(&cd), s_ = gdown(&sd);
+    h3s_tensor c64 = h3t_alloc2(H3S_F64, S, 6 * F), s64 = h3t_alloc2(H3S_F64, S, 6 * F);
+    h3s_tensor cc = h3t_alloc2(H3S_F32, S, 6 * F), sc = h3t_alloc2(H3S_F32, S, 6 * F);
+    CHECK_OK(h3s_rope_table(&pos, F, 10000.0, &c64, &s64));
+    CHECK_OK(h3s_rope_table(&pos, F, 10000.0, &cc, &sc));
+    report_err("rope_table cos", h3t_rel_l2(&c, &c64), h3t_rel_l2(&cc, &c64), 1e-5);
+    report_err("rope_table sin", h3t_rel_l2(&s_, &s64), h3t_rel_l2(&sc, &s64), 1e-5);
+
+    h3s_tensor x = hrand(H3S_BF16, M, W, 51, 1.0f), dy = hrand(H3S_F32, M, W, 52, 1.0f);
+    h3s_tensor xd = gup(&x), dyd = gup(&dy), yd = gdev2(H3S_BF16, M, W), dxd = gdev2(H3S_F32, M, W);
+    CHECK_OK(h3s_rope_forward(&xd, heads, &cd, &sd, &yd));
+    CHECK_OK(h3s_rope_backward(heads, &cd, &sd, &dyd, &dxd));
+    h3s_tensor y = gdown(&yd), dx = gdown(&dxd);
+    /* golden and CPU strict from the GPU's own table (the apply is what is measured here) */
+    h3s_tensor cg = f64(&c), sg = f64(&s_), x64 = f64(&x), dy64 = f64(&dy), y64 = like64(&y), dx64 = like64(&dx);
+    CHECK_OK(h3s_rope_forward(&x64, heads, &cg, &sg, &y64));
+    CHECK_OK(h3s_rope_backward(heads, &cg, &sg, &dy64, &dx64));
+    h3s_tensor yc = host_like(&y, H3S_BF16), dxc = host_like(&dx, H3S_F32);
+    CHECK_OK(h3s_rope_forward(&x, heads, &c, &s_, &yc));
+    CHECK_OK(h3s_rope_backward(heads, &c, &s_, &dy, &dxc));
+    report_err("rope y", h3t_rel_l2(&y, &y64), h3t_rel_l2(&yc, &y64), TOL_BF16);
+    report_err("rope dx", h3t_rel_l2(&dx, &dx64), h3t_rel_l2(&dxc, &dx64), 1e-6);
+    CHECK(h3t_bitwise_equal(&y, &yc) && h3t_bitwise_equal(&dx, &dxc), "rope apply equals the CPU strict bits");
+    /* in place */
+    CHECK_OK(h3s_rope_forward(&xd, heads, &cd, &sd, &xd));
+    CHECK_OK(h3s_rope_backward(heads, &cd, &sd, &dyd, &dyd));
+    CHECK(gequal(&xd, &y) && gequal(&dyd, &dx), "rope in place gives the same bits");
+    h3s_tensor all[] = {pos, c, s_, c64, s64, cc, sc, x, dy, y, dx, cg, sg, x64, dy64, y64, dx64, yc, dxc};
+    free_all(all, 19, 0);
+    h3s_tensor alld[] = {posd, cd, sd, xd, dyd, yd, dxd};
+    free_all(alld, 7, 1);
+}
+
+/* ================================================================== attention */
+
+typedef struct attn_case {
+    int64_t B, S, heads, D;
+    int use_doc, use_kv;
+} attn_case;
+
+/* Masks: doc = two documents (first 40%, rest); key_valid drops every 5th key of items b >= 1
+ * and every 7th of item 0, keeping at least one key per document. */
+static void make_masks(const attn_case *c, h3s_tensor *doc, h3s_tensor *kv) {
+    *doc = h3t_alloc1(H3S_I64, c->S);
+    for (int64_t s = 0; s < c->S; s++)
+        ((int64_t *)doc->data)[s] = s < (c->S * 2) / 5 ? 3 : 8;
+    int64_t kd[2] = {c->B, c->S};
+    *kv = h3t_alloc(H3S_BOOL, 2, kd);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t s = 0; s < c->S; s++)
+            ((uint8_t *)kv->data)[b * c->S + s] = (s % (b == 0 ? 7 : 5)) != 3;
+}
+
+static void test_attention_case(const attn_case *c) {
+    const int64_t M = c->B * c->S, W = c->heads * c->D;
+    printf("attention B=%lld S=%lld heads=%lld D=%lld doc=%d key_valid=%d\n", (long long)c->B, (long long)c->S,
+           (long long)c->heads, (long long)c->D, c->use_doc, c->use_kv);
+    h3s_tensor q = hrand(H3S_BF16, M, W, 61, 1.0f), k = hrand(H3S_BF16, M, W, 62, 1.0f),
+               v = hrand(H3S_BF16, M, W, 63, 1.0f), dout = hrand(H3S_F32, M, W, 64, 1.0f);
+    h3s_tensor doc, kv;
+    make_masks(c, &doc, &kv);
+    h3s_attn_mask mask = {c->use_doc ? &doc : NULL, c->use_kv ? &kv : NULL};
+    h3s_tensor qd = gup(&q), kd = gup(&k), vd = gup(&v), gd = gup(&dout);
+    int64_t sdims[3] = {M, c->heads, 2};
+    h3s_tensor od = gdev2(H3S_BF16, M, W), std = gdev(H3S_F32, 3, sdims);
+    h3s_tensor dqd = gdev2(H3S_F32, M, W), dkd = gdev2(H3S_F32, M, W), dvd = gdev2(H3S_F32, M, W);
+    gpoison(&od), gpoison(&std), gpoison(&dqd), gpoison(&dkd), gpoison(&dvd);
+    CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, c->B, c->heads, &mask, &od, &std));
+    CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, &dkd, &dvd));
+    h3s_tensor o = gdown(&od), st = gdown(&std), dq = gdown(&dqd), dk = gdown(&dkd), dv = gdown(&dvd);
+
+    h3s_tensor q64 = f64(&q), k64 = f64(&k), v64 = f64(&v), g64 = f64(&dout);
+    h3s_tensor o64 = like64(&o), st64 = like64(&st);
+    CHECK_OK(h3s_attention_forward(&q64, &k64, &v64, c->B, c->heads, &mask, &o64, &st64));
+    h3s_tensor oc = host_like(&o, H3S_BF16), stc = host_like(&st, H3S_F32);
+    CHECK_OK(h3s_attention_forward(&q, &k, &v, c->B, c->heads, &mask, &oc, &stc));
+    report_err("attention out", h3t_rel_l2(&o, &o64), h3t_rel_l2(&oc, &o64), TOL_BF16);
+    report_err("attention stats", h3t_rel_l2(&st, &st64), h3t_rel_l2(&stc, &st64), 1e-5);
+    /* the backward measured on the GPU's own forward outputs */
+    h3s_tensor og = f64(&o), sg = f64(&st), dq64 = like64(&dq), dk64 = like64(&dk), dv64 = like64(&dv);
+    CHECK_OK(h3s_attention_backward(&q64, &k64, &v64, &og, &sg, c->B, c->heads, &mask, &g64, &dq64, &dk64, &dv64));
+    h3s_tensor dqc = host_like(&dq, H3S_F32), dkc = host_like(&dk, H3S_F32), dvc = host_like(&dv, H3S_F32);
+    CHECK_OK(h3s_attention_backward(&q, &k, &v, &o, &st, c->B, c->heads, &mask, &dout, &dqc, &dkc, &dvc));
+    report_err("attention dq", h3t_rel_l2(&dq, &dq64), h3t_rel_l2(&dqc, &dq64), TOL_F32);
+    report_err("attention dk", h3t_rel_l2(&dk, &dk64), h3t_rel_l2(&dkc, &dk64), TOL_F32);
+    report_err("attention dv", h3t_rel_l2(&dv, &dv64), h3t_rel_l2(&dvc, &dv64), TOL_F32);
+    /* repeat */
+    CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, c->B, c->heads, &mask, &od, &std));
+    CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, &dkd, &dvd));
+    CHECK(gequal(&od, &o) && gequal(&std, &st) && gequal(&dqd, &dq) && gequal(&dkd, &dk) && gequal(&dvd, &dv),
+          "attention repeat");
+    h3s_tensor all[] = {q,  k,  v,   dout, doc,  kv,   o,    st,   dq,  dk,  dv,  q64, k64, v64,
+                        g64, o64, st64, oc,   stc, og,   sg,   dq64, dk64, dv64, dqc, dkc, dvc};
+    free_all(all, 27, 0);
+    h3s_tensor alld[] = {qd, kd, vd, gd, od, std, dqd, dkd, dvd};
+    free_all(alld, 9, 1);
+}
+
+/* Item 0 of B items gets the bits it gets alone, forward and backward. */
+static void test_attention_batch(void) {
+    const int64_t S = SZ(200, 20), heads = SZ(4, 2), D = SZ(128, 16), W = heads * D;
+    char ref[7][65];
+    for (int64_t B = 1; B <= 4; B *= 2) {
+        const int64_t M = B * S;
+        attn_case c = {B, S, heads, D, 1, 1};
+        h3s_tensor doc, kv;
+        make_masks(&c, &doc, &kv);
+        h3s_attn_mask mask = {&doc, &kv};
+        h3s_tensor qd = gdev2(H3S_BF16, M, W), kd = gdev2(H3S_BF16, M, W), vd = gdev2(H3S_BF16, M, W),
+                   gd = gdev2(H3S_F32, M, W);
+        for (int64_t b = 0; b < B; b++) {
+            h3s_tensor t[4] = {grows(&qd, b * S, S), grows(&kd, b * S, S), grows(&vd, b * S, S),
+                               grows(&gd, b * S, S)};
+            for (int i = 0; i < 4; i++)
+                gfill(&t[i], 1000 + 10 * (uint64_t)b + (uint64_t)i, 1.0f);
+        }
+        int64_t sdims[3] = {M, heads, 2};
+        h3s_tensor od = gdev2(H3S_BF16, M, W), std = gdev(H3S_F32, 3, sdims);
+        h3s_tensor dqd = gdev2(H3S_F32, M, W), dkd = gdev2(H3S_F32, M, W), dvd = gdev2(H3S_F32, M, W);
+        CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, B, heads, &mask, &od, &std));
+        CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, B, heads, &mask, &gd, &dqd, &dkd, &dvd));
+        const h3s_tensor *outs[5] = {&od, &std, &dqd, &dkd, &dvd};
+        for (int i = 0; i < 5; i++) {
+            char h[65];
+            h3s_tensor v0 = *outs[i];
+            v0.shape[0] = S;
+            ghash(&v0, 0, -1, h);
+            if (B == 1)
+                memcpy(ref[i], h, 65);
+            else
+                CHECK(strcmp(ref[i], h) == 0, "attention output %d of item 0 at B=%lld differs from B=1", i,
+                      (long long)B);
+        }
+        h3s_tensor alld[] = {qd, kd, vd, gd, od, std, dqd, dkd, dvd};
+        free_all(alld, 9, 1);
+        h3s_tensor_free(&doc), h3s_tensor_free(&kv);
+    }
+}
+
+/* The same live sequence with padding inserted between live positions (padding keys masked
+ * by key_valid, padding rows a document of their own): every live row's out, stats, dq, dk
+ * and dv have the unpadded bits. */
+static void test_attention_padding(void) {
+    const int64_t S0 = SZ(150, 14), heads = SZ(3, 2), D = SZ(64, 16), W = heads * D;
+    int64_t S1 = 0;
+    int64_t *live_at = (int64_t *)malloc((size_t)S0 * sizeof(int64_t));
+    for (int64_t s = 0; s < S0; s++) {
+        if (s % 6 == 2) S1 += 3; /* three padding rows before every 6th live row */
+        live_at[s] = S1++;
+    }
+    S1 += 5; /* and a padded tail */
+    h3s_tensor q = hrand(H3S_BF16, S0, W, 71, 1.0f), k = hrand(H3S_BF16, S0, W, 72, 1.0f),
+               v = hrand(H3S_BF16, S0, W, 73, 1.0f), g = hrand(H3S_F32, S0, W, 74, 1.0f);
+    h3s_tensor qp = hrand(H3S_BF16, S1, W, 75, 1.0f), kp = hrand(H3S_BF16, S1, W, 76, 1.0f),
+               vp = hrand(H3S_BF16, S1, W, 77, 1.0f), gp = hrand(H3S_F32, S1, W, 78, 1.0f);
+    h3s_tensor doc = h3t_alloc1(H3S_I64, S1);
+    int64_t kd2[2] = {1, S1};
+    h3s_tensor kv = h3t_alloc(H3S_BOOL, 2, kd2);
+    for (int64_t s = 0; s < S1; s++) {
+        ((int64_t *)doc.data)[s] = 1;
+        ((uint8_t *)kv.data)[s] = 0;
+    }
+    for (int64_t s = 0; s < S0; s++) {
+        int64_t p = live_at[s];
+        memcpy((uint16_t *)qp.data + p * W, (uint16_t *)q.data + s * W, (size_t)W * 2);
+        memcpy((uint16_t *)kp.data + p * W, (uint16_t *)k.data + s * W, (size_t)W * 2);
+        memcpy((uint16_t *)vp.data + p * W, (uint16_t *)v.data + s * W, (size_t)W * 2);
+        memcpy((float *)gp.data + p * W, (float *)g.data + s * W, (size_t)W * 4);
+        ((int64_t *)doc.data)[p] = 0;
+        ((uint8_t *)kv.data)[p] = 1;
+    }
+    h3s_tensor res[2][5];
+    for (int pass = 0; pass < 2; pass++) {
+        const int64_t S = pass ? S1 : S0;
+        h3s_tensor qd = gup(pass ? &qp : &q), kd = gup(pass ? &kp : &k), vd = gup(pass ? &vp : &v),
+                   gd = gup(pass ? &gp : &g);
+        h3s_attn_mask mask = {pass ? &doc : NULL, pass ? &kv : NULL};
+        int64_t sdims[3] = {S, heads, 2};
+        h3s_tensor od = gdev2(H3S_BF16, S, W), std = gdev(H3S_F32, 3, sdims);
+        h3s_tensor dqd = gdev2(H3S_F32, S, W), dkd = gdev2(H3S_F32, S, W), dvd = gdev2(H3S_F32, S, W);
+        CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, 1, heads, &mask, &od, &std));
+        CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, 1, heads, &mask, &gd, &dqd, &dkd, &dvd));
+        res[pass][0] = gdown(&od), res[pass][1] = gdown(&std), res[pass][2] = gdown(&dqd);
+        res[pass][3] = gdown(&dkd), res[pass][4] = gdown(&dvd);
+        h3s_tensor alld[] = {qd, kd, vd, gd, od, std, dqd, dkd, dvd};
+        free_all(alld, 9, 1);
+    }
+    int same = 1;
+    for (int i = 0; i < 5; i++) {
+        size_t row = (size_t)(res[0][i].shape[1] * (res[0][i].ndim == 3 ? res[0][i].shape[2] : 1)) *
+                     h3s_dtype_size(res[0][i].dtype);
+        for (int64_t s = 0; s < S0; s++)
+            if (memcmp((char *)res[0][i].data + (size_t)s * row, (char *)res[1][i].data + (size_t)live_at[s] * row,
+                       row))
+                same = 0;
+    }
+    CHECK(same, "attention live rows with padding between them keep the unpadded bits (S %lld -> %lld)",
+          (long long)S0, (long long)S1);
+    for (int p = 0; p < 2; p++)
+        free_all(res[p], 5, 0);
+    h3s_tensor all[] = {q, k, v, g, qp, kp, vp, gp, doc, kv};
+    free_all(all, 10, 0);
+    free(live_at);
+}
+
+/* ================================================================== residual, swiglu */
+
+static void test_residual(int with_table) {
+    const int64_t M = SZ(300, 20), H = SZ(700, 40), R = 4, C = 6, gate = 5;
+    printf("residual table=%d M=%lld H=%lld\n", with_table, (long long)M, (long long)H);
+    h3s_tensor r = hrand(H3S_BF16, M, H, 81, 1.0f), y = hrand(H3S_BF16, M, H, 82, 1.0f);
+    h3s_tensor table = hrand(H3S_BF16, R, C * H, 83, 0.5f), idx = rand_index(M, R, 84);
+    h3s_tensor dout = hrand(H3S_F32, M, H, 85, 1.0f), pattern = hrand(H3S_F32, R, C * H, 86, 1.0f);
+    h3s_tensor rd = gup(&r), yd = gup(&y), td = gup(&table), gd = gup(&dout);
+    h3s_tensor od = gdev2(H3S_BF16, M, H), drd = gdev2(H3S_F32, M, H), dyd = gdev2(H3S_F32, M, H), dtd = gup(&pattern);
+    const h3s_tensor *T = with_table ? &td : NULL, *I = with_table ? &idx : NULL;
+    CHECK_OK(h3s_residual_forward(&rd, &yd, T, I, gate, &od));
+    CHECK_OK(h3s_residual_backward(&yd, T, I, gate, &gd, &drd, &dyd, with_table ? &dtd : NULL));
+    h3s_tensor o = gdown(&od), dr = gdown(&drd), dy = gdown(&dyd), dt = gdown(&dtd);
+    h3s_tensor r64 = f64(&r), y64 = f64(&y), t64 = f64(&table), g64 = f64(&dout);
+    h3s_tensor o64 = like64(&o), dr64 = like64(&dr), dy64 = like64(&dy), dt64 = f64(&pattern);
+    CHECK_OK(h3s_residual_forward(&r64, &y64, with_table ? &t64 : NULL, I, gate, &o64));
+    CHECK_OK(h3s_residual_backward(&y64, with_table ? &t64 : NULL, I, gate, &g64, &dr64, &dy64,
+                                   with_table ? &dt64 : NULL));
+    h3s_tensor oc = host_like(&o, H3S_BF16), drc = host_like(&dr, H3S_F32), dyc = host_like(&dy, H3S_F32);
+    h3s_tensor dtc = h3t_alloc2(H3S_F32, R, C * H);
+    memcpy(dtc.data, pattern.data, h3s_tensor_nbytes(&pattern));
+    CHECK_OK(h3s_residual_forward(&r, &y, with_table ? &table : NULL, I, gate, &oc));
+    CHECK_OK(h3s_residual_backward(&y, with_table ? &table : NULL, I, gate, &dout, &drc, &dyc,
+                                   with_table ? &dtc : NULL));
+    report_err("residual out", h3t_rel_l2(&o, &o64), h3t_rel_l2(&oc, &o64), TOL_BF16);
+    report_err("residual dy", h3t_rel_l2(&dy, &dy64), h3t_rel_l2(&dyc, &dy64), 1e-6);
+    CHECK(h3t_bitwise_equal(&o, &oc) && h3t_bitwise_equal(&dr, &drc) && h3t_bitwise_equal(&dy, &dyc),
+          "residual forward / dr / dy equal the CPU strict bits");
+    if (with_table) {
+        report_err("residual dtable", h3t_rel_l2(&dt, &dt64), h3t_rel_l2(&dtc, &dt64), TOL_F32);
+        CHECK(h3t_bitwise_equal(&dt, &dtc), "residual dtable (indexed tile fold) equals the CPU strict bits");
+    }
+    CHECK_OK(h3s_residual_forward(&rd, &yd, T, I, gate, &od));
+    CHECK(gequal(&od, &o), "residual repeat");
+    /* in place: out over r */
+    CHECK_OK(h3s_residual_forward(&rd, &yd, T, I, gate, &rd));
+    CHECK(gequal(&rd, &o), "residual in place");
+    h3s_tensor all[] = {r,   y,   table, idx, dout, pattern, o,   dr,  dy,  dt,  r64, y64,
+                        t64, g64, o64,   dr64, dy64, dt64,    oc, drc, dyc, dtc};
+    free_all(all, 22, 0);
+    h3s_tensor alld[] = {rd, yd, td, gd, od, drd, dyd, dtd};
+    free_all(alld, 8, 1);
+}
+
+static void test_swiglu(void) {
+    const int64_t M = SZ(200, 10), F = SZ(700, 24);
+    h3s_tensor u = hrand(H3S_BF16, M, 2 * F, 91, 2.0f), dh = hrand(H3S_F32, M, F, 92, 1.0f);
+    h3s_tensor ud = gup(&u), dhd = gup(&dh), hd = gdev2(H3S_BF16, M, F), dud = gdev2(H3S_F32, M, 2 * F);
+    CHECK_OK(h3s_swiglu_forward(&ud, &hd));
+    CHECK_OK(h3s_swiglu_backward(&ud, &dhd, &dud));
+    h3s_tensor h = gdown(&hd), du = gdown(&dud);
+    h3s_tensor u64 = f64(&u), dh64 = f64(&dh), h64 = like64(&h), du64 = like64(&du);
+    CHECK_OK(h3s_swiglu_forward(&u64, &h64));
+    CHECK_OK(h3s_swiglu_backward(&u64, &dh64, &du64));
+    h3s_tensor hc = host_like(&h, H3S_BF16), duc = host_like(&du, H3S_F32);
+    CHECK_OK(h3s_swiglu_forward(&u, &hc));
+    CHECK_OK(h3s_swiglu_backward(&u, &dh, &duc));
+    report_err("swiglu h", h3t_rel_l2(&h, &h64), h3t_rel_l2(&hc, &h64), TOL_BF16);
+    report_err("swiglu du", h3t_rel_l2(&du, &du64), h3t_rel_l2(&duc, &du64), 1e-6);
+    CHECK_OK(h3s_swiglu_forward(&ud, &hd));
+    CHECK_OK(h3s_swiglu_backward(&ud, &dhd, &dud));
+    CHECK(gequal(&hd, &h) && gequal(&dud, &du), "swiglu repeat");
+    h3s_tensor all[] = {u, dh, h, du, u64, dh64, h64, du64, hc, duc};
+    free_all(all, 10, 0);
+    h3s_tensor alld[] = {ud, dhd, hd, dud};
+    free_all(alld, 4, 1);
+}
+
+/* ================================================================== adaln, timestep */
+
+static void test_adaln(void) {
+    const int64_t T = SZ(3, 2), E = SZ(512, 40), N = SZ(1152, 36);
+    h3s_tensor temb = hrand(H3S_F32, T, E, 101, 2.0f), w = hrand(H3S_BF16, N, E, 102, 0.05f),
+               b = hrand(H3S_BF16, N, 0, 103, 0.1f), dtab = hrand(H3S_F32, T, N, 104, 1.0f);
+    h3s_tensor ted = gup(&temb), wd = gup(&w), bd = gup(&b), dtd = gup(&dtab);
+    h3s_tensor ad = gdev2(H3S_BF16, T, E), tabd = gdev2(H3S_BF16, T, N), dted = gdev2(H3S_F32, T, E),
+               dwd = gdev2(H3S_F32, N, E), dbd = gdev1(H3S_F32, N);
+    CHECK_OK(h3s_adaln_projection_forward(&ted, &wd, &bd, &ad, &tabd));
+    CHECK_OK(h3s_adaln_projection_backward(&ted, &ad, &wd, &dtd, &dted, &dwd, &dbd));
+    h3s_tensor a = gdown(&ad), tab = gdown(&tabd), dte = gdown(&dted), dw = gdown(&dwd), db = gdown(&dbd);
+    h3s_tensor ac = host_like(&a, H3S_BF16), tabc = host_like(&tab, H3S_BF16), dtec = host_like(&dte, H3S_F32),
+               dwc = host_like(&dw, H3S_F32), dbc = host_like(&db, H3S_F32);
+    CHECK_OK(h3s_adaln_projection_forward(&temb, &w, &b, &ac, &tabc));
+    CHECK_OK(h3s_adaln_projection_backward(&temb, &ac, &w, &dtab, &dtec, &dwc, &dbc));
+    h3s_tensor te64 = f64(&temb), w64 = f64(&w), b64 = f64(&b), dt64 = f64(&dtab);
+    h3s_tensor a64 = like64(&a), tab64 = like64(&tab), dte64 = like64(&dte), dw64 = like64(&dw), db64 = like64(&db);
+    CHECK_OK(h3s_adaln_projection_forward(&te64, &w64, &b64, &a64, &tab64));
+    CHECK_OK(h3s_adaln_projection_backward(&te64, &a64, &w64, &dt64, &dte64, &dw64, &db64));
+    CHECK(h3t_bitwise_equal(&a, &ac), "adaln a = bf16(silu(temb)) equals the CPU strict bits");
+    report_err("adaln table", h3t_rel_l2(&tab, &tab64), h3t_rel_l2(&tabc, &tab64), TOL_BF16);
+    report_err("adaln dtemb", h3t_rel_l2(&dte, &dte64), h3t_rel_l2(&dtec, &dte64), 5e-3);
+    report_err("adaln dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), 5e-3);
+    report_err("adaln db", h3t_rel_l2(&db, &db64), h3t_rel_l2(&dbc, &db64), 1e-5);
+    CHECK_OK(h3s_adaln_projection_forward(&ted, &wd, &bd, &ad, &tabd));
+    CHECK_OK(h3s_adaln_projection_backward(&ted, &ad, &wd, &dtd, &dted, &dwd, &dbd));
+    CHECK(gequal(&tabd, &tab) && gequal(&dted, &dte) && gequal(&dwd, &dw), "adaln repeat");
+    h3s_tensor all[] = {temb, w,  b,  dtab, a,    tab,  dte,   dw,    db,   ac,  tabc, dtec,
+                        dwc,  dbc, te64, w64, b64, dt64, a64, tab64, dte64, dw64, db64};
+    free_all(all, 23, 0);
+    h3s_tensor alld[] = {ted, wd, bd, dtd, ad, tabd, dted, dwd, dbd};
+    free_all(alld, 9, 1);
+}
+
+static void test_timestep(void) {
+    const int64_t T = SZ(5, 3), fd = SZ(256, 16), Eh = SZ(640, 48), E = SZ(320, 24);
+    h3s_tensor t = h3t_alloc1(H3S_F32, T);
+    for (int64_t i = 0; i < T; i++)
+        ((float *)t.data)[i] = 0.08f + 0.21f * (float)i;
+    h3s_tensor g = hrand(H3S_F32, T, fd, 111, 1.0f);
+    h3s_tensor td = gup(&t), gd = gup(&g), od = gdev2(H3S_F32, T, fd), dtd = gdev1(H3S_F32, T);
+    CHECK_OK(h3s_timestep_sinusoid_forward(&td, fd, &od));
+    CHECK_OK(h3s_timestep_sinusoid_backward(&td, &gd, &dtd));
+    h3s_tensor o = gdown(&od), dt = gdown(&dtd);
+    h3s_tensor t64 = f64(&t), g64 = f64(&g), o64 = like64(&o), dt64 = like64(&dt);
+    CHECK_OK(h3s_timestep_sinusoid_forward(&t64, fd, &o64));
+    CHECK_OK(h3s_timestep_sinusoid_backward(&t64, &g64, &dt64));
+    h3s_tensor oc = host_like(&o, H3S_F32), dtc = host_like(&dt, H3S_F32);
+    CHECK_OK(h3s_timestep_sinusoid_forward(&t, fd, &oc));
+    CHECK_OK(h3s_timestep_sinusoid_backward(&t, &g, &dtc));
+    report_err("timestep sinusoid", h3t_rel_l2(&o, &o64), h3t_rel_l2(&oc, &o64), 1e-5);
+    report_err("timestep sinusoid dt", h3t_rel_l2(&dt, &dt64), h3t_rel_l2(&dtc, &dt64), 1e-4);
+
+    /* MLP on the sinusoid features */
+    h3s_tensor w1 = hrand(H3S_F32, Eh, fd, 112, 0.1f), b1 = hrand(H3S_F32, Eh, 0, 113, 0.1f);
+    h3s_tensor w2 = hrand(H3S_F32, E, Eh, 114, 0.05f), b2 = hrand(H3S_F32, E, 0, 115, 0.1f);
+    h3s_tensor de = hrand(H3S_F32, T, E, 116, 1.0f);
+    h3s_tensor w1d = gup(&w1), b1d = gup(&b1), w2d = gup(&w2), b2d = gup(&b2), ded = gup(&de);
+    h3s_tensor hd = gdev2(H3S_F32, T, Eh), ed = gdev2(H3S_F32, T, E), dfd = gdev2(H3S_F32, T, fd),
+               dw1d = gdev2(H3S_F32, Eh, fd), db1d = gdev1(H3S_F32, Eh), dw2d = gdev2(H3S_F32, E, Eh),
+               db2d = gdev1(H3S_F32, E);
+    CHECK_OK(h3s_timestep_mlp_forward(&od, &w1d, &b1d, &w2d, &b2d, &hd, &ed));
+    CHECK_OK(h3s_timestep_mlp_backward(&od, &w1d, &w2d, &hd, &ded, &dfd, &dw1d, &db1d, &dw2d, &db2d));
+    h3s_tensor hh = gdown(&hd), e = gdown(&ed), df = gdown(&dfd), dw1 = gdown(&dw1d), db1 = gdown(&db1d),
+               dw2 = gdown(&dw2d), db2 = gdown(&db2d);
+    h3s_tensor w164 = f64(&w1), b164 = f64(&b1), w264 = f64(&w2), b264 = f64(&b2), de64 = f64(&de), f64_ = f64(&o);
+    h3s_tensor h64 = like64(&hh), e64 = like64(&e), df64 = like64(&df), dw164 = like64(&dw1), db164 = like64(&db1),
+               dw264 = like64(&dw2), db264 = like64(&db2);
+    CHECK_OK(h3s_timestep_mlp_forward(&f64_, &w164, &b164, &w264, &b264, &h64, &e64));
+    CHECK_OK(h3s_timestep_mlp_backward(&f64_, &w164, &w264, &h64, &de64, &df64, &dw164, &db164, &dw264, &db264));
+    h3s_tensor hc = host_like(&hh, H3S_F32), ec = host_like(&e, H3S_F32), dfc = host_like(&df, H3S_F32),
+               dw1c = host_like(&dw1, H3S_F32), db1c = host_like(&db1, H3S_F32), dw2c = host_like(&dw2, H3S_F32),
+               db2c = host_like(&db2, H3S_F32);
+    CHECK_OK(h3s_timestep_mlp_forward(&o, &w1, &b1, &w2, &b2, &hc, &ec));
+    CHECK_OK(h3s_timestep_mlp_backward(&o, &w1, &w2, &hc, &de, &dfc, &dw1c, &db1c, &dw2c, &db2c));
+    report_err("timestep mlp temb", h3t_rel_l2(&e, &e64), h3t_rel_l2(&ec, &e64), 1e-5);
+    report_err("timestep mlp dfeatures", h3t_rel_l2(&df, &df64), h3t_rel_l2(&dfc, &df64), 1e-5);
+    report_err("timestep mlp dw1", h3t_rel_l2(&dw1, &dw164), h3t_rel_l2(&dw1c, &dw164), 1e-5);
+    report_err("timestep mlp db1", h3t_rel_l2(&db1, &db164), h3t_rel_l2(&db1c, &db164), 1e-5);
+    report_err("timestep mlp dw2", h3t_rel_l2(&dw2, &dw264), h3t_rel_l2(&dw2c, &dw264), 1e-5);
+    report_err("timestep mlp db2", h3t_rel_l2(&db2, &db264), h3t_rel_l2(&db2c, &db264), 1e-5);
+    CHECK(h3t_bitwise_equal(&hh, &hc), "timestep mlp hidden (FFMA chain) equals the CPU strict bits");
+    CHECK_OK(h3s_timestep_mlp_forward(&od, &w1d, &b1d, &w2d, &b2d, &hd, &ed));
+    CHECK_OK(h3s_timestep_mlp_backward(&od, &w1d, &w2d, &hd, &ded, &dfd, &dw1d, &db1d, &dw2d, &db2d));
+    CHECK(gequal(&ed, &e) && gequal(&dfd, &df) && gequal(&dw1d, &dw1), "timestep repeat");
+    h3s_tensor all[] = {t,    g,    o,     dt,    t64,   o64,   g64,  dt64, oc,   dtc,  w1,   b1,   w2,  b2,
+                        de,   hh,   e,     df,    dw1,   db1,   dw2,  db2,  w164, b164, w264, b264, de64, f64_,
+                        h64,  e64,  df64,  dw164, db164, dw264, db264, hc,  ec,   dfc,  dw1c, db1c, dw2c, db2c};
+    free_all(all, 42, 0);
+    h3s_tensor alld[] = {td, gd, od, dtd, w1d, b1d, w2d, b2d, ded, hd, ed, dfd, dw1d, db1d, dw2d, db2d};
+    free_all(alld, 16, 1);
+}
+
+/* ================================================================== rows, grad_add */
+
+static void test_rows_and_add(void) {
+    const int64_t B = 2, Ss = SZ(50, 9), n = SZ(20, 4), Wd = SZ(96, 8);
+    h3s_tensor src = hrand(H3S_F32, B * Ss, Wd, 121, 1.0f), idx = h3t_alloc1(H3S_I64, n);
+    for (int64_t i = 0; i < n; i++)
+        ((int64_t *)idx.data)[i] = (i * 7 + 3) % Ss; /* distinct: 7 and Ss coprime or n small */
+    h3s_tensor sd = gup(&src), dd = gdev2(H3S_BF16, B * n, Wd);
+    CHECK_OK(h3s_rows_gather(&sd, &idx, B, &dd));
+    h3s_tensor dg = gdown(&dd), dc = h3t_alloc2(H3S_BF16, B * n, Wd);
+    CHECK_OK(h3s_rows_gather(&src, &idx, B, &dc));
+    CHECK(h3t_bitwise_equal(&dg, &dc), "rows_gather F32 -> BF16 equals the CPU");
+    /* scatter the gathered rows back into a zero packed buffer */
+    h3s_tensor pd = gdev2(H3S_F32, B * Ss, Wd), pc = h3t_alloc2(H3S_F32, B * Ss, Wd);
+    CHECK_OK(h3s_rows_scatter(&dd, &idx, B, &pd));
+    CHECK_OK(h3s_rows_scatter(&dc, &idx, B, &pc));
+    CHECK(gequal(&pd, &pc), "rows_scatter BF16 -> F32 equals the CPU");
+    /* grad_add */
+    h3s_tensor a = hrand(H3S_F32, 33, 17, 122, 1.0f), b = hrand(H3S_F32, 33, 17, 123, 1.0f);
+    h3s_tensor ad = gup(&a), bd = gup(&b), od = gdev2(H3S_F32, 33, 17), oc = h3t_alloc2(H3S_F32, 33, 17);
+    CHECK_OK(h3s_grad_add(&ad, &bd, &od));
+    CHECK_OK(h3s_grad_add(&a, &b, &oc));
+    CHECK(gequal(&od, &oc), "grad_add equals the CPU");
+    h3s_tensor all[] = {src, idx, dg, dc, pc, a, b, oc};
+    free_all(all, 8, 0);
+    h3s_tensor alld[] = {sd, dd, pd, ad, bd, od};
+    free_all(alld, 6, 1);
+}
+
+int main(void) {
+    gpu_require();
+    double t0 = gpu_now();
+    test_linear(H3S_BF16);
+    test_linear(H3S_F32);
+    test_rmsnorm(1, 1, H3S_BF16);
+    test_rmsnorm(1, 0, H3S_BF16);
+    test_rmsnorm(0, 1, H3S_F32);
+    test_norm_batch();
+    test_head_rmsnorm();
+    test_rope();
+    const attn_case cases[] = {
+        {2, SZ(150, 20), SZ(3, 2), SZ(128, 16), 1, 1},
+        {1, SZ(97, 11), SZ(2, 1), SZ(40, 8), 0, 0},
+        {3, SZ(70, 9), 2, SZ(64, 32), 1, 0},
+    };
+    for (int i = 0; i < 3; i++)
+        test_attention_case(&cases[i]);
+    test_attention_batch();
+    test_attention_padding();
+    test_residual(1);
+    test_residual(0);
+    test_swiglu();
+    test_adaln();
+    test_timestep();
+    test_rows_and_add();
+    printf("elapsed %.2f s\n", gpu_now() - t0);
+    return h3t_finish("test_gpu_ops");
+}
