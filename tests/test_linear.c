@@ -216,14 +216,12 @@ static h3s_tensor rows_reversed(const h3s_tensor *src, int64_t o, int64_t s) {
     return t;
 }
 
-static void test_row_invariance(h3s_dtype dt) {
-    const int64_t M = 300, K = 300, N = 70;
+static void test_row_invariance(h3s_dtype dt, int64_t M, int64_t K, int64_t N, const int64_t (*cases)[2], int ncases) {
     h3s_tensor x = rnd2(dt, M, K, 41), w = rnd2(dt, N, K, 42), b = rnd1(dt, N, 43), dy = rnd2(H3S_F32, M, N, 44);
     h3s_tensor y = h3t_alloc2(dt, M, N), dx = h3t_alloc2(H3S_F32, M, K);
     CHECK_OK(h3s_linear_forward(&x, &w, &b, &y));
     CHECK_OK(h3s_linear_backward(&x, &w, &dy, &dx, NULL, NULL));
-    const int64_t cases[][2] = {{1, 0}, {1, 137}, {1, 299}, {7, 0}, {7, 250}, {7, 293}, {300, 0}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (int c = 0; c < ncases; c++) {
         const int64_t s = cases[c][0], o = cases[c][1];
         h3s_tensor xs = rows_reversed(&x, o, s), dys = rows_reversed(&dy, o, s);
         h3s_tensor ys = h3t_alloc2(dt, s, N), dxs = h3t_alloc2(H3S_F32, s, K);
@@ -503,14 +501,20 @@ int main(void) {
     test_pinned_order(H3S_F32);
     test_repeat(H3S_BF16);
     test_repeat(H3S_F32);
-    test_row_invariance(H3S_BF16);
-    test_row_invariance(H3S_F32);
-    /* shapes that cross every blocking edge: KC (K > 256), the fold tile (M > 256), the item
-     * width (N > 512), several B chunks (K * N large, M tiny), and ragged M, N, K */
+    /* (s, o): rows o..o+s-1 of the big problem, reversed, as an s-row problem */
+    const int64_t small[][2] = {{1, 0}, {1, 137}, {1, 299}, {7, 0}, {7, 250}, {7, 293}, {300, 0}};
+    test_row_invariance(H3S_BF16, 300, 300, 70, small, 7);
+    test_row_invariance(H3S_F32, 300, 300, 70, small, 7);
+    /* big enough for two row superblocks and two column chunks, with K > 256 */
+    const int64_t big[][2] = {{1, 0}, {1, 599}, {7, 500}, {13, 250}};
+    test_row_invariance(H3S_BF16, 600, 300, 2100, big, 4);
+    /* shapes that cross every blocking edge: KC (K > 256), the fold tile (M > 256), the dw item
+     * width (K > 512), several column chunks (N > 2048) and row superblocks, and ragged M, N, K */
     test_kernels_match_scalar(H3S_BF16, 300, 300, 70, 1, 0);
     test_kernels_match_scalar(H3S_F32, 300, 300, 70, 1, 0);
     test_kernels_match_scalar(H3S_F32, 100, 40, 530, 0, 0);
     test_kernels_match_scalar(H3S_BF16, 3, 2100, 1100, 1, 0);
+    test_kernels_match_scalar(H3S_BF16, 600, 9, 2100, 1, 0); /* two column chunks, two row superblocks */
     test_kernels_match_scalar(H3S_BF16, 13, 37, 60, 1, 0);
     test_kernels_match_scalar(H3S_F32, 1, 37, 60, 1, 0);
     test_kernels_match_scalar(H3S_F32, 29, 45, 33, 1, 1);

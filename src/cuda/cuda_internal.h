@@ -89,18 +89,18 @@ enum h3c_fold_mode {
 
 typedef struct h3c_fold_args {
     int mode;
-    int code;      /* error code for a bad index */
-    int64_t M, N;  /* rows, output columns */
-    int64_t R;     /* table rows of an indexed fold (output rows); 1 otherwise */
-    int indexed;   /* fold per table row through `index` */
+    int code;             /* error code for a bad index */
+    int64_t M, N;         /* rows, output columns */
+    int64_t R;            /* table rows of an indexed fold (output rows); 1 otherwise */
+    int indexed;          /* fold per table row through `index` */
     const int64_t *index; /* [M] device: the fold's index and/or the scale table's row index */
     int64_t index_limit;  /* valid index range [0, index_limit) */
     const float *dy;
     int64_t ld_dy;
     const void *x; /* BF16 */
     int64_t ld_x;
-    const float *inv; /* [M] (or [M * heads] for HEAD_DW) */
-    const void *w;    /* BF16 [N] or NULL */
+    const float *inv;  /* [M] (or [M * heads] for HEAD_DW) */
+    const void *w;     /* BF16 [N] or NULL */
     const void *table; /* BF16 scale rows for RMS_DW: table[index[m] * ld_table + scale_off + n], or NULL */
     int64_t ld_table, scale_off;
     int64_t heads, head_dim; /* HEAD_DW: x/dy columns h * head_dim + n */
@@ -128,13 +128,13 @@ h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t hea
 typedef struct h3c_attn_args {
     int64_t B, S, heads, D;
     float scale;
-    const void *q, *k, *v; /* BF16 [B*S, heads*D] */
-    const int64_t *doc;    /* device [S] or NULL */
-    const uint8_t *kv;     /* device [B*S] or NULL */
-    void *out;             /* BF16 */
-    float *stats;          /* [B*S, heads, 2] */
-    const void *out_in;    /* backward: forward output (BF16) */
-    const float *stats_in; /* backward */
+    const void *q, *k, *v;     /* BF16 [B*S, heads*D] */
+    const int64_t *doc;        /* device [S] or NULL */
+    const uint8_t *kv;         /* device [B*S] or NULL */
+    void *out;                 /* BF16 */
+    float *stats;              /* [B*S, heads, 2] */
+    const void *out_in;        /* backward: forward output (BF16) */
+    const float *stats_in;     /* backward */
     const float *dout, *delta; /* backward: F32 [B*S, heads*D]; delta workspace [B*S*heads] */
     float *dq, *dk, *dv;
     float *delta_out;

@@ -7,7 +7,8 @@
 #include "cuda/cuda_ops.h"
 
 #define NO_CUDA(name)                                                                                                  \
-    h3s_fail(H3S_ERR_DEVICE, "%s: this build has no CUDA backend (nvcc was not found at configure time)", name)
+    h3s_fail(H3S_ERR_DEVICE, "%s: this build has no CUDA backend (configured without nvcc or with -DH3S_CUDA=OFF)",    \
+             name)
 
 int h3s_cuda_available(void) {
     NO_CUDA("cuda");
@@ -113,8 +114,12 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
                                         h3s_tensor *dw, h3s_tensor *dtable) {
     return NO_CUDA("final_norm_backward");
 }
-h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_gather"); }
-h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) { return NO_CUDA("rows_scatter"); }
+h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) {
+    return NO_CUDA("rows_gather");
+}
+h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) {
+    return NO_CUDA("rows_scatter");
+}
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
 h3s_status h3s_cuda_describe(char *buf, size_t size) {
     h3s_status st = NO_CUDA("cuda_describe");

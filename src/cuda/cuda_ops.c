@@ -18,12 +18,14 @@
 
 /* ------------------------------------------------------------------ argument checks */
 
-static h3s_status dev_tensor(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dt, int ndim,
-                             int64_t d0, int64_t d1, int64_t d2) {
+static h3s_status dev_tensor(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dt, int ndim, int64_t d0,
+                             int64_t d1, int64_t d2) {
     if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, name);
     if (t->device != 1)
-        return h3s_fail(H3S_ERR_DEVICE, "%s: %s is not in device memory (device = %d); the CUDA backend needs every "
-                        "float tensor on the device", op, name, t->device);
+        return h3s_fail(H3S_ERR_DEVICE,
+                        "%s: %s is not in device memory (device = %d); the CUDA backend needs every "
+                        "float tensor on the device",
+                        op, name, t->device);
     if (t->dtype != dt)
         return h3s_fail(H3S_ERR_DTYPE, "%s: %s has dtype %s, the CUDA backend expects %s here", op, name,
                         h3s_dtype_name(t->dtype), h3s_dtype_name(dt));
@@ -56,8 +58,7 @@ static h3s_status index_tensor(const char *op, const char *name, const h3s_tenso
     if (h3s_tensor_numel(t) != numel)
         return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %lld elements, expected %lld", op, name,
                         (long long)h3s_tensor_numel(t), (long long)numel);
-    if (t->device != 0 && t->device != 1)
-        return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d", op, name, t->device);
+    if (t->device != 0 && t->device != 1) return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d", op, name, t->device);
     return h3c_index_on_device(op, t, dptr);
 }
 
@@ -206,8 +207,7 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
      * too, so then they run before dx is written. */
     const int late_dx = dx && (dw || dtable) && overlap(dx, dy);
     h3s_status st = h3c_rmsnorm_backward_rows(op, code, g.M, g.H, x->data, dp(w), g.table, g.index, g.R, g.ld_table,
-                                              g.scale_off, (float)eps, dy->data, late_dx || !dx ? NULL : dx->data,
-                                              inv);
+                                              g.scale_off, (float)eps, dy->data, late_dx || !dx ? NULL : dx->data, inv);
     h3c_fold_args f;
     memset(&f, 0, sizeof f);
     f.code = code, f.M = g.M, f.N = g.H, f.dy = dy->data, f.ld_dy = g.H, f.x = x->data, f.ld_x = g.H;
@@ -635,8 +635,8 @@ h3s_status h3s_cuda_timestep_mlp_forward(const h3s_tensor *features, const h3s_t
     H3S_TRY(dev_tensor(op, "temb", temb, H3S_F32, 2, g.T, g.E, -1));
     void *act = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(g.T * g.Eh) * sizeof(float), &act));
-    h3s_status st = h3c_sgemm_forward(op, g.T, g.Eh, g.Fd, features->data, w1->data, (const float *)dp(b1),
-                                      hidden->data);
+    h3s_status st =
+        h3c_sgemm_forward(op, g.T, g.Eh, g.Fd, features->data, w1->data, (const float *)dp(b1), hidden->data);
     if (st == H3S_OK) st = h3c_silu_f32(op, g.T * g.Eh, hidden->data, act);
     if (st == H3S_OK) st = h3c_sgemm_forward(op, g.T, g.E, g.Eh, act, w2->data, (const float *)dp(b2), temb->data);
     h3c_ws_free(act);
@@ -660,7 +660,8 @@ h3s_status h3s_cuda_timestep_mlp_backward(const h3s_tensor *features, const h3s_
     const size_t act_bytes = (size_t)(g.T * g.Eh) * sizeof(float);
     void *ws = NULL;
     H3S_TRY(h3c_ws_alloc(op, 2 * act_bytes + 256, &ws));
-    float *act = (float *)ws, *dact = (float *)((char *)ws + ((act_bytes + 255) & ~(size_t)255));
+    /* two [T, Eh] buffers, the second one 256-byte aligned */
+    float *act = (float *)ws, *dact = act + ((act_bytes + 255) & ~(size_t)255) / sizeof(float);
     h3s_status st = h3c_silu_f32(op, g.T * g.Eh, hidden->data, act); /* linear_2's input, bit for bit */
     if (st == H3S_OK && dw2) st = h3c_sgemm_dw(op, g.T, g.E, g.Eh, dtemb->data, act, dw2->data);
     h3c_fold_args f;
@@ -706,8 +707,8 @@ static h3s_status rows_common(const char *op, int scatter, int code, const h3s_t
     if (scatter) {
         /* Duplicate targets would make the result depend on which thread writes last. */
         if (index->device)
-            return h3s_fail(H3S_ERR_INVALID, "%s: the scatter index must be a host tensor (duplicates are refused there)",
-                            op);
+            return h3s_fail(H3S_ERR_INVALID,
+                            "%s: the scatter index must be a host tensor (duplicates are refused there)", op);
         if (index->dtype != H3S_I64) return h3s_fail(H3S_ERR_DTYPE, "%s: index must be I64", op);
         const int64_t rows = dst->shape[0] / batch, *iv = (const int64_t *)index->data;
         uint8_t *seen = h3s_calloc((size_t)(rows > 0 ? rows : 1), 1);
@@ -717,8 +718,9 @@ static h3s_status rows_common(const char *op, int scatter, int code, const h3s_t
                 int64_t bad = iv[i];
                 int dup = bad >= 0 && bad < rows;
                 free(seen);
-                return h3s_fail(H3S_ERR_INDEX, dup ? "%s: index[%lld] = %lld repeats an earlier row"
-                                                   : "%s: index[%lld] = %lld is outside [0, %lld)",
+                return h3s_fail(H3S_ERR_INDEX,
+                                dup ? "%s: index[%lld] = %lld repeats an earlier row"
+                                    : "%s: index[%lld] = %lld is outside [0, %lld)",
                                 op, (long long)i, (long long)bad, (long long)rows);
             }
             seen[iv[i]] = 1;

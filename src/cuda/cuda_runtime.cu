@@ -283,13 +283,15 @@ extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int 
     static const char op[] = "cuda_tensor_alloc";
     if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: tensor is NULL", op);
     memset(t, 0, sizeof *t);
-    if (ndim < 0 || ndim > H3S_MAX_DIMS) return h3s_fail(H3S_ERR_SHAPE, "%s: %d dims (at most %d)", op, ndim, H3S_MAX_DIMS);
+    if (ndim < 0 || ndim > H3S_MAX_DIMS)
+        return h3s_fail(H3S_ERR_SHAPE, "%s: %d dims (at most %d)", op, ndim, H3S_MAX_DIMS);
     if (ndim > 0 && !shape) return h3s_fail(H3S_ERR_INVALID, "%s: shape is NULL", op);
     if ((int)dtype < (int)H3S_F64 || (int)dtype > (int)H3S_BOOL)
         return h3s_fail(H3S_ERR_DTYPE, "%s: unknown dtype %d", op, (int)dtype);
     size_t n = 1;
     for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "%s: shape[%d] = %lld is negative", op, d, (long long)shape[d]);
+        if (shape[d] < 0)
+            return h3s_fail(H3S_ERR_SHAPE, "%s: shape[%d] = %lld is negative", op, d, (long long)shape[d]);
         if (shape[d] > 0 && n > SIZE_MAX / 16 / (size_t)shape[d])
             return h3s_fail(H3S_ERR_SHAPE, "%s: tensor size overflows", op);
         n *= (size_t)shape[d];

@@ -262,8 +262,8 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 static h3s_status attn_grid(const char *op, const h3c_attn_args *a, dim3 *grid) {
     int64_t bx = (a->S + AT_ROWS - 1) / AT_ROWS;
     if (bx > 0x7fffffffLL || a->heads > 65535 || a->B > 65535)
-        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld items x %lld heads exceed the grid limits", op,
-                        (long long)a->B, (long long)a->heads);
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld items x %lld heads exceed the grid limits", op, (long long)a->B,
+                        (long long)a->heads);
     *grid = dim3((unsigned)bx, (unsigned)a->heads, (unsigned)a->B);
     return H3S_OK;
 }

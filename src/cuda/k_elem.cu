@@ -36,7 +36,8 @@ __global__ void rope_table_kernel(int64_t S, int64_t F, double theta, const void
         const float ex = (float)(2 * j) / (float)(2 * F);
         const float p = (float)exp((double)ex * ln_theta);
         const float inv = 1.0f / p;
-        const double pd = pos_dt == H3S_F64 ? ((const double *)pos)[s * 3 + axis] : (double)((const float *)pos)[s * 3 + axis];
+        const double pd =
+            pos_dt == H3S_F64 ? ((const double *)pos)[s * 3 + axis] : (double)((const float *)pos)[s * 3 + axis];
         const float a = (float)pd * inv;
         const float c = (float)cos((double)a), sn = (float)sin((double)a);
         const int64_t W = 6 * F, col = axis * F + j;
@@ -270,8 +271,8 @@ __global__ void rows_copy_kernel(int scatter, int code, int64_t batch, int64_t n
 }
 
 extern "C" h3s_status h3c_rows_copy(const char *op, int scatter, int code, int64_t batch, int64_t n, int64_t src_rows,
-                                    int64_t dst_rows, int64_t width, const void *src, int src_dt, void *dst,
-                                    int dst_dt, const int64_t *index) {
+                                    int64_t dst_rows, int64_t width, const void *src, int src_dt, void *dst, int dst_dt,
+                                    const int64_t *index) {
     if (batch <= 0) return H3S_OK;
     LAUNCH(rows_copy_kernel, batch * n * width, scatter, code, batch, n, src_rows, dst_rows, width, src, src_dt, dst,
            dst_dt, index, h3c_error_flag());

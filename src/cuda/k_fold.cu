@@ -20,8 +20,8 @@ __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m,
     case H3C_FOLD_COPY: return a.dy[m * a.ld_dy + n];
     case H3C_FOLD_RMS_DW: {
         float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
-        float s = a.table ? 1.0f + h3k_bf2f(((const uint16_t *)a.table)[row_index * a.ld_table + a.scale_off + n])
-                          : 1.0f;
+        float s =
+            a.table ? 1.0f + h3k_bf2f(((const uint16_t *)a.table)[row_index * a.ld_table + a.scale_off + n]) : 1.0f;
         float g = a.dy[m * a.ld_dy + n] * s;
         return g * xh;
     }
@@ -35,8 +35,8 @@ __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m,
     }
 }
 
-__global__ void __launch_bounds__(FOLD_COLS) fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has,
-                                                                 int64_t rows_out, int *flag) {
+__global__ void __launch_bounds__(FOLD_COLS)
+    fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has, int64_t rows_out, int *flag) {
     const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x;
     const int64_t tile = blockIdx.y, r = blockIdx.z;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(FOLD_COLS) fold_partial_kernel(h3c_fold_args a
     if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
 }
 
-__global__ void __launch_bounds__(FOLD_COLS) fold_final_kernel(h3c_fold_args a, const float *partial,
-                                                               const uint8_t *has, int64_t tiles, int64_t rows_out) {
+__global__ void __launch_bounds__(FOLD_COLS)
+    fold_final_kernel(h3c_fold_args a, const float *partial, const uint8_t *has, int64_t tiles, int64_t rows_out) {
     const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x, r = blockIdx.y;
     if (n >= a.N) return;
     float total = 0.0f;

@@ -73,9 +73,9 @@ __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b
 
 /* Register staging of one reduction step's global tiles. */
 template <int AM, int BM> struct tc_stage {
-    uint4 a16[2];   /* A_BF16_RC: 2 chunks of 8 BF16 */
-    float4 a32[4];  /* A_F32_*: 4 chunks of 4 F32 */
-    uint4 b16[2];   /* B: 2 chunks of 8 BF16 */
+    uint4 a16[2];  /* A_BF16_RC: 2 chunks of 8 BF16 */
+    float4 a32[4]; /* A_F32_*: 4 chunks of 4 F32 */
+    uint4 b16[2];  /* B: 2 chunks of 8 BF16 */
 };
 
 __device__ __forceinline__ uint4 load8_bf16(const uint16_t *base, int64_t row, int64_t nrows, int64_t col,
@@ -95,8 +95,8 @@ __device__ __forceinline__ uint4 load8_bf16(const uint16_t *base, int64_t row, i
     return v;
 }
 
-__device__ __forceinline__ float4 load4_f32(const float *base, int64_t row, int64_t nrows, int64_t col,
-                                            int64_t ncols, int64_t ld, int vec) {
+__device__ __forceinline__ float4 load4_f32(const float *base, int64_t row, int64_t nrows, int64_t col, int64_t ncols,
+                                            int64_t ld, int vec) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row >= nrows) return v;
     const float *p = base + row * ld + col;
@@ -146,8 +146,7 @@ __device__ __forceinline__ void tc_load(const tc_args &g, int64_t p0, int64_t q0
 }
 
 /* smem layout of one stage: [A hi][A lo (F32 modes)][B], each [128][TC_LD] BF16, r contiguous. */
-template <int AM, int BM>
-__device__ __forceinline__ void tc_store(uint16_t *sm, int tid, const tc_stage<AM, BM> &st) {
+template <int AM, int BM> __device__ __forceinline__ void tc_store(uint16_t *sm, int tid, const tc_stage<AM, BM> &st) {
     uint16_t *ahi = sm, *alo = sm + TC_TILE_ELEMS;
     uint16_t *bs = sm + (AM == A_BF16_RC ? 1 : 2) * TC_TILE_ELEMS;
     if (AM == A_BF16_RC) {
@@ -314,8 +313,8 @@ template <int AM, int BM, int EPI> static h3s_status tc_launch(const char *op, c
     const int smem = 2 * tc_stage_elems<AM>() * (int)sizeof(uint16_t);
     static int attr_set = 0; /* one per instantiation */
     if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(tc_gemm_kernel<AM, BM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             smem);
+        cudaError_t e =
+            cudaFuncSetAttribute(tc_gemm_kernel<AM, BM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
         attr_set = 1;
@@ -342,8 +341,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     return tc_launch<A_BF16_RC, B_BF16_RC, EPI_BF16_BIAS>(op, g);
 }
 
-extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
-                                       const void *w, float *dx) {
+extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
+                                       float *dx) {
     /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N */
     tc_args g;
     g.P = M, g.Q = K, g.R = N;
@@ -354,8 +353,8 @@ extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int
     return tc_launch<A_F32_RC, B_BF16_QC, EPI_F32>(op, g);
 }
 
-extern "C" h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
-                                       const void *x, float *dw) {
+extern "C" h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
+                                       float *dw) {
     /* dw[n, k] = sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M (folded in 256-row tiles) */
     tc_args g;
     g.P = N, g.Q = K, g.R = M;
@@ -384,8 +383,8 @@ typedef struct sg_args {
     int fold; /* restart the chain every 256 reduction rows, fold the partials */
 } sg_args;
 
-__device__ __forceinline__ void sg_load_tile(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer,
-                                             int64_t R, int64_t o0, int64_t r0, float (*tile)[SG_B + 4], int tid) {
+__device__ __forceinline__ void sg_load_tile(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer, int64_t R,
+                                             int64_t o0, int64_t r0, float (*tile)[SG_B + 4], int tid) {
     /* 64 x 16 elements, 4 per thread; the fastest-varying thread index follows the contiguous
      * global dimension so the loads coalesce */
 #pragma unroll
@@ -471,8 +470,8 @@ static h3s_status sg_launch(const char *op, const sg_args &g) {
     return h3c_launch_check(op);
 }
 
-extern "C" h3s_status h3c_sgemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const float *x,
-                                        const float *w, const float *b, float *y) {
+extern "C" h3s_status h3c_sgemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const float *x, const float *w,
+                                        const float *b, float *y) {
     sg_args g = {M, N, K, x, K, 1, w, K, 1, b, y, N, 0};
     return sg_launch(op, g);
 }

@@ -121,10 +121,9 @@ static h3s_status norm_launch_check(const char *op, int64_t M) {
     return H3S_OK;
 }
 
-extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x,
-                                          const void *w, const void *table, const int64_t *index, int64_t R,
-                                          int64_t ld_table, int64_t shift_off, int64_t scale_off, float eps, void *y,
-                                          int y_dt) {
+extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,
+                                          const void *table, const int64_t *index, int64_t R, int64_t ld_table,
+                                          int64_t shift_off, int64_t scale_off, float eps, void *y, int y_dt) {
     if (M <= 0) return H3S_OK;
     H3S_TRY(norm_launch_check(op, M));
     norm_args a;
@@ -175,7 +174,7 @@ __device__ __forceinline__ float head_inv_rms(const uint16_t *xr, int64_t D, flo
 __global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
     const int lane = threadIdx.x & 31;
     const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); /* (row, head) pair */
-    if (p >= a.pairs) return;                                        /* whole warps leave together */
+    if (p >= a.pairs) return;                                       /* whole warps leave together */
     const uint16_t *xr = a.x + p * a.D;
     float inv = head_inv_rms(xr, a.D, a.eps, lane);
     for (int64_t d = lane; d < a.D; d += 32) {
@@ -229,9 +228,8 @@ extern "C" h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_
     return head_launch(op, 0, a);
 }
 
-extern "C" h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D,
-                                                     const void *x, const void *w, float eps, const float *dy,
-                                                     float *dx, float *inv) {
+extern "C" h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
+                                                     const void *w, float eps, const float *dy, float *dx, float *inv) {
     head_args a;
     memset(&a, 0, sizeof a);
     a.pairs = M * heads, a.heads = heads, a.D = D, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w;

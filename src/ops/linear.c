@@ -29,16 +29,22 @@
 
 /* Cache blocking of the packed path.  None of these reaches the bits. */
 #ifndef LIN_KC
-#define LIN_KC 256 /* reduction block: packed A block LIN_MC x LIN_KC stays in L2 */
+#define LIN_KC 256 /* reduction block */
 #endif
 #ifndef LIN_MC
-#define LIN_MC 96 /* rows per work item (a multiple of every kernel's MR) */
+#define LIN_MC 96 /* rows per work item, at most (a multiple of every kernel's MR) */
 #endif
-#ifndef LIN_NB
-#define LIN_NB 512 /* columns per work item (a multiple of every kernel's NR) */
+#ifndef LIN_NC
+#define LIN_NC 2048 /* columns per chunk: the packed B block LIN_KC x LIN_NC is shared by the threads */
 #endif
-#ifndef LIN_CHUNK_BYTES
-#define LIN_CHUNK_BYTES (8u << 20) /* packed-B budget: columns are packed in chunks of at most this */
+#ifndef LIN_ACC_BYTES
+#define LIN_ACC_BYTES (4u << 20) /* FP32 accumulators of one row superblock x one column chunk */
+#endif
+#ifndef LIN_DW_MC
+#define LIN_DW_MC 96 /* dw: output rows (n) per work item, at most */
+#endif
+#ifndef LIN_DW_NB
+#define LIN_DW_NB 512 /* dw: output columns (k) per work item, at most */
 #endif
 
 /* ------------------------------------------------------------------ implementation switch */
@@ -309,27 +315,83 @@ static int lin_kernel_for(h3s_linear_impl impl, lin_kernel *k) {
 
 /* dst[p*W + r] = S(r, p) for r < R, 0 for R <= r < W, p < L, with S(r, p) = src[r*sr + p*sp]
  * (elements of dtype dt; BF16 widened exactly). */
+static inline const void *elem_ptr(const void *base, h3s_dtype dt, int64_t i) {
+    return (const char *)base + (size_t)i * h3s_dtype_size(dt);
+}
+
+#if LIN_X86
+/* Rows r0..r0+7 of a p-contiguous source, 8 steps at a time: eight row loads, an 8 x 8
+ * transpose, eight stores of 8 consecutive r.  Moves values only (BF16 widened exactly). */
+__attribute__((target("avx2"))) static void pack_rows8_avx2(const void *src, h3s_dtype dt, int64_t sr, int W, int64_t L,
+                                                            float *dst) {
+    int64_t p = 0;
+    for (; p + 8 <= L; p += 8) {
+        __m256 v[8];
+        for (int i = 0; i < 8; i++) {
+            if (dt == H3S_BF16) {
+                __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)src + i * sr + p));
+                v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+            } else {
+                v[i] = _mm256_loadu_ps((const float *)src + i * sr + p);
+            }
+        }
+        __m256 a0 = _mm256_unpacklo_ps(v[0], v[1]), a1 = _mm256_unpackhi_ps(v[0], v[1]);
+        __m256 a2 = _mm256_unpacklo_ps(v[2], v[3]), a3 = _mm256_unpackhi_ps(v[2], v[3]);
+        __m256 a4 = _mm256_unpacklo_ps(v[4], v[5]), a5 = _mm256_unpackhi_ps(v[4], v[5]);
+        __m256 a6 = _mm256_unpacklo_ps(v[6], v[7]), a7 = _mm256_unpackhi_ps(v[6], v[7]);
+        __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+        __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+        __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+        __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+        _mm256_storeu_ps(dst + (p + 0) * W, _mm256_permute2f128_ps(b0, b4, 0x20));
+        _mm256_storeu_ps(dst + (p + 1) * W, _mm256_permute2f128_ps(b1, b5, 0x20));
+        _mm256_storeu_ps(dst + (p + 2) * W, _mm256_permute2f128_ps(b2, b6, 0x20));
+        _mm256_storeu_ps(dst + (p + 3) * W, _mm256_permute2f128_ps(b3, b7, 0x20));
+        _mm256_storeu_ps(dst + (p + 4) * W, _mm256_permute2f128_ps(b0, b4, 0x31));
+        _mm256_storeu_ps(dst + (p + 5) * W, _mm256_permute2f128_ps(b1, b5, 0x31));
+        _mm256_storeu_ps(dst + (p + 6) * W, _mm256_permute2f128_ps(b2, b6, 0x31));
+        _mm256_storeu_ps(dst + (p + 7) * W, _mm256_permute2f128_ps(b3, b7, 0x31));
+    }
+    for (; p < L; p++)
+        for (int i = 0; i < 8; i++)
+            dst[p * W + i] =
+                dt == H3S_BF16 ? h3s_bf16_value(((const uint16_t *)src)[i * sr + p]) : ((const float *)src)[i * sr + p];
+}
+#endif
+
+static int lin_pack8_ok = -1; /* AVX2 transposing pack usable (resolved on first use) */
+
 static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, int64_t R, int W, int64_t L, float *dst) {
+    int64_t r_done = 0; /* rows [0, r_done) already packed */
+#if LIN_X86
+    if (sp == 1 && R >= 8) {
+        if (lin_pack8_ok < 0) lin_pack8_ok = __builtin_cpu_supports("avx2") != 0;
+        if (lin_pack8_ok) {
+            for (; r_done + 8 <= R; r_done += 8)
+                pack_rows8_avx2(elem_ptr(src, dt, r_done * sr), dt, sr, W, L, dst + r_done);
+        }
+    }
+#endif
     if (dt == H3S_BF16) {
         const uint16_t *s = (const uint16_t *)src;
         if (sp == 1) {
-            for (int64_t r = 0; r < R; r++)
+            for (int64_t r = r_done; r < R; r++)
                 for (int64_t p = 0; p < L; p++)
                     dst[p * W + r] = h3s_bf16_value(s[r * sr + p]);
         } else {
             for (int64_t p = 0; p < L; p++)
-                for (int64_t r = 0; r < R; r++)
+                for (int64_t r = r_done; r < R; r++)
                     dst[p * W + r] = h3s_bf16_value(s[r * sr + p * sp]);
         }
     } else {
         const float *s = (const float *)src;
         if (sp == 1) {
-            for (int64_t r = 0; r < R; r++)
+            for (int64_t r = r_done; r < R; r++)
                 for (int64_t p = 0; p < L; p++)
                     dst[p * W + r] = s[r * sr + p];
         } else {
             for (int64_t p = 0; p < L; p++)
-                for (int64_t r = 0; r < R; r++)
+                for (int64_t r = r_done; r < R; r++)
                     dst[p * W + r] = s[r * sr + p * sp];
         }
     }
@@ -337,10 +399,6 @@ static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, in
         for (int64_t p = 0; p < L; p++)
             for (int64_t r = R; r < W; r++)
                 dst[p * W + r] = 0.0f;
-}
-
-static inline const void *elem_ptr(const void *base, h3s_dtype dt, int64_t i) {
-    return (const char *)base + (size_t)i * h3s_dtype_size(dt);
 }
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -362,25 +420,36 @@ static h3s_status ws_alloc(lin_ws *ws, size_t floats, const char *what) {
     return H3S_OK;
 }
 
-/* Columns of B packed at once: a multiple of the work-item width, within LIN_CHUNK_BYTES. */
-static int64_t gemm_chunk_panels(const gemm_problem *g, const lin_kernel *kd) {
-    const int64_t pan_per_nb = LIN_NB / kd->nr, npanels = ceil_div(g->N, kd->nr);
-    int64_t chunk = (int64_t)(LIN_CHUNK_BYTES / sizeof(float)) / (g->K * kd->nr);
-    chunk = chunk / pan_per_nb * pan_per_nb;
-    if (chunk < pan_per_nb) chunk = pan_per_nb;
-    if (chunk > npanels) chunk = npanels;
-    return chunk;
+/* Goto-style plan: columns in chunks of at most LIN_NC, rows in superblocks whose FP32
+ * accumulators (superblock x chunk) fit LIN_ACC_BYTES; superblocks of one M are equal in size
+ * to within a register panel. */
+typedef struct gemm_plan {
+    int64_t mpanels, npanels; /* register panels of rows (MR) and columns (NR) */
+    int64_t chunk;            /* column panels per chunk */
+    int64_t super;            /* row panels per superblock */
+} gemm_plan;
+
+static gemm_plan plan_gemm(const gemm_problem *g, const lin_kernel *kd) {
+    gemm_plan p;
+    p.mpanels = ceil_div(g->M, kd->mr);
+    p.npanels = ceil_div(g->N, kd->nr);
+    p.chunk = min64(p.npanels, LIN_NC / kd->nr);
+    int64_t most = (int64_t)(LIN_ACC_BYTES / sizeof(float)) / (p.chunk * kd->nr * kd->mr);
+    if (most < LIN_MC / kd->mr) most = LIN_MC / kd->mr;
+    p.super = ceil_div(p.mpanels, ceil_div(p.mpanels, most));
+    return p;
 }
 
 static size_t gemm_ws_floats(const gemm_problem *g, const lin_kernel *kd, int nt) {
-    return round16((size_t)(gemm_chunk_panels(g, kd) * g->K * kd->nr)) + (size_t)nt * LIN_MC * LIN_KC +
-           (size_t)nt * LIN_MC * LIN_NB;
+    const gemm_plan p = plan_gemm(g, kd);
+    return round16((size_t)(LIN_KC * p.chunk * kd->nr)) + round16((size_t)nt * LIN_MC * LIN_KC) +
+           (size_t)(p.super * kd->mr * p.chunk * kd->nr);
 }
 
 #define DW_TILE_FLOATS 1024 /* >= MR * NR of every kernel */
 
 static size_t dw_ws_floats(int nt) {
-    return (size_t)nt * (LIN_MC * H3S_FOLD_TILE + H3S_FOLD_TILE * LIN_NB + DW_TILE_FLOATS);
+    return (size_t)nt * (LIN_DW_MC * H3S_FOLD_TILE + H3S_FOLD_TILE * LIN_DW_NB + DW_TILE_FLOATS);
 }
 
 /* Cut an m_units x n_units grid of register panels into work items of bm x bn panels (at most
@@ -398,54 +467,60 @@ static void split_work(int64_t m_units, int64_t n_units, int64_t max_m, int64_t 
     *bn = b > 0 ? b : 1;
 }
 
-/* Goto-style blocking: B is packed once per column chunk (shared by the threads); every
- * work item (at most LIN_MC rows x LIN_NB columns) walks K in LIN_KC blocks with its own
- * packed A block and an FP32 accumulator block that carries each chain from one K block to
- * the next. */
+/* Goto order: for each column chunk and row superblock, walk K in LIN_KC blocks.  Per K
+ * block the threads pack the B block (LIN_KC x chunk) together, then share out work items (at
+ * most LIN_MC rows x the chunk); each packs its A block and runs the microkernel on every
+ * register tile, carrying the tile's FP32 accumulators from one K block to the next in the
+ * superblock's accumulator buffer.  After the last K block each accumulator ends its chain
+ * (bias, rounding) into C. */
 static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, float *ws) {
     const int MR = kd->mr, NR = kd->nr;
-    const int64_t M = g->M, N = g->N, K = g->K;
-    const int64_t npanels = ceil_div(N, NR), chunk = gemm_chunk_panels(g, kd), mpanels = ceil_div(M, MR);
-    float *bbuf = ws, *abuf = bbuf + round16((size_t)(chunk * K * NR)), *cbuf = abuf + (size_t)nt * LIN_MC * LIN_KC;
+    const int64_t M = g->M, N = g->N, K = g->K, TILE = (int64_t)MR * NR;
+    const gemm_plan plan = plan_gemm(g, kd);
+    float *bbuf = ws, *abuf = bbuf + round16((size_t)(LIN_KC * plan.chunk * NR));
+    float *accbuf = abuf + round16((size_t)nt * LIN_MC * LIN_KC);
 #pragma omp parallel num_threads(nt)
     {
-        const int tid = omp_get_thread_num();
-        float *ap = abuf + (size_t)tid * LIN_MC * LIN_KC;
-        float *acc = cbuf + (size_t)tid * LIN_MC * LIN_NB;
-        for (int64_t c0 = 0; c0 < npanels; c0 += chunk) {
-            const int64_t cp = min64(chunk, npanels - c0);
-#pragma omp for schedule(static)
-            for (int64_t q = 0; q < cp; q++) {
-                int64_t j0 = (c0 + q) * NR;
-                pack_panel(elem_ptr(g->b, g->bdt, j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp, min64(NR, N - j0), NR, K,
-                           bbuf + (size_t)(q * K * NR));
-            }
-            int64_t bm, bn;
-            split_work(mpanels, cp, LIN_MC / MR, LIN_NB / NR, nt, &bm, &bn);
-            const int64_t nmb = ceil_div(mpanels, bm), nnb = ceil_div(cp, bn);
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t it = 0; it < nmb * nnb; it++) {
-                const int64_t mb = it / nnb, nb = it % nnb;
-                const int64_t i0 = mb * bm * MR, rows = min64(bm * MR, M - i0), mpan = ceil_div(rows, MR);
-                const int64_t q0 = nb * bn, qn = min64(bn, cp - q0);
+        float *ap = abuf + (size_t)omp_get_thread_num() * LIN_MC * LIN_KC;
+        for (int64_t c0 = 0; c0 < plan.npanels; c0 += plan.chunk) {
+            const int64_t cp = min64(plan.chunk, plan.npanels - c0);
+            for (int64_t s0 = 0; s0 < plan.mpanels; s0 += plan.super) {
+                const int64_t sp = min64(plan.super, plan.mpanels - s0);
+                int64_t bm, bn;
+                split_work(sp, cp, LIN_MC / MR, cp, nt, &bm, &bn);
+                const int64_t nmb = ceil_div(sp, bm), nnb = ceil_div(cp, bn);
                 for (int64_t k0 = 0; k0 < K; k0 += LIN_KC) {
                     const int64_t kl = min64(LIN_KC, K - k0);
-                    for (int64_t ii = 0; ii < mpan; ii++)
-                        pack_panel(elem_ptr(g->a, g->adt, (i0 + ii * MR) * g->a_si + k0 * g->a_sp), g->adt, g->a_si,
-                                   g->a_sp, min64(MR, rows - ii * MR), MR, kl, ap + ii * MR * LIN_KC);
-                    for (int64_t qq = 0; qq < qn; qq++) {
-                        const float *bp = bbuf + (size_t)((q0 + qq) * K * NR + k0 * NR);
-                        for (int64_t ii = 0; ii < mpan; ii++)
-                            kd->fn(kl, ap + ii * MR * LIN_KC, bp, acc + (qq * mpan + ii) * MR * NR, k0 == 0);
+#pragma omp for schedule(static)
+                    for (int64_t q = 0; q < cp; q++) {
+                        const int64_t j0 = (c0 + q) * NR;
+                        pack_panel(elem_ptr(g->b, g->bdt, k0 * g->b_sp + j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp,
+                                   min64(NR, N - j0), NR, kl, bbuf + (size_t)(q * LIN_KC * NR));
+                    }
+#pragma omp for schedule(dynamic, 1)
+                    for (int64_t it = 0; it < nmb * nnb; it++) {
+                        const int64_t p0 = (it / nnb) * bm, q0 = (it % nnb) * bn;
+                        const int64_t mpan = min64(bm, sp - p0), qn = min64(bn, cp - q0);
+                        for (int64_t ii = 0; ii < mpan; ii++) {
+                            const int64_t r0 = (s0 + p0 + ii) * MR;
+                            pack_panel(elem_ptr(g->a, g->adt, r0 * g->a_si + k0 * g->a_sp), g->adt, g->a_si, g->a_sp,
+                                       min64(MR, M - r0), MR, kl, ap + ii * MR * LIN_KC);
+                        }
+                        for (int64_t qq = q0; qq < q0 + qn; qq++) {
+                            const float *bp = bbuf + (size_t)(qq * LIN_KC * NR);
+                            for (int64_t ii = 0; ii < mpan; ii++)
+                                kd->fn(kl, ap + ii * MR * LIN_KC, bp, accbuf + ((p0 + ii) * cp + qq) * TILE, k0 == 0);
+                        }
                     }
                 }
-                for (int64_t qq = 0; qq < qn; qq++) {
-                    const int64_t j0 = (c0 + q0 + qq) * NR, cols = min64(NR, N - j0);
-                    for (int64_t ii = 0; ii < mpan; ii++) {
-                        const float *t = acc + (qq * mpan + ii) * MR * NR;
-                        const int64_t r0 = i0 + ii * MR, nr = min64(MR, M - r0);
-                        for (int64_t r = 0; r < nr; r++)
-                            gemm_finish_row(g, r0 + r, j0, cols, t + r * NR);
+#pragma omp for schedule(static)
+                for (int64_t ii = 0; ii < sp; ii++) {
+                    const int64_t r0 = (s0 + ii) * MR, rows = min64(MR, M - r0);
+                    for (int64_t qq = 0; qq < cp; qq++) {
+                        const int64_t j0 = (c0 + qq) * NR;
+                        const float *t = accbuf + (ii * cp + qq) * TILE;
+                        for (int64_t r = 0; r < rows; r++)
+                            gemm_finish_row(g, r0 + r, j0, min64(NR, N - j0), t + r * NR);
                     }
                 }
             }
@@ -460,14 +535,14 @@ static void dw_packed(const float *dy, const void *x, h3s_dtype xdt, int64_t M, 
                       const lin_kernel *kd, int nt, float *ws) {
     const int MR = kd->mr, NR = kd->nr;
     const int64_t T = H3S_FOLD_TILE;
-    float *abuf = ws, *bbuf = abuf + (size_t)nt * LIN_MC * T, *tbuf = bbuf + (size_t)nt * T * LIN_NB;
+    float *abuf = ws, *bbuf = abuf + (size_t)nt * LIN_DW_MC * T, *tbuf = bbuf + (size_t)nt * T * LIN_DW_NB;
     int64_t bm, bn;
-    split_work(ceil_div(N, MR), ceil_div(K, NR), LIN_MC / MR, LIN_NB / NR, nt, &bm, &bn);
+    split_work(ceil_div(N, MR), ceil_div(K, NR), LIN_DW_MC / MR, LIN_DW_NB / NR, nt, &bm, &bn);
     const int64_t nbn = ceil_div(ceil_div(N, MR), bm), nbk = ceil_div(ceil_div(K, NR), bn);
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();
-        float *ap = abuf + (size_t)tid * LIN_MC * T, *bp = bbuf + (size_t)tid * T * LIN_NB;
+        float *ap = abuf + (size_t)tid * LIN_DW_MC * T, *bp = bbuf + (size_t)tid * T * LIN_DW_NB;
         float *tile = tbuf + (size_t)tid * DW_TILE_FLOATS;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < nbn * nbk; it++) {

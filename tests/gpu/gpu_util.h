@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_extra.h"
 #include "cuda/cuda_ops.h"
+#include "ops/fold.h"
 #include "ops/ops.h"
 #include "test_util.h"
 

@@ -157,8 +157,7 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
             for (int64_t c = 0; c < C; c++) {
                 if (c == shift || c == scale) continue;
                 size_t off = (size_t)((r * C + c) * H) * sizeof(float);
-                if (memcmp((char *)dt.data + off, (char *)pattern.data + off, (size_t)H * sizeof(float)))
-                    untouched = 0;
+                if (memcmp((char *)dt.data + off, (char *)pattern.data + off, (size_t)H * sizeof(float))) untouched = 0;
             }
         CHECK(untouched, "rmsnorm dtable: other chunks untouched");
     }
@@ -177,8 +176,8 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     CHECK(h3t_rows_equal(&yh, 0, &y, r0, n) && h3t_rows_equal(&dxh, 0, &dx, r0, n), "rmsnorm rows alone");
     gfree(&ys), gfree(&dxs), h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
 
-    h3s_tensor all[] = {x,   w,   table, idx, dy,  pattern, y,   dx,  dw,  dt,  x64, w64, t64,
-                        dy64, y64, dx64,  dw64, dt64, yc,     dxc, dwc, dtc};
+    h3s_tensor all[] = {x,   w,   table, idx, dy,   pattern, y,    dx, dw,  dt,  x64,
+                        w64, t64, dy64,  y64, dx64, dw64,    dt64, yc, dxc, dwc, dtc};
     free_all(all, 22, 0);
     h3s_tensor alld[] = {xd, wd, td, dyd, yd, dxd, dwd, dtd};
     free_all(alld, 8, 1);
@@ -269,8 +268,7 @@ static void test_head_rmsnorm(void) {
     CHECK_OK(h3s_head_rmsnorm_forward(&xd, heads, &wd, 1e-5, &yd));
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dwd));
     h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd);
-    h3s_tensor x64 = f64(&x), w64 = f64(&w), dy64 = f64(&dy), y64 = like64(&y), dx64 = like64(&dx),
-               dw64 = like64(&dw);
+    h3s_tensor x64 = f64(&x), w64 = f64(&w), dy64 = f64(&dy), y64 = like64(&y), dx64 = like64(&dx), dw64 = like64(&dw);
     CHECK_OK(h3s_head_rmsnorm_forward(&x64, heads, &w64, 1e-5, &y64));
     CHECK_OK(h3s_head_rmsnorm_backward(&x64, heads, &w64, 1e-5, &dy64, &dx64, &dw64));
     h3s_tensor yc = host_like(&y, H3S_BF16), dxc = host_like(&dx, H3S_F32), dwc = host_like(&dw, H3S_F32);
@@ -395,8 +393,8 @@ static void test_attention_case(const attn_case *c) {
     CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, &dkd, &dvd));
     CHECK(gequal(&od, &o) && gequal(&std, &st) && gequal(&dqd, &dq) && gequal(&dkd, &dk) && gequal(&dvd, &dv),
           "attention repeat");
-    h3s_tensor all[] = {q,  k,  v,   dout, doc,  kv,   o,    st,   dq,  dk,  dv,  q64, k64, v64,
-                        g64, o64, st64, oc,   stc, og,   sg,   dq64, dk64, dv64, dqc, dkc, dvc};
+    h3s_tensor all[] = {q,   k,   v,    dout, doc, kv, o,  st,   dq,   dk,   dv,  q64, k64, v64,
+                        g64, o64, st64, oc,   stc, og, sg, dq64, dk64, dv64, dqc, dkc, dvc};
     free_all(all, 27, 0);
     h3s_tensor alld[] = {qd, kd, vd, gd, od, std, dqd, dkd, dvd};
     free_all(alld, 9, 1);
@@ -415,8 +413,7 @@ static void test_attention_batch(void) {
         h3s_tensor qd = gdev2(H3S_BF16, M, W), kd = gdev2(H3S_BF16, M, W), vd = gdev2(H3S_BF16, M, W),
                    gd = gdev2(H3S_F32, M, W);
         for (int64_t b = 0; b < B; b++) {
-            h3s_tensor t[4] = {grows(&qd, b * S, S), grows(&kd, b * S, S), grows(&vd, b * S, S),
-                               grows(&gd, b * S, S)};
+            h3s_tensor t[4] = {grows(&qd, b * S, S), grows(&kd, b * S, S), grows(&vd, b * S, S), grows(&gd, b * S, S)};
             for (int i = 0; i < 4; i++)
                 gfill(&t[i], 1000 + 10 * (uint64_t)b + (uint64_t)i, 1.0f);
         }
@@ -500,8 +497,8 @@ static void test_attention_padding(void) {
                        row))
                 same = 0;
     }
-    CHECK(same, "attention live rows with padding between them keep the unpadded bits (S %lld -> %lld)",
-          (long long)S0, (long long)S1);
+    CHECK(same, "attention live rows with padding between them keep the unpadded bits (S %lld -> %lld)", (long long)S0,
+          (long long)S1);
     for (int p = 0; p < 2; p++)
         free_all(res[p], 5, 0);
     h3s_tensor all[] = {q, k, v, g, qp, kp, vp, gp, doc, kv};
@@ -526,14 +523,14 @@ static void test_residual(int with_table) {
     h3s_tensor r64 = f64(&r), y64 = f64(&y), t64 = f64(&table), g64 = f64(&dout);
     h3s_tensor o64 = like64(&o), dr64 = like64(&dr), dy64 = like64(&dy), dt64 = f64(&pattern);
     CHECK_OK(h3s_residual_forward(&r64, &y64, with_table ? &t64 : NULL, I, gate, &o64));
-    CHECK_OK(h3s_residual_backward(&y64, with_table ? &t64 : NULL, I, gate, &g64, &dr64, &dy64,
-                                   with_table ? &dt64 : NULL));
+    CHECK_OK(
+        h3s_residual_backward(&y64, with_table ? &t64 : NULL, I, gate, &g64, &dr64, &dy64, with_table ? &dt64 : NULL));
     h3s_tensor oc = host_like(&o, H3S_BF16), drc = host_like(&dr, H3S_F32), dyc = host_like(&dy, H3S_F32);
     h3s_tensor dtc = h3t_alloc2(H3S_F32, R, C * H);
     memcpy(dtc.data, pattern.data, h3s_tensor_nbytes(&pattern));
     CHECK_OK(h3s_residual_forward(&r, &y, with_table ? &table : NULL, I, gate, &oc));
-    CHECK_OK(h3s_residual_backward(&y, with_table ? &table : NULL, I, gate, &dout, &drc, &dyc,
-                                   with_table ? &dtc : NULL));
+    CHECK_OK(
+        h3s_residual_backward(&y, with_table ? &table : NULL, I, gate, &dout, &drc, &dyc, with_table ? &dtc : NULL));
     report_err("residual out", h3t_rel_l2(&o, &o64), h3t_rel_l2(&oc, &o64), TOL_BF16);
     report_err("residual dy", h3t_rel_l2(&dy, &dy64), h3t_rel_l2(&dyc, &dy64), 1e-6);
     CHECK(h3t_bitwise_equal(&o, &oc) && h3t_bitwise_equal(&dr, &drc) && h3t_bitwise_equal(&dy, &dyc),
@@ -547,8 +544,8 @@ static void test_residual(int with_table) {
     /* in place: out over r */
     CHECK_OK(h3s_residual_forward(&rd, &yd, T, I, gate, &rd));
     CHECK(gequal(&rd, &o), "residual in place");
-    h3s_tensor all[] = {r,   y,   table, idx, dout, pattern, o,   dr,  dy,  dt,  r64, y64,
-                        t64, g64, o64,   dr64, dy64, dt64,    oc, drc, dyc, dtc};
+    h3s_tensor all[] = {r,   y,   table, idx, dout, pattern, o,    dr, dy,  dt,  r64,
+                        y64, t64, g64,   o64, dr64, dy64,    dt64, oc, drc, dyc, dtc};
     free_all(all, 22, 0);
     h3s_tensor alld[] = {rd, yd, td, gd, od, drd, dyd, dtd};
     free_all(alld, 8, 1);
@@ -606,8 +603,8 @@ static void test_adaln(void) {
     CHECK_OK(h3s_adaln_projection_forward(&ted, &wd, &bd, &ad, &tabd));
     CHECK_OK(h3s_adaln_projection_backward(&ted, &ad, &wd, &dtd, &dted, &dwd, &dbd));
     CHECK(gequal(&tabd, &tab) && gequal(&dted, &dte) && gequal(&dwd, &dw), "adaln repeat");
-    h3s_tensor all[] = {temb, w,  b,  dtab, a,    tab,  dte,   dw,    db,   ac,  tabc, dtec,
-                        dwc,  dbc, te64, w64, b64, dt64, a64, tab64, dte64, dw64, db64};
+    h3s_tensor all[] = {temb, w,   b,    dtab, a,   tab,  dte, dw,    db,    ac,   tabc, dtec,
+                        dwc,  dbc, te64, w64,  b64, dt64, a64, tab64, dte64, dw64, db64};
     free_all(all, 23, 0);
     h3s_tensor alld[] = {ted, wd, bd, dtd, ad, tabd, dted, dwd, dbd};
     free_all(alld, 9, 1);
@@ -664,9 +661,9 @@ static void test_timestep(void) {
     CHECK_OK(h3s_timestep_mlp_forward(&od, &w1d, &b1d, &w2d, &b2d, &hd, &ed));
     CHECK_OK(h3s_timestep_mlp_backward(&od, &w1d, &w2d, &hd, &ded, &dfd, &dw1d, &db1d, &dw2d, &db2d));
     CHECK(gequal(&ed, &e) && gequal(&dfd, &df) && gequal(&dw1d, &dw1), "timestep repeat");
-    h3s_tensor all[] = {t,    g,    o,     dt,    t64,   o64,   g64,  dt64, oc,   dtc,  w1,   b1,   w2,  b2,
-                        de,   hh,   e,     df,    dw1,   db1,   dw2,  db2,  w164, b164, w264, b264, de64, f64_,
-                        h64,  e64,  df64,  dw164, db164, dw264, db264, hc,  ec,   dfc,  dw1c, db1c, dw2c, db2c};
+    h3s_tensor all[] = {t,   g,   o,    dt,    t64,   o64,   g64,   dt64, oc,   dtc,  w1,   b1,   w2,   b2,
+                        de,  hh,  e,    df,    dw1,   db1,   dw2,   db2,  w164, b164, w264, b264, de64, f64_,
+                        h64, e64, df64, dw164, db164, dw264, db264, hc,   ec,   dfc,  dw1c, db1c, dw2c, db2c};
     free_all(all, 42, 0);
     h3s_tensor alld[] = {td, gd, od, dtd, w1d, b1d, w2d, b2d, ded, hd, ed, dfd, dw1d, db1d, dw2d, db2d};
     free_all(alld, 16, 1);

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# GPU evidence: configure and build h3strict with the strict CUDA backend, run every GPU test
+# (ctest -R gpu), run compute-sanitizer (memcheck, racecheck, synccheck; initcheck for
+# information) on the small GPU tests, record the device and toolchain, and write a JSON
+# summary.  Run it on a machine with an NVIDIA GPU, from the repository root:
+#
+#   OUT=/some/dir bash scripts/gpu_evidence.sh
+#
+# Outputs in $OUT (default ./out/gpu_evidence): gpu_evidence.json (summary), gpu_evidence.log
+# (environment and build), ctest.log (every GPU test's output), sanitizer.log (all sanitizer
+# runs), nvidia-smi.txt.  Exit status 0 only when every GPU test passed (none skipped) and every
+# required sanitizer run was clean.
+#
+# Build dependencies (pkg-config, cJSON, OpenSSL headers) come from the system; when one is
+# missing and .deps/ holds Debian packages of them (a machine with no registry access), they
+# are unpacked under /tmp and used from there.  On the lent device machine: carry `.deps` (an
+# ignored folder holding libcjson1, libcjson-dev, pkgconf, pkgconf-bin, libpkgconf3, libssl-dev and
+# libssl3 .debs, fetched with `apt-get download`) and pass H3S_SOURCE_COMMIT=<commit> (the copy
+# there has no .git).  Environment knobs: H3S_GPU_BUILD (build dir), H3S_GPU_JOBS,
+# H3S_SAN_TIMEOUT (seconds per sanitizer run, default 100).
+set -u
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$SRC/out/gpu_evidence}
+BUILD=${H3S_GPU_BUILD:-/tmp/h3s-build-gpu}
+JOBS=${H3S_GPU_JOBS:-$(nproc 2>/dev/null || echo 4)}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_evidence.log
+: >"$LOG"
+log() { echo "$@" | tee -a "$LOG"; }
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+log "gpu_evidence: start $START, source $SRC, build $BUILD"
+log "command: OUT=$OUT bash scripts/gpu_evidence.sh"
+
+# ------------------------------------------------------------------ environment
+{
+    echo "== uname"; uname -a
+    echo "== nvidia-smi"; nvidia-smi 2>&1
+    echo "== nvidia-smi -q (clocks, persistence, compute mode)"; nvidia-smi -q -d CLOCK,PERFORMANCE,COMPUTE 2>&1 | head -80
+} >"$OUT/nvidia-smi.txt" 2>&1
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+NVCC=$(nvcc --version 2>/dev/null | tail -2 | tr '\n' ' ')
+CMAKE_V=$(cmake --version 2>/dev/null | head -1)
+GCC_V=$(gcc --version 2>/dev/null | head -1)
+# The device machine receives a copy of the working tree without .git: the caller may pass the
+# commit it copied (H3S_SOURCE_COMMIT, H3S_SOURCE_DIRTY).
+if git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+    COMMIT=$(git -C "$SRC" rev-parse HEAD)
+    DIRTY=$(git -C "$SRC" status --porcelain 2>/dev/null | grep -cv '^??')
+else
+    COMMIT=${H3S_SOURCE_COMMIT:-unknown}
+    DIRTY=${H3S_SOURCE_DIRTY:-0}
+fi
+log "gpu: $GPU_NAME, driver $DRIVER"
+log "nvcc: $NVCC"
+log "cmake: $CMAKE_V; gcc: $GCC_V; commit $COMMIT ($DIRTY modified tracked files)"
+
+# ------------------------------------------------------------------ dependencies
+EXTRA_CMAKE=()
+need_deps=0
+command -v pkg-config >/dev/null 2>&1 || need_deps=1
+pkg-config --exists libcjson 2>/dev/null || need_deps=1
+[ -e /usr/include/openssl/evp.h ] || need_deps=1
+if [ "$need_deps" = 1 ]; then
+    if ls "$SRC"/.deps/*.deb >/dev/null 2>&1; then
+        D=/tmp/h3s-deps
+        mkdir -p "$D/bin"
+        for f in "$SRC"/.deps/*.deb; do dpkg -x "$f" "$D"; done
+        ML=$D/usr/lib/x86_64-linux-gnu
+        if ! command -v pkg-config >/dev/null 2>&1; then
+            printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$ML" "$D/usr/bin/pkgconf" >"$D/bin/pkg-config"
+            chmod +x "$D/bin/pkg-config"
+            export PATH=$D/bin:$PATH
+            log "deps: pkg-config from .deps"
+        fi
+        if ! pkg-config --exists libcjson 2>/dev/null; then
+            sed -i "s|^libdir=.*|libdir=$ML|; s|^includedir=.*|includedir=$D/usr/include|" "$ML/pkgconfig/libcjson.pc"
+            export PKG_CONFIG_PATH=$ML/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+            log "deps: cJSON from .deps"
+        fi
+        if [ ! -e /usr/include/openssl/evp.h ]; then
+            cp -n "$D"/usr/include/x86_64-linux-gnu/openssl/* "$D/usr/include/openssl/" 2>/dev/null
+            EXTRA_CMAKE+=("-DOPENSSL_ROOT_DIR=$D/usr")
+            log "deps: OpenSSL headers from .deps"
+        fi
+    else
+        log "deps: missing system packages and no .deps/ to fall back on"
+    fi
+fi
+
+# ------------------------------------------------------------------ build
+T0=$(date +%s)
+BUILD_OK=1
+cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=ON -DH3S_WERROR=ON "${EXTRA_CMAKE[@]}" \
+    >>"$LOG" 2>&1 || BUILD_OK=0
+if [ "$BUILD_OK" = 1 ]; then cmake --build "$BUILD" -j "$JOBS" >>"$LOG" 2>&1 || BUILD_OK=0; fi
+BUILD_S=$(($(date +%s) - T0))
+log "build: ok=$BUILD_OK in ${BUILD_S}s"
+if [ "$BUILD_OK" = 1 ]; then
+    # the kernels' resource use (registers, spills) as the toolchain reports it
+    for o in "$BUILD"/CMakeFiles/h3s_cuda_kernels.dir/src/cuda/*.o; do
+        [ -e "$o" ] && cuobjdump -res-usage "$o" 2>/dev/null | grep -E "Function|REG" | sed 's/^/  /' >>"$LOG"
+    done
+fi
+
+# ------------------------------------------------------------------ GPU tests
+CTEST_OK=0
+if [ "$BUILD_OK" = 1 ]; then
+    (cd "$BUILD" && ctest -R gpu --output-on-failure --timeout 300 -V) >"$OUT/ctest.log" 2>&1 && CTEST_OK=1
+    grep -E "Test +#[0-9]+:|tests passed|tests failed" "$OUT/ctest.log" | tee -a "$LOG"
+fi
+
+# ------------------------------------------------------------------ compute-sanitizer
+SAN_LOG=$OUT/sanitizer.log
+: >"$SAN_LOG"
+SAN_RESULTS=""
+run_san() { # tool test required
+    local tool=$1 test=$2 req=$3 rc t0
+    t0=$(date +%s)
+    echo "===== compute-sanitizer --tool $tool $test (H3S_GPU_TEST_SMALL=1)" >>"$SAN_LOG"
+    (cd "$BUILD" && H3S_GPU_TEST_SMALL=1 timeout "${H3S_SAN_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+        "./$test") >>"$SAN_LOG" 2>&1
+    rc=$?
+    local summary
+    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks, .* failed" "$SAN_LOG" | tail -2 | tr '\n' ' ' | tr -d '"')
+    log "sanitizer $tool $test: rc=$rc ($(($(date +%s) - t0))s) $summary"
+    SAN_RESULTS="$SAN_RESULTS{\"tool\": \"$tool\", \"test\": \"$test\", \"required\": $req, \"exit_code\": $rc, \"seconds\": $(($(date +%s) - t0)), \"summary\": \"$summary\"},"
+}
+if [ "$BUILD_OK" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    run_san memcheck test_gpu_runtime true
+    run_san memcheck test_gpu_ops true
+    run_san racecheck test_gpu_ops true
+    run_san synccheck test_gpu_ops true
+    run_san memcheck test_gpu_block true
+    run_san initcheck test_gpu_ops false
+else
+    log "sanitizer: not run (build failed or compute-sanitizer missing)"
+fi
+
+# ------------------------------------------------------------------ the CLI on the GPU
+# The main job's dual trajectory with --device cuda, and a per-node replay (repeat, batch,
+# golden, first drift) of a padded fl2va request; then, where diffusers is importable, the
+# provider comparison of tests/conformance/diffusers_compare.py on the same tiny model.
+CLI_OK=0
+CLI_JSON="{}"
+if [ "$BUILD_OK" = 1 ]; then
+    H=$BUILD/h3strict
+    W=$(mktemp -d)
+    {
+        "$H" trajectory --device cuda --out "$OUT/trajectory_cuda.json" --quiet >"$W/traj.txt" 2>&1
+        echo "trajectory rc=$?"; cat "$W/traj.txt"
+        "$H" init --preset tiny --seed 5 --out "$W/m" && \
+        "$H" inputs --model "$W/m" --seed 8 --batch 2 --text 5 --frames 3 --latent-height 4 --latent-width 6 \
+            --audio-latents 3 --keyframes first,last --pad-to 64 --out "$W/in.safetensors" && \
+        "$H" replay --device cuda --model "$W/m" --inputs "$W/in.safetensors" --out "$OUT/replay_cuda.json" >"$W/replay.txt" 2>&1
+        echo "replay rc=$?"; cat "$W/replay.txt"
+    } >>"$LOG" 2>&1
+    TRAJ_LINE=$(tail -n 1 "$W/traj.txt")
+    REPLAY_LINE=$(tail -n 1 "$W/replay.txt" 2>/dev/null)
+    log "cli trajectory --device cuda: $TRAJ_LINE"
+    log "cli replay --device cuda: $REPLAY_LINE"
+    if echo "$TRAJ_LINE" | grep -q '^strict: 0/48 comparisons differ' && echo "$REPLAY_LINE" | grep -q 'first drift: none'; then
+        CLI_OK=1
+    fi
+    PROVIDER="not run (diffusers not importable)"
+    if python3 -c "import diffusers, torch" >/dev/null 2>&1; then
+        "$H" forward --device cuda --model "$W/m" --inputs "$W/in.safetensors" --out "$W/out_cuda.safetensors" >>"$LOG" 2>&1
+        "$H" forward --model "$W/m" --inputs "$W/in.safetensors" --out "$W/out_cpu.safetensors" >>"$LOG" 2>&1
+        python3 "$SRC/tests/conformance/diffusers_compare.py" --model "$W/m" --inputs "$W/in.safetensors" \
+            --h3strict-out "$W/out_cuda.safetensors" --device cuda --json "$OUT/provider_cuda.json" >>"$LOG" 2>&1
+        P1=$?
+        python3 "$SRC/tests/conformance/diffusers_compare.py" --model "$W/m" --inputs "$W/in.safetensors" \
+            --h3strict-out "$W/out_cpu.safetensors" --device cuda --json "$OUT/provider_cpu.json" >>"$LOG" 2>&1
+        P2=$?
+        PROVIDER="diffusers_compare rc: cuda-strict $P1, cpu-strict $P2"
+        log "provider: $PROVIDER"
+    fi
+    CLI_JSON="{\"trajectory_cuda\": \"$TRAJ_LINE\", \"replay_cuda\": \"$REPLAY_LINE\", \"provider\": \"$PROVIDER\", \"ok\": $([ $CLI_OK = 1 ] && echo true || echo false)}"
+    rm -rf "$W"
+fi
+
+# ------------------------------------------------------------------ summary
+END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+python3 - "$OUT" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$CMAKE_V" "$GCC_V" "$COMMIT" "$DIRTY" "$BUILD_OK" \
+    "$BUILD_S" "[${SAN_RESULTS%,}]" "$CTEST_OK" "$CLI_JSON" <<'PY'
+import json, re, sys
+out, start, end, gpu, driver, nvcc, cmake_v, gcc_v, commit, dirty, build_ok, build_s, san, ctest_ok, cli = sys.argv[1:]
+cli = json.loads(cli)
+tests = []
+try:
+    text = open(out + "/ctest.log", errors="replace").read()
+except OSError:
+    text = ""
+for m in re.finditer(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*(\*+)?([^\n]*?)\s+([0-9.]+)\s+sec", text):
+    name, word, secs = m.group(1), m.group(3).strip(), float(m.group(4))
+    status = "passed" if word == "Passed" else ("skipped" if word.startswith(("Skipped", "Not Run")) else "failed")
+    tests.append({"name": name, "status": status, "seconds": secs, "ctest": word})
+san = json.loads(san)
+ok = (build_ok == "1" and ctest_ok == "1" and len(tests) > 0 and all(t["status"] == "passed" for t in tests)
+      and all(s["exit_code"] == 0 for s in san if s["required"]) and len(san) > 0 and cli.get("ok") is True)
+summary = {
+    "what": "h3strict strict CUDA backend: GPU tests and compute-sanitizer",
+    "command": "OUT=<dir> bash scripts/gpu_evidence.sh",
+    "start_utc": start, "end_utc": end,
+    "device": {"gpu": gpu, "driver": driver},
+    "toolchain": {"nvcc": nvcc.strip(), "cmake": cmake_v, "gcc": gcc_v,
+                  "cuda_flags": "CUDA_ARCHITECTURES 90, --fmad=false -prec-div=true -prec-sqrt=true -ftz=false",
+                  "cublaslt": "not used (own mma.sync GEMM)"},
+    "source": {"commit": commit, "modified_tracked_files": int(dirty)},
+    "build": {"ok": build_ok == "1", "seconds": int(build_s)},
+    "tests": tests,
+    "sanitizer": san,
+    "cli": cli,
+    "all_passed": ok,
+}
+json.dump(summary, open(out + "/gpu_evidence.json", "w"), indent=2)
+print(json.dumps({"tests": [(t["name"], t["status"], t["seconds"]) for t in tests],
+                  "sanitizer": [(s["tool"], s["test"], s["exit_code"]) for s in san], "all_passed": ok}))
+sys.exit(0 if ok else 1)
+PY
+RC=$?
+log "gpu_evidence: end $END, all_passed rc=$RC"
+exit $RC

@@ -1,0 +1,98 @@
+/* The whole tiny model on the CUDA backend (--device cuda): accuracy of the forward and of
+ * every gradient against the FP64 golden, repeat, batch invariance (item 0 of B = 3 vs B = 1),
+ * padding invariance, and the dual trajectory reporting 0 differing comparisons. */
+#include "cuda/cuda_ops.h"
+#include "model_util.h"
+#include "sample/trajectory.h"
+
+int main(void) {
+    if (!h3s_cuda_available()) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "no CUDA GPU: %s", h3s_last_error());
+        h3t_skip(reason);
+    }
+    h3s_config c;
+    CHECK_OK(h3s_config_preset("tiny", -1, &c));
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_create(&c, 3, &w));
+    if (!w) return h3t_finish("test_gpu_model");
+    h3s_model *gpu = NULL, *golden = NULL;
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &gpu));
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_GOLDEN, &golden));
+    if (!gpu || !golden) return h3t_finish("test_gpu_model");
+
+    request q3, q1, qp;
+    make_request(&c, 3, 0, 0, &q3);
+    make_request(&c, 1, 0, 0, &q1);
+    make_request(&c, 3, 64, 0, &qp);
+    run a, b, one, g, p;
+    forward_backward(gpu, &q3.in, &a);
+    forward_backward(gpu, &q3.in, &b);
+    forward_backward(gpu, &q1.in, &one);
+    forward_backward(golden, &q3.in, &g);
+    forward_backward(gpu, &qp.in, &p);
+
+    /* Same bounds and reasoning as the CPU whole-model test (test_model.c): BF16 activations,
+     * ~40 roundings of u = 2^-8 deep, partly cancelling. */
+    double e_s = h3t_rel_l2(&a.sample, &g.sample), e_a = h3t_rel_l2(&a.audio, &g.audio);
+    double e_gv = h3t_rel_l2(&a.grads.hidden_states, &g.grads.hidden_states);
+    double e_ga = h3t_rel_l2(&a.grads.audio_hidden_states, &g.grads.audio_hidden_states);
+    double e_gt = h3t_rel_l2(&a.grads.encoder_hidden_states, &g.grads.encoder_hidden_states);
+    printf("gpu forward rel-L2: sample %.3e audio %.3e; input grads %.3e %.3e %.3e\n", e_s, e_a, e_gv, e_ga, e_gt);
+    CHECK(e_s < 2.5e-2 && e_a < 2.5e-2, "forward rel-L2 %g %g", e_s, e_a);
+    CHECK(e_gv < 4e-2 && e_ga < 4e-2 && e_gt < 4e-2, "input gradient rel-L2 %g %g %g", e_gv, e_ga, e_gt);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int64_t i = 0; i < a.grads.count && i < g.grads.count; i++) {
+        double e = h3t_rel_l2(&a.grads.params[i], &g.grads.params[i]);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_name = a.grads.names[i];
+        }
+    }
+    printf("gpu parameter gradients: worst rel-L2 %.3e (%s)\n", worst, worst_name);
+    CHECK(worst < 4e-2, "worst parameter gradient %g (%s)", worst, worst_name);
+
+    CHECK(runs_equal(&a, &b), "two identical GPU runs differ");
+    CHECK(item0_equal(&a.sample, &one.sample), "GPU sample item 0 differs between B=3 and B=1");
+    CHECK(item0_equal(&a.audio, &one.audio), "GPU audio item 0 differs between B=3 and B=1");
+    CHECK(item0_equal(&a.grads.hidden_states, &one.grads.hidden_states), "GPU d hidden_states item 0 differs");
+    CHECK(item0_equal(&a.grads.audio_hidden_states, &one.grads.audio_hidden_states), "GPU d audio item 0 differs");
+    CHECK(item0_equal(&a.grads.encoder_hidden_states, &one.grads.encoder_hidden_states),
+          "GPU d encoder item 0 differs");
+    CHECK(h3t_bitwise_equal(&p.sample, &a.sample), "GPU: padding changed the video output");
+    CHECK(h3t_bitwise_equal(&p.grads.hidden_states, &a.grads.hidden_states), "GPU: padding changed d hidden_states");
+
+    /* The dual trajectory on the GPU: the main job's settings. */
+    uint64_t seeds[3] = {11, 22, 33};
+    h3s_trajectory_opts o;
+    memset(&o, 0, sizeof o);
+    o.seeds = seeds;
+    o.nseeds = 3;
+    o.steps = 4;
+    o.batch = 4;
+    o.backend = H3S_BACKEND_CUDA;
+    o.layout = (h3s_layout_opts){6, 2, 4, 6, 4, 1, 0, 0};
+    o.with_grad = 1;
+    cJSON *doc = NULL;
+    h3s_trajectory_totals tot;
+    CHECK_OK(h3s_trajectory_run(w, &o, &doc, &tot));
+    printf("gpu trajectory: %lld/%lld comparisons differ, %lld/%lld gradient comparisons differ\n",
+           (long long)tot.differing, (long long)tot.comparisons, (long long)tot.gradient_differing,
+           (long long)tot.gradient_comparisons);
+    CHECK(tot.comparisons == 48 && tot.differing == 0, "GPU trajectory: %lld of %lld differ", (long long)tot.differing,
+          (long long)tot.comparisons);
+    CHECK(tot.gradient_differing == 0, "GPU trajectory gradients: %lld differ", (long long)tot.gradient_differing);
+    cJSON_Delete(doc);
+
+    run *all[] = {&a, &b, &one, &g, &p};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        run_free(all[i]);
+    request_free(&q3);
+    request_free(&q1);
+    request_free(&qp);
+    h3s_model_free(gpu);
+    h3s_model_free(golden);
+    h3s_weights_free(w);
+    return h3t_finish("test_gpu_model");
+}

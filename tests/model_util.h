@@ -1,0 +1,95 @@
+/* Shared by the whole-model tests (CPU and GPU): a seeded tiny request, one forward +
+ * backward, and bitwise comparisons of two runs. */
+#ifndef H3S_MODEL_UTIL_H
+#define H3S_MODEL_UTIL_H
+
+#include "io/modeldir.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "report/report.h"
+#include "sample/layout.h"
+#include "test_util.h"
+
+typedef struct run {
+    h3s_tensor sample, audio;
+    h3s_grads grads;
+} run;
+
+static inline void run_free(run *r) {
+    h3s_tensor_free(&r->sample);
+    h3s_tensor_free(&r->audio);
+    h3s_grads_free(&r->grads);
+}
+
+typedef struct request {
+    h3s_layout lay;
+    h3s_tensor hv, ha, enc, ts, tsi, mask;
+    h3s_inputs in;
+} request;
+
+static inline void request_free(request *q) {
+    h3s_tensor *t[] = {&q->hv, &q->ha, &q->enc, &q->ts, &q->tsi, &q->mask};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        h3s_tensor_free(t[i]);
+    h3s_layout_free(&q->lay);
+}
+
+static inline void make_request(const h3s_config *c, int64_t batch, int64_t pad_to, int with_mask, request *q) {
+    memset(q, 0, sizeof *q);
+    h3s_layout_opts lo = {5, 2, 4, 6, 3, 1, 0, pad_to};
+    CHECK_OK(h3s_layout_build(&lo, c->patch_size[1], c->patch_size[2], &q->lay));
+    CHECK_OK(h3s_inputs_random(&q->lay, batch, 21, h3s_config_video_width(c), c->audio_in_channels, c->text_dim, &q->hv,
+                               &q->ha, &q->enc));
+    CHECK_OK(h3s_layout_timesteps(&q->lay, 0.3f, 0.55f, &q->ts, &q->tsi));
+    q->in.hidden_states = q->hv;
+    q->in.audio_hidden_states = q->ha;
+    q->in.encoder_hidden_states = q->enc;
+    q->in.timestep = q->ts;
+    q->in.timestep_indices = q->tsi;
+    q->in.token_tags = q->lay.token_tags;
+    q->in.position_ids = q->lay.position_ids;
+    q->in.video_indices = q->lay.video_indices;
+    q->in.audio_indices = q->lay.audio_indices;
+    q->in.text_indices = q->lay.text_indices;
+    if (with_mask) {
+        int64_t s2[2] = {batch, q->lay.S};
+        q->mask = h3t_alloc(H3S_BOOL, 2, s2);
+        const int64_t *tags = q->lay.token_tags.data;
+        for (int64_t b = 0; b < batch; b++)
+            for (int64_t s = 0; s < q->lay.S; s++)
+                ((uint8_t *)q->mask.data)[b * q->lay.S + s] = tags[s] != -1;
+        q->in.attention_mask = q->mask;
+    }
+}
+
+static inline void forward_backward(h3s_model *m, const h3s_inputs *in, run *r) {
+    memset(r, 0, sizeof *r);
+    h3s_tape *tape = NULL;
+    CHECK_OK(h3s_model_forward(m, in, NULL, NULL, &tape, &r->sample, &r->audio));
+    if (!tape) return;
+    h3s_tensor ds, da;
+    CHECK_OK(h3s_cotangent_random(r->sample.shape[0], r->sample.shape[1], r->sample.shape[2], r->audio.shape[1],
+                                  r->audio.shape[2], 99, &ds, &da));
+    CHECK_OK(h3s_model_backward(m, tape, &ds, &da, NULL, NULL, &r->grads));
+    h3s_tensor_free(&ds);
+    h3s_tensor_free(&da);
+    h3s_tape_free(tape);
+}
+
+static inline int runs_equal(const run *a, const run *b) {
+    if (!h3t_bitwise_equal(&a->sample, &b->sample) || !h3t_bitwise_equal(&a->audio, &b->audio)) return 0;
+    if (!h3t_bitwise_equal(&a->grads.hidden_states, &b->grads.hidden_states)) return 0;
+    if (!h3t_bitwise_equal(&a->grads.audio_hidden_states, &b->grads.audio_hidden_states)) return 0;
+    if (!h3t_bitwise_equal(&a->grads.encoder_hidden_states, &b->grads.encoder_hidden_states)) return 0;
+    if (a->grads.count != b->grads.count) return 0;
+    for (int64_t i = 0; i < a->grads.count; i++)
+        if (!h3t_bitwise_equal(&a->grads.params[i], &b->grads.params[i])) return 0;
+    return 1;
+}
+
+/* First `n` bytes-worth of item 0 equal? (item 0 = leading rows) */
+static inline int item0_equal(const h3s_tensor *batched, const h3s_tensor *alone) {
+    return memcmp(batched->data, alone->data, h3s_tensor_nbytes(alone)) == 0;
+}
+
+#endif
