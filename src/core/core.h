@@ -58,6 +58,12 @@ h3s_status h3s_check_shape(const char *op, const char *name, const h3s_tensor *t
 /* Every entry of an I64 index tensor lies in [0, limit). */
 h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *idx, int64_t limit);
 
+/* Every non-NULL tensor of `ts` lives in one memory space (device 0 = host, 1 = CUDA); a
+ * mix is H3S_ERR_DEVICE naming both tensors, another device value H3S_ERR_INVALID.
+ * *on_device = 1 when they are CUDA tensors (0 when all are NULL). */
+h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
+                               int *on_device);
+
 /* Read element i of a float tensor (F64, F32, BF16, F16) as double. */
 double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i);
 

@@ -185,3 +185,24 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
     }
     return H3S_OK;
 }
+
+h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
+                               int *on_device) {
+    int first = -1;
+    *on_device = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        if (ts[i]->device != 0 && ts[i]->device != 1)
+            return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d (expected 0 = host or 1 = CUDA)", op, names[i],
+                            ts[i]->device);
+        if (first < 0) {
+            first = i;
+            *on_device = ts[i]->device;
+        } else if (ts[i]->device != *on_device) {
+            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory (mixed host/device)", op,
+                            names[i], ts[i]->device ? "device" : "host", names[first],
+                            *on_device ? "device" : "host");
+        }
+    }
+    return H3S_OK;
+}

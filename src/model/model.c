@@ -401,6 +401,26 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
  * passed to then fails with "NULL tensor" rather than reading anything. */
 #define W(...) weight(m, __VA_ARGS__)
 
+/* The [M, heads * 2] statistics buffer seen as the [M, heads, 2] tensor attention takes. */
+static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
+    h3s_tensor v = *stats;
+    v.ndim = 3;
+    v.shape[1] = heads;
+    v.shape[2] = 2;
+    return v;
+}
+
+/* Blocks attend within their document (padding rows form their own) and honour the
+ * key-padding mask; refiner blocks run over the text rows only, unmasked. */
+static h3s_attn_mask block_mask(const h3s_tape *tp, int refiner) {
+    h3s_attn_mask mask = {NULL, NULL};
+    if (!refiner) {
+        mask.doc = tp->has_doc ? &tp->doc : NULL;
+        mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
+    }
+    return mask;
+}
+
 static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *x, int64_t S, block_acts *a,
                                 h3s_tensor **x_out) {
     h3s_tape *tp = r->tp;
@@ -458,15 +478,8 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     }
     NEW(a->att, m->act, M, HD);
     NEW(a->stats, m->f32, M, heads * 2);
-    h3s_tensor stats3 = *a->stats;
-    stats3.ndim = 3;
-    stats3.shape[1] = heads;
-    stats3.shape[2] = 2;
-    h3s_attn_mask mask = {NULL, NULL};
-    if (!refiner) {
-        mask.doc = tp->has_doc ? &tp->doc : NULL;
-        mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
-    }
+    h3s_tensor stats3 = stats_view(a->stats, heads);
+    h3s_attn_mask mask = block_mask(tp, refiner);
     H3S_TRY(h3s_attention_forward(qa, ka, a->v, B, heads, &mask, a->att, &stats3));
     H3S_TRY(emit(r, a->att, 1, S, "%s.%lld.attention", node, (long long)i));
     NEW(a->o, m->act, M, H);
@@ -792,15 +805,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW(dqa, gd, M, HD);
     NEW(dka, gd, M, HD);
     NEW(dv, gd, M, HD);
-    h3s_tensor stats3 = *a->stats;
-    stats3.ndim = 3;
-    stats3.shape[1] = heads;
-    stats3.shape[2] = 2;
-    h3s_attn_mask mask = {NULL, NULL};
-    if (!refiner) {
-        mask.doc = tp->has_doc ? &tp->doc : NULL;
-        mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
-    }
+    h3s_tensor stats3 = stats_view(a->stats, heads);
+    h3s_attn_mask mask = block_mask(tp, refiner);
     h3s_tensor *qa = refiner ? a->qn : a->qr, *ka = refiner ? a->kn : a->kr;
     H3S_TRY(h3s_attention_backward(qa, ka, a->v, a->att, &stats3, B, heads, &mask, datt, dqa, dka, dv));
     H3S_TRY(emit(r, dqa, 1, S, "%s.%lld.attention.grad_q", node, li));

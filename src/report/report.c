@@ -9,18 +9,26 @@
 #include "cuda/cuda_ops.h"
 #include "io/safetensors.h"
 
-h3s_status h3s_tensor_to_host_f64(const h3s_tensor *t, h3s_tensor *out) {
-    h3s_tensor host = *t;
-    int owned = 0;
-    if (t->device) {
-        H3S_TRY(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
-        h3s_status st = h3s_cuda_download(t, &host);
-        if (st != H3S_OK) {
-            h3s_tensor_free(&host);
-            return st;
-        }
-        owned = 1;
+/* The tensor's bytes on the host: a borrowed view of a host tensor, or a downloaded copy
+ * of a device tensor (then *owned = 1 and the caller frees it). */
+static h3s_status host_bytes(const h3s_tensor *t, h3s_tensor *host, int *owned) {
+    *host = *t;
+    *owned = 0;
+    if (!t->device) return H3S_OK;
+    H3S_TRY(h3s_tensor_alloc(host, t->dtype, t->ndim, t->shape));
+    h3s_status st = h3s_cuda_download(t, host);
+    if (st != H3S_OK) {
+        h3s_tensor_free(host);
+        return st;
     }
+    *owned = 1;
+    return H3S_OK;
+}
+
+h3s_status h3s_tensor_to_host_f64(const h3s_tensor *t, h3s_tensor *out) {
+    h3s_tensor host;
+    int owned;
+    H3S_TRY(host_bytes(t, &host, &owned));
     h3s_status st = h3s_tensor_alloc(out, H3S_F64, t->ndim, t->shape);
     if (st == H3S_OK) st = h3s_tensor_convert(&host, out);
     if (owned) h3s_tensor_free(&host);
@@ -53,18 +61,9 @@ h3s_status h3s_recorder_hook(void *ctx, const char *name, h3s_tensor *out, int b
         }
         r->cap = cap;
     }
-    /* Bring the bytes to the host (a no-op view for host tensors). */
-    h3s_tensor host = *out;
-    int owned = 0;
-    if (out->device) {
-        H3S_TRY(h3s_tensor_alloc(&host, out->dtype, out->ndim, out->shape));
-        h3s_status st = h3s_cuda_download(out, &host);
-        if (st != H3S_OK) {
-            h3s_tensor_free(&host);
-            return st;
-        }
-        owned = 1;
-    }
+    h3s_tensor host;
+    int owned;
+    H3S_TRY(host_bytes(out, &host, &owned));
     h3s_status st = H3S_OK;
     if (r->plant_node && !strcmp(r->plant_node, name) && h3s_tensor_nbytes(&host) > 0) {
         /* flip the lowest mantissa bit of the first element, on the tensor the graph goes on with */
