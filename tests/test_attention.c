@@ -686,7 +686,7 @@ static void test_bad_input(void) {
     /* a device tensor among host tensors; all on the device goes to CUDA (absent here) */
     h3s_tensor qd = c.q;
     qd.device = 1;
-    CHECK_FAILS(H3S_ERR_INVALID, FWD(&qd, &c.k, &c.v, B, H, NULL, &out, &st));
+    CHECK_FAILS(H3S_ERR_DEVICE, FWD(&qd, &c.k, &c.v, B, H, NULL, &out, &st));
     CHECK(poisoned(&out) && poisoned(&st), "failed forward calls wrote an output");
 
 #define BWD(oo, ss, gg, a, b2, c2) h3s_attention_backward(&c.q, &c.k, &c.v, oo, ss, B, H, &m_ok, gg, a, b2, c2)
@@ -712,7 +712,7 @@ static void test_bad_input(void) {
                 h3s_attention_backward(&c.q, &c.k, &c.v, &c.out, &c.stats, 3, H, NULL, &c.dout, &dq, &dk, &dv));
     h3s_tensor dvd = dv;
     dvd.device = 1;
-    CHECK_FAILS(H3S_ERR_INVALID, BWD(&c.out, &c.stats, &c.dout, &dq, &dk, &dvd));
+    CHECK_FAILS(H3S_ERR_DEVICE, BWD(&c.out, &c.stats, &c.dout, &dq, &dk, &dvd));
     CHECK(poisoned(&dq) && poisoned(&dk) && poisoned(&dv), "failed backward calls wrote a gradient");
 
     /* every tensor on the device goes to the CUDA backend: without one, a clear device error

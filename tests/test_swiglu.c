@@ -243,6 +243,9 @@ static void check_bad_input(void) {
     du.device = 1;
     FAILS(H3S_ERR_DEVICE, h3s_swiglu_backward(&u, &dh, &du));
     du.device = 0;
+    h.device = 2; /* neither host (0) nor CUDA (1) */
+    FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(&u, &h));
+    h.device = 0;
 #undef FAILS
     h3s_tensor *frees[] = {&u, &dh, &h, &du, &uodd, &u32, &u64, &hbad, &h64, &h32, &dh16, &dh64, &dubad, &du64, &dhbad};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)

@@ -12,25 +12,6 @@
 #include "cuda/cuda_ops.h"
 #include "ops/ops.h"
 
-static h3s_status adaln_same_device(const char *op, int n, const h3s_tensor *const *ts, const char *const *names,
-                                    int *device) {
-    int first = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (ts[i]->device != 0 && ts[i]->device != 1)
-            return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d (expected 0 = host or 1 = CUDA)", op, names[i],
-                            ts[i]->device);
-        if (first < 0) {
-            first = i;
-            *device = ts[i]->device;
-        } else if (ts[i]->device != *device) {
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory", op, names[i],
-                            ts[i]->device ? "device" : "host", names[first], *device ? "device" : "host");
-        }
-    }
-    return H3S_OK;
-}
-
 /* temb decides the mode: F32 strict (activations BF16, gradients F32), F64 golden. */
 static h3s_status adaln_mode(const char *op, const h3s_tensor *temb, int *golden) {
     if (temb->dtype != H3S_F32 && temb->dtype != H3S_F64)
@@ -63,7 +44,7 @@ h3s_status h3s_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor
     const h3s_tensor *ts[5] = {temb, w, b, a, table};
     const char *names[5] = {"temb", "w", "b", "a", "table"};
     int device = 0;
-    H3S_TRY(adaln_same_device(op, 5, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 5, &device));
     if (device) return h3s_cuda_adaln_projection_forward(temb, w, b, a, table);
 
     const int64_t n = T * E;
@@ -110,7 +91,7 @@ h3s_status h3s_adaln_projection_backward(const h3s_tensor *temb, const h3s_tenso
     const h3s_tensor *ts[7] = {temb, a, w, dtable, dtemb, dw, db};
     const char *names[7] = {"temb", "a", "w", "dtable", "dtemb", "dw", "db"};
     int device = 0;
-    H3S_TRY(adaln_same_device(op, 7, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 7, &device));
     if (device) return h3s_cuda_adaln_projection_backward(temb, a, w, dtable, dtemb, dw, db);
     if (!dtemb && !dw && !db) return H3S_OK;
 

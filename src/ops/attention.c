@@ -903,15 +903,11 @@ static h3s_status check_common(const char *op, const h3s_tensor *q, const h3s_te
     return H3S_OK;
 }
 
-/* Every float tensor on one side (host or device); mask tensors on the host for the CPU
- * backends.  Returns the device flag through *device. */
+/* Every float tensor on one side (host or device: a mix is H3S_ERR_DEVICE); mask tensors on
+ * the host for the CPU backends.  Returns the device flag through *device. */
 static h3s_status check_devices(const char *op, const h3s_tensor *const *t, const char *const *names, int n,
                                 const h3s_attn_mask *mask, int *device) {
-    *device = t[0]->device;
-    for (int i = 1; i < n; i++)
-        if (t[i] && t[i]->device != *device)
-            return h3s_fail(H3S_ERR_INVALID, "%s: %s is on the %s but %s is on the %s (mixed host and device tensors)",
-                            op, names[i], t[i]->device ? "device" : "host", names[0], *device ? "device" : "host");
+    H3S_TRY(h3s_check_placement(op, t, names, n, device));
     if (!*device && mask) {
         if (mask->doc && mask->doc->device)
             return h3s_fail(H3S_ERR_INVALID, "%s: mask.doc is on the device but the tensors are on the host", op);

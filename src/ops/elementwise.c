@@ -16,9 +16,11 @@ h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *ou
     H3S_TRY(h3s_check_tensor(op, "a", a, a->dtype, a->ndim));
     H3S_TRY(h3s_check_shape(op, "b", b, a->dtype, a->ndim, a->shape));
     H3S_TRY(h3s_check_shape(op, "out", out, a->dtype, a->ndim, a->shape));
-    if ((a->device != 0) != (b->device != 0) || (a->device != 0) != (out->device != 0))
-        return h3s_fail(H3S_ERR_DEVICE, "%s: a, b and out are not all in the same memory (mixed host/device)", op);
-    if (a->device) return h3s_cuda_grad_add(a, b, out);
+    const h3s_tensor *ts[3] = {a, b, out};
+    const char *names[3] = {"a", "b", "out"};
+    int on_device = 0;
+    H3S_TRY(h3s_check_placement(op, ts, names, 3, &on_device));
+    if (on_device) return h3s_cuda_grad_add(a, b, out);
     const int64_t n = h3s_tensor_numel(a);
     if (a->dtype == H3S_F64) {
         const double *A = (const double *)a->data, *B = (const double *)b->data;

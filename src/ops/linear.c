@@ -37,11 +37,14 @@
 #ifndef LIN_NC
 #define LIN_NC 2048 /* columns per chunk: the packed B block LIN_KC x LIN_NC is shared by the threads */
 #endif
+#ifndef LIN_B_BYTES
+#define LIN_B_BYTES (4u << 20) /* packed B block: as many LIN_KC blocks as fit, one barrier per block */
+#endif
 #ifndef LIN_ACC_BYTES
 #define LIN_ACC_BYTES (4u << 20) /* FP32 accumulators of one row superblock x one column chunk */
 #endif
 #ifndef LIN_DW_MC
-#define LIN_DW_MC 96 /* dw: output rows (n) per work item, at most */
+#define LIN_DW_MC 192 /* dw: output rows (n) per work item, at most (a multiple of every MR) */
 #endif
 #ifndef LIN_DW_NB
 #define LIN_DW_NB 512 /* dw: output columns (k) per work item, at most */
@@ -359,18 +362,12 @@ __attribute__((target("avx2"))) static void pack_rows8_avx2(const void *src, h3s
 }
 #endif
 
-static int lin_pack8_ok = -1; /* AVX2 transposing pack usable (resolved on first use) */
-
 static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, int64_t R, int W, int64_t L, float *dst) {
     int64_t r_done = 0; /* rows [0, r_done) already packed */
 #if LIN_X86
-    if (sp == 1 && R >= 8) {
-        if (lin_pack8_ok < 0) lin_pack8_ok = __builtin_cpu_supports("avx2") != 0;
-        if (lin_pack8_ok) {
-            for (; r_done + 8 <= R; r_done += 8)
-                pack_rows8_avx2(elem_ptr(src, dt, r_done * sr), dt, sr, W, L, dst + r_done);
-        }
-    }
+    if (sp == 1 && R >= 8 && __builtin_cpu_supports("avx2"))
+        for (; r_done + 8 <= R; r_done += 8)
+            pack_rows8_avx2(elem_ptr(src, dt, r_done * sr), dt, sr, W, L, dst + r_done);
 #endif
     if (dt == H3S_BF16) {
         const uint16_t *s = (const uint16_t *)src;
@@ -378,6 +375,13 @@ static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, in
             for (int64_t r = r_done; r < R; r++)
                 for (int64_t p = 0; p < L; p++)
                     dst[p * W + r] = h3s_bf16_value(s[r * sr + p]);
+        } else if (sr == 1) { /* r contiguous: a row copy per step */
+            for (int64_t p = 0; p < L; p++) {
+                const uint16_t *sp_row = s + p * sp;
+                float *d = dst + p * W;
+                for (int64_t r = r_done; r < R; r++)
+                    d[r] = h3s_bf16_value(sp_row[r]);
+            }
         } else {
             for (int64_t p = 0; p < L; p++)
                 for (int64_t r = r_done; r < R; r++)
@@ -389,6 +393,9 @@ static void pack_panel(const void *src, h3s_dtype dt, int64_t sr, int64_t sp, in
             for (int64_t r = r_done; r < R; r++)
                 for (int64_t p = 0; p < L; p++)
                     dst[p * W + r] = s[r * sr + p];
+        } else if (sr == 1) {
+            for (int64_t p = 0; p < L; p++)
+                memcpy(dst + p * W + r_done, s + p * sp + r_done, (size_t)(R - r_done) * sizeof(float));
         } else {
             for (int64_t p = 0; p < L; p++)
                 for (int64_t r = r_done; r < R; r++)
@@ -427,6 +434,7 @@ typedef struct gemm_plan {
     int64_t mpanels, npanels; /* register panels of rows (MR) and columns (NR) */
     int64_t chunk;            /* column panels per chunk */
     int64_t super;            /* row panels per superblock */
+    int64_t kb;               /* reduction steps per packed B block (a multiple of LIN_KC) */
 } gemm_plan;
 
 static gemm_plan plan_gemm(const gemm_problem *g, const lin_kernel *kd) {
@@ -437,12 +445,18 @@ static gemm_plan plan_gemm(const gemm_problem *g, const lin_kernel *kd) {
     int64_t most = (int64_t)(LIN_ACC_BYTES / sizeof(float)) / (p.chunk * kd->nr * kd->mr);
     if (most < LIN_MC / kd->mr) most = LIN_MC / kd->mr;
     p.super = ceil_div(p.mpanels, ceil_div(p.mpanels, most));
+    p.kb = (int64_t)(LIN_B_BYTES / sizeof(float)) / (p.chunk * kd->nr) / LIN_KC * LIN_KC;
+    if (p.kb < LIN_KC) p.kb = LIN_KC;
+    if (p.kb > ceil_div(g->K, LIN_KC) * LIN_KC) p.kb = ceil_div(g->K, LIN_KC) * LIN_KC;
     return p;
 }
 
+static size_t few_rows_ws_floats(const gemm_problem *g, const lin_kernel *kd, int nt);
+
 static size_t gemm_ws_floats(const gemm_problem *g, const lin_kernel *kd, int nt) {
+    if (g->M <= LIN_MC) return few_rows_ws_floats(g, kd, nt);
     const gemm_plan p = plan_gemm(g, kd);
-    return round16((size_t)(LIN_KC * p.chunk * kd->nr)) + round16((size_t)nt * LIN_MC * LIN_KC) +
+    return round16((size_t)(p.kb * p.chunk * kd->nr)) + round16((size_t)nt * LIN_MC * LIN_KC) +
            (size_t)(p.super * kd->mr * p.chunk * kd->nr);
 }
 
@@ -467,17 +481,17 @@ static void split_work(int64_t m_units, int64_t n_units, int64_t max_m, int64_t 
     *bn = b > 0 ? b : 1;
 }
 
-/* Goto order: for each column chunk and row superblock, walk K in LIN_KC blocks.  Per K
- * block the threads pack the B block (LIN_KC x chunk) together, then share out work items (at
- * most LIN_MC rows x the chunk); each packs its A block and runs the microkernel on every
- * register tile, carrying the tile's FP32 accumulators from one K block to the next in the
- * superblock's accumulator buffer.  After the last K block each accumulator ends its chain
- * (bias, rounding) into C. */
+/* Goto order: for each column chunk and row superblock, walk K in blocks of plan.kb.  Per
+ * block the threads pack the B block (plan.kb x chunk) together (one barrier), then share out
+ * work items (at most LIN_MC rows x the chunk); each walks the block in LIN_KC steps, packing
+ * its A block and running the microkernel on every register tile, carrying the tile's FP32
+ * accumulators from one K step to the next in the superblock's accumulator buffer.  After the last K block each
+ * accumulator ends its chain (bias, rounding) into C. */
 static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, float *ws) {
     const int MR = kd->mr, NR = kd->nr;
     const int64_t M = g->M, N = g->N, K = g->K, TILE = (int64_t)MR * NR;
     const gemm_plan plan = plan_gemm(g, kd);
-    float *bbuf = ws, *abuf = bbuf + round16((size_t)(LIN_KC * plan.chunk * NR));
+    float *bbuf = ws, *abuf = bbuf + round16((size_t)(plan.kb * plan.chunk * NR));
     float *accbuf = abuf + round16((size_t)nt * LIN_MC * LIN_KC);
 #pragma omp parallel num_threads(nt)
     {
@@ -489,27 +503,31 @@ static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, flo
                 int64_t bm, bn;
                 split_work(sp, cp, LIN_MC / MR, cp, nt, &bm, &bn);
                 const int64_t nmb = ceil_div(sp, bm), nnb = ceil_div(cp, bn);
-                for (int64_t k0 = 0; k0 < K; k0 += LIN_KC) {
-                    const int64_t kl = min64(LIN_KC, K - k0);
+                for (int64_t kb0 = 0; kb0 < K; kb0 += plan.kb) {
+                    const int64_t kbl = min64(plan.kb, K - kb0);
 #pragma omp for schedule(static)
                     for (int64_t q = 0; q < cp; q++) {
                         const int64_t j0 = (c0 + q) * NR;
-                        pack_panel(elem_ptr(g->b, g->bdt, k0 * g->b_sp + j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp,
-                                   min64(NR, N - j0), NR, kl, bbuf + (size_t)(q * LIN_KC * NR));
+                        pack_panel(elem_ptr(g->b, g->bdt, kb0 * g->b_sp + j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp,
+                                   min64(NR, N - j0), NR, kbl, bbuf + (size_t)(q * plan.kb * NR));
                     }
 #pragma omp for schedule(dynamic, 1)
                     for (int64_t it = 0; it < nmb * nnb; it++) {
                         const int64_t p0 = (it / nnb) * bm, q0 = (it % nnb) * bn;
                         const int64_t mpan = min64(bm, sp - p0), qn = min64(bn, cp - q0);
-                        for (int64_t ii = 0; ii < mpan; ii++) {
-                            const int64_t r0 = (s0 + p0 + ii) * MR;
-                            pack_panel(elem_ptr(g->a, g->adt, r0 * g->a_si + k0 * g->a_sp), g->adt, g->a_si, g->a_sp,
-                                       min64(MR, M - r0), MR, kl, ap + ii * MR * LIN_KC);
-                        }
-                        for (int64_t qq = q0; qq < q0 + qn; qq++) {
-                            const float *bp = bbuf + (size_t)(qq * LIN_KC * NR);
-                            for (int64_t ii = 0; ii < mpan; ii++)
-                                kd->fn(kl, ap + ii * MR * LIN_KC, bp, accbuf + ((p0 + ii) * cp + qq) * TILE, k0 == 0);
+                        for (int64_t k0 = kb0; k0 < kb0 + kbl; k0 += LIN_KC) {
+                            const int64_t kl = min64(LIN_KC, kb0 + kbl - k0);
+                            for (int64_t ii = 0; ii < mpan; ii++) {
+                                const int64_t r0 = (s0 + p0 + ii) * MR;
+                                pack_panel(elem_ptr(g->a, g->adt, r0 * g->a_si + k0 * g->a_sp), g->adt, g->a_si,
+                                           g->a_sp, min64(MR, M - r0), MR, kl, ap + ii * MR * LIN_KC);
+                            }
+                            for (int64_t qq = q0; qq < q0 + qn; qq++) {
+                                const float *bp = bbuf + (size_t)(qq * plan.kb * NR + (k0 - kb0) * NR);
+                                for (int64_t ii = 0; ii < mpan; ii++)
+                                    kd->fn(kl, ap + ii * MR * LIN_KC, bp, accbuf + ((p0 + ii) * cp + qq) * TILE,
+                                           k0 == 0);
+                            }
                         }
                     }
                 }
@@ -526,6 +544,55 @@ static void gemm_packed(const gemm_problem *g, const lin_kernel *kd, int nt, flo
             }
         }
     }
+}
+
+/* Few rows (M <= LIN_MC): every B panel serves only these rows, so nothing is worth sharing.
+ * Work items are column groups; each packs its own A block and B panels per LIN_KC step and
+ * keeps its own accumulators: no barrier between threads at all.  Same chains as above. */
+static void gemm_packed_few_rows(const gemm_problem *g, const lin_kernel *kd, int nt, float *ws) {
+    const int MR = kd->mr, NR = kd->nr;
+    const int64_t M = g->M, N = g->N, K = g->K, TILE = (int64_t)MR * NR;
+    const int64_t mpan = ceil_div(M, MR), npanels = ceil_div(N, NR);
+    int64_t bm, bn;
+    split_work(1, npanels, 1, LIN_NC / NR, nt, &bm, &bn);
+    const int64_t per_thread =
+        round16((size_t)LIN_MC * LIN_KC) + round16((size_t)(LIN_KC * bn * NR)) + round16((size_t)(mpan * bn * TILE));
+#pragma omp parallel num_threads(nt)
+    {
+        float *ap = ws + (size_t)omp_get_thread_num() * (size_t)per_thread;
+        float *bp = ap + round16((size_t)LIN_MC * LIN_KC), *acc = bp + round16((size_t)(LIN_KC * bn * NR));
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t q0 = 0; q0 < npanels; q0 += bn) {
+            const int64_t qn = min64(bn, npanels - q0);
+            for (int64_t k0 = 0; k0 < K; k0 += LIN_KC) {
+                const int64_t kl = min64(LIN_KC, K - k0);
+                for (int64_t ii = 0; ii < mpan; ii++)
+                    pack_panel(elem_ptr(g->a, g->adt, ii * MR * g->a_si + k0 * g->a_sp), g->adt, g->a_si, g->a_sp,
+                               min64(MR, M - ii * MR), MR, kl, ap + ii * MR * LIN_KC);
+                for (int64_t qq = 0; qq < qn; qq++) {
+                    const int64_t j0 = (q0 + qq) * NR;
+                    pack_panel(elem_ptr(g->b, g->bdt, k0 * g->b_sp + j0 * g->b_sj), g->bdt, g->b_sj, g->b_sp,
+                               min64(NR, N - j0), NR, kl, bp + qq * LIN_KC * NR);
+                    for (int64_t ii = 0; ii < mpan; ii++)
+                        kd->fn(kl, ap + ii * MR * LIN_KC, bp + qq * LIN_KC * NR, acc + (ii * qn + qq) * TILE, k0 == 0);
+                }
+            }
+            for (int64_t ii = 0; ii < mpan; ii++)
+                for (int64_t qq = 0; qq < qn; qq++) {
+                    const int64_t j0 = (q0 + qq) * NR;
+                    for (int64_t r = 0; r < min64(MR, M - ii * MR); r++)
+                        gemm_finish_row(g, ii * MR + r, j0, min64(NR, N - j0), acc + (ii * qn + qq) * TILE + r * NR);
+                }
+        }
+    }
+}
+
+static size_t few_rows_ws_floats(const gemm_problem *g, const lin_kernel *kd, int nt) {
+    int64_t bm, bn;
+    split_work(1, ceil_div(g->N, kd->nr), 1, LIN_NC / kd->nr, nt, &bm, &bn);
+    return (size_t)nt * (round16((size_t)LIN_MC * LIN_KC) + round16((size_t)(LIN_KC * bn * kd->nr)) +
+                         round16((size_t)(ceil_div(g->M, kd->mr) * bn * kd->mr * kd->nr))) +
+           16;
 }
 
 /* dw by tiles: for each block of (n, k) outputs, the tile partial dy_tile^T x_tile is one
@@ -588,7 +655,9 @@ static int gemm_is_packed(const gemm_problem *g, const lin_kernel *kd, int have_
 
 static void gemm_run(const gemm_problem *g, const lin_kernel *kd, int have_kernel, int nt, float *ws) {
     if (g->M == 0 || g->N == 0) return;
-    if (gemm_is_packed(g, kd, have_kernel))
+    if (gemm_is_packed(g, kd, have_kernel) && g->M <= LIN_MC)
+        gemm_packed_few_rows(g, kd, nt, ws);
+    else if (gemm_is_packed(g, kd, have_kernel))
         gemm_packed(g, kd, nt, ws);
     else
         gemm_scalar(g, nt);

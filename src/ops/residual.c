@@ -20,26 +20,6 @@ typedef struct residual_call {
     int64_t M, H, R, C;
 } residual_call;
 
-static h3s_status check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
-                                  const h3s_tensor *index, int *on_device) {
-    int first = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (first < 0) {
-            first = i;
-            continue;
-        }
-        if ((ts[i]->device != 0) != (ts[first]->device != 0))
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory (mixed host/device)", op,
-                            names[i], ts[i]->device ? "device" : "host", names[first],
-                            ts[first]->device ? "device" : "host");
-    }
-    *on_device = first >= 0 && ts[first]->device != 0;
-    if (index && index->device && !*on_device)
-        return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
-    return H3S_OK;
-}
-
 /* table / index / gate_chunk, shared by forward and backward.  c->M, c->H, c->golden set. */
 static h3s_status check_gate(const char *op, const h3s_tensor *table, const h3s_tensor *index, int gate_chunk,
                              residual_call *c) {
@@ -89,7 +69,9 @@ h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const 
     H3S_TRY(h3s_check_shape(op, "out", out, act, 2, dimMH));
     const h3s_tensor *ts[4] = {r, y, table, out};
     const char *names[4] = {"r", "y", "table", "out"};
-    H3S_TRY(check_placement(op, ts, names, 4, index, &c.on_device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 4, &c.on_device));
+    if (index && index->device && !c.on_device)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
     if (c.on_device) return h3s_cuda_residual_forward(r, y, table, index, gate_chunk, out);
 
     const int64_t M = c.M, H = c.H, ld = c.C * H;
@@ -153,7 +135,9 @@ h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, c
     }
     const h3s_tensor *ts[6] = {dout, y, table, dr, dy, dtable};
     const char *names[6] = {"dout", "y", "table", "dr", "dy", "dtable"};
-    H3S_TRY(check_placement(op, ts, names, 6, index, &c.on_device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 6, &c.on_device));
+    if (index && index->device && !c.on_device)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
     if (c.on_device) return h3s_cuda_residual_backward(y, table, index, gate_chunk, dout, dr, dy, dtable);
 
     const int64_t M = c.M, H = c.H, ld = c.C * H;

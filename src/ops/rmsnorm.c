@@ -23,25 +23,6 @@
 
 static inline float bf16_at(const uint16_t *p, int64_t i) { return h3s_bf16_value(p[i]); }
 
-/* Placement of the float tensors of one call: all on the host, or all on the device. */
-static h3s_status check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
-                                  int *on_device) {
-    int first = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (first < 0) {
-            first = i;
-            continue;
-        }
-        if ((ts[i]->device != 0) != (ts[first]->device != 0))
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory (mixed host/device)", op,
-                            names[i], ts[i]->device ? "device" : "host", names[first],
-                            ts[first]->device ? "device" : "host");
-    }
-    *on_device = first >= 0 && ts[first]->device != 0;
-    return H3S_OK;
-}
-
 /* The activation dtype decides the backend: BF16 strict, F64 golden. */
 static h3s_status activation_mode(const char *op, const char *name, const h3s_tensor *t, int *golden) {
     if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, name);
@@ -130,7 +111,7 @@ static h3s_status check_rmsnorm(const char *op, const h3s_tensor *x, const h3s_t
     }
     const h3s_tensor *ts[8] = {x, w, table, y, dy, dx, dw, dtable};
     const char *names[8] = {"x", "w", "table", "y", "dy", "dx", "dw", "dtable"};
-    H3S_TRY(check_placement(op, ts, names, 8, &c->on_device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 8, &c->on_device));
     if (index && index->device && !c->on_device)
         return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
     return H3S_OK;
@@ -432,7 +413,7 @@ static h3s_status check_head_rmsnorm(const char *op, const h3s_tensor *x, int64_
     }
     const h3s_tensor *ts[6] = {x, w, y, dy, dx, dw};
     const char *names[6] = {"x", "w", "y", "dy", "dx", "dw"};
-    return check_placement(op, ts, names, 6, &c->on_device);
+    return h3s_check_placement(op, ts, names, 6, &c->on_device);
 }
 
 /* dw of the per-head norm.  contrib is [M, heads * D] (token row m, head h, channel d at

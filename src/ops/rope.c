@@ -16,21 +16,6 @@
 /* 6F must stay an exact small integer everywhere (also as a float exponent numerator). */
 #define ROPE_MAX_FREQ_DIM (1 << 20)
 
-/* Every float tensor of a call lives on one side of the host/device boundary. */
-static h3s_status rope_same_device(const char *op, int n, const h3s_tensor *const *ts, const char *const *names,
-                                   int *device) {
-    *device = ts[0]->device;
-    for (int i = 0; i < n; i++) {
-        if (ts[i]->device != 0 && ts[i]->device != 1)
-            return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d (expected 0 = host or 1 = CUDA)", op, names[i],
-                            ts[i]->device);
-        if (ts[i]->device != *device)
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory", op, names[i],
-                            ts[i]->device ? "device" : "host", names[0], *device ? "device" : "host");
-    }
-    return H3S_OK;
-}
-
 /* ------------------------------------------------------------------------ table ------ */
 
 static double rope_position(const h3s_tensor *pos, int64_t i) {
@@ -69,7 +54,7 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
     H3S_TRY(h3s_check_shape(op, "sin_out", sin_out, sin_out->dtype, 2, table_dims));
     const h3s_tensor *ts[3] = {pos, cos_out, sin_out};
     const char *names[3] = {"position_ids", "cos_out", "sin_out"};
-    H3S_TRY(rope_same_device(op, 3, ts, names, device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 3, device));
     if (!*device) {
         int64_t n = 3 * pos->shape[0];
         for (int64_t i = 0; i < n; i++) {
@@ -209,7 +194,40 @@ static h3s_status rope_apply_check(const char *op, const char *in_name, const h3
     g->half = g->R / 2;
     const h3s_tensor *ts[4] = {in, cos_t, sin_t, out};
     const char *names[4] = {in_name, "cos", "sin", out_name};
-    return rope_same_device(op, 4, ts, names, device);
+    return h3s_check_placement(op, ts, names, 4, device);
+}
+
+/* The golden rotation (forward, in -> out = y) or its transpose (backward, in -> out = dx) of
+ * every head of every row, in double; the formulas are those of h3s_rope_forward and
+ * h3s_rope_backward below.  Both entries of a pair are read before either is written, so
+ * out may alias in; channels R .. D-1 pass through. */
+static void rope_golden(const rope_geometry *g, int64_t heads, const h3s_tensor *in, const h3s_tensor *cos_t,
+                        const h3s_tensor *sin_t, h3s_tensor *out, int backward) {
+    const int64_t M = g->M, W = g->W, D = g->D, S = g->S, R = g->R, half = g->half;
+    const double *id = (const double *)in->data, *cd = (const double *)cos_t->data, *sd = (const double *)sin_t->data;
+    double *od = (double *)out->data;
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; m++) {
+        const double *c = cd + (m % S) * R, *s = sd + (m % S) * R;
+        for (int64_t h = 0; h < heads; h++) {
+            const double *ir = id + m * W + h * D;
+            double *orow = od + m * W + h * D;
+            for (int64_t i = 0; i < half; i++) {
+                double a1 = ir[i], a2 = ir[half + i], o1, o2;
+                if (backward) {
+                    o1 = a1 * c[i] + a2 * s[half + i];
+                    o2 = a2 * c[half + i] - a1 * s[i];
+                } else {
+                    o1 = a1 * c[i] - a2 * s[i];
+                    o2 = a2 * c[half + i] + a1 * s[half + i];
+                }
+                orow[i] = o1;
+                orow[half + i] = o2;
+            }
+            for (int64_t i = R; i < D; i++)
+                orow[i] = ir[i];
+        }
+    }
 }
 
 h3s_status h3s_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,
@@ -226,26 +244,7 @@ h3s_status h3s_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor
      *   y[half + i] = x2 * cos[half + i] + x1 * sin[half + i]
      * Both entries of a pair are read before either is written, so y may alias x. */
     if (golden) {
-        const double *xd = (const double *)x->data, *cd = (const double *)cos_t->data,
-                     *sd = (const double *)sin_t->data;
-        double *yd = (double *)y->data;
-#pragma omp parallel for schedule(static)
-        for (int64_t m = 0; m < M; m++) {
-            const double *c = cd + (m % S) * R, *s = sd + (m % S) * R;
-            for (int64_t h = 0; h < heads; h++) {
-                const double *xr = xd + m * W + h * D;
-                double *yr = yd + m * W + h * D;
-                for (int64_t i = 0; i < half; i++) {
-                    double x1 = xr[i], x2 = xr[half + i];
-                    double y1 = x1 * c[i] - x2 * s[i];
-                    double y2 = x2 * c[half + i] + x1 * s[half + i];
-                    yr[i] = y1;
-                    yr[half + i] = y2;
-                }
-                for (int64_t i = R; i < D; i++)
-                    yr[i] = xr[i];
-            }
-        }
+        rope_golden(&g, heads, x, cos_t, sin_t, y, 0);
         return H3S_OK;
     }
     const uint16_t *xb = (const uint16_t *)x->data;
@@ -287,26 +286,7 @@ h3s_status h3s_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_t
      *   dx[half + i] = dy2 * cos[half + i] - dy1 * sin[i]
      * Pass-through channels: dx = dy. */
     if (golden) {
-        const double *gd = (const double *)dy->data, *cd = (const double *)cos_t->data,
-                     *sd = (const double *)sin_t->data;
-        double *od = (double *)dx->data;
-#pragma omp parallel for schedule(static)
-        for (int64_t m = 0; m < M; m++) {
-            const double *c = cd + (m % S) * R, *s = sd + (m % S) * R;
-            for (int64_t h = 0; h < heads; h++) {
-                const double *gr = gd + m * W + h * D;
-                double *orow = od + m * W + h * D;
-                for (int64_t i = 0; i < half; i++) {
-                    double g1 = gr[i], g2 = gr[half + i];
-                    double d1 = g1 * c[i] + g2 * s[half + i];
-                    double d2 = g2 * c[half + i] - g1 * s[i];
-                    orow[i] = d1;
-                    orow[half + i] = d2;
-                }
-                for (int64_t i = R; i < D; i++)
-                    orow[i] = gr[i];
-            }
-        }
+        rope_golden(&g, heads, dy, cos_t, sin_t, dx, 1);
         return H3S_OK;
     }
     const float *gf = (const float *)dy->data, *cf = (const float *)cos_t->data, *sf = (const float *)sin_t->data;

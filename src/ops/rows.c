@@ -37,7 +37,10 @@ static h3s_status check_rows(const char *op, const h3s_tensor *src, const h3s_te
     if (batch <= 0) return h3s_fail(H3S_ERR_INVALID, "%s: batch %lld must be positive", op, (long long)batch);
     if (index->ndim != 1) return h3s_fail(H3S_ERR_SHAPE, "%s: index must be 1-D", op);
     if (index->device) return h3s_fail(H3S_ERR_INVALID, "%s: index tensors must be host tensors", op);
-    if (src->device != dst->device) return h3s_fail(H3S_ERR_DEVICE, "%s: src and dst on different devices", op);
+    const h3s_tensor *ts[2] = {src, dst};
+    const char *names[2] = {"src", "dst"};
+    int on_device = 0;
+    H3S_TRY(h3s_check_placement(op, ts, names, 2, &on_device));
     int64_t n = index->shape[0];
     const h3s_tensor *items = scatter ? src : dst;
     if (items->shape[0] != batch * n)

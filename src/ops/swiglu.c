@@ -14,24 +14,6 @@
 #include "cuda/cuda_ops.h"
 #include "ops/ops.h"
 
-static h3s_status check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
-                                  int *on_device) {
-    int first = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (first < 0) {
-            first = i;
-            continue;
-        }
-        if ((ts[i]->device != 0) != (ts[first]->device != 0))
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory (mixed host/device)", op,
-                            names[i], ts[i]->device ? "device" : "host", names[first],
-                            ts[first]->device ? "device" : "host");
-    }
-    *on_device = first >= 0 && ts[first]->device != 0;
-    return H3S_OK;
-}
-
 /* u: BF16 (strict) or F64 (golden), 2-D, an even positive number of columns. */
 static h3s_status check_u(const char *op, const h3s_tensor *u, int *golden, int64_t *M, int64_t *F) {
     if (!u) return h3s_fail(H3S_ERR_INVALID, "%s: u is NULL", op);
@@ -63,7 +45,7 @@ h3s_status h3s_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
     H3S_TRY(h3s_check_shape(op, "h", h, u->dtype, 2, dimMF));
     const h3s_tensor *ts[2] = {u, h};
     const char *names[2] = {"u", "h"};
-    H3S_TRY(check_placement(op, ts, names, 2, &on_device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 2, &on_device));
     if (on_device) return h3s_cuda_swiglu_forward(u, h);
     if (golden) {
         const double *U = (const double *)u->data;
@@ -99,7 +81,7 @@ h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_te
     if (du) H3S_TRY(h3s_check_shape(op, "du", du, grad, 2, dimU));
     const h3s_tensor *ts[3] = {u, dh, du};
     const char *names[3] = {"u", "dh", "du"};
-    H3S_TRY(check_placement(op, ts, names, 3, &on_device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 3, &on_device));
     if (on_device) return h3s_cuda_swiglu_backward(u, dh, du);
     if (!du) return H3S_OK;
     if (golden) {

@@ -17,41 +17,38 @@
 /* -ln(10000) in double; the strict path rounds it to f32 as the provider's scalar product does. */
 #define TIMESTEP_NEG_LN_MAX_PERIOD (-9.210340371976184)
 
-static h3s_status ts_same_device(const char *op, int n, const h3s_tensor *const *ts, const char *const *names,
-                                 int *device) {
-    int first = -1;
-    for (int i = 0; i < n; i++) {
-        if (!ts[i]) continue;
-        if (ts[i]->device != 0 && ts[i]->device != 1)
-            return h3s_fail(H3S_ERR_INVALID, "%s: %s has device %d (expected 0 = host or 1 = CUDA)", op, names[i],
-                            ts[i]->device);
-        if (first < 0) {
-            first = i;
-            *device = ts[i]->device;
-        } else if (ts[i]->device != *device) {
-            return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory", op, names[i],
-                            ts[i]->device ? "device" : "host", names[first], *device ? "device" : "host");
-        }
-    }
-    return H3S_OK;
-}
-
 /* ------------------------------------------------------------------------ sinusoid --- */
 
 /* freq[k] = exp(f32(f32(-ln 10000) * k) / half) rounded once to f32: the provider computes the
- * exponent with two f32 operations and exp in f32. */
-static void strict_freqs(int64_t half, float *freq) {
+ * exponent with two f32 operations and exp in f32.  A new table (the caller frees it), NULL
+ * when out of memory. */
+static float *strict_freqs(int64_t half) {
+    float *freq = h3s_malloc((size_t)half, sizeof(float));
+    if (!freq) return NULL;
     const float neg_ln = (float)TIMESTEP_NEG_LN_MAX_PERIOD;
     for (int64_t k = 0; k < half; k++) {
         float e = neg_ln * (float)k;
         e = e / (float)half;
         freq[k] = h3s_det_expf(e);
     }
+    return freq;
 }
 
-static void golden_freqs(int64_t half, double *freq) {
+static double *golden_freqs(int64_t half) {
+    double *freq = h3s_malloc((size_t)half, sizeof(double));
+    if (!freq) return NULL;
     for (int64_t k = 0; k < half; k++)
         freq[k] = exp(-log(10000.0) * (double)k / (double)half);
+    return freq;
+}
+
+/* The strict angle t * freq in f32 and its cosine and sine, each from the deterministic
+ * double routine rounded once to f32: the forward's values, which the backward recomputes
+ * bit for bit. */
+static inline void strict_cos_sin(float t, float freq, float *c, float *s) {
+    float a = t * freq;
+    *c = (float)h3s_det_cos((double)a);
+    *s = (float)h3s_det_sin((double)a);
 }
 
 static h3s_status check_freq_dim(const char *op, int64_t freq_dim) {
@@ -70,13 +67,14 @@ static h3s_status check_timesteps_finite(const char *op, const h3s_tensor *t) {
     return H3S_OK;
 }
 
-/* t decides the mode: F32 strict, F64 golden. */
+/* t decides the mode (F32 strict, F64 golden) and must be 1-D. */
 static h3s_status timestep_mode(const char *op, const h3s_tensor *t, h3s_dtype *dt) {
     if (t->dtype != H3S_F32 && t->dtype != H3S_F64)
         return h3s_fail(H3S_ERR_DTYPE, "%s: t has dtype %s, expected F32 (strict) or F64 (golden)", op,
                         h3s_dtype_name(t->dtype));
     *dt = t->dtype;
-    return H3S_OK;
+    int64_t any1 = -1;
+    return h3s_check_shape(op, "t", t, *dt, 1, &any1);
 }
 
 h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out) {
@@ -86,22 +84,19 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
     H3S_TRY(check_freq_dim(op, freq_dim));
     h3s_dtype dt = H3S_F32;
     H3S_TRY(timestep_mode(op, t, &dt));
-    int64_t any1 = -1;
-    H3S_TRY(h3s_check_shape(op, "t", t, dt, 1, &any1));
     int64_t out_dims[2] = {t->shape[0], freq_dim};
     H3S_TRY(h3s_check_shape(op, "out", out, dt, 2, out_dims));
     const h3s_tensor *ts[2] = {t, out};
     const char *names[2] = {"t", "out"};
     int device = 0;
-    H3S_TRY(ts_same_device(op, 2, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 2, &device));
     if (device) return h3s_cuda_timestep_sinusoid_forward(t, freq_dim, out);
     H3S_TRY(check_timesteps_finite(op, t));
 
     const int64_t T = t->shape[0], half = freq_dim / 2;
     if (dt == H3S_F64) {
-        double *freq = h3s_malloc((size_t)half, sizeof(double));
+        double *freq = golden_freqs(half);
         if (!freq) return H3S_ERR_NOMEM;
-        golden_freqs(half, freq);
         const double *tv = (const double *)t->data;
         double *o = (double *)out->data;
 #pragma omp parallel for schedule(static)
@@ -115,18 +110,14 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
         free(freq);
         return H3S_OK;
     }
-    float *freq = h3s_malloc((size_t)half, sizeof(float));
+    float *freq = strict_freqs(half);
     if (!freq) return H3S_ERR_NOMEM;
-    strict_freqs(half, freq);
     const float *tv = (const float *)t->data;
     float *o = (float *)out->data;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T; i++) {
-        for (int64_t k = 0; k < half; k++) {
-            float a = tv[i] * freq[k];
-            o[i * freq_dim + k] = (float)h3s_det_cos((double)a);
-            o[i * freq_dim + half + k] = (float)h3s_det_sin((double)a);
-        }
+        for (int64_t k = 0; k < half; k++)
+            strict_cos_sin(tv[i], freq[k], &o[i * freq_dim + k], &o[i * freq_dim + half + k]);
     }
     free(freq);
     return H3S_OK;
@@ -139,8 +130,6 @@ h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor 
     if (!dt_out) return h3s_fail(H3S_ERR_INVALID, "%s: dt is NULL", op);
     h3s_dtype dt = H3S_F32;
     H3S_TRY(timestep_mode(op, t, &dt));
-    int64_t any1 = -1;
-    H3S_TRY(h3s_check_shape(op, "t", t, dt, 1, &any1));
     int64_t dout_dims[2] = {t->shape[0], -1};
     H3S_TRY(h3s_check_shape(op, "dout", dout, dt, 2, dout_dims));
     const int64_t freq_dim = dout->shape[1];
@@ -149,7 +138,7 @@ h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor 
     const h3s_tensor *ts[3] = {t, dout, dt_out};
     const char *names[3] = {"t", "dout", "dt"};
     int device = 0;
-    H3S_TRY(ts_same_device(op, 3, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 3, &device));
     if (device) return h3s_cuda_timestep_sinusoid_backward(t, dout, dt_out);
     H3S_TRY(check_timesteps_finite(op, t));
 
@@ -157,9 +146,8 @@ h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor 
      * one accumulator per row, k ascending. */
     const int64_t T = t->shape[0], half = freq_dim / 2;
     if (dt == H3S_F64) {
-        double *freq = h3s_malloc((size_t)half, sizeof(double));
+        double *freq = golden_freqs(half);
         if (!freq) return H3S_ERR_NOMEM;
-        golden_freqs(half, freq);
         const double *tv = (const double *)t->data, *g = (const double *)dout->data;
         double *o = (double *)dt_out->data;
 #pragma omp parallel for schedule(static)
@@ -175,18 +163,16 @@ h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor 
         free(freq);
         return H3S_OK;
     }
-    float *freq = h3s_malloc((size_t)half, sizeof(float));
+    float *freq = strict_freqs(half);
     if (!freq) return H3S_ERR_NOMEM;
-    strict_freqs(half, freq);
     const float *tv = (const float *)t->data, *g = (const float *)dout->data;
     float *o = (float *)dt_out->data;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < T; i++) {
         float acc = 0.0f;
         for (int64_t k = 0; k < half; k++) {
-            /* the forward's f32 angle and its f32 sin/cos, bit for bit */
-            float a = tv[i] * freq[k];
-            float c = (float)h3s_det_cos((double)a), s = (float)h3s_det_sin((double)a);
+            float c, s; /* the forward's values, bit for bit */
+            strict_cos_sin(tv[i], freq[k], &c, &s);
             float gc = g[i * freq_dim + k], gs = g[i * freq_dim + half + k];
             float p_sin = gs * c, p_cos = gc * s;
             float term = (p_sin - p_cos) * freq[k];
@@ -264,7 +250,7 @@ h3s_status h3s_timestep_mlp_forward(const h3s_tensor *features, const h3s_tensor
     const h3s_tensor *ts[7] = {features, w1, b1, w2, b2, hidden, temb};
     const char *names[7] = {"features", "w1", "b1", "w2", "b2", "hidden", "temb"};
     int device = 0;
-    H3S_TRY(ts_same_device(op, 7, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 7, &device));
     if (device) return h3s_cuda_timestep_mlp_forward(features, w1, b1, w2, b2, hidden, temb);
 
     h3s_tensor act;
@@ -298,7 +284,7 @@ h3s_status h3s_timestep_mlp_backward(const h3s_tensor *features, const h3s_tenso
     const h3s_tensor *ts[10] = {features, w1, w2, hidden, dtemb, dfeatures, dw1, db1, dw2, db2};
     const char *names[10] = {"features", "w1", "w2", "hidden", "dtemb", "dfeatures", "dw1", "db1", "dw2", "db2"};
     int device = 0;
-    H3S_TRY(ts_same_device(op, 10, ts, names, &device));
+    H3S_TRY(h3s_check_placement(op, ts, names, 10, &device));
     if (device) return h3s_cuda_timestep_mlp_backward(features, w1, w2, hidden, dtemb, dfeatures, dw1, db1, dw2, db2);
 
     const int need_first = dfeatures || dw1 || db1; /* anything below silu needs d(hidden) */
