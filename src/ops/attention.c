@@ -108,27 +108,30 @@ static void exp_row_portable(const float *x, float *y, int64_t n) {
         y[t] = h3s_det_expf(x[t]);
 }
 
-static void trans_bf16_portable(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
-                                int64_t D, float *dst, int64_t ldt) {
+/* Element i of a BF16 (bf16 != 0) or F32 array, as float. */
+static inline float elem_f32(const void *src, int bf16, int64_t i) {
+    return bf16 ? h3s_bf16_value(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+}
+
+/* The trans_bf16 / trans_f32 kernel of attn_kernels for a BF16 or F32 source. */
+static inline void trans_portable(const void *src, int bf16, int64_t W, int64_t row0, int64_t n, int64_t pcol,
+                                  int64_t col0, int64_t D, float *dst, int64_t ldt) {
     for (int64_t i = 0; i < n; i++) {
-        const uint16_t *s = src + (row0 + i) * W + col0;
+        const int64_t s = (row0 + i) * W + col0;
         for (int64_t d = 0; d < D; d++)
-            dst[d * ldt + i] = h3s_bf16_value(s[d]);
+            dst[d * ldt + i] = elem_f32(src, bf16, s + d);
     }
     for (int64_t d = 0; d < D; d++)
         for (int64_t i = n; i < pcol; i++)
             dst[d * ldt + i] = 0.0f;
 }
+static void trans_bf16_portable(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
+                                int64_t D, float *dst, int64_t ldt) {
+    trans_portable(src, 1, W, row0, n, pcol, col0, D, dst, ldt);
+}
 static void trans_f32_portable(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
                                int64_t D, float *dst, int64_t ldt) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *s = src + (row0 + i) * W + col0;
-        for (int64_t d = 0; d < D; d++)
-            dst[d * ldt + i] = s[d];
-    }
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t i = n; i < pcol; i++)
-            dst[d * ldt + i] = 0.0f;
+    trans_portable(src, 0, W, row0, n, pcol, col0, D, dst, ldt);
 }
 
 static float dot_bf16_portable(const float *a, const uint16_t *b, int64_t D) {
@@ -328,44 +331,41 @@ ATTN_AVX2 static inline __m256 bf16x8_avx2(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-ATTN_AVX2 static void trans_bf16_avx2(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol,
-                                      int64_t col0, int64_t D, float *dst, int64_t ldt) {
-    int64_t i0 = 0, D8 = D / 8 * 8;
-    for (; i0 + 8 <= n; i0 += 8) {
-        const uint16_t *s0 = src + (row0 + i0) * W + col0;
-        for (int64_t d0 = 0; d0 < D8; d0 += 8) {
-            __m256 r[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = bf16x8_avx2(s0 + i * W + d0);
-            transpose8_avx2(r);
-            for (int d = 0; d < 8; d++)
-                _mm256_storeu_ps(dst + (d0 + d) * ldt + i0, r[d]);
-        }
-        for (int64_t d = D8; d < D; d++)
-            for (int i = 0; i < 8; i++)
-                dst[d * ldt + i0 + i] = h3s_bf16_value(s0[i * W + d]);
-    }
-    trans_bf16_portable(src, W, row0 + i0, n - i0, pcol - i0, col0, D, dst + i0, ldt);
+/* Eight consecutive elements of a BF16 (bf16 != 0) or F32 array, as floats. */
+ATTN_AVX2 static inline __m256 load8_avx2(const void *src, int bf16, int64_t i) {
+    return bf16 ? bf16x8_avx2((const uint16_t *)src + i) : _mm256_loadu_ps((const float *)src + i);
 }
 
-ATTN_AVX2 static void trans_f32_avx2(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
-                                     int64_t D, float *dst, int64_t ldt) {
+/* trans_portable in 8 x 8 blocks; the rows left over go through trans_portable.  Always
+ * inlined, so that each of the two kernels below is compiled for its source dtype. */
+ATTN_AVX2 static inline __attribute__((always_inline)) void trans_avx2(const void *src, int bf16, int64_t W,
+                                                                       int64_t row0, int64_t n, int64_t pcol,
+                                                                       int64_t col0, int64_t D, float *dst,
+                                                                       int64_t ldt) {
     int64_t i0 = 0, D8 = D / 8 * 8;
     for (; i0 + 8 <= n; i0 += 8) {
-        const float *s0 = src + (row0 + i0) * W + col0;
+        const int64_t s0 = (row0 + i0) * W + col0;
         for (int64_t d0 = 0; d0 < D8; d0 += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; i++)
-                r[i] = _mm256_loadu_ps(s0 + i * W + d0);
+                r[i] = load8_avx2(src, bf16, s0 + i * W + d0);
             transpose8_avx2(r);
             for (int d = 0; d < 8; d++)
                 _mm256_storeu_ps(dst + (d0 + d) * ldt + i0, r[d]);
         }
         for (int64_t d = D8; d < D; d++)
             for (int i = 0; i < 8; i++)
-                dst[d * ldt + i0 + i] = s0[i * W + d];
+                dst[d * ldt + i0 + i] = elem_f32(src, bf16, s0 + i * W + d);
     }
-    trans_f32_portable(src, W, row0 + i0, n - i0, pcol - i0, col0, D, dst + i0, ldt);
+    trans_portable(src, bf16, W, row0 + i0, n - i0, pcol - i0, col0, D, dst + i0, ldt);
+}
+ATTN_AVX2 static void trans_bf16_avx2(const uint16_t *src, int64_t W, int64_t row0, int64_t n, int64_t pcol,
+                                      int64_t col0, int64_t D, float *dst, int64_t ldt) {
+    trans_avx2(src, 1, W, row0, n, pcol, col0, D, dst, ldt);
+}
+ATTN_AVX2 static void trans_f32_avx2(const float *src, int64_t W, int64_t row0, int64_t n, int64_t pcol, int64_t col0,
+                                     int64_t D, float *dst, int64_t ldt) {
+    trans_avx2(src, 0, W, row0, n, pcol, col0, D, dst, ldt);
 }
 
 static const attn_kernels kernels_avx2 = {scores_avx2,   accum_avx2,      exp_row_avx2,
