@@ -1,0 +1,302 @@
+/* One MiniMax-H3 transformer block composed from its 17 nodes (STRICT.md section 4) through the
+ * public operators on device tensors, forward and backward.  Shared by tests/gpu/test_gpu_block.c
+ * (batch invariance and repeat) and bench/bench_gpu_block.c (timing against the PyTorch provider).
+ *
+ * Header-only and independent of the test helpers (it reports failures as h3s_status, the operator's
+ * message in h3s_last_error()), so a benchmark can include it too.  Usage:
+ *
+ *   gblock_params p;   gblock_params_init(&g, &p);           weights on the device, seeded fills
+ *   gblock_run r;      gblock_setup(&g, B, &r);              every node tensor allocated, inputs filled,
+ *                                                            rotary table computed (not part of the block)
+ *   gblock_forward(&g, &p, &r);  gblock_backward(&g, &p, &r);  queue the nodes (no allocation, no sync)
+ *   gblock_free(&r);   gblock_params_free(&p);
+ *
+ * Item b of a batch gets its inputs from seeds that depend on b only, so item 0 is the same request
+ * for every B.  r.after, when set, is called after each operator with its node name (a benchmark
+ * syncs there to time the nodes one by one). */
+#ifndef H3S_GPU_BLOCK_H
+#define H3S_GPU_BLOCK_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "cuda/cuda_extra.h"
+#include "cuda/cuda_ops.h"
+#include "h3s.h"
+#include "ops/ops.h"
+
+typedef struct gblock_geom {
+    int64_t H, heads, D, ffn, E, F, S;
+} gblock_geom;
+
+/* Release geometry (hidden 5376, 56 x 128 heads, ffn 14336, time_embed_dim 2688, rope_freq_dim 16)
+ * at S = 925 packed rows per item, and a scaled-down block for sanitizer runs. */
+#define GBLOCK_RELEASE ((gblock_geom){5376, 56, 128, 14336, 2688, 16, 925})
+#define GBLOCK_SMALL ((gblock_geom){64, 2, 32, 96, 48, 4, 37})
+
+typedef struct gblock_params {
+    h3s_tensor w_ada, b_ada, norm1_w, norm2_w, wq, wk, wv, wo, qn_w, kn_w, w_up, w_down;
+} gblock_params;
+
+#define GBLOCK_MAX_NODES 64
+
+typedef struct gblock_run {
+    int64_t B;
+    int n;
+    const char *name[GBLOCK_MAX_NODES];
+    h3s_tensor t[GBLOCK_MAX_NODES];
+    int per_row[GBLOCK_MAX_NODES]; /* rows are packed [B * S] rows */
+    /* host layout tensors (the index stays on the host: the device cache serves it) */
+    h3s_tensor pos, idx, posd;
+    /* views of the AdaLN table and its gradient as [T*3, 6H] */
+    h3s_tensor tab3, dtab3;
+    h3s_modulation mod1, mod2;
+    /* the nodes, in allocation order (pointers into t[]) */
+    h3s_tensor *x, *dout, *temb, *cosT, *sinT;
+    h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
+    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *dn2, *dw_up, *dx2b, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
+    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk, *dwv, *dn1;
+    h3s_tensor *dxb, *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
+    void (*after)(void *ctx, const char *node);
+    void *ctx;
+} gblock_run;
+
+#define GBLOCK_TRY(expr)                                                                                               \
+    do {                                                                                                               \
+        h3s_status gb_st_ = (expr);                                                                                    \
+        if (gb_st_ != H3S_OK) return gb_st_;                                                                           \
+    } while (0)
+
+/* One operator of the block: run it, then the hook. */
+#define GBLOCK_OP(r, label, expr)                                                                                      \
+    do {                                                                                                               \
+        GBLOCK_TRY(expr);                                                                                              \
+        if ((r)->after) (r)->after((r)->ctx, label);                                                                   \
+    } while (0)
+
+static inline h3s_status gblock_alloc(h3s_tensor *t, h3s_dtype dt, int64_t a, int64_t b) {
+    int64_t s[2] = {a, b};
+    return h3s_cuda_tensor_alloc(t, dt, b > 0 ? 2 : 1, s);
+}
+
+/* Allocate node `name` ([a, b], or [a] when b == 0) as the next entry of r. */
+static inline h3s_status gblock_node(gblock_run *r, h3s_tensor **out, const char *name, h3s_dtype dt, int64_t a,
+                                     int64_t b, int per_row) {
+    if (r->n >= GBLOCK_MAX_NODES) return h3s_fail(H3S_ERR_INVALID, "gblock_node: more than %d nodes", GBLOCK_MAX_NODES);
+    r->name[r->n] = name;
+    r->per_row[r->n] = per_row;
+    GBLOCK_TRY(gblock_alloc(&r->t[r->n], dt, a, b));
+    *out = &r->t[r->n++];
+    return H3S_OK;
+}
+
+static inline void gblock_params_free(gblock_params *p) {
+    h3s_tensor *all[] = {&p->w_ada, &p->b_ada, &p->norm1_w, &p->norm2_w, &p->wq,   &p->wk,
+                         &p->wv,    &p->wo,    &p->qn_w,    &p->kn_w,    &p->w_up, &p->w_down};
+    for (int i = 0; i < 12; i++)
+        h3s_cuda_tensor_free(all[i]);
+}
+
+static inline h3s_status gblock_params_init(const gblock_geom *g, gblock_params *p) {
+    const int64_t H = g->H, QW = g->heads * g->D;
+    memset(p, 0, sizeof *p);
+    h3s_status st = H3S_OK;
+#define GB_P(field, a, b, seed, scale)                                                                                 \
+    if (st == H3S_OK) st = gblock_alloc(&p->field, H3S_BF16, a, b);                                                    \
+    if (st == H3S_OK) st = h3s_cuda_fill_random(&p->field, seed, scale);
+    GB_P(w_ada, 18 * H, g->E, 1, 1.0f / sqrtf((float)g->E))
+    GB_P(b_ada, 18 * H, 0, 2, 0.05f)
+    GB_P(norm1_w, H, 0, 3, 0.2f) /* around 0: the test is invariance, not scale */
+    GB_P(norm2_w, H, 0, 4, 0.2f)
+    GB_P(wq, QW, H, 5, 1.0f / sqrtf((float)H))
+    GB_P(wk, QW, H, 6, 1.0f / sqrtf((float)H))
+    GB_P(wv, QW, H, 7, 1.0f / sqrtf((float)H))
+    GB_P(wo, H, QW, 8, 1.0f / sqrtf((float)QW))
+    GB_P(qn_w, g->D, 0, 9, 1.0f)
+    GB_P(kn_w, g->D, 0, 10, 1.0f)
+    GB_P(w_up, 2 * g->ffn, H, 11, 1.0f / sqrtf((float)H))
+    GB_P(w_down, H, g->ffn, 12, 1.0f / sqrtf((float)g->ffn))
+#undef GB_P
+    if (st != H3S_OK) gblock_params_free(p);
+    return st;
+}
+
+static inline void gblock_free(gblock_run *r) {
+    for (int i = 0; i < r->n; i++)
+        h3s_cuda_tensor_free(&r->t[i]);
+    h3s_cuda_tensor_free(&r->posd);
+    h3s_tensor_free(&r->pos);
+    h3s_tensor_free(&r->idx);
+    r->n = 0;
+}
+
+static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_run *r) {
+    const int64_t S = g->S, M = B * S, H = g->H, QW = g->heads * g->D, F = g->F, E = g->E, FF = g->ffn;
+    r->B = B;
+    /* inputs: x, dout per item; temb shared (T = 1); positions and tags per packed position */
+    GBLOCK_TRY(gblock_node(r, &r->x, "input.x", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dout, "input.dout", H3S_F32, M, H, 1));
+    for (int64_t b = 0; b < B; b++) {
+        h3s_tensor xv = *r->x, gv = *r->dout;
+        xv.shape[0] = gv.shape[0] = S, xv.owns_data = gv.owns_data = 0;
+        xv.data = (char *)r->x->data + (size_t)(b * S * H) * h3s_dtype_size(H3S_BF16);
+        gv.data = (char *)r->dout->data + (size_t)(b * S * H) * h3s_dtype_size(H3S_F32);
+        GBLOCK_TRY(h3s_cuda_fill_random(&xv, 500 + (uint64_t)b, 1.0f));
+        GBLOCK_TRY(h3s_cuda_fill_random(&gv, 600 + (uint64_t)b, 1.0f));
+    }
+    GBLOCK_TRY(gblock_node(r, &r->temb, "input.temb", H3S_F32, 1, E, 0));
+    GBLOCK_TRY(h3s_cuda_fill_random(r->temb, 700, 1.0f));
+    const int64_t ps[2] = {S, 3}, is[1] = {M};
+    GBLOCK_TRY(h3s_tensor_alloc(&r->pos, H3S_F64, 2, ps));
+    GBLOCK_TRY(h3s_tensor_alloc(&r->idx, H3S_I64, 1, is));
+    for (int64_t s = 0; s < S; s++) {
+        ((double *)r->pos.data)[s * 3] = (double)(s / 64);
+        ((double *)r->pos.data)[s * 3 + 1] = -16.0 + (double)((s / 8) % 8) * 4.0;
+        ((double *)r->pos.data)[s * 3 + 2] = -16.0 + (double)(s % 8) * 4.0;
+    }
+    for (int64_t m = 0; m < M; m++) /* adaln_index = timestep_index * 3 + tag, tags 1 | 0 | 2 */
+        ((int64_t *)r->idx.data)[m] = (m % S) < S / 8 ? 1 : ((m % S) < (7 * S) / 8 ? 0 : 2);
+    GBLOCK_TRY(gblock_alloc(&r->posd, H3S_F64, S, 3));
+    GBLOCK_TRY(h3s_cuda_upload(&r->pos, &r->posd));
+    GBLOCK_TRY(gblock_node(r, &r->cosT, "rope_table.cos", H3S_F32, S, 6 * F, 0));
+    GBLOCK_TRY(gblock_node(r, &r->sinT, "rope_table.sin", H3S_F32, S, 6 * F, 0));
+    GBLOCK_TRY(h3s_rope_table(&r->posd, F, 10000.0, r->cosT, r->sinT));
+
+    /* forward nodes */
+    GBLOCK_TRY(gblock_node(r, &r->a, "adaln_projection.a", H3S_BF16, 1, E, 0));
+    GBLOCK_TRY(gblock_node(r, &r->tab, "adaln_projection", H3S_BF16, 1, 18 * H, 0));
+    r->tab3 = *r->tab; /* [T*3, 6H] view of the same bytes */
+    r->tab3.shape[0] = 3, r->tab3.shape[1] = 6 * H, r->tab3.owns_data = 0;
+    r->mod1 = (h3s_modulation){&r->tab3, &r->idx, 0, 1};
+    r->mod2 = (h3s_modulation){&r->tab3, &r->idx, 3, 4};
+    GBLOCK_TRY(gblock_node(r, &r->n1, "norm1", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->q, "q_proj", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->k, "k_proj", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->v, "v_proj", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->qn, "q_norm", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->kn, "k_norm", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->qr, "rope_q", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->kr, "rope_k", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->ao, "attention", H3S_BF16, M, QW, 1));
+    if (r->n >= GBLOCK_MAX_NODES) return h3s_fail(H3S_ERR_INVALID, "gblock_node: more than %d nodes", GBLOCK_MAX_NODES);
+    const int64_t sd[3] = {M, g->heads, 2};
+    r->name[r->n] = "attention.stats", r->per_row[r->n] = 1;
+    GBLOCK_TRY(h3s_cuda_tensor_alloc(&r->t[r->n], H3S_F32, 3, sd));
+    r->stats = &r->t[r->n++];
+    GBLOCK_TRY(gblock_node(r, &r->o, "o_proj", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->x2, "residual_attn", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->n2, "norm2", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->u, "ffn_gate_up", H3S_BF16, M, 2 * FF, 1));
+    GBLOCK_TRY(gblock_node(r, &r->hs, "swiglu", H3S_BF16, M, FF, 1));
+    GBLOCK_TRY(gblock_node(r, &r->f, "ffn_down", H3S_BF16, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->x3, "residual_mlp", H3S_BF16, M, H, 1));
+
+    /* backward nodes */
+    GBLOCK_TRY(gblock_node(r, &r->dtab, "grad.adaln_table", H3S_F32, 1, 18 * H, 0));
+    r->dtab3 = *r->dtab;
+    r->dtab3.shape[0] = 3, r->dtab3.shape[1] = 6 * H, r->dtab3.owns_data = 0;
+    GBLOCK_TRY(gblock_node(r, &r->dx2a, "grad.residual_mlp.dr", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", H3S_F32, H, FF, 0));
+    GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dn2, "grad.ffn_gate_up.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dw_up, "grad.ffn_gate_up.dw", H3S_F32, 2 * FF, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dx2b, "grad.norm2.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dnorm2, "grad.norm2.dw", H3S_F32, H, 0, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dx2, "grad.residual_attn.out", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dxa, "grad.residual_attn.dr", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dob, "grad.residual_attn.dy", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dao, "grad.o_proj.dx", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", H3S_F32, H, QW, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dqr, "grad.attention.dq", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dkr, "grad.attention.dk", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dv, "grad.attention.dv", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dqn, "grad.rope_q", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dkn, "grad.rope_k", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dq, "grad.q_norm.dx", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dk, "grad.k_norm.dx", H3S_F32, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dqnw, "grad.q_norm.dw", H3S_F32, g->D, 0, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dknw, "grad.k_norm.dw", H3S_F32, g->D, 0, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dn1q, "grad.q_proj.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dn1k, "grad.k_proj.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dn1v, "grad.v_proj.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dwq, "grad.q_proj.dw", H3S_F32, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwk, "grad.k_proj.dw", H3S_F32, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwv, "grad.v_proj.dw", H3S_F32, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dn1, "grad.norm1.dy", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dxb, "grad.norm1.dx", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dnorm1, "grad.norm1.dw", H3S_F32, H, 0, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dx, "grad.x", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dtemb, "grad.temb", H3S_F32, 1, E, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dw_ada, "grad.adaln_projection.dw", H3S_F32, 18 * H, E, 0));
+    GBLOCK_TRY(gblock_node(r, &r->db_ada, "grad.adaln_projection.db", H3S_F32, 18 * H, 0, 0));
+    return H3S_OK;
+}
+
+/* Allocate every node of a batch of B items, fill the inputs and compute the rotary table. */
+static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_run *r) {
+    memset(r, 0, sizeof *r);
+    h3s_status st = gblock_setup_(g, B, r);
+    if (st != H3S_OK) gblock_free(r);
+    return st;
+}
+
+/* The 17 forward nodes (queued; call h3s_cuda_sync to wait). */
+static inline h3s_status gblock_forward(const gblock_geom *g, const gblock_params *p, gblock_run *r) {
+    const double eps = 1e-5;
+    GBLOCK_OP(r, "adaln_projection", h3s_adaln_projection_forward(r->temb, &p->w_ada, &p->b_ada, r->a, r->tab));
+    GBLOCK_OP(r, "norm1", h3s_rmsnorm_forward(r->x, &p->norm1_w, &r->mod1, eps, r->n1));
+    GBLOCK_OP(r, "q_proj", h3s_linear_forward(r->n1, &p->wq, NULL, r->q));
+    GBLOCK_OP(r, "k_proj", h3s_linear_forward(r->n1, &p->wk, NULL, r->k));
+    GBLOCK_OP(r, "v_proj", h3s_linear_forward(r->n1, &p->wv, NULL, r->v));
+    GBLOCK_OP(r, "q_norm", h3s_head_rmsnorm_forward(r->q, g->heads, &p->qn_w, eps, r->qn));
+    GBLOCK_OP(r, "k_norm", h3s_head_rmsnorm_forward(r->k, g->heads, &p->kn_w, eps, r->kn));
+    GBLOCK_OP(r, "rope_q", h3s_rope_forward(r->qn, g->heads, r->cosT, r->sinT, r->qr));
+    GBLOCK_OP(r, "rope_k", h3s_rope_forward(r->kn, g->heads, r->cosT, r->sinT, r->kr));
+    GBLOCK_OP(r, "attention", h3s_attention_forward(r->qr, r->kr, r->v, r->B, g->heads, NULL, r->ao, r->stats));
+    GBLOCK_OP(r, "o_proj", h3s_linear_forward(r->ao, &p->wo, NULL, r->o));
+    GBLOCK_OP(r, "residual_attn", h3s_residual_forward(r->x, r->o, &r->tab3, &r->idx, 2, r->x2));
+    GBLOCK_OP(r, "norm2", h3s_rmsnorm_forward(r->x2, &p->norm2_w, &r->mod2, eps, r->n2));
+    GBLOCK_OP(r, "ffn_gate_up", h3s_linear_forward(r->n2, &p->w_up, NULL, r->u));
+    GBLOCK_OP(r, "swiglu", h3s_swiglu_forward(r->u, r->hs));
+    GBLOCK_OP(r, "ffn_down", h3s_linear_forward(r->hs, &p->w_down, NULL, r->f));
+    GBLOCK_OP(r, "residual_mlp", h3s_residual_forward(r->x2, r->f, &r->tab3, &r->idx, 5, r->x3));
+    return H3S_OK;
+}
+
+/* The backward of the 17 nodes from input.dout (queued; needs the forward's nodes). Every
+ * gradient is overwritten, so the backward can be repeated. */
+static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_params *p, gblock_run *r) {
+    const double eps = 1e-5;
+    GBLOCK_OP(r, "residual_mlp", h3s_residual_backward(r->f, &r->tab3, &r->idx, 5, r->dout, r->dx2a, r->df, &r->dtab3));
+    GBLOCK_OP(r, "ffn_down", h3s_linear_backward(r->hs, &p->w_down, r->df, r->dhs, r->dw_down, NULL));
+    GBLOCK_OP(r, "swiglu", h3s_swiglu_backward(r->u, r->dhs, r->du));
+    GBLOCK_OP(r, "ffn_gate_up", h3s_linear_backward(r->n2, &p->w_up, r->du, r->dn2, r->dw_up, NULL));
+    GBLOCK_OP(r, "norm2",
+              h3s_rmsnorm_backward(r->x2, &p->norm2_w, &r->mod2, eps, r->dn2, r->dx2b, r->dnorm2, &r->dtab3));
+    GBLOCK_OP(r, "grad_add.residual_attn", h3s_grad_add(r->dx2a, r->dx2b, r->dx2));
+    GBLOCK_OP(r, "residual_attn", h3s_residual_backward(r->o, &r->tab3, &r->idx, 2, r->dx2, r->dxa, r->dob, &r->dtab3));
+    GBLOCK_OP(r, "o_proj", h3s_linear_backward(r->ao, &p->wo, r->dob, r->dao, r->dwo, NULL));
+    GBLOCK_OP(r, "attention",
+              h3s_attention_backward(r->qr, r->kr, r->v, r->ao, r->stats, r->B, g->heads, NULL, r->dao, r->dqr, r->dkr,
+                                     r->dv));
+    GBLOCK_OP(r, "rope_q", h3s_rope_backward(g->heads, r->cosT, r->sinT, r->dqr, r->dqn));
+    GBLOCK_OP(r, "rope_k", h3s_rope_backward(g->heads, r->cosT, r->sinT, r->dkr, r->dkn));
+    GBLOCK_OP(r, "q_norm", h3s_head_rmsnorm_backward(r->q, g->heads, &p->qn_w, eps, r->dqn, r->dq, r->dqnw));
+    GBLOCK_OP(r, "k_norm", h3s_head_rmsnorm_backward(r->k, g->heads, &p->kn_w, eps, r->dkn, r->dk, r->dknw));
+    GBLOCK_OP(r, "q_proj", h3s_linear_backward(r->n1, &p->wq, r->dq, r->dn1q, r->dwq, NULL));
+    GBLOCK_OP(r, "k_proj", h3s_linear_backward(r->n1, &p->wk, r->dk, r->dn1k, r->dwk, NULL));
+    GBLOCK_OP(r, "v_proj", h3s_linear_backward(r->n1, &p->wv, r->dv, r->dn1v, r->dwv, NULL));
+    GBLOCK_OP(r, "grad_add.norm1", h3s_grad_add(r->dn1q, r->dn1k, r->dn1));
+    GBLOCK_OP(r, "grad_add.norm1", h3s_grad_add(r->dn1, r->dn1v, r->dn1));
+    GBLOCK_OP(r, "norm1", h3s_rmsnorm_backward(r->x, &p->norm1_w, &r->mod1, eps, r->dn1, r->dxb, r->dnorm1, &r->dtab3));
+    GBLOCK_OP(r, "grad_add.x", h3s_grad_add(r->dxa, r->dxb, r->dx));
+    GBLOCK_OP(r, "adaln_projection",
+              h3s_adaln_projection_backward(r->temb, r->a, &p->w_ada, r->dtab, r->dtemb, r->dw_ada, r->db_ada));
+    return H3S_OK;
+}
+
+#endif
