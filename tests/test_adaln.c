@@ -23,20 +23,6 @@
 #define U_BF16 (1.0 / 256.0)
 #define E_F32 (1.0 / 16777216.0)
 
-static int all_poison(const h3s_tensor *t) {
-    const unsigned char *b = (const unsigned char *)t->data;
-    size_t n = h3s_tensor_nbytes(t);
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != 0x7f) return 0;
-    return 1;
-}
-
-static int all_zero(const h3s_tensor *t) {
-    for (int64_t i = 0; i < h3s_tensor_numel(t); i++)
-        if (h3s_tensor_get_f64(t, i) != 0.0) return 0;
-    return 1;
-}
-
 typedef struct proj {
     int64_t T, E, N;
     h3s_tensor temb, w, b, a, table, dtable, dtemb, dw, db;
@@ -85,32 +71,14 @@ static void proj_golden_of(const proj *s, proj *g) {
     CHECK_OK(h3s_tensor_convert(&s->dtable, &g->dtable));
 }
 
-static double silu_d(double x) { return x / (1.0 + exp(-x)); }
-
-static double proj_loss(proj *g) {
+/* <dtable, table> of the golden forward, for h3t_fd_check (ctx: a proj) */
+static double proj_loss(void *ctx) {
+    proj *g = ctx;
     CHECK_OK(h3s_adaln_projection_forward(&g->temb, &g->w, &g->b, &g->a, &g->table));
     double l = 0;
     for (int64_t i = 0; i < g->T * g->N; i++)
         l += ((double *)g->dtable.data)[i] * ((double *)g->table.data)[i];
     return l;
-}
-
-static void fd_check(proj *g, h3s_tensor *param, const h3s_tensor *grad, const char *name) {
-    const double h = 1e-6;
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < h3s_tensor_numel(param); i++) {
-        double *p = (double *)param->data + i, keep = *p;
-        *p = keep + h;
-        double lp = proj_loss(g);
-        *p = keep - h;
-        double lm = proj_loss(g);
-        *p = keep;
-        double fd = (lp - lm) / (2 * h), an = ((double *)grad->data)[i];
-        worst = fmax(worst, fabs(fd - an));
-        scale = fmax(scale, fabs(an));
-    }
-    CHECK(worst <= 1e-7 * (1 + scale), "golden adaln %s vs central differences: worst %g (scale %g)", name, worst,
-          scale);
 }
 
 static void test_golden(void) {
@@ -123,19 +91,19 @@ static void test_golden(void) {
     double wa = 0, wt = 0;
     for (int64_t t = 0; t < 3; t++) {
         for (int64_t k = 0; k < 7; k++)
-            wa = fmax(wa, fabs(((double *)g.a.data)[t * 7 + k] - silu_d(((double *)g.temb.data)[t * 7 + k])));
+            wa = fmax(wa, fabs(((double *)g.a.data)[t * 7 + k] - h3t_silu(((double *)g.temb.data)[t * 7 + k])));
         for (int64_t n = 0; n < 12; n++) {
             double r = ((double *)g.b.data)[n];
             for (int64_t k = 0; k < 7; k++)
-                r += silu_d(((double *)g.temb.data)[t * 7 + k]) * ((double *)g.w.data)[n * 7 + k];
+                r += h3t_silu(((double *)g.temb.data)[t * 7 + k]) * ((double *)g.w.data)[n * 7 + k];
             wt = fmax(wt, fabs(((double *)g.table.data)[t * 12 + n] - r));
         }
     }
     CHECK(wa <= 1e-15 && wt <= 1e-14, "golden adaln vs plain loops: a %g, table %g", wa, wt);
     h3s_tensor dtemb = h3t_to_f64(&g.dtemb), dw = h3t_to_f64(&g.dw), db = h3t_to_f64(&g.db);
-    fd_check(&g, &g.temb, &dtemb, "dtemb");
-    fd_check(&g, &g.w, &dw, "dw");
-    fd_check(&g, &g.b, &db, "db");
+    h3t_fd_check(proj_loss, &g, &g.temb, &dtemb, "golden adaln", "dtemb");
+    h3t_fd_check(proj_loss, &g, &g.w, &dw, "golden adaln", "dw");
+    h3t_fd_check(proj_loss, &g, &g.b, &db, "golden adaln", "db");
     h3s_tensor_free(&dtemb);
     h3s_tensor_free(&dw);
     h3s_tensor_free(&db);
@@ -255,7 +223,7 @@ static void test_partial_and_empty(void) {
         h3t_poison(&z.dw);
         h3t_poison(&z.db);
         proj_run(&z);
-        CHECK(all_zero(&z.dw) && all_zero(&z.db), "T = 0: dw/db are not 0 (%s)", golden ? "golden" : "strict");
+        CHECK(h3t_all_zero(&z.dw) && h3t_all_zero(&z.db), "T = 0: dw/db are not 0 (%s)", golden ? "golden" : "strict");
         proj_free(&z);
     }
 }
@@ -327,7 +295,7 @@ static void test_bad_input(void) {
 #undef BWD
     int untouched = 1;
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        untouched &= all_poison(outs[i]);
+        untouched &= h3t_all_poison(outs[i]);
     CHECK(untouched, "a failed adaln call wrote an output");
     h3s_tensor *all[] = {&temb_bf,   &w_f32,     &w_bad,      &b_bad,  &a_bad,  &a_f32,   &table_bad,
                          &table_f32, &dtable_bf, &dtable_bad, &dw_bad, &db_bad, &dtemb_bf};

@@ -21,31 +21,11 @@ static char *pjoin(const char *a, const char *b) {
     return out;
 }
 
-static size_t read_file(const char *path, unsigned char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *out = NULL;
-        return 0;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = malloc((size_t)n + 1);
-    size_t got = fread(*out, 1, (size_t)n, f);
-    fclose(f);
-    (*out)[got] = 0;
-    return got;
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    fputs(text, f);
-    fclose(f);
-}
+static void write_text(const char *path, const char *text) { h3t_write_file(path, text, strlen(text)); }
 
 static int files_equal(const char *a, const char *b) {
     unsigned char *x, *y;
-    size_t nx = read_file(a, &x), ny = read_file(b, &y);
+    size_t nx = h3t_read_file(a, &x), ny = h3t_read_file(b, &y);
     int eq = x && y && nx == ny && memcmp(x, y, nx) == 0;
     free(x);
     free(y);
@@ -54,7 +34,7 @@ static int files_equal(const char *a, const char *b) {
 
 static void copy_file(const char *from, const char *to) {
     unsigned char *x;
-    size_t n = read_file(from, &x);
+    size_t n = h3t_read_file(from, &x);
     FILE *f = fopen(to, "wb");
     fwrite(x, 1, n, f);
     fclose(f);
@@ -77,17 +57,6 @@ static void rm_tree(const char *dir) {
     }
     closedir(d);
     rmdir(dir);
-}
-
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
 }
 
 static void make_dir(const char *path) { mkdir(path, 0755); }
@@ -320,7 +289,7 @@ static void test_sharded(const char *m1) {
     CHECK(report && strstr(report, SHARD1) && strstr(report, "OK"), "report: %s", report ? report : "(null)");
     free(report);
     unsigned char *text;
-    read_file(man, &text);
+    h3t_read_file(man, &text);
     char *line = strstr((char *)text, SHARD2);
     /* drop shard 2 from the manifest: every shard must be listed */
     {
@@ -350,7 +319,7 @@ static void test_sharded(const char *m1) {
     write_sharded(w, m1, sd2);
     {
         unsigned char *idx;
-        read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
+        h3t_read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
         char *at = strstr((char *)idx, "\"proj_in.weight\": \"");
         at += strlen("\"proj_in.weight\": \"");
         at[strlen("diffusion_pytorch_model-0000")] = '1'; /* 00002 -> 00001 */
@@ -364,7 +333,7 @@ static void test_sharded(const char *m1) {
     write_sharded(w, m1, sd2);
     {
         unsigned char *idx;
-        read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
+        h3t_read_file(pjoin(sd2, H3S_MODEL_INDEX_FILE), &idx);
         char *at = strstr((char *)idx, "\"norm_out.linear.bias\": ");
         char *comma = strchr(at, ',');
         memmove(at, comma + 2, strlen(comma + 2) + 1);
@@ -561,7 +530,7 @@ static void test_snapshot_and_verify(const char *m1) {
     copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m5, H3S_MODEL_CONFIG_FILE));
     copy_file(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), pjoin(m5, H3S_MODEL_WEIGHTS_FILE));
     unsigned char *bytes;
-    size_t n = read_file(pjoin(m5, H3S_MODEL_WEIGHTS_FILE), &bytes);
+    size_t n = h3t_read_file(pjoin(m5, H3S_MODEL_WEIGHTS_FILE), &bytes);
     bytes[n - 3] ^= 0x10;
     FILE *f = fopen(pjoin(m5, H3S_MODEL_WEIGHTS_FILE), "wb");
     fwrite(bytes, 1, n, f);
@@ -585,7 +554,7 @@ static void test_init_policy(const char *m1) {
     CHECK_OK(h3s_model_init("tiny", -1, 1, m6));
     CHECK_OK(h3s_model_init("tiny", -1, 7, m6));
     CHECK(files_equal(pjoin(m6, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "overwrite result");
-    CHECK(count_entries(m6) == 2, "overwritten dir holds exactly the two files");
+    CHECK(h3t_count_entries(m6) == 2, "overwritten dir holds exactly the two files");
     /* trailing slash */
     char slash[1100];
     snprintf(slash, sizeof slash, "%s/", m6);
@@ -617,16 +586,13 @@ static void test_init_policy(const char *m1) {
     CHECK_OK(h3s_config_preset("tiny", -1, &bad));
     bad.attention_head_dim = 7;
     CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config(&bad, 7, m8));
-    CHECK(count_entries(m8) == -1, "nothing created for bad arguments");
+    CHECK(h3t_count_entries(m8) == -1, "nothing created for bad arguments");
     rm_tree(m6);
     rm_tree(m7);
 }
 
 int main(void) {
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    h3t_make_temp_dir(root);
     char m1[1024];
     snprintf(m1, sizeof m1, "%s/m1", root);
     test_init_and_load(m1);
@@ -637,7 +603,7 @@ int main(void) {
     test_init_policy(m1);
     rm_tree(m1);
     /* no temporary directories or files may be left next to the outputs */
-    CHECK(count_entries(root) == 0, "%d entries left in %s", count_entries(root), root);
+    CHECK(h3t_count_entries(root) == 0, "%d entries left in %s", h3t_count_entries(root), root);
     rm_tree(root);
     return h3t_finish("test_modeldir");
 }

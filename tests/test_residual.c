@@ -22,17 +22,6 @@
 /* Only golden values within ~u_f32 of a BF16 tie can round differently (see test_rmsnorm). */
 #define MIN_CORRECTLY_ROUNDED 0.99
 
-static double measured(const char *what, double e, double bound) {
-    if (getenv("H3S_TEST_VERBOSE")) printf("  %-44s %.3e  (bound %.3e)\n", what, e, bound);
-    return e;
-}
-
-static h3s_tensor normal2(h3s_dtype dt, int64_t a, int64_t b, uint64_t seed, float scale) {
-    h3s_tensor t = h3t_alloc2(dt, a, b);
-    h3t_fill_normal(&t, seed, scale);
-    return t;
-}
-
 static h3s_tensor make_index(int64_t M, int64_t R, uint64_t seed) {
     h3s_tensor t = h3t_alloc1(H3S_I64, M);
     for (int64_t m = 0; m < M; m++) {
@@ -41,43 +30,6 @@ static h3s_tensor make_index(int64_t M, int64_t R, uint64_t seed) {
         ((int64_t *)t.data)[m] = (int64_t)(h % (uint64_t)R);
     }
     return t;
-}
-
-static void *snapshot(const h3s_tensor *t) {
-    size_t n = h3s_tensor_nbytes(t);
-    void *c = malloc(n ? n : 1);
-    if (n) memcpy(c, t->data, n);
-    return c;
-}
-
-static double bf16_nearest(double v) {
-    uint16_t b = h3s_bf16_round((float)v);
-    double best = h3s_bf16_value(b), err = fabs(best - v);
-    for (int d = -1; d <= 1; d += 2) {
-        double cv = h3s_bf16_value((uint16_t)(b + d));
-        if (!isnan(cv) && fabs(cv - v) < err) {
-            best = cv;
-            err = fabs(cv - v);
-        }
-    }
-    return best;
-}
-
-static double frac_correctly_rounded(const h3s_tensor *y, const h3s_tensor *ref) {
-    int64_t n = h3s_tensor_numel(ref), hit = 0;
-    if (n == 0) return 1.0;
-    for (int64_t i = 0; i < n; i++)
-        hit += h3s_tensor_get_f64(y, i) == bf16_nearest(h3s_tensor_get_f64(ref, i));
-    return (double)hit / (double)n;
-}
-
-static h3s_tensor table_chunk(const h3s_tensor *t, int64_t H, int c) {
-    int64_t R = t->shape[0], ld = t->shape[1];
-    h3s_tensor o = h3t_alloc2(H3S_F64, R, H);
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t k = 0; k < H; k++)
-            ((double *)o.data)[r * H + k] = h3s_tensor_get_f64(t, r * ld + c * H + k);
-    return o;
 }
 
 /* ---------------------------------------------------------------- a residual problem */
@@ -96,11 +48,11 @@ static void case_init(res_case *c, int gated, int64_t M, int64_t H, int64_t R, u
     c->M = M;
     c->H = H;
     c->R = R;
-    c->r = normal2(H3S_BF16, M, H, seed, 2.0f);
-    c->y = normal2(H3S_BF16, M, H, seed + 1, 1.0f);
-    c->dout = normal2(H3S_F32, M, H, seed + 2, 1.0f);
+    c->r = h3t_normal2(H3S_BF16, M, H, seed, 2.0f);
+    c->y = h3t_normal2(H3S_BF16, M, H, seed + 1, 1.0f);
+    c->dout = h3t_normal2(H3S_F32, M, H, seed + 2, 1.0f);
     if (gated) {
-        c->table = normal2(H3S_BF16, R, C_CHUNKS * H, seed + 3, 0.7f);
+        c->table = h3t_normal2(H3S_BF16, R, C_CHUNKS * H, seed + 3, 0.7f);
         c->index = make_index(M, R, seed + 4);
     }
 }
@@ -170,20 +122,20 @@ static void check_accuracy(int gated, int64_t M, int64_t H) {
     const char *kn = gated ? "gated" : "plain";
     char what[96];
     snprintf(what, sizeof what, "%s M=%lld H=%lld out", kn, (long long)M, (long long)H);
-    double e = measured(what, h3t_rel_l2(&s.out, &g.out), BOUND_OUT);
+    double e = h3t_measured(what, h3t_rel_l2(&s.out, &g.out), BOUND_OUT);
     CHECK(e <= BOUND_OUT, "%s M=%lld H=%lld: out rel-L2 %.3g", kn, (long long)M, (long long)H, e);
-    double f = frac_correctly_rounded(&s.out, &g.out);
+    double f = h3t_frac_correctly_rounded(&s.out, &g.out);
     CHECK(f >= MIN_CORRECTLY_ROUNDED, "%s H=%lld: only %.4f of out correctly rounded", kn, (long long)H, f);
     /* dr is dout itself: exact. */
     CHECK(h3t_bitwise_equal(&s.dr, &c.dout), "%s: dr is not a copy of dout", kn);
     CHECK(h3t_rel_l2(&s.dr, &g.dr) == 0, "%s: dr differs from golden", kn);
     if (gated) {
         snprintf(what, sizeof what, "%s M=%lld H=%lld dy", kn, (long long)M, (long long)H);
-        e = measured(what, h3t_rel_l2(&s.dy, &g.dy), BOUND_DY);
+        e = h3t_measured(what, h3t_rel_l2(&s.dy, &g.dy), BOUND_DY);
         CHECK(e <= BOUND_DY, "%s M=%lld H=%lld: dy rel-L2 %.3g", kn, (long long)M, (long long)H, e);
-        h3s_tensor a = table_chunk(&s.dtable, H, GATE), b = table_chunk(&g.dtable, H, GATE);
+        h3s_tensor a = h3t_columns(&s.dtable, GATE * H, H), b = h3t_columns(&g.dtable, GATE * H, H);
         snprintf(what, sizeof what, "%s M=%lld H=%lld dtable gate", kn, (long long)M, (long long)H);
-        e = measured(what, h3t_rel_l2(&a, &b), BOUND_FOLD);
+        e = h3t_measured(what, h3t_rel_l2(&a, &b), BOUND_FOLD);
         CHECK(e <= BOUND_FOLD, "%s M=%lld H=%lld: dtable gate rel-L2 %.3g", kn, (long long)M, (long long)H, e);
         h3s_tensor_free(&a);
         h3s_tensor_free(&b);
@@ -377,92 +329,74 @@ static void check_aliasing(void) {
 
 /* ---------------------------------------------------------------- 6. bad input ------ */
 
-typedef struct outs {
-    h3s_tensor *t[4];
-    void *copy[4];
-} outs;
-
-static void outs_poison(outs *o) {
-    for (int i = 0; i < 4; i++)
-        if (o->t[i]) {
-            h3t_poison(o->t[i]);
-            o->copy[i] = snapshot(o->t[i]);
-        }
-}
-
-static void outs_check(outs *o, const char *what) {
-    for (int i = 0; i < 4; i++)
-        if (o->t[i]) {
-            size_t n = h3s_tensor_nbytes(o->t[i]);
-            CHECK(n == 0 || memcmp(o->t[i]->data, o->copy[i], n) == 0, "%s: output %d written by a failing call", what,
-                  i);
-            free(o->copy[i]);
-        }
-}
-
-#define FAILS(want, outsp, expr)                                                                                       \
-    do {                                                                                                               \
-        outs_poison(outsp);                                                                                            \
-        CHECK_FAILS(want, expr);                                                                                       \
-        outs_check(outsp, #expr);                                                                                      \
-    } while (0)
-
 static void check_bad_input(void) {
     const int64_t M = 6, H = 8, R = 3;
     res_case c;
     case_init(&c, 1, M, H, R, 1234);
     h3s_tensor out = h3t_alloc2(H3S_BF16, M, H), dr = h3t_alloc2(H3S_F32, M, H), dy = h3t_alloc2(H3S_F32, M, H);
     h3s_tensor dt = h3t_alloc2(H3S_F32, R, C_CHUNKS * H);
-    outs fo = {{&out}, {0}}, bo = {{&dr, &dy, &dt}, {0}};
+    h3t_outs fo = {{&out}, {0}}, bo = {{&dr, &dy, &dt}, {0}};
     h3s_tensor r32 = h3t_alloc2(H3S_F32, M, H), y64 = h3t_to_f64(&c.y), t64 = h3t_to_f64(&c.table);
     h3s_tensor r64 = h3t_to_f64(&c.r), out64 = h3t_alloc2(H3S_F64, M, H), ybad = h3t_alloc2(H3S_BF16, M, H + 1);
     h3s_tensor outbad = h3t_alloc2(H3S_BF16, M + 1, H), tbad = h3t_alloc2(H3S_BF16, R, C_CHUNKS * H + 1);
-    outs fo64 = {{&out64}, {0}}, fob = {{&outbad}, {0}};
+    h3t_outs fo64 = {{&out64}, {0}}, fob = {{&outbad}, {0}};
 
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(NULL, &c.y, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, NULL, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, NULL));
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&r32, &c.y, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&c.r, &y64, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&c.r, &c.y, &t64, &c.index, GATE, &out));
-    FAILS(H3S_ERR_DTYPE, &fo64, h3s_residual_forward(&r64, &y64, &c.table, &c.index, GATE, &out64));
-    FAILS(H3S_ERR_DTYPE, &fo64, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out64));
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &ybad, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_SHAPE, &fob, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &outbad));
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &c.y, &tbad, &c.index, GATE, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, C_CHUNKS, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, -1, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, NULL, GATE, &out));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, NULL, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(NULL, &c.y, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, NULL, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&r32, &c.y, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&c.r, &y64, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_residual_forward(&c.r, &c.y, &t64, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo64, h3s_residual_forward(&r64, &y64, &c.table, &c.index, GATE, &out64));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo64, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out64));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &ybad, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fob, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &outbad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &c.y, &tbad, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, C_CHUNKS, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, -1, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, NULL, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_residual_forward(&c.r, &c.y, NULL, &c.index, GATE, &out));
     int64_t *idx = (int64_t *)c.index.data, keep = idx[4];
     idx[4] = R;
-    FAILS(H3S_ERR_INDEX, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_INDEX, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
     idx[4] = -2;
-    FAILS(H3S_ERR_INDEX, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
-    FAILS(H3S_ERR_INDEX, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
     idx[4] = keep;
     h3s_tensor ishort = make_index(M - 1, R, 9);
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &ishort, GATE, &out));
-    FAILS(H3S_ERR_SHAPE, &bo, h3s_residual_backward(&c.y, &c.table, &ishort, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &ishort, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &ishort, GATE, &c.dout, &dr, &dy, &dt));
     out.device = 1;
-    FAILS(H3S_ERR_DEVICE, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &fo, h3s_residual_forward(&c.r, &c.y, &c.table, &c.index, GATE, &out));
     out.device = 0;
 
     h3s_tensor d16 = h3t_alloc2(H3S_BF16, M, H), d64 = h3t_to_f64(&c.dout), dybad = h3t_alloc2(H3S_F32, M, H - 1);
     h3s_tensor dtbad = h3t_alloc2(H3S_F32, R, C_CHUNKS * H - H), dt64 = h3t_alloc2(H3S_F64, R, C_CHUNKS * H);
-    outs bob = {{&dr, &dybad}, {0}}, bot = {{&dr, &dy, &dtbad}, {0}}, bot64 = {{&dr, &dy, &dt64}, {0}};
-    FAILS(H3S_ERR_INVALID, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, NULL, &dr, &dy, &dt));
-    FAILS(H3S_ERR_DTYPE, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &d16, &dr, &dy, &dt));
-    FAILS(H3S_ERR_DTYPE, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &d64, &dr, &dy, &dt));
-    FAILS(H3S_ERR_DTYPE, &bot64, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt64));
-    FAILS(H3S_ERR_SHAPE, &bob, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dybad, NULL));
-    FAILS(H3S_ERR_SHAPE, &bot, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dtbad));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_residual_backward(NULL, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_residual_backward(&c.y, NULL, NULL, GATE, &c.dout, &dr, &dy, &dt));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, 7, &c.dout, &dr, &dy, &dt));
+    h3t_outs bob = {{&dr, &dybad}, {0}}, bot = {{&dr, &dy, &dtbad}, {0}}, bot64 = {{&dr, &dy, &dt64}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, NULL, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &d16, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &d64, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bot64,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt64));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bob,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dybad, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bot,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dtbad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo,
+                          h3s_residual_backward(NULL, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_residual_backward(&c.y, NULL, NULL, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, 7, &c.dout, &dr, &dy, &dt));
     dt.device = 1;
-    FAILS(H3S_ERR_DEVICE, &bo, h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &bo,
+                          h3s_residual_backward(&c.y, &c.table, &c.index, GATE, &c.dout, &dr, &dy, &dt));
     dt.device = 0;
 
     h3s_tensor *frees[] = {&out,  &dr,     &dy,   &dt,     &r32, &y64, &t64,   &r64,   &out64,
@@ -483,7 +417,7 @@ static void check_grad_add(void) {
     h3s_tensor a64 = h3t_to_f64(&a), b64 = h3t_to_f64(&b), o64 = h3t_alloc(H3S_F64, 3, shape3);
     CHECK_OK(h3s_grad_add(&a, &b, &o));
     CHECK_OK(h3s_grad_add(&a64, &b64, &o64));
-    double e = measured("grad_add F32 vs F64", h3t_rel_l2(&o, &o64), 1.0001 * U_F32);
+    double e = h3t_measured("grad_add F32 vs F64", h3t_rel_l2(&o, &o64), 1.0001 * U_F32);
     CHECK(e <= 1.0001 * U_F32, "grad_add rel-L2 %.3g", e);
     int64_t n = h3s_tensor_numel(&a), bad = 0, bad64 = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -495,7 +429,7 @@ static void check_grad_add(void) {
     CHECK(bad == 0 && bad64 == 0, "grad_add is not one IEEE addition per element (%lld, %lld)", (long long)bad,
           (long long)bad64);
     /* repeat, threads, in place (out aliasing a) */
-    h3s_tensor big_a = normal2(H3S_F32, 700, 130, 5, 1.0f), big_b = normal2(H3S_F32, 700, 130, 6, 1.0f);
+    h3s_tensor big_a = h3t_normal2(H3S_F32, 700, 130, 5, 1.0f), big_b = h3t_normal2(H3S_F32, 700, 130, 6, 1.0f);
     h3s_tensor r1 = h3t_alloc2(H3S_F32, 700, 130), r4 = h3t_alloc2(H3S_F32, 700, 130);
     h3s_set_num_threads(1);
     CHECK_OK(h3s_grad_add(&big_a, &big_b, &r1));
@@ -510,16 +444,16 @@ static void check_grad_add(void) {
     CHECK_OK(h3s_grad_add(&z1, &z2, &z3));
     /* bad input */
     h3s_tensor bf = h3t_alloc(H3S_BF16, 3, shape3), wrong = h3t_alloc2(H3S_F32, 20, 37);
-    outs oo = {{&o}, {0}}, oo64 = {{&o64}, {0}};
-    FAILS(H3S_ERR_INVALID, &oo, h3s_grad_add(NULL, &b, &o));
-    FAILS(H3S_ERR_INVALID, &oo, h3s_grad_add(&a, NULL, &o));
-    FAILS(H3S_ERR_INVALID, &oo, h3s_grad_add(&a, &b, NULL));
-    FAILS(H3S_ERR_DTYPE, &oo, h3s_grad_add(&a, &b64, &o));
-    FAILS(H3S_ERR_DTYPE, &oo64, h3s_grad_add(&a, &b, &o64));
-    FAILS(H3S_ERR_DTYPE, &oo, h3s_grad_add(&bf, &bf, &o));
-    FAILS(H3S_ERR_SHAPE, &oo, h3s_grad_add(&a, &wrong, &o));
+    h3t_outs oo = {{&o}, {0}}, oo64 = {{&o64}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_grad_add(NULL, &b, &o));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_grad_add(&a, NULL, &o));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_grad_add(&a, &b, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &oo, h3s_grad_add(&a, &b64, &o));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &oo64, h3s_grad_add(&a, &b, &o64));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &oo, h3s_grad_add(&bf, &bf, &o));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &oo, h3s_grad_add(&a, &wrong, &o));
     b.device = 1;
-    FAILS(H3S_ERR_DEVICE, &oo, h3s_grad_add(&a, &b, &o));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &oo, h3s_grad_add(&a, &b, &o));
     b.device = 0;
     h3s_tensor *frees[] = {&a, &b, &o, &a64, &b64, &o64, &big_a, &big_b, &r1, &r4, &z1, &z2, &z3, &bf, &wrong};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)

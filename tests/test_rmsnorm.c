@@ -40,18 +40,6 @@
 
 /* ---------------------------------------------------------------- helpers ----------- */
 
-static h3s_tensor normal2(h3s_dtype dt, int64_t a, int64_t b, uint64_t seed, float scale) {
-    h3s_tensor t = h3t_alloc2(dt, a, b);
-    h3t_fill_normal(&t, seed, scale);
-    return t;
-}
-
-static h3s_tensor normal1(h3s_dtype dt, int64_t a, uint64_t seed, float scale) {
-    h3s_tensor t = h3t_alloc1(dt, a);
-    h3t_fill_normal(&t, seed, scale);
-    return t;
-}
-
 /* index[m] in [0, R), pseudo-random but never naming row `skip` (skip < 0: any row). */
 static h3s_tensor make_index(int64_t M, int64_t R, uint64_t seed, int64_t skip) {
     h3s_tensor t = h3t_alloc1(H3S_I64, M);
@@ -64,58 +52,6 @@ static h3s_tensor make_index(int64_t M, int64_t R, uint64_t seed, int64_t skip) 
         v[m] = r;
     }
     return t;
-}
-
-static void *snapshot(const h3s_tensor *t) {
-    size_t n = h3s_tensor_nbytes(t);
-    void *c = malloc(n ? n : 1);
-    if (n) memcpy(c, t->data, n);
-    return c;
-}
-
-static int same_bytes(const h3s_tensor *t, const void *copy) {
-    size_t n = h3s_tensor_nbytes(t);
-    return n == 0 || memcmp(t->data, copy, n) == 0;
-}
-
-/* The BF16 value nearest to v (ties: either), computed from the double directly. */
-static double bf16_nearest(double v) {
-    uint16_t b = h3s_bf16_round((float)v);
-    double best = h3s_bf16_value(b), err = fabs(best - v);
-    for (int d = -1; d <= 1; d += 2) {
-        uint16_t c = (uint16_t)(b + d);
-        double cv = h3s_bf16_value(c);
-        if (!isnan(cv) && fabs(cv - v) < err) {
-            best = cv;
-            err = fabs(cv - v);
-        }
-    }
-    return best;
-}
-
-/* Fraction of BF16 elements of y equal to the correctly rounded golden value. */
-static double frac_correctly_rounded(const h3s_tensor *y, const h3s_tensor *ref) {
-    int64_t n = h3s_tensor_numel(ref), hit = 0;
-    if (n == 0) return 1.0;
-    for (int64_t i = 0; i < n; i++)
-        hit += h3s_tensor_get_f64(y, i) == bf16_nearest(h3s_tensor_get_f64(ref, i));
-    return (double)hit / (double)n;
-}
-
-/* With H3S_TEST_VERBOSE set, print every measured error next to its bound. */
-static double measured(const char *what, double e, double bound) {
-    if (getenv("H3S_TEST_VERBOSE")) printf("  %-44s %.3e  (bound %.3e)\n", what, e, bound);
-    return e;
-}
-
-/* Chunk c ([R, H] columns c*H..) of a table-shaped tensor, as F64. */
-static h3s_tensor table_chunk(const h3s_tensor *t, int64_t H, int c) {
-    int64_t R = t->shape[0], ld = t->shape[1];
-    h3s_tensor o = h3t_alloc2(H3S_F64, R, H);
-    for (int64_t r = 0; r < R; r++)
-        for (int64_t k = 0; k < H; k++)
-            ((double *)o.data)[r * H + k] = h3s_tensor_get_f64(t, r * ld + c * H + k);
-    return o;
 }
 
 /* ---------------------------------------------------------------- a norm problem ---- */
@@ -151,11 +87,11 @@ static void case_init(norm_case *c, norm_kind kind, int64_t M, int64_t H, int64_
     c->has_mod = kind >= NORM_MOD_BF16;
     c->C = kind == NORM_FINAL ? 2 : 6;
     c->ydt = (kind == NORM_MOD_F32 || kind == NORM_FINAL) ? H3S_F32 : H3S_BF16;
-    c->x = normal2(H3S_BF16, M, H, seed, 1.5f);
-    c->dy = normal2(H3S_F32, M, H, seed + 1, 1.0f);
-    if (c->has_w) c->w = normal1(H3S_BF16, H, seed + 2, 0.8f);
+    c->x = h3t_normal2(H3S_BF16, M, H, seed, 1.5f);
+    c->dy = h3t_normal2(H3S_F32, M, H, seed + 1, 1.0f);
+    if (c->has_w) c->w = h3t_normal1(H3S_BF16, H, seed + 2, 0.8f);
     if (c->has_mod) {
-        c->table = normal2(H3S_BF16, R, c->C * H, seed + 3, 0.5f);
+        c->table = h3t_normal2(H3S_BF16, R, c->C * H, seed + 3, 0.5f);
         c->index = make_index(M, R, seed + 4, -1);
         c->mod.table = &c->table;
         c->mod.index = &c->index;
@@ -229,31 +165,31 @@ static void check_accuracy(norm_kind kind, int64_t M, int64_t H) {
     const char *kn = kind_name[kind];
     char what[96];
     snprintf(what, sizeof what, "%s M=%lld H=%lld y", kind_name[kind], (long long)M, (long long)H);
-    double e = measured(what, h3t_rel_l2(&s.y, &g.y), c.ydt == H3S_BF16 ? BOUND_Y_BF16 : BOUND_Y_F32);
+    double e = h3t_measured(what, h3t_rel_l2(&s.y, &g.y), c.ydt == H3S_BF16 ? BOUND_Y_BF16 : BOUND_Y_F32);
     if (c.ydt == H3S_BF16) {
         CHECK(e <= BOUND_Y_BF16, "%s M=%lld H=%lld: y rel-L2 %.3g > %.3g", kn, (long long)M, (long long)H, e,
               BOUND_Y_BF16);
         snprintf(what, sizeof what, "%s M=%lld H=%lld y correctly rounded", kn, (long long)M, (long long)H);
-        double f = measured(what, frac_correctly_rounded(&s.y, &g.y), MIN_CORRECTLY_ROUNDED);
+        double f = h3t_measured(what, h3t_frac_correctly_rounded(&s.y, &g.y), MIN_CORRECTLY_ROUNDED);
         CHECK(f >= MIN_CORRECTLY_ROUNDED, "%s H=%lld: only %.4f of y correctly rounded", kn, (long long)H, f);
     } else {
         CHECK(e <= BOUND_Y_F32, "%s M=%lld H=%lld: y (F32) rel-L2 %.3g > %.3g", kn, (long long)M, (long long)H, e,
               BOUND_Y_F32);
     }
     snprintf(what, sizeof what, "%s M=%lld H=%lld dx", kn, (long long)M, (long long)H);
-    e = measured(what, h3t_rel_l2(&s.dx, &g.dx), BOUND_DX);
+    e = h3t_measured(what, h3t_rel_l2(&s.dx, &g.dx), BOUND_DX);
     CHECK(e <= BOUND_DX, "%s M=%lld H=%lld: dx rel-L2 %.3g > %.3g", kn, (long long)M, (long long)H, e, BOUND_DX);
     if (c.has_w) {
         snprintf(what, sizeof what, "%s M=%lld H=%lld dw", kn, (long long)M, (long long)H);
-        e = measured(what, h3t_rel_l2(&s.dw, &g.dw), BOUND_FOLD);
+        e = h3t_measured(what, h3t_rel_l2(&s.dw, &g.dw), BOUND_FOLD);
         CHECK(e <= BOUND_FOLD, "%s M=%lld H=%lld: dw rel-L2 %.3g", kn, (long long)M, (long long)H, e);
     }
     if (c.has_mod) {
         int chunks[2] = {c.mod.shift_chunk, c.mod.scale_chunk};
         for (int i = 0; i < 2; i++) {
-            h3s_tensor a = table_chunk(&s.dtable, H, chunks[i]), b = table_chunk(&g.dtable, H, chunks[i]);
+            h3s_tensor a = h3t_columns(&s.dtable, chunks[i] * H, H), b = h3t_columns(&g.dtable, chunks[i] * H, H);
             snprintf(what, sizeof what, "%s M=%lld H=%lld dtable chunk %d", kn, (long long)M, (long long)H, chunks[i]);
-            e = measured(what, h3t_rel_l2(&a, &b), BOUND_FOLD);
+            e = h3t_measured(what, h3t_rel_l2(&a, &b), BOUND_FOLD);
             CHECK(e <= BOUND_FOLD, "%s M=%lld H=%lld: dtable chunk %d rel-L2 %.3g", kn, (long long)M, (long long)H,
                   chunks[i], e);
             h3s_tensor_free(&a);
@@ -469,7 +405,7 @@ static void check_zero_rows(norm_kind kind) {
     h3s_tensor dw = h3t_alloc1(H3S_F32, 37), dt = h3t_alloc2(H3S_F32, 3, c.C * 37);
     h3t_poison(&dw);
     h3t_poison(&dt);
-    void *dt0 = snapshot(&dt);
+    void *dt0 = h3t_snapshot(&dt);
     const h3s_tensor *wp = c.has_w ? &c.w : NULL;
     h3s_tensor *dwp = c.has_w ? &dw : NULL, *dtp = c.has_mod ? &dt : NULL;
     if (kind == NORM_FINAL) {
@@ -518,7 +454,7 @@ static void check_dtable_chunks(void) {
         idx[m] = (m % 3 == 0) ? 2 : 0; /* rows 1 and 3 are never named */
     h3s_tensor dt = h3t_alloc2(H3S_F32, R, C * H), dx = h3t_alloc2(H3S_F32, M, H), dw = h3t_alloc1(H3S_F32, H);
     h3t_poison(&dt);
-    void *dt0 = snapshot(&dt);
+    void *dt0 = h3t_snapshot(&dt);
     CHECK_OK(h3s_rmsnorm_backward(&c.x, &c.w, &c.mod, EPS, &c.dy, &dx, &dw, &dt));
     int bad_kept = 0, bad_unnamed = 0;
     for (int64_t r = 0; r < R; r++)
@@ -540,7 +476,7 @@ static void check_dtable_chunks(void) {
     mod64.table = &t64;
     CHECK_OK(h3s_rmsnorm_backward(&x64, &w64, &mod64, EPS, &dy64, NULL, NULL, &dt64));
     for (int ch = 3; ch <= 4; ch++) {
-        h3s_tensor a = table_chunk(&dt, H, ch), b = table_chunk(&dt64, H, ch);
+        h3s_tensor a = h3t_columns(&dt, ch * H, H), b = h3t_columns(&dt64, ch * H, H);
         double e = h3t_rel_l2(&a, &b);
         CHECK(e <= BOUND_FOLD, "dtable chunk %d rel-L2 %.3g", ch, e);
         h3s_tensor_free(&a);
@@ -580,122 +516,95 @@ static void check_final_is_rmsnorm(void) {
 
 /* ---------------------------------------------------------------- 6. bad input ------ */
 
-/* Every output poisoned before, byte-identical after a failing call. */
-typedef struct outs {
-    h3s_tensor *t[4];
-    void *copy[4];
-} outs;
-
-static void outs_poison(outs *o) {
-    for (int i = 0; i < 4; i++)
-        if (o->t[i]) {
-            h3t_poison(o->t[i]);
-            o->copy[i] = snapshot(o->t[i]);
-        }
-}
-
-static void outs_check(outs *o, const char *what) {
-    for (int i = 0; i < 4; i++)
-        if (o->t[i]) {
-            CHECK(same_bytes(o->t[i], o->copy[i]), "%s: output %d was written by a failing call", what, i);
-            free(o->copy[i]);
-            o->copy[i] = NULL;
-        }
-}
-
-#define FAILS(want, outsp, expr)                                                                                       \
-    do {                                                                                                               \
-        outs_poison(outsp);                                                                                            \
-        CHECK_FAILS(want, expr);                                                                                       \
-        outs_check(outsp, #expr);                                                                                      \
-    } while (0)
-
 static void check_bad_rmsnorm(void) {
     const int64_t M = 6, H = 8, R = 3, C = 6;
     norm_case c;
     case_init(&c, NORM_MOD_BF16, M, H, R, 1234);
     h3s_tensor y = h3t_alloc2(H3S_BF16, M, H), dx = h3t_alloc2(H3S_F32, M, H), dw = h3t_alloc1(H3S_F32, H);
     h3s_tensor dt = h3t_alloc2(H3S_F32, R, C * H);
-    outs fo = {{&y}, {0}}, bo = {{&dx, &dw, &dt}, {0}};
+    h3t_outs fo = {{&y}, {0}}, bo = {{&dx, &dw, &dt}, {0}};
     h3s_modulation mod = c.mod;
 
     /* forward */
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(NULL, &c.w, &mod, EPS, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(NULL, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, NULL));
     h3s_tensor x32 = h3t_alloc2(H3S_F32, M, H), x64 = h3t_to_f64(&c.x), w64 = h3t_to_f64(&c.w);
     h3s_tensor y64 = h3t_alloc2(H3S_F64, M, H), y16 = h3t_alloc2(H3S_F16, M, H);
-    outs fo64 = {{&y64}, {0}};
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&x32, &c.w, &mod, EPS, &y));
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&c.x, &w64, &mod, EPS, &y));     /* strict x, golden w */
-    FAILS(H3S_ERR_DTYPE, &fo64, h3s_rmsnorm_forward(&x64, &c.w, NULL, EPS, &y64)); /* golden x, strict w */
-    FAILS(H3S_ERR_DTYPE, &fo64, h3s_rmsnorm_forward(&x64, &w64, &mod, EPS, &y64)); /* golden x, strict table */
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y64));   /* strict x, golden y */
-    outs fo16 = {{&y16}, {0}};
-    FAILS(H3S_ERR_DTYPE, &fo16, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y16));
+    h3t_outs fo64 = {{&y64}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&x32, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&c.x, &w64, &mod, EPS, &y)); /* strict x, golden w */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo64,
+                          h3s_rmsnorm_forward(&x64, &c.w, NULL, EPS, &y64)); /* golden x, strict w */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo64,
+                          h3s_rmsnorm_forward(&x64, &w64, &mod, EPS, &y64)); /* golden x, strict table */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo,
+                          h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y64)); /* strict x, golden y */
+    h3t_outs fo16 = {{&y16}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo16, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y16));
     h3s_tensor wbad = h3t_alloc1(H3S_BF16, H + 1), ybad = h3t_alloc2(H3S_BF16, M, H + 1);
     h3s_tensor ybad2 = h3t_alloc2(H3S_BF16, M + 1, H);
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &wbad, &mod, EPS, &y));
-    outs fob = {{&ybad}, {0}}, fob2 = {{&ybad2}, {0}};
-    FAILS(H3S_ERR_SHAPE, &fob, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &ybad));
-    FAILS(H3S_ERR_SHAPE, &fob2, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &ybad2));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 0.0, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, -1e-5, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, NAN, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &wbad, &mod, EPS, &y));
+    h3t_outs fob = {{&ybad}, {0}}, fob2 = {{&ybad2}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fob, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &ybad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fob2, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &ybad2));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 0.0, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, -1e-5, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, NAN, &y));
     /* modulation */
     h3s_tensor tbad = h3t_alloc2(H3S_BF16, R, C * H + 3);
     mod.table = &tbad;
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod.table = NULL;
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     mod.index = NULL;
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     mod.shift_chunk = (int)C;
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     mod.scale_chunk = -1;
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     mod.scale_chunk = mod.shift_chunk;
-    FAILS(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     int64_t *idx = (int64_t *)c.index.data, keep = idx[5];
     idx[5] = R; /* one past the end */
-    FAILS(H3S_ERR_INDEX, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
-    FAILS(H3S_ERR_INDEX, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
     idx[5] = -1;
-    FAILS(H3S_ERR_INDEX, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
-    FAILS(H3S_ERR_INDEX, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
     idx[5] = keep;
     h3s_tensor ishort = make_index(M - 1, R, 5, -1), if32 = h3t_alloc1(H3S_F32, M);
     mod.index = &ishort;
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
-    FAILS(H3S_ERR_SHAPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
     mod.index = &if32;
-    FAILS(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     mod = c.mod;
     /* host/device mix (fails in validation, before any dispatch) */
     y.device = 1;
-    FAILS(H3S_ERR_DEVICE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, EPS, &y));
     y.device = 0;
 
     /* backward */
-    FAILS(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, NULL, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, NULL, &dx, &dw, &dt));
     h3s_tensor dy16 = h3t_alloc2(H3S_BF16, M, H), dy64 = h3t_to_f64(&c.dy), dxbad = h3t_alloc2(H3S_F32, M, H + 1);
-    FAILS(H3S_ERR_DTYPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &dy16, &dx, &dw, &dt));
-    FAILS(H3S_ERR_DTYPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &dy64, &dx, &dw, &dt));
-    outs bob = {{&dxbad, &dw, &dt}, {0}};
-    FAILS(H3S_ERR_SHAPE, &bob, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dxbad, &dw, &dt));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, NULL, &mod, EPS, &c.dy, &dx, &dw, &dt));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, NULL, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &dy16, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &dy64, &dx, &dw, &dt));
+    h3t_outs bob = {{&dxbad, &dw, &dt}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bob, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dxbad, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, NULL, &mod, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, NULL, EPS, &c.dy, &dx, &dw, &dt));
     h3s_tensor dtbad = h3t_alloc2(H3S_F32, R + 1, C * H), dt16 = h3t_alloc2(H3S_BF16, R, C * H);
-    outs bot = {{&dx, &dw, &dtbad}, {0}}, bot16 = {{&dx, &dw, &dt16}, {0}};
-    FAILS(H3S_ERR_SHAPE, &bot, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dtbad));
-    FAILS(H3S_ERR_DTYPE, &bot16, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt16));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, 0.0, &c.dy, &dx, &dw, &dt));
+    h3t_outs bot = {{&dx, &dw, &dtbad}, {0}}, bot16 = {{&dx, &dw, &dt16}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bot, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dtbad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bot16, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt16));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, 0.0, &c.dy, &dx, &dw, &dt));
     dw.device = 1;
-    FAILS(H3S_ERR_DEVICE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, EPS, &c.dy, &dx, &dw, &dt));
     dw.device = 0;
 
     h3s_tensor *frees[] = {&y,    &dx,    &dw,   &dt,     &x32,  &x64,  &w64,  &y64,   &y16,   &wbad,
@@ -711,24 +620,29 @@ static void check_bad_final_norm(void) {
     case_init(&c, NORM_FINAL, M, H, T, 4321);
     h3s_tensor y = h3t_alloc2(H3S_F32, M, H), ybf = h3t_alloc2(H3S_BF16, M, H), dx = h3t_alloc2(H3S_F32, M, H);
     h3s_tensor dw = h3t_alloc1(H3S_F32, H), dt = h3t_alloc2(H3S_F32, T, 2 * H), t3 = h3t_alloc2(H3S_BF16, T, 3 * H);
-    outs fo = {{&y}, {0}}, fbf = {{&ybf}, {0}}, bo = {{&dx, &dw, &dt}, {0}};
-    FAILS(H3S_ERR_SHAPE, &fo, h3s_final_norm_forward(&c.x, &c.w, &t3, &c.index, EPS, &y));
-    FAILS(H3S_ERR_DTYPE, &fbf, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, EPS, &ybf));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, NULL, &c.table, &c.index, EPS, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, NULL, &c.index, EPS, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, NULL, EPS, &y));
-    FAILS(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(NULL, &c.w, &c.table, &c.index, EPS, &y));
+    h3t_outs fo = {{&y}, {0}}, fbf = {{&ybf}, {0}}, bo = {{&dx, &dw, &dt}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_final_norm_forward(&c.x, &c.w, &t3, &c.index, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fbf, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, EPS, &ybf));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, NULL, &c.table, &c.index, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, NULL, &c.index, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, NULL, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(NULL, &c.w, &c.table, &c.index, EPS, &y));
     int64_t *idx = (int64_t *)c.index.data, keep = idx[2];
     idx[2] = T;
-    FAILS(H3S_ERR_INDEX, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, EPS, &y));
-    FAILS(H3S_ERR_INDEX, &bo, h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &c.dy, &dx, &dw, &dt));
     idx[2] = -3;
-    FAILS(H3S_ERR_INDEX, &bo, h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &c.dy, &dx, &dw, &dt));
     idx[2] = keep;
     h3s_tensor ilong = make_index(M + 1, T, 3, -1), dy64 = h3t_to_f64(&c.dy);
-    FAILS(H3S_ERR_SHAPE, &bo, h3s_final_norm_backward(&c.x, &c.w, &c.table, &ilong, EPS, &c.dy, &dx, &dw, &dt));
-    FAILS(H3S_ERR_DTYPE, &bo, h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &dy64, &dx, &dw, &dt));
-    FAILS(H3S_ERR_INVALID, &bo, h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, NULL, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &ilong, EPS, &c.dy, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, &dy64, &dx, &dw, &dt));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, EPS, NULL, &dx, &dw, &dt));
     h3s_tensor *frees[] = {&y, &ybf, &dx, &dw, &dt, &t3, &ilong, &dy64};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
         h3s_tensor_free(frees[i]);
@@ -746,9 +660,9 @@ static void head_init(head_case *c, int64_t M, int64_t heads, int64_t D, uint64_
     c->M = M;
     c->heads = heads;
     c->D = D;
-    c->x = normal2(H3S_BF16, M, heads * D, seed, 2.0f);
-    c->w = normal1(H3S_BF16, D, seed + 1, 0.8f);
-    c->dy = normal2(H3S_F32, M, heads * D, seed + 2, 1.0f);
+    c->x = h3t_normal2(H3S_BF16, M, heads * D, seed, 2.0f);
+    c->w = h3t_normal1(H3S_BF16, D, seed + 1, 0.8f);
+    c->dy = h3t_normal2(H3S_F32, M, heads * D, seed + 2, 1.0f);
 }
 
 static void head_free(head_case *c) {
@@ -795,15 +709,15 @@ static void check_head(void) {
         char what[96];
         snprintf(what, sizeof what, "head M=%lld heads=%lld D=%lld y", (long long)c.M, (long long)c.heads,
                  (long long)c.D);
-        double e = measured(what, h3t_rel_l2(&s.y, &g.y), BOUND_Y_BF16);
+        double e = h3t_measured(what, h3t_rel_l2(&s.y, &g.y), BOUND_Y_BF16);
         CHECK(e <= BOUND_Y_BF16, "head M=%lld D=%lld: y rel-L2 %.3g", (long long)c.M, (long long)c.D, e);
-        double f = frac_correctly_rounded(&s.y, &g.y);
+        double f = h3t_frac_correctly_rounded(&s.y, &g.y);
         CHECK(f >= MIN_CORRECTLY_ROUNDED, "head D=%lld: only %.4f correctly rounded", (long long)c.D, f);
         snprintf(what, sizeof what, "head M=%lld D=%lld dx", (long long)c.M, (long long)c.D);
-        e = measured(what, h3t_rel_l2(&s.dx, &g.dx), BOUND_DX);
+        e = h3t_measured(what, h3t_rel_l2(&s.dx, &g.dx), BOUND_DX);
         CHECK(e <= BOUND_DX, "head M=%lld D=%lld: dx rel-L2 %.3g", (long long)c.M, (long long)c.D, e);
         snprintf(what, sizeof what, "head M=%lld D=%lld dw", (long long)c.M, (long long)c.D);
-        e = measured(what, h3t_rel_l2(&s.dw, &g.dw), 2e-4);
+        e = h3t_measured(what, h3t_rel_l2(&s.dw, &g.dw), 2e-4);
         CHECK(e <= 2e-4, "head M=%lld D=%lld: dw rel-L2 %.3g", (long long)c.M, (long long)c.D, e);
         result_free(&s);
         result_free(&g);
@@ -911,21 +825,21 @@ static void check_head(void) {
         h3s_tensor y = h3t_alloc2(H3S_BF16, 4, 24), dx = h3t_alloc2(H3S_F32, 4, 24), dw = h3t_alloc1(H3S_F32, 8);
         h3s_tensor y32 = h3t_alloc2(H3S_F32, 4, 24), wbad = h3t_alloc1(H3S_BF16, 9), w64 = h3t_to_f64(&c.w);
         h3s_tensor dwbad = h3t_alloc1(H3S_F32, 24), dy16 = h3t_alloc2(H3S_BF16, 4, 24);
-        outs fo = {{&y}, {0}}, f32o = {{&y32}, {0}}, bo = {{&dx, &dw}, {0}}, bob = {{&dx, &dwbad}, {0}};
-        FAILS(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 0, &c.w, EPS, &y));
-        FAILS(H3S_ERR_SHAPE, &fo, h3s_head_rmsnorm_forward(&c.x, 5, &c.w, EPS, &y));
-        FAILS(H3S_ERR_SHAPE, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &wbad, EPS, &y));
-        FAILS(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, NULL, EPS, &y));
-        FAILS(H3S_ERR_DTYPE, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &w64, EPS, &y));
-        FAILS(H3S_ERR_DTYPE, &f32o, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, EPS, &y32));
-        FAILS(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, 0.0, &y));
-        FAILS(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(NULL, 3, &c.w, EPS, &y));
-        FAILS(H3S_ERR_INVALID, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, NULL, &dx, &dw));
-        FAILS(H3S_ERR_DTYPE, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &dy16, &dx, &dw));
-        FAILS(H3S_ERR_SHAPE, &bob, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &c.dy, &dx, &dwbad));
-        FAILS(H3S_ERR_SHAPE, &bo, h3s_head_rmsnorm_backward(&c.x, 6, &c.w, EPS, &c.dy, &dx, &dw));
+        h3t_outs fo = {{&y}, {0}}, f32o = {{&y32}, {0}}, bo = {{&dx, &dw}, {0}}, bob = {{&dx, &dwbad}, {0}};
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 0, &c.w, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_head_rmsnorm_forward(&c.x, 5, &c.w, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &wbad, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, NULL, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &w64, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &f32o, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, EPS, &y32));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, 0.0, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(NULL, 3, &c.w, EPS, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, NULL, &dx, &dw));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &dy16, &dx, &dw));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bob, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &c.dy, &dx, &dwbad));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &bo, h3s_head_rmsnorm_backward(&c.x, 6, &c.w, EPS, &c.dy, &dx, &dw));
         dx.device = 1;
-        FAILS(H3S_ERR_DEVICE, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &c.dy, &dx, &dw));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &c.dy, &dx, &dw));
         dx.device = 0;
         h3s_tensor *frees[] = {&y, &dx, &dw, &y32, &wbad, &w64, &dwbad, &dy16};
         for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)

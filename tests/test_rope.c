@@ -38,14 +38,6 @@ static void tables(const h3s_tensor *pos, int64_t F, h3s_dtype dt, h3s_tensor *c
     CHECK_OK(h3s_rope_table(pos, F, 10000.0, c, s));
 }
 
-static int all_poison(const h3s_tensor *t) {
-    const unsigned char *b = (const unsigned char *)t->data;
-    size_t n = h3s_tensor_nbytes(t);
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != 0x7f) return 0;
-    return 1;
-}
-
 static double max_abs(const h3s_tensor *t) {
     double m = 0;
     for (int64_t i = 0; i < h3s_tensor_numel(t); i++)
@@ -512,9 +504,10 @@ static void test_bad_table(void) {
     c.device = 2;
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, F, 1e4, &c, &s));
     c.device = 0;
-    CHECK(all_poison(&c) && all_poison(&s) && all_poison(&gc) && all_poison(&gs), "a failed rope_table wrote output");
+    CHECK(h3t_all_poison(&c) && h3t_all_poison(&s) && h3t_all_poison(&gc) && h3t_all_poison(&gs),
+          "a failed rope_table wrote output");
     CHECK_OK(h3s_rope_table(&pos, F, 1e4, &c, &s));
-    CHECK(!all_poison(&c), "the valid call wrote nothing");
+    CHECK(!h3t_all_poison(&c), "the valid call wrote nothing");
     h3s_tensor *all[] = {&pos, &c, &s, &gc, &gs, &bad_w, &bad_rows, &pos2, &posi, &posf, &bf};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         h3s_tensor_free(all[i]);
@@ -579,7 +572,7 @@ static void test_bad_apply(void) {
         h3s_tensor dx_short = h3t_alloc2(H3S_F32, M - 1, W);
         h3t_poison(&dx_short);
         CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_backward(heads, &c, &s, &dy, &dx_short));
-        CHECK(all_poison(&dx_short), "short dx written");
+        CHECK(h3t_all_poison(&dx_short), "short dx written");
         h3s_tensor_free(&dx_short);
     }
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_backward(heads, &c_bad, &s_bad, &dy, &dx));
@@ -590,7 +583,7 @@ static void test_bad_apply(void) {
         h3s_tensor xo = h3t_alloc2(H3S_F32, M + 1, W), dxo = h3t_alloc2(H3S_F32, M + 1, W);
         h3t_poison(&dxo);
         CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_backward(heads, &c, &s, &xo, &dxo));
-        CHECK(all_poison(&dxo), "rows-not-multiple backward wrote dx");
+        CHECK(h3t_all_poison(&dxo), "rows-not-multiple backward wrote dx");
         h3s_tensor_free(&xo);
         h3s_tensor_free(&dxo);
     }
@@ -609,10 +602,10 @@ static void test_bad_apply(void) {
 
     int untouched = 1;
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        untouched &= all_poison(outs[i]);
+        untouched &= h3t_all_poison(outs[i]);
     CHECK(untouched, "a failed rope call wrote its output");
     CHECK_OK(h3s_rope_forward(&x, heads, &c, &s, &y));
-    CHECK(!all_poison(&y), "the valid call wrote nothing");
+    CHECK(!h3t_all_poison(&y), "the valid call wrote nothing");
 
     h3s_tensor *all[] = {&pos,      &c,          &s,          &gc,      &gs,       &x,       &y,
                          &dy,       &dx,         &x64,        &y64,     &dx64,     &xf,      &yf,

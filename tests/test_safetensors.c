@@ -1,6 +1,5 @@
 /* safetensors: round trip of every dtype, byte determinism, the incremental writer, atomic writes, and a clean
  * error (never an out-of-bounds read: this runs under ASan in CI) for every kind of malformed file. */
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -13,27 +12,6 @@ static char tmpdir[] = "/tmp/h3s_test_st_XXXXXX";
 
 static void path_in(char *out, size_t size, const char *name) { snprintf(out, size, "%s/%s", tmpdir, name); }
 
-static size_t read_file(const char *path, unsigned char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *out = NULL;
-        return 0;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = malloc((size_t)n + 1);
-    size_t got = fread(*out, 1, (size_t)n, f);
-    fclose(f);
-    return got;
-}
-
-static void write_bytes(const char *path, const void *data, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (len) fwrite(data, 1, len, f);
-    fclose(f);
-}
-
 /* A file with header length field `hdr_len_field`, the JSON text `json` and `data_len` data bytes (0, 1, 2, ...). */
 static void write_raw(const char *path, uint64_t hdr_len_field, const char *json, size_t data_len) {
     size_t jl = strlen(json);
@@ -43,23 +21,13 @@ static void write_raw(const char *path, uint64_t hdr_len_field, const char *json
     memcpy(buf + 8, json, jl);
     for (size_t i = 0; i < data_len; i++)
         buf[8 + jl + i] = (unsigned char)i;
-    write_bytes(path, buf, 8 + jl + data_len);
+    h3t_write_file(path, buf, 8 + jl + data_len);
     free(buf);
 }
 
 /* Same, with the true header length. */
 static void write_json(const char *path, const char *json, size_t data_len) {
     write_raw(path, strlen(json), json, data_len);
-}
-
-static int count_dir_entries(void) {
-    DIR *d = opendir(tmpdir);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
 }
 
 static int file_exists(const char *path) {
@@ -142,7 +110,7 @@ static void test_round_trip(void) {
         h3s_st_close(f);
     }
     unsigned char *a = NULL, *b = NULL;
-    size_t na = read_file(path, &a), nb = read_file(path2, &b);
+    size_t na = h3t_read_file(path, &a), nb = h3t_read_file(path2, &b);
     CHECK(na > 8 && na == nb && memcmp(a, b, na) == 0, "rewrite is byte-identical");
     /* header length is a multiple of 8 and the padding is spaces */
     uint64_t hl = 0;
@@ -160,15 +128,15 @@ static void test_round_trip(void) {
 
     /* same entries, another call: same bytes; one byte changed: different bytes */
     CHECK_OK(h3s_st_write(path2, s.e, 9));
-    na = read_file(path, &a);
-    nb = read_file(path2, &b);
+    na = h3t_read_file(path, &a);
+    nb = h3t_read_file(path2, &b);
     CHECK(na == nb && memcmp(a, b, na) == 0, "two writes of the same entries differ");
     free(a);
     free(b);
     ((unsigned char *)s.t[1].data)[3] ^= 1;
     CHECK_OK(h3s_st_write(path2, s.e, 9));
-    na = read_file(path, &a);
-    nb = read_file(path2, &b);
+    na = h3t_read_file(path, &a);
+    nb = h3t_read_file(path2, &b);
     CHECK(na == nb && memcmp(a, b, na) != 0, "a changed tensor must change the file");
     free(a);
     free(b);
@@ -193,7 +161,7 @@ static void test_exact_layout(void) {
     memcpy(want + 8, json, 64);
     memcpy(want + 72, v, 24);
     unsigned char *got = NULL;
-    size_t n = read_file(path, &got);
+    size_t n = h3t_read_file(path, &got);
     CHECK(n == sizeof want && memcmp(got, want, n) == 0, "exact layout");
     free(got);
 
@@ -209,7 +177,7 @@ static void test_exact_layout(void) {
     }
     /* empty file: "{}" padded to 8 */
     CHECK_OK(h3s_st_write(path, NULL, 0));
-    n = read_file(path, &got);
+    n = h3t_read_file(path, &got);
     CHECK(n == 16 && got[0] == 8 && memcmp(got + 8, "{}      ", 8) == 0, "empty file layout");
     free(got);
     CHECK_OK(h3s_st_open(path, &f));
@@ -258,7 +226,7 @@ static void test_incremental_writer(void) {
         free(all);
     }
     unsigned char *a = NULL, *b = NULL;
-    size_t na = read_file(path, &a), nb = read_file(path2, &b);
+    size_t na = h3t_read_file(path, &a), nb = h3t_read_file(path2, &b);
     CHECK(na == nb && na > 0 && memcmp(a, b, na) == 0, "incremental writer gives the same bytes");
     free(a);
     free(b);
@@ -266,17 +234,17 @@ static void test_incremental_writer(void) {
     remove(path2);
 
     /* commit with bytes missing: error, nothing at the path, no temporary left */
-    int before = count_dir_entries();
+    int before = h3t_count_entries(tmpdir);
     CHECK_OK(h3s_st_writer_begin(path2, meta, 9, &w));
     if (w) {
         CHECK_OK(h3s_st_writer_append(w, s.t[0].data, 8));
         CHECK_FAILS(H3S_ERR_INVALID, h3s_st_writer_commit(w));
     }
     CHECK(!file_exists(path2), "a failed commit leaves no file");
-    CHECK(count_dir_entries() == before, "a failed commit leaves no temporary file");
+    CHECK(h3t_count_entries(tmpdir) == before, "a failed commit leaves no temporary file");
     CHECK_OK(h3s_st_writer_begin(path2, meta, 9, &w));
     h3s_st_writer_abort(w);
-    CHECK(!file_exists(path2) && count_dir_entries() == before, "abort leaves nothing");
+    CHECK(!file_exists(path2) && h3t_count_entries(tmpdir) == before, "abort leaves nothing");
     free_samples(&s);
 }
 
@@ -286,8 +254,8 @@ static void test_write_errors(void) {
     char path[512];
     path_in(path, sizeof path, "bad.safetensors");
     /* a file already at the path survives a failed write untouched */
-    write_bytes(path, "precious", 8);
-    int before = count_dir_entries();
+    h3t_write_file(path, "precious", 8);
+    int before = h3t_count_entries(tmpdir);
     h3s_st_entry dup[2] = {{"x", h3s_tensor_view(v, H3S_F32, 1, shape)}, {"x", h3s_tensor_view(v, H3S_F32, 1, shape)}};
     CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write(path, dup, 2));
     CHECK(strstr(h3s_last_error(), "'x'"), "duplicate named: %s", h3s_last_error());
@@ -310,10 +278,10 @@ static void test_write_errors(void) {
     CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write(path, NULL, 1));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write(NULL, &no_name, 0));
     unsigned char *got = NULL;
-    size_t n = read_file(path, &got);
+    size_t n = h3t_read_file(path, &got);
     CHECK(n == 8 && memcmp(got, "precious", 8) == 0, "the existing file is untouched");
     free(got);
-    CHECK(count_dir_entries() == before, "no temporary files left behind");
+    CHECK(h3t_count_entries(tmpdir) == before, "no temporary files left behind");
     /* a directory that does not exist */
     CHECK_FAILS(H3S_ERR_IO, h3s_st_write("/nonexistent-h3s-dir/x.safetensors", &dup[0], 1));
     /* a valid write replaces the old file atomically */
@@ -345,9 +313,9 @@ static void test_malformed(void) {
     path_in(p, sizeof p, "malformed.safetensors");
     const char *good = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
 
-    write_bytes(p, "", 0);
+    h3t_write_file(p, "", 0);
     expect_bad(p, H3S_ERR_FORMAT, "truncated", "empty file");
-    write_bytes(p, "\x10\0\0\0\0", 5);
+    h3t_write_file(p, "\x10\0\0\0\0", 5);
     expect_bad(p, H3S_ERR_FORMAT, "truncated", "5-byte file");
     write_raw(p, 4096, good, 24);
     expect_bad(p, H3S_ERR_FORMAT, "past the end", "header length beyond the file");
@@ -363,7 +331,7 @@ static void test_malformed(void) {
     expect_bad(p, H3S_ERR_FORMAT, "object", "header is an array");
     write_json(p, "{}  x", 0);
     expect_bad(p, H3S_ERR_FORMAT, "after", "bytes after the JSON");
-    write_bytes(p, "\x08\0\0\0\0\0\0\0{}\0     ", 16);
+    h3t_write_file(p, "\x08\0\0\0\0\0\0\0{}\0     ", 16);
     expect_bad(p, H3S_ERR_FORMAT, "NUL", "NUL in the header");
 
     /* truncated data: the header describes 24 bytes, 20 are there */
@@ -513,7 +481,7 @@ static void test_misaligned(void) {
     data[1] = 0x3f; /* bf16 1.0 */
     float xs[2] = {2.5f, -7.25f};
     memcpy(data + 2, xs, 8);
-    write_bytes(p, buf, 8 + jl + pad + 10);
+    h3t_write_file(p, buf, 8 + jl + pad + 10);
     h3s_st_file *f = NULL;
     CHECK_OK(h3s_st_open(p, &f));
     if (f) {
@@ -529,17 +497,14 @@ static void test_misaligned(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    h3t_make_temp_dir(tmpdir);
     test_round_trip();
     test_exact_layout();
     test_incremental_writer();
     test_write_errors();
     test_malformed();
     test_misaligned();
-    CHECK(count_dir_entries() == 0, "test files left behind");
+    CHECK(h3t_count_entries(tmpdir) == 0, "test files left behind");
     rmdir(tmpdir);
     return h3t_finish("test_safetensors");
 }

@@ -18,48 +18,6 @@
 #define BOUND_DGATE (3.5 * U_F32)
 #define MIN_CORRECTLY_ROUNDED 0.99
 
-static double measured(const char *what, double e, double bound) {
-    if (getenv("H3S_TEST_VERBOSE")) printf("  %-44s %.3e  (bound %.3e)\n", what, e, bound);
-    return e;
-}
-
-static h3s_tensor normal2(h3s_dtype dt, int64_t a, int64_t b, uint64_t seed, float scale) {
-    h3s_tensor t = h3t_alloc2(dt, a, b);
-    h3t_fill_normal(&t, seed, scale);
-    return t;
-}
-
-static double bf16_nearest(double v) {
-    uint16_t b = h3s_bf16_round((float)v);
-    double best = h3s_bf16_value(b), err = fabs(best - v);
-    for (int d = -1; d <= 1; d += 2) {
-        double cv = h3s_bf16_value((uint16_t)(b + d));
-        if (!isnan(cv) && fabs(cv - v) < err) {
-            best = cv;
-            err = fabs(cv - v);
-        }
-    }
-    return best;
-}
-
-static double frac_correctly_rounded(const h3s_tensor *y, const h3s_tensor *ref) {
-    int64_t n = h3s_tensor_numel(ref), hit = 0;
-    if (n == 0) return 1.0;
-    for (int64_t i = 0; i < n; i++)
-        hit += h3s_tensor_get_f64(y, i) == bf16_nearest(h3s_tensor_get_f64(ref, i));
-    return (double)hit / (double)n;
-}
-
-/* Columns [c0, c0 + n) of a 2-D tensor as an F64 tensor. */
-static h3s_tensor columns(const h3s_tensor *t, int64_t c0, int64_t n) {
-    int64_t M = t->shape[0], W = t->shape[1];
-    h3s_tensor o = h3t_alloc2(H3S_F64, M, n);
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t j = 0; j < n; j++)
-            ((double *)o.data)[m * n + j] = h3s_tensor_get_f64(t, m * W + c0 + j);
-    return o;
-}
-
 typedef struct sw_result {
     h3s_tensor h, du;
 } sw_result;
@@ -84,24 +42,24 @@ static int sw_equal(const sw_result *a, const sw_result *b) {
 
 /* 1. accuracy against golden, F = 37, 60, 100 and M = 1. */
 static void check_accuracy(int64_t M, int64_t F) {
-    h3s_tensor u = normal2(H3S_BF16, M, 2 * F, 10 + (uint64_t)F, 2.0f), dh = normal2(H3S_F32, M, F, 20, 1.0f);
+    h3s_tensor u = h3t_normal2(H3S_BF16, M, 2 * F, 10 + (uint64_t)F, 2.0f), dh = h3t_normal2(H3S_F32, M, F, 20, 1.0f);
     h3s_tensor u64 = h3t_to_f64(&u), dh64 = h3t_to_f64(&dh);
     sw_result s, g;
     sw_run(&u, &dh, &s);
     sw_run(&u64, &dh64, &g);
     char what[96];
     snprintf(what, sizeof what, "swiglu M=%lld F=%lld h", (long long)M, (long long)F);
-    double e = measured(what, h3t_rel_l2(&s.h, &g.h), BOUND_H);
+    double e = h3t_measured(what, h3t_rel_l2(&s.h, &g.h), BOUND_H);
     CHECK(e <= BOUND_H, "M=%lld F=%lld: h rel-L2 %.3g", (long long)M, (long long)F, e);
-    double f = frac_correctly_rounded(&s.h, &g.h);
+    double f = h3t_frac_correctly_rounded(&s.h, &g.h);
     CHECK(f >= MIN_CORRECTLY_ROUNDED, "F=%lld: only %.4f of h correctly rounded", (long long)F, f);
-    h3s_tensor sv = columns(&s.du, 0, F), gv = columns(&g.du, 0, F), sg = columns(&s.du, F, F),
-               gg = columns(&g.du, F, F);
+    h3s_tensor sv = h3t_columns(&s.du, 0, F), gv = h3t_columns(&g.du, 0, F), sg = h3t_columns(&s.du, F, F),
+               gg = h3t_columns(&g.du, F, F);
     snprintf(what, sizeof what, "swiglu M=%lld F=%lld dvalue", (long long)M, (long long)F);
-    e = measured(what, h3t_rel_l2(&sv, &gv), BOUND_DVALUE);
+    e = h3t_measured(what, h3t_rel_l2(&sv, &gv), BOUND_DVALUE);
     CHECK(e <= BOUND_DVALUE, "M=%lld F=%lld: dvalue rel-L2 %.3g", (long long)M, (long long)F, e);
     snprintf(what, sizeof what, "swiglu M=%lld F=%lld dgate", (long long)M, (long long)F);
-    e = measured(what, h3t_rel_l2(&sg, &gg), BOUND_DGATE);
+    e = h3t_measured(what, h3t_rel_l2(&sg, &gg), BOUND_DGATE);
     CHECK(e <= BOUND_DGATE, "M=%lld F=%lld: dgate rel-L2 %.3g", (long long)M, (long long)F, e);
     h3s_tensor *frees[] = {&u, &dh, &u64, &dh64, &sv, &gv, &sg, &gg};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
@@ -113,7 +71,7 @@ static void check_accuracy(int64_t M, int64_t F) {
 /* The documented formula, evaluated here, gives the library's bits. */
 static void check_documented_formula(void) {
     const int64_t M = 64, F = 70;
-    h3s_tensor u = normal2(H3S_BF16, M, 2 * F, 33, 3.0f), dh = normal2(H3S_F32, M, F, 34, 1.0f);
+    h3s_tensor u = h3t_normal2(H3S_BF16, M, 2 * F, 33, 3.0f), dh = h3t_normal2(H3S_F32, M, F, 34, 1.0f);
     sw_result s;
     sw_run(&u, &dh, &s);
     int64_t bad_h = 0, bad_du = 0;
@@ -135,7 +93,7 @@ static void check_documented_formula(void) {
 
 /* 2. repeat and 5. threads (M = 600, F = 130). */
 static void check_repeat_threads(void) {
-    h3s_tensor u = normal2(H3S_BF16, 600, 260, 40, 2.0f), dh = normal2(H3S_F32, 600, 130, 41, 1.0f);
+    h3s_tensor u = h3t_normal2(H3S_BF16, 600, 260, 40, 2.0f), dh = h3t_normal2(H3S_F32, 600, 130, 41, 1.0f);
     sw_result r[4];
     int threads[3] = {1, 2, 4};
     for (int i = 0; i < 3; i++) {
@@ -156,10 +114,10 @@ static void check_repeat_threads(void) {
 /* 3. row 211 of M = 300 == row 3 of M = 7 == row 0 of M = 1 (h and du). */
 static void check_row_invariance(void) {
     const int64_t F = 60;
-    h3s_tensor ub = normal2(H3S_BF16, 300, 2 * F, 50, 2.0f), um = normal2(H3S_BF16, 7, 2 * F, 51, 2.0f);
-    h3s_tensor u1 = normal2(H3S_BF16, 1, 2 * F, 52, 2.0f);
-    h3s_tensor db = normal2(H3S_F32, 300, F, 53, 1.0f), dm = normal2(H3S_F32, 7, F, 54, 1.0f),
-               d1 = normal2(H3S_F32, 1, F, 55, 1.0f);
+    h3s_tensor ub = h3t_normal2(H3S_BF16, 300, 2 * F, 50, 2.0f), um = h3t_normal2(H3S_BF16, 7, 2 * F, 51, 2.0f);
+    h3s_tensor u1 = h3t_normal2(H3S_BF16, 1, 2 * F, 52, 2.0f);
+    h3s_tensor db = h3t_normal2(H3S_F32, 300, F, 53, 1.0f), dm = h3t_normal2(H3S_F32, 7, F, 54, 1.0f),
+               d1 = h3t_normal2(H3S_F32, 1, F, 55, 1.0f);
     size_t ru = 2 * 2 * (size_t)F, rd = 4 * (size_t)F;
     memcpy((char *)um.data + 3 * ru, (char *)ub.data + 211 * ru, ru);
     memcpy(u1.data, (char *)ub.data + 211 * ru, ru);
@@ -189,7 +147,7 @@ static void check_boundaries(void) {
     sw_free(&r);
     h3s_tensor_free(&u);
     h3s_tensor_free(&dh);
-    h3s_tensor u2 = normal2(H3S_BF16, 3, 8, 60, 1.0f), dh2 = normal2(H3S_F32, 3, 4, 61, 1.0f);
+    h3s_tensor u2 = h3t_normal2(H3S_BF16, 3, 8, 60, 1.0f), dh2 = h3t_normal2(H3S_F32, 3, 4, 61, 1.0f);
     CHECK_OK(h3s_swiglu_backward(&u2, &dh2, NULL));
     h3s_tensor_free(&u2);
     h3s_tensor_free(&dh2);
@@ -198,55 +156,38 @@ static void check_boundaries(void) {
 /* 6. bad input: every failing call leaves its poisoned output untouched. */
 static void check_bad_input(void) {
     const int64_t M = 4, F = 6;
-    h3s_tensor u = normal2(H3S_BF16, M, 2 * F, 70, 1.0f), dh = normal2(H3S_F32, M, F, 71, 1.0f);
+    h3s_tensor u = h3t_normal2(H3S_BF16, M, 2 * F, 70, 1.0f), dh = h3t_normal2(H3S_F32, M, F, 71, 1.0f);
     h3s_tensor h = h3t_alloc2(H3S_BF16, M, F), du = h3t_alloc2(H3S_F32, M, 2 * F);
     h3s_tensor uodd = h3t_alloc2(H3S_BF16, M, 2 * F + 1), u32 = h3t_alloc2(H3S_F32, M, 2 * F), u64 = h3t_to_f64(&u);
     h3s_tensor hbad = h3t_alloc2(H3S_BF16, M, F + 1), h64 = h3t_alloc2(H3S_F64, M, F), h32 = h3t_alloc2(H3S_F32, M, F);
     h3s_tensor dh16 = h3t_alloc2(H3S_BF16, M, F), dh64 = h3t_to_f64(&dh), dubad = h3t_alloc2(H3S_F32, M + 1, 2 * F);
     h3s_tensor du64 = h3t_alloc2(H3S_F64, M, 2 * F), dhbad = h3t_alloc2(H3S_F32, M, F - 1);
-    h3s_tensor *outs[] = {&h, &du, &hbad, &h64, &h32, &dubad, &du64};
-    const int nouts = (int)(sizeof outs / sizeof *outs);
-    void *copies[7];
-#define FAILS(want, expr)                                                                                              \
-    do {                                                                                                               \
-        for (int i_ = 0; i_ < nouts; i_++) {                                                                           \
-            h3t_poison(outs[i_]);                                                                                      \
-            copies[i_] = malloc(h3s_tensor_nbytes(outs[i_]));                                                          \
-            memcpy(copies[i_], outs[i_]->data, h3s_tensor_nbytes(outs[i_]));                                           \
-        }                                                                                                              \
-        CHECK_FAILS(want, expr);                                                                                       \
-        for (int i_ = 0; i_ < nouts; i_++) {                                                                           \
-            CHECK(memcmp(copies[i_], outs[i_]->data, h3s_tensor_nbytes(outs[i_])) == 0,                                \
-                  "%s: an output was written by a failing call", #expr);                                               \
-            free(copies[i_]);                                                                                          \
-        }                                                                                                              \
-    } while (0)
-    FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(NULL, &h));
-    FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(&u, NULL));
-    FAILS(H3S_ERR_SHAPE, h3s_swiglu_forward(&uodd, &h));
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_forward(&u32, &h));
-    FAILS(H3S_ERR_SHAPE, h3s_swiglu_forward(&u, &hbad));
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_forward(&u, &h64)); /* strict u, golden h */
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_forward(&u64, &h)); /* golden u, strict h */
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_forward(&u, &h32)); /* h must be BF16 */
-    FAILS(H3S_ERR_INVALID, h3s_swiglu_backward(&u, NULL, &du));
-    FAILS(H3S_ERR_INVALID, h3s_swiglu_backward(NULL, &dh, &du));
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_backward(&u, &dh16, &du));
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_backward(&u, &dh64, &du)); /* strict u, golden dh */
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_backward(&u64, &dh, &du)); /* golden u, strict dh */
-    FAILS(H3S_ERR_DTYPE, h3s_swiglu_backward(&u, &dh, &du64));
-    FAILS(H3S_ERR_SHAPE, h3s_swiglu_backward(&u, &dh, &dubad));
-    FAILS(H3S_ERR_SHAPE, h3s_swiglu_backward(&u, &dhbad, &du));
+    h3t_outs all = {{&h, &du, &hbad, &h64, &h32, &dubad, &du64}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_forward(NULL, &h));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_forward(&u, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &all, h3s_swiglu_forward(&uodd, &h));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_forward(&u32, &h));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &all, h3s_swiglu_forward(&u, &hbad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_forward(&u, &h64)); /* strict u, golden h */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_forward(&u64, &h)); /* golden u, strict h */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_forward(&u, &h32)); /* h must be BF16 */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_backward(&u, NULL, &du));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_backward(NULL, &dh, &du));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_backward(&u, &dh16, &du));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_backward(&u, &dh64, &du)); /* strict u, golden dh */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_backward(&u64, &dh, &du)); /* golden u, strict dh */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &all, h3s_swiglu_backward(&u, &dh, &du64));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &all, h3s_swiglu_backward(&u, &dh, &dubad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &all, h3s_swiglu_backward(&u, &dhbad, &du));
     h.device = 1;
-    FAILS(H3S_ERR_DEVICE, h3s_swiglu_forward(&u, &h));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &all, h3s_swiglu_forward(&u, &h));
     h.device = 0;
     du.device = 1;
-    FAILS(H3S_ERR_DEVICE, h3s_swiglu_backward(&u, &dh, &du));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &all, h3s_swiglu_backward(&u, &dh, &du));
     du.device = 0;
     h.device = 2; /* neither host (0) nor CUDA (1) */
-    FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(&u, &h));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_forward(&u, &h));
     h.device = 0;
-#undef FAILS
     h3s_tensor *frees[] = {&u, &dh, &h, &du, &uodd, &u32, &u64, &hbad, &h64, &h32, &dh16, &dh64, &dubad, &du64, &dhbad};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
         h3s_tensor_free(frees[i]);

@@ -24,20 +24,6 @@
 #define E_F32 (1.0 / 16777216.0)
 #define MLP_BOUND 1e-5
 
-static int all_poison(const h3s_tensor *t) {
-    const unsigned char *b = (const unsigned char *)t->data;
-    size_t n = h3s_tensor_nbytes(t);
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != 0x7f) return 0;
-    return 1;
-}
-
-static int all_zero(const h3s_tensor *t) {
-    for (int64_t i = 0; i < h3s_tensor_numel(t); i++)
-        if (h3s_tensor_get_f64(t, i) != 0.0) return 0;
-    return 1;
-}
-
 /* timesteps in [0, 1], spread out, F32 (exact in F64) */
 static h3s_tensor timesteps(int64_t T, uint64_t seed) {
     h3s_tensor t = h3t_alloc1(H3S_F32, T);
@@ -294,7 +280,7 @@ static void test_sinusoid_bad_input(void) {
     }
     int untouched = 1;
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        untouched &= all_poison(outs[i]);
+        untouched &= h3t_all_poison(outs[i]);
     CHECK(untouched, "a failed sinusoid call wrote its output");
     h3s_tensor *all[] = {&t, &o,   &o64,   &t64,    &tbf, &t2,   &o_rows,   &o_bf,
                          &g, &g64, &g_odd, &g_rows, &dt,  &dt64, &dt_short, &g_empty};
@@ -375,8 +361,6 @@ static void mlp_golden_of(const mlp *s, mlp *g) {
     CHECK_OK(h3s_tensor_convert(&s->dtemb, &g->dtemb));
 }
 
-static double silu_d(double x) { return x / (1.0 + exp(-x)); }
-
 /* temb of the golden MLP by plain loops (an independent reference for the composition) */
 static double mlp_reference(const mlp *g, int64_t t, int64_t e) {
     double out = ((double *)g->b2.data)[e];
@@ -384,35 +368,19 @@ static double mlp_reference(const mlp *g, int64_t t, int64_t e) {
         double h = ((double *)g->b1.data)[j];
         for (int64_t k = 0; k < g->Fd; k++)
             h += ((double *)g->features.data)[t * g->Fd + k] * ((double *)g->w1.data)[j * g->Fd + k];
-        out += silu_d(h) * ((double *)g->w2.data)[e * g->Eh + j];
+        out += h3t_silu(h) * ((double *)g->w2.data)[e * g->Eh + j];
     }
     return out;
 }
 
-static double mlp_loss(mlp *g) {
+/* <dtemb, temb> of the golden forward, for h3t_fd_check (ctx: an mlp) */
+static double mlp_loss(void *ctx) {
+    mlp *g = ctx;
     CHECK_OK(h3s_timestep_mlp_forward(&g->features, &g->w1, &g->b1, &g->w2, &g->b2, &g->hidden, &g->temb));
     double l = 0;
     for (int64_t i = 0; i < g->T * g->E; i++)
         l += ((double *)g->dtemb.data)[i] * ((double *)g->temb.data)[i];
     return l;
-}
-
-/* every entry of `param` perturbed by +-h; the central difference of <dtemb, temb> must match `grad` */
-static void fd_check(mlp *g, h3s_tensor *param, const h3s_tensor *grad, const char *name) {
-    const double h = 1e-6;
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < h3s_tensor_numel(param); i++) {
-        double *p = (double *)param->data + i, keep = *p;
-        *p = keep + h;
-        double lp = mlp_loss(g);
-        *p = keep - h;
-        double lm = mlp_loss(g);
-        *p = keep;
-        double fd = (lp - lm) / (2 * h), an = ((double *)grad->data)[i];
-        worst = fmax(worst, fabs(fd - an));
-        scale = fmax(scale, fabs(an));
-    }
-    CHECK(worst <= 1e-7 * (1 + scale), "golden MLP %s vs central differences: worst %g (scale %g)", name, worst, scale);
 }
 
 static void test_mlp_golden(void) {
@@ -429,11 +397,11 @@ static void test_mlp_golden(void) {
     /* copies of the analytic gradients (the loss evaluations overwrite hidden/temb only) */
     h3s_tensor df = h3t_to_f64(&g.dfeatures), dw1 = h3t_to_f64(&g.dw1), db1 = h3t_to_f64(&g.db1),
                dw2 = h3t_to_f64(&g.dw2), db2 = h3t_to_f64(&g.db2);
-    fd_check(&g, &g.features, &df, "dfeatures");
-    fd_check(&g, &g.w1, &dw1, "dw1");
-    fd_check(&g, &g.b1, &db1, "db1");
-    fd_check(&g, &g.w2, &dw2, "dw2");
-    fd_check(&g, &g.b2, &db2, "db2");
+    h3t_fd_check(mlp_loss, &g, &g.features, &df, "golden MLP", "dfeatures");
+    h3t_fd_check(mlp_loss, &g, &g.w1, &dw1, "golden MLP", "dw1");
+    h3t_fd_check(mlp_loss, &g, &g.b1, &db1, "golden MLP", "db1");
+    h3t_fd_check(mlp_loss, &g, &g.w2, &dw2, "golden MLP", "dw2");
+    h3t_fd_check(mlp_loss, &g, &g.b2, &db2, "golden MLP", "db2");
     h3s_tensor *all[] = {&df, &dw1, &db1, &dw2, &db2};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         h3s_tensor_free(all[i]);
@@ -560,7 +528,7 @@ static void test_mlp_partial_and_empty(void) {
         h3t_poison(&z.dw2);
         h3t_poison(&z.db2);
         mlp_run(&z);
-        CHECK(all_zero(&z.dw1) && all_zero(&z.db1) && all_zero(&z.dw2) && all_zero(&z.db2),
+        CHECK(h3t_all_zero(&z.dw1) && h3t_all_zero(&z.db1) && h3t_all_zero(&z.dw2) && h3t_all_zero(&z.db2),
               "T = 0 parameter gradients are not 0 (%s)", golden ? "golden" : "strict");
         mlp_free(&z);
     }
@@ -627,7 +595,7 @@ static void test_mlp_bad_input(void) {
 #undef BWD
     int untouched = 1;
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-        untouched &= all_poison(outs[i]);
+        untouched &= h3t_all_poison(outs[i]);
     CHECK(untouched, "a failed timestep MLP call wrote an output");
     h3s_tensor *all[] = {&w1_bad, &w2_bad, &b1_bad, &hid_bad, &temb_bad, &f_bf, &dtemb_bad, &dw1_bad};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

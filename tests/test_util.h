@@ -6,6 +6,7 @@
 #ifndef H3S_TEST_UTIL_H
 #define H3S_TEST_UTIL_H
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,8 +85,84 @@ static inline void h3t_fill_normal(h3s_tensor *t, uint64_t seed, float scale) {
     }
 }
 
+/* A new [a, b] / [a] tensor of h3t_fill_normal values. */
+static inline h3s_tensor h3t_normal2(h3s_dtype dtype, int64_t a, int64_t b, uint64_t seed, float scale) {
+    h3s_tensor t = h3t_alloc2(dtype, a, b);
+    h3t_fill_normal(&t, seed, scale);
+    return t;
+}
+static inline h3s_tensor h3t_normal1(h3s_dtype dtype, int64_t a, uint64_t seed, float scale) {
+    h3s_tensor t = h3t_alloc1(dtype, a);
+    h3t_fill_normal(&t, seed, scale);
+    return t;
+}
+
 /* Fill with a recognisable poison so unwritten outputs show up. */
-static inline void h3t_poison(h3s_tensor *t) { memset(t->data, 0x7f, h3s_tensor_nbytes(t)); }
+#define H3T_POISON_BYTE 0x7f
+static inline void h3t_poison(h3s_tensor *t) { memset(t->data, H3T_POISON_BYTE, h3s_tensor_nbytes(t)); }
+
+/* Every byte of t still holds the poison of h3t_poison. */
+static inline int h3t_all_poison(const h3s_tensor *t) {
+    const unsigned char *b = (const unsigned char *)t->data;
+    size_t n = h3s_tensor_nbytes(t);
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != H3T_POISON_BYTE) return 0;
+    return 1;
+}
+
+/* Every element of a float tensor equals 0 (either sign). */
+static inline int h3t_all_zero(const h3s_tensor *t) {
+    for (int64_t i = 0; i < h3s_tensor_numel(t); i++)
+        if (h3s_tensor_get_f64(t, i) != 0.0) return 0;
+    return 1;
+}
+
+/* A malloc'd copy of t's bytes (never NULL for an empty tensor; the caller frees it). */
+static inline void *h3t_snapshot(const h3s_tensor *t) {
+    size_t n = h3s_tensor_nbytes(t);
+    void *c = malloc(n ? n : 1);
+    if (!c) {
+        fprintf(stderr, "test allocation failed\n");
+        exit(2);
+    }
+    if (n) memcpy(c, t->data, n);
+    return c;
+}
+
+/* Fail closed: the outputs t[] (NULL entries ignored) of a call that must fail are poisoned
+ * before it and must be byte-identical after it. */
+#define H3T_MAX_OUTS 8
+typedef struct h3t_outs {
+    h3s_tensor *t[H3T_MAX_OUTS];
+    void *copy[H3T_MAX_OUTS];
+} h3t_outs;
+
+static inline void h3t_outs_poison(h3t_outs *o) {
+    for (int i = 0; i < H3T_MAX_OUTS; i++)
+        if (o->t[i]) {
+            h3t_poison(o->t[i]);
+            o->copy[i] = h3t_snapshot(o->t[i]);
+        }
+}
+
+static inline void h3t_outs_check(h3t_outs *o, const char *what) {
+    for (int i = 0; i < H3T_MAX_OUTS; i++)
+        if (o->t[i]) {
+            size_t n = h3s_tensor_nbytes(o->t[i]);
+            CHECK(n == 0 || memcmp(o->t[i]->data, o->copy[i], n) == 0, "%s: output %d was written by a failing call",
+                  what, i);
+            free(o->copy[i]);
+            o->copy[i] = NULL;
+        }
+}
+
+/* CHECK_FAILS, and the outputs of *outsp left untouched. */
+#define CHECK_FAILS_UNWRITTEN(want, outsp, expr)                                                                       \
+    do {                                                                                                               \
+        h3t_outs_poison(outsp);                                                                                        \
+        CHECK_FAILS(want, expr);                                                                                       \
+        h3t_outs_check(outsp, #expr);                                                                                  \
+    } while (0)
 
 /* F64 copy of any float tensor (exact for BF16/F32 inputs). */
 static inline h3s_tensor h3t_to_f64(const h3s_tensor *t) {
@@ -95,6 +172,115 @@ static inline h3s_tensor h3t_to_f64(const h3s_tensor *t) {
         exit(2);
     }
     return d;
+}
+
+/* Columns [c0, c0 + n) of a 2-D float tensor, as a new F64 tensor. */
+static inline h3s_tensor h3t_columns(const h3s_tensor *t, int64_t c0, int64_t n) {
+    int64_t M = t->shape[0], W = t->shape[1];
+    h3s_tensor o = h3t_alloc2(H3S_F64, M, n);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < n; j++)
+            ((double *)o.data)[m * n + j] = h3s_tensor_get_f64(t, m * W + c0 + j);
+    return o;
+}
+
+/* With H3S_TEST_VERBOSE set, print a measured error next to its bound; returns e. */
+static inline double h3t_measured(const char *what, double e, double bound) {
+    if (getenv("H3S_TEST_VERBOSE")) printf("  %-44s %.3e  (bound %.3e)\n", what, e, bound);
+    return e;
+}
+
+/* The BF16 value nearest to v (ties: either), computed from the double directly. */
+static inline double h3t_bf16_nearest(double v) {
+    uint16_t b = h3s_bf16_round((float)v);
+    double best = h3s_bf16_value(b), err = fabs(best - v);
+    for (int d = -1; d <= 1; d += 2) {
+        double cv = h3s_bf16_value((uint16_t)(b + d));
+        if (!isnan(cv) && fabs(cv - v) < err) {
+            best = cv;
+            err = fabs(cv - v);
+        }
+    }
+    return best;
+}
+
+/* Fraction of the BF16 elements of y equal to the correctly rounded golden value (ref). */
+static inline double h3t_frac_correctly_rounded(const h3s_tensor *y, const h3s_tensor *ref) {
+    int64_t n = h3s_tensor_numel(ref), hit = 0;
+    if (n == 0) return 1.0;
+    for (int64_t i = 0; i < n; i++)
+        hit += h3s_tensor_get_f64(y, i) == h3t_bf16_nearest(h3s_tensor_get_f64(ref, i));
+    return (double)hit / (double)n;
+}
+
+/* silu(x) = x / (1 + exp(-x)) in double: the reference formula of the golden checks. */
+static inline double h3t_silu(double x) { return x / (1.0 + exp(-x)); }
+
+/* Central differences against an analytic gradient: every entry of the F64 tensor `param` is
+ * moved by +-1e-6, (loss(+) - loss(-)) / 2e-6 must match grad (F64, the shape of param) within
+ * 1e-7 (1 + max |grad|).  loss(ctx) recomputes the scalar loss; param is restored. */
+static inline void h3t_fd_check(double (*loss)(void *), void *ctx, h3s_tensor *param, const h3s_tensor *grad,
+                                const char *what, const char *name) {
+    const double h = 1e-6;
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < h3s_tensor_numel(param); i++) {
+        double *p = (double *)param->data + i, keep = *p;
+        *p = keep + h;
+        double lp = loss(ctx);
+        *p = keep - h;
+        double lm = loss(ctx);
+        *p = keep;
+        double fd = (lp - lm) / (2 * h), an = ((double *)grad->data)[i];
+        worst = fmax(worst, fabs(fd - an));
+        scale = fmax(scale, fabs(an));
+    }
+    CHECK(worst <= 1e-7 * (1 + scale), "%s %s vs central differences: worst %g (scale %g)", what, name, worst, scale);
+}
+
+/* The whole file at path, malloc'd and NUL-terminated (*out = NULL and 0 if it cannot be
+ * opened); returns its length. */
+static inline size_t h3t_read_file(const char *path, unsigned char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *out = NULL;
+        return 0;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)n + 1);
+    size_t got = fread(*out, 1, (size_t)n, f);
+    fclose(f);
+    (*out)[got] = 0;
+    return got;
+}
+
+/* Create or replace path with len bytes of data. */
+static inline void h3t_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (len) fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+/* A fresh directory from a mkdtemp template such as "/tmp/h3s_test_x_XXXXXX" (rewritten in
+ * place); a test that cannot have one stops with exit status 2. */
+static inline void h3t_make_temp_dir(char *templ) {
+    if (!mkdtemp(templ)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+/* Entries of dir other than "." and ".."; -1 when it cannot be opened. */
+static inline int h3t_count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
 }
 
 /* ||a - ref|| / ||ref|| over all elements; a any float dtype, ref F64.  NaN anywhere -> inf. */

@@ -79,18 +79,28 @@ static const void *dp(const h3s_tensor *t) { return t ? t->data : NULL; }
 
 /* ------------------------------------------------------------------ linear */
 
-h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {
-    static const char op[] = "linear_forward";
+/* x [M, K] and w [N, K] of one dtype, BF16 or F32 (x's decides). */
+static h3s_status linear_common(const char *op, const h3s_tensor *x, const h3s_tensor *w, h3s_dtype *dt, int64_t *M,
+                                int64_t *K, int64_t *N) {
     H3S_TRY(h3c_init(op));
     if (!x) return h3s_fail(H3S_ERR_INVALID, "%s: x is NULL", op);
-    const h3s_dtype dt = x->dtype;
-    if (dt != H3S_BF16 && dt != H3S_F32)
+    *dt = x->dtype;
+    if (*dt != H3S_BF16 && *dt != H3S_F32)
         return h3s_fail(H3S_ERR_DTYPE, "%s: x has dtype %s; the CUDA backend runs BF16 and F32 linears", op,
-                        h3s_dtype_name(dt));
-    H3S_TRY(dev_tensor(op, "x", x, dt, 2, -1, -1, -1));
-    const int64_t M = x->shape[0], K = x->shape[1];
-    H3S_TRY(dev_tensor(op, "w", w, dt, 2, -1, K, -1));
-    const int64_t N = w->shape[0];
+                        h3s_dtype_name(*dt));
+    H3S_TRY(dev_tensor(op, "x", x, *dt, 2, -1, -1, -1));
+    *M = x->shape[0];
+    *K = x->shape[1];
+    H3S_TRY(dev_tensor(op, "w", w, *dt, 2, -1, *K, -1));
+    *N = w->shape[0];
+    return H3S_OK;
+}
+
+h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {
+    static const char op[] = "linear_forward";
+    h3s_dtype dt = H3S_F32;
+    int64_t M = 0, K = 0, N = 0;
+    H3S_TRY(linear_common(op, x, w, &dt, &M, &K, &N));
     H3S_TRY(dev_opt(op, "b", b, dt, 1, N, -1));
     H3S_TRY(dev_tensor(op, "y", y, dt, 2, M, N, -1));
     if (dt == H3S_BF16) return h3c_gemm_bf16_forward(op, M, N, K, x->data, w->data, dp(b), y->data);
@@ -100,16 +110,9 @@ h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, con
 h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
                                     h3s_tensor *dw, h3s_tensor *db) {
     static const char op[] = "linear_backward";
-    H3S_TRY(h3c_init(op));
-    if (!x) return h3s_fail(H3S_ERR_INVALID, "%s: x is NULL", op);
-    const h3s_dtype dt = x->dtype;
-    if (dt != H3S_BF16 && dt != H3S_F32)
-        return h3s_fail(H3S_ERR_DTYPE, "%s: x has dtype %s; the CUDA backend runs BF16 and F32 linears", op,
-                        h3s_dtype_name(dt));
-    H3S_TRY(dev_tensor(op, "x", x, dt, 2, -1, -1, -1));
-    const int64_t M = x->shape[0], K = x->shape[1];
-    H3S_TRY(dev_tensor(op, "w", w, dt, 2, -1, K, -1));
-    const int64_t N = w->shape[0];
+    h3s_dtype dt = H3S_F32;
+    int64_t M = 0, K = 0, N = 0;
+    H3S_TRY(linear_common(op, x, w, &dt, &M, &K, &N));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, N, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, K));
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 2, N, K));
@@ -388,8 +391,11 @@ h3s_status h3s_cuda_rope_backward(int64_t heads, const h3s_tensor *cos_t, const 
 
 /* ------------------------------------------------------------------ attention */
 
+/* q, k, v, the mask and the forward's out [rows, width] and stats [rows, heads, 2] (outputs of
+ * the forward, inputs of the backward). */
 static h3s_status attn_common(const char *op, const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
-                              int64_t batch, int64_t heads, const h3s_attn_mask *mask, h3c_attn_args *a) {
+                              int64_t batch, int64_t heads, const h3s_attn_mask *mask, const h3s_tensor *out,
+                              const h3s_tensor *stats, h3c_attn_args *a) {
     memset(a, 0, sizeof *a);
     H3S_TRY(h3c_init(op));
     H3S_TRY(dev_tensor(op, "q", q, H3S_BF16, 2, -1, -1, -1));
@@ -412,17 +418,15 @@ static h3s_status attn_common(const char *op, const h3s_tensor *q, const h3s_ten
         H3S_TRY(index_tensor(op, "mask.key_valid", mask->key_valid, H3S_BOOL, rows, &p));
         a->kv = (const uint8_t *)p;
     }
-    return H3S_OK;
+    H3S_TRY(dev_tensor(op, "out", out, H3S_BF16, 2, rows, width, -1));
+    return dev_tensor(op, "stats", stats, H3S_F32, 3, rows, heads, 2);
 }
 
 h3s_status h3s_cuda_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
                                       int64_t heads, const h3s_attn_mask *mask, h3s_tensor *out, h3s_tensor *stats) {
     static const char op[] = "attention_forward";
     h3c_attn_args a;
-    H3S_TRY(attn_common(op, q, k, v, batch, heads, mask, &a));
-    const int64_t rows = q->shape[0];
-    H3S_TRY(dev_tensor(op, "out", out, H3S_BF16, 2, rows, q->shape[1], -1));
-    H3S_TRY(dev_tensor(op, "stats", stats, H3S_F32, 3, rows, heads, 2));
+    H3S_TRY(attn_common(op, q, k, v, batch, heads, mask, out, stats, &a));
     a.out = out->data;
     a.stats = stats->data;
     return h3c_attention_forward(op, &a);
@@ -434,10 +438,8 @@ h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k,
                                        h3s_tensor *dk, h3s_tensor *dv) {
     static const char op[] = "attention_backward";
     h3c_attn_args a;
-    H3S_TRY(attn_common(op, q, k, v, batch, heads, mask, &a));
+    H3S_TRY(attn_common(op, q, k, v, batch, heads, mask, out, stats, &a));
     const int64_t rows = q->shape[0], width = q->shape[1];
-    H3S_TRY(dev_tensor(op, "out", out, H3S_BF16, 2, rows, width, -1));
-    H3S_TRY(dev_tensor(op, "stats", stats, H3S_F32, 3, rows, heads, 2));
     H3S_TRY(dev_tensor(op, "dout", dout, H3S_F32, 2, rows, width, -1));
     H3S_TRY(dev_opt(op, "dq", dq, H3S_F32, 2, rows, width));
     H3S_TRY(dev_opt(op, "dk", dk, H3S_F32, 2, rows, width));
@@ -520,22 +522,28 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
 
 /* ------------------------------------------------------------------ swiglu */
 
-h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
-    static const char op[] = "swiglu_forward";
+/* u [M, 2F] BF16 = (value | gate). */
+static h3s_status swiglu_common(const char *op, const h3s_tensor *u, int64_t *M, int64_t *F) {
     H3S_TRY(h3c_init(op));
     H3S_TRY(dev_tensor(op, "u", u, H3S_BF16, 2, -1, -1, -1));
     if (u->shape[1] % 2) return h3s_fail(H3S_ERR_SHAPE, "%s: u width %lld is odd", op, (long long)u->shape[1]);
-    const int64_t M = u->shape[0], F = u->shape[1] / 2;
+    *M = u->shape[0];
+    *F = u->shape[1] / 2;
+    return H3S_OK;
+}
+
+h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
+    static const char op[] = "swiglu_forward";
+    int64_t M = 0, F = 0;
+    H3S_TRY(swiglu_common(op, u, &M, &F));
     H3S_TRY(dev_tensor(op, "h", h, H3S_BF16, 2, M, F, -1));
     return h3c_swiglu_forward(op, M, F, u->data, h->data);
 }
 
 h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du) {
     static const char op[] = "swiglu_backward";
-    H3S_TRY(h3c_init(op));
-    H3S_TRY(dev_tensor(op, "u", u, H3S_BF16, 2, -1, -1, -1));
-    if (u->shape[1] % 2) return h3s_fail(H3S_ERR_SHAPE, "%s: u width %lld is odd", op, (long long)u->shape[1]);
-    const int64_t M = u->shape[0], F = u->shape[1] / 2;
+    int64_t M = 0, F = 0;
+    H3S_TRY(swiglu_common(op, u, &M, &F));
     H3S_TRY(dev_tensor(op, "dh", dh, H3S_F32, 2, M, F, -1));
     H3S_TRY(dev_tensor(op, "du", du, H3S_F32, 2, M, 2 * F, -1));
     return h3c_swiglu_backward(op, M, F, u->data, dh->data, du->data);

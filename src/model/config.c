@@ -313,62 +313,70 @@ h3s_status h3s_config_to_json(const h3s_config *c, char **out_text) {
     return H3S_OK;
 }
 
+/* The geometry of each named preset; the fields not listed (patch size, rope theta, the epsilons) are the same
+ * for all of them and set by h3s_config_preset. */
+static const struct {
+    const char *name;
+    h3s_config c;
+} config_presets[] = {
+    {"h3-33b",
+     {.num_attention_heads = 56,
+      .attention_head_dim = 128,
+      .hidden_size = 5376,
+      .num_layers = 50,
+      .num_refiner_layers = 2,
+      .ffn_dim = 14336,
+      .in_channels = 24,
+      .audio_in_channels = 32,
+      .text_dim = 5120,
+      .freq_dim = 256,
+      .time_embed_hidden_dim = 5376,
+      .time_embed_dim = 2688,
+      .rope_freq_dim = 16}},
+    {"small",
+     {.num_attention_heads = 8,
+      .attention_head_dim = 64,
+      .hidden_size = 448,
+      .num_layers = 4,
+      .num_refiner_layers = 1,
+      .ffn_dim = 1216,
+      .in_channels = 24,
+      .audio_in_channels = 32,
+      .text_dim = 512,
+      .freq_dim = 256,
+      .time_embed_hidden_dim = 448,
+      .time_embed_dim = 224,
+      .rope_freq_dim = 8}},
+    /* Exercises what the real model has: heads*head_dim (60) != hidden_size (48), partial rope (12 of 20
+     * channels), widths that are not powers of two, two blocks and one refiner block. */
+    {"tiny",
+     {.num_attention_heads = 3,
+      .attention_head_dim = 20,
+      .hidden_size = 48,
+      .num_layers = 2,
+      .num_refiner_layers = 1,
+      .ffn_dim = 72,
+      .in_channels = 6,
+      .audio_in_channels = 5,
+      .text_dim = 40,
+      .freq_dim = 32,
+      .time_embed_hidden_dim = 56,
+      .time_embed_dim = 36,
+      .rope_freq_dim = 2}},
+};
+
 h3s_status h3s_config_preset(const char *name, int64_t layers, h3s_config *out) {
     if (!name || !out) return h3s_fail(H3S_ERR_INVALID, "config_preset: NULL argument");
-    h3s_config c;
-    memset(&c, 0, sizeof c);
+    int found = -1;
+    for (int i = 0; found < 0 && i < (int)(sizeof config_presets / sizeof config_presets[0]); i++)
+        if (strcmp(name, config_presets[i].name) == 0) found = i;
+    if (found < 0) return h3s_fail(H3S_ERR_INVALID, "unknown preset \"%s\" (expected tiny, small or h3-33b)", name);
+    h3s_config c = config_presets[found].c;
     c.patch_size[0] = 1;
     c.patch_size[1] = 2;
     c.patch_size[2] = 2;
     c.rope_theta = 10000.0;
     c.norm_eps = c.qk_norm_eps = c.final_norm_eps = 1e-5;
-    if (strcmp(name, "h3-33b") == 0) {
-        c.num_attention_heads = 56;
-        c.attention_head_dim = 128;
-        c.hidden_size = 5376;
-        c.num_layers = 50;
-        c.num_refiner_layers = 2;
-        c.ffn_dim = 14336;
-        c.in_channels = 24;
-        c.audio_in_channels = 32;
-        c.text_dim = 5120;
-        c.freq_dim = 256;
-        c.time_embed_hidden_dim = 5376;
-        c.time_embed_dim = 2688;
-        c.rope_freq_dim = 16;
-    } else if (strcmp(name, "small") == 0) {
-        c.num_attention_heads = 8;
-        c.attention_head_dim = 64;
-        c.hidden_size = 448;
-        c.num_layers = 4;
-        c.num_refiner_layers = 1;
-        c.ffn_dim = 1216;
-        c.in_channels = 24;
-        c.audio_in_channels = 32;
-        c.text_dim = 512;
-        c.freq_dim = 256;
-        c.time_embed_hidden_dim = 448;
-        c.time_embed_dim = 224;
-        c.rope_freq_dim = 8;
-    } else if (strcmp(name, "tiny") == 0) {
-        /* Exercises what the real model has: heads*head_dim (60) != hidden_size (48), partial rope (12 of 20
-         * channels), widths that are not powers of two, two blocks and one refiner block. */
-        c.num_attention_heads = 3;
-        c.attention_head_dim = 20;
-        c.hidden_size = 48;
-        c.num_layers = 2;
-        c.num_refiner_layers = 1;
-        c.ffn_dim = 72;
-        c.in_channels = 6;
-        c.audio_in_channels = 5;
-        c.text_dim = 40;
-        c.freq_dim = 32;
-        c.time_embed_hidden_dim = 56;
-        c.time_embed_dim = 36;
-        c.rope_freq_dim = 2;
-    } else {
-        return h3s_fail(H3S_ERR_INVALID, "unknown preset \"%s\" (expected tiny, small or h3-33b)", name);
-    }
     if (layers != -1) {
         if (layers < 1 || layers > H3S_CONFIG_MAX_LAYERS)
             return h3s_fail(H3S_ERR_INVALID, "preset %s: layers = %lld must be >= 1 (or -1 for the preset's %lld)",

@@ -857,10 +857,12 @@ static int overlaps(const h3s_tensor *a, const h3s_tensor *b) {
     return a0 < b0 + nb && b0 < a0 + na;
 }
 
-/* Checks q, k, v, batch, heads and the mask; fills the geometry (data pointers of the mask
- * only) and the mode. */
+/* Checks q, k, v, batch, heads, the mask and the forward's out and stats (outputs of the
+ * forward, inputs of the backward); fills the geometry (data pointers of the mask only) and
+ * the mode. */
 static h3s_status check_common(const char *op, const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
-                               int64_t batch, int64_t heads, const h3s_attn_mask *mask, attn_mode *mode, attn_geom *g) {
+                               int64_t batch, int64_t heads, const h3s_attn_mask *mask, const h3s_tensor *out,
+                               const h3s_tensor *stats, attn_mode *mode, attn_geom *g) {
     if (!q) return h3s_fail(H3S_ERR_INVALID, "%s: q is NULL", op);
     if (q->dtype == H3S_F64) {
         *mode = (attn_mode){1, H3S_F64, H3S_F64, H3S_F64};
@@ -900,7 +902,9 @@ static h3s_status check_common(const char *op, const h3s_tensor *q, const h3s_te
         H3S_TRY(h3s_check_shape(op, "mask.key_valid", mask->key_valid, H3S_BOOL, 2, dims));
         g->kv = (const uint8_t *)mask->key_valid->data;
     }
-    return H3S_OK;
+    H3S_TRY(check_same(op, "out", out, mode->act, rows, width));
+    int64_t sdims[3] = {rows, heads, 2};
+    return h3s_check_shape(op, "stats", stats, mode->stat, 3, sdims);
 }
 
 /* Every float tensor on one side (host or device: a mix is H3S_ERR_DEVICE); mask tensors on
@@ -937,11 +941,8 @@ h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const
     static const char *op = "attention_forward";
     attn_mode mode = {0, H3S_F64, H3S_F64, H3S_F64};
     attn_geom g;
-    H3S_TRY(check_common(op, q, k, v, batch, heads, mask, &mode, &g));
+    H3S_TRY(check_common(op, q, k, v, batch, heads, mask, out, stats, &mode, &g));
     const int64_t rows = g.B * g.S;
-    H3S_TRY(check_same(op, "out", out, mode.act, rows, g.W));
-    int64_t sdims[3] = {rows, g.H, 2};
-    H3S_TRY(h3s_check_shape(op, "stats", stats, mode.stat, 3, sdims));
     const h3s_tensor *all[] = {q, k, v, out, stats};
     const char *names[] = {"q", "k", "v", "out", "stats"};
     int device;
@@ -990,11 +991,8 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
     static const char *op = "attention_backward";
     attn_mode mode = {0, H3S_F64, H3S_F64, H3S_F64};
     attn_geom g;
-    H3S_TRY(check_common(op, q, k, v, batch, heads, mask, &mode, &g));
+    H3S_TRY(check_common(op, q, k, v, batch, heads, mask, out, stats, &mode, &g));
     const int64_t rows = g.B * g.S;
-    H3S_TRY(check_same(op, "out", out, mode.act, rows, g.W));
-    int64_t sdims[3] = {rows, g.H, 2};
-    H3S_TRY(h3s_check_shape(op, "stats", stats, mode.stat, 3, sdims));
     H3S_TRY(check_same(op, "dout", dout, mode.grad, rows, g.W));
     if (dq) H3S_TRY(check_same(op, "dq", dq, mode.grad, rows, g.W));
     if (dk) H3S_TRY(check_same(op, "dk", dk, mode.grad, rows, g.W));

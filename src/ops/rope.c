@@ -197,35 +197,81 @@ static h3s_status rope_apply_check(const char *op, const char *in_name, const h3
     return h3s_check_placement(op, ts, names, 4, device);
 }
 
-/* The golden rotation (forward, in -> out = y) or its transpose (backward, in -> out = dx) of
- * every head of every row, in double; the formulas are those of h3s_rope_forward and
- * h3s_rope_backward below.  Both entries of a pair are read before either is written, so
- * out may alias in; channels R .. D-1 pass through. */
-static void rope_golden(const rope_geometry *g, int64_t heads, const h3s_tensor *in, const h3s_tensor *cos_t,
-                        const h3s_tensor *sin_t, h3s_tensor *out, int backward) {
+/* One head of one row: the pairs (i, half + i), i < half, rotated by the table row (c, s);
+ * channels R .. D-1 pass through.  Both entries of a pair are read before either is written,
+ * so out may alias in.  With x1 = x[i], x2 = x[half + i] (rotated = [-x2, x1]), the forward is
+ *   y[i]        = x1 * cos[i]        - x2 * sin[i]
+ *   y[half + i] = x2 * cos[half + i] + x1 * sin[half + i]
+ * i.e. y = diag(cos) x + diag(sin) P x with P (x1, x2) = (-x2, x1), so the backward is
+ * dx = diag(cos) dy + P^T (diag(sin) dy) with P^T (v1, v2) = (v2, -v1):
+ *   dx[i]        = dy1 * cos[i]        + dy2 * sin[half + i]
+ *   dx[half + i] = dy2 * cos[half + i] - dy1 * sin[i]
+ * Golden: both directions in double. */
+static void head_golden(const double *in, const double *c, const double *s, int64_t half, int64_t R, int64_t D,
+                        int backward, double *out) {
+    for (int64_t i = 0; i < half; i++) {
+        double a1 = in[i], a2 = in[half + i], o1, o2;
+        if (backward) {
+            o1 = a1 * c[i] + a2 * s[half + i];
+            o2 = a2 * c[half + i] - a1 * s[i];
+        } else {
+            o1 = a1 * c[i] - a2 * s[i];
+            o2 = a2 * c[half + i] + a1 * s[half + i];
+        }
+        out[i] = o1;
+        out[half + i] = o2;
+    }
+    for (int64_t i = R; i < D; i++)
+        out[i] = in[i];
+}
+
+/* Strict forward: BF16 x, two f32 products, one f32 sum (no contraction), one rounding to BF16. */
+static void head_strict_forward(const uint16_t *x, const float *c, const float *s, int64_t half, int64_t R, int64_t D,
+                                uint16_t *y) {
+    for (int64_t i = 0; i < half; i++) {
+        float x1 = h3s_bf16_value(x[i]), x2 = h3s_bf16_value(x[half + i]);
+        float p1 = x1 * c[i], p2 = x2 * s[i];
+        float q1 = x2 * c[half + i], q2 = x1 * s[half + i];
+        y[i] = h3s_bf16_round(p1 - p2);
+        y[half + i] = h3s_bf16_round(q1 + q2);
+    }
+    for (int64_t i = R; i < D; i++)
+        y[i] = x[i]; /* pass-through: the same bits */
+}
+
+/* Strict backward: F32 dy, two f32 products, one f32 sum, stored in F32. */
+static void head_strict_backward(const float *dy, const float *c, const float *s, int64_t half, int64_t R, int64_t D,
+                                 float *dx) {
+    for (int64_t i = 0; i < half; i++) {
+        float g1 = dy[i], g2 = dy[half + i];
+        float p1 = g1 * c[i], p2 = g2 * s[half + i];
+        float q1 = g2 * c[half + i], q2 = g1 * s[i];
+        dx[i] = p1 + p2;
+        dx[half + i] = q1 - q2;
+    }
+    for (int64_t i = R; i < D; i++)
+        dx[i] = dy[i];
+}
+
+/* Every head of every row (row m uses table row m % S) of in into out: the forward (x -> y)
+ * or the backward (dy -> dx), strict or golden. */
+static void rope_apply(const rope_geometry *g, int64_t heads, int golden, int backward, const h3s_tensor *in,
+                       const h3s_tensor *cos_t, const h3s_tensor *sin_t, h3s_tensor *out) {
     const int64_t M = g->M, W = g->W, D = g->D, S = g->S, R = g->R, half = g->half;
-    const double *id = (const double *)in->data, *cd = (const double *)cos_t->data, *sd = (const double *)sin_t->data;
-    double *od = (double *)out->data;
 #pragma omp parallel for schedule(static)
     for (int64_t m = 0; m < M; m++) {
-        const double *c = cd + (m % S) * R, *s = sd + (m % S) * R;
+        const int64_t t = (m % S) * R;
         for (int64_t h = 0; h < heads; h++) {
-            const double *ir = id + m * W + h * D;
-            double *orow = od + m * W + h * D;
-            for (int64_t i = 0; i < half; i++) {
-                double a1 = ir[i], a2 = ir[half + i], o1, o2;
-                if (backward) {
-                    o1 = a1 * c[i] + a2 * s[half + i];
-                    o2 = a2 * c[half + i] - a1 * s[i];
-                } else {
-                    o1 = a1 * c[i] - a2 * s[i];
-                    o2 = a2 * c[half + i] + a1 * s[half + i];
-                }
-                orow[i] = o1;
-                orow[half + i] = o2;
-            }
-            for (int64_t i = R; i < D; i++)
-                orow[i] = ir[i];
+            const int64_t o = m * W + h * D;
+            if (golden)
+                head_golden((const double *)in->data + o, (const double *)cos_t->data + t,
+                            (const double *)sin_t->data + t, half, R, D, backward, (double *)out->data + o);
+            else if (backward)
+                head_strict_backward((const float *)in->data + o, (const float *)cos_t->data + t,
+                                     (const float *)sin_t->data + t, half, R, D, (float *)out->data + o);
+            else
+                head_strict_forward((const uint16_t *)in->data + o, (const float *)cos_t->data + t,
+                                    (const float *)sin_t->data + t, half, R, D, (uint16_t *)out->data + o);
         }
     }
 }
@@ -237,37 +283,7 @@ h3s_status h3s_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor
     H3S_TRY(rope_apply_check("rope_forward", "x", x, "y", y, heads, cos_t, sin_t, H3S_BF16, H3S_BF16, &g, &golden,
                              &device));
     if (device) return h3s_cuda_rope_forward(x, heads, cos_t, sin_t, y);
-
-    const int64_t M = g.M, W = g.W, D = g.D, S = g.S, R = g.R, half = g.half;
-    /* Per pair i < half (x1 = x[i], x2 = x[half + i]; rotated = [-x2, x1]):
-     *   y[i]        = x1 * cos[i]        - x2 * sin[i]
-     *   y[half + i] = x2 * cos[half + i] + x1 * sin[half + i]
-     * Both entries of a pair are read before either is written, so y may alias x. */
-    if (golden) {
-        rope_golden(&g, heads, x, cos_t, sin_t, y, 0);
-        return H3S_OK;
-    }
-    const uint16_t *xb = (const uint16_t *)x->data;
-    const float *cf = (const float *)cos_t->data, *sf = (const float *)sin_t->data;
-    uint16_t *yb = (uint16_t *)y->data;
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < M; m++) {
-        const float *c = cf + (m % S) * R, *s = sf + (m % S) * R;
-        for (int64_t h = 0; h < heads; h++) {
-            const uint16_t *xr = xb + m * W + h * D;
-            uint16_t *yr = yb + m * W + h * D;
-            for (int64_t i = 0; i < half; i++) {
-                float x1 = h3s_bf16_value(xr[i]), x2 = h3s_bf16_value(xr[half + i]);
-                /* two f32 products, one f32 sum (no contraction), one rounding to BF16 */
-                float p1 = x1 * c[i], p2 = x2 * s[i];
-                float q1 = x2 * c[half + i], q2 = x1 * s[half + i];
-                yr[i] = h3s_bf16_round(p1 - p2);
-                yr[half + i] = h3s_bf16_round(q1 + q2);
-            }
-            for (int64_t i = R; i < D; i++)
-                yr[i] = xr[i]; /* pass-through: the same bits */
-        }
-    }
+    rope_apply(&g, heads, golden, 0, x, cos_t, sin_t, y);
     return H3S_OK;
 }
 
@@ -278,35 +294,6 @@ h3s_status h3s_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_t
     H3S_TRY(rope_apply_check("rope_backward", "dy", dy, "dx", dx, heads, cos_t, sin_t, H3S_F32, H3S_F32, &g, &golden,
                              &device));
     if (device) return h3s_cuda_rope_backward(heads, cos_t, sin_t, dy, dx);
-
-    const int64_t M = g.M, W = g.W, D = g.D, S = g.S, R = g.R, half = g.half;
-    /* The forward is y = diag(cos) x + diag(sin) P x with P (x1, x2) = (-x2, x1), so
-     * dx = diag(cos) dy + P^T (diag(sin) dy) with P^T (v1, v2) = (v2, -v1):
-     *   dx[i]        = dy1 * cos[i]        + dy2 * sin[half + i]
-     *   dx[half + i] = dy2 * cos[half + i] - dy1 * sin[i]
-     * Pass-through channels: dx = dy. */
-    if (golden) {
-        rope_golden(&g, heads, dy, cos_t, sin_t, dx, 1);
-        return H3S_OK;
-    }
-    const float *gf = (const float *)dy->data, *cf = (const float *)cos_t->data, *sf = (const float *)sin_t->data;
-    float *of = (float *)dx->data;
-#pragma omp parallel for schedule(static)
-    for (int64_t m = 0; m < M; m++) {
-        const float *c = cf + (m % S) * R, *s = sf + (m % S) * R;
-        for (int64_t h = 0; h < heads; h++) {
-            const float *gr = gf + m * W + h * D;
-            float *orow = of + m * W + h * D;
-            for (int64_t i = 0; i < half; i++) {
-                float g1 = gr[i], g2 = gr[half + i];
-                float p1 = g1 * c[i], p2 = g2 * s[half + i];
-                float q1 = g2 * c[half + i], q2 = g1 * s[i];
-                orow[i] = p1 + p2;
-                orow[half + i] = q1 - q2;
-            }
-            for (int64_t i = R; i < D; i++)
-                orow[i] = gr[i];
-        }
-    }
+    rope_apply(&g, heads, golden, 1, dy, cos_t, sin_t, dx);
     return H3S_OK;
 }

@@ -107,9 +107,7 @@ static inline void ghash(const h3s_tensor *dev, int64_t r0, int64_t n, char out[
 
 /* Host tensor of `dt` filled with seeded normals (rounded to dt). */
 static inline h3s_tensor hrand(h3s_dtype dt, int64_t a, int64_t b, uint64_t seed, float scale) {
-    h3s_tensor t = b > 0 ? h3t_alloc2(dt, a, b) : h3t_alloc1(dt, a);
-    h3t_fill_normal(&t, seed, scale);
-    return t;
+    return b > 0 ? h3t_normal2(dt, a, b, seed, scale) : h3t_normal1(dt, a, seed, scale);
 }
 
 /* Report and check an accuracy figure: GPU error against the FP64 golden, with the CPU
