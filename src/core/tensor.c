@@ -200,8 +200,7 @@ h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, cons
             *on_device = ts[i]->device;
         } else if (ts[i]->device != *on_device) {
             return h3s_fail(H3S_ERR_DEVICE, "%s: %s is in %s memory but %s is in %s memory (mixed host/device)", op,
-                            names[i], ts[i]->device ? "device" : "host", names[first],
-                            *on_device ? "device" : "host");
+                            names[i], ts[i]->device ? "device" : "host", names[first], *on_device ? "device" : "host");
         }
     }
     return H3S_OK;
