@@ -99,6 +99,40 @@ int main(void) {
     CHECK(h3t_bitwise_equal(&pm.grads.encoder_hidden_states, &a.grads.encoder_hidden_states),
           "attention_mask padding changed d encoder_hidden_states");
 
+    /* The key-padding mask hides a text row everywhere, the token refiner included: changing
+     * the features of a masked text row changes no video or audio output bit (and, as a check
+     * that the test can fail, it does change them without the mask). */
+    {
+        request qa, qb;
+        make_request(&c, 2, 0, 1, &qa);
+        make_request(&c, 2, 0, 1, &qb);
+        int64_t Nt = qa.lay.Nt, row = ((int64_t *)qa.lay.text_indices.data)[1];
+        for (int64_t bb = 0; bb < 2; bb++) {
+            ((uint8_t *)qa.mask.data)[bb * qa.lay.S + row] = 0;
+            ((uint8_t *)qb.mask.data)[bb * qb.lay.S + row] = 0;
+            float *e = (float *)qb.enc.data + (bb * Nt + 1) * c.text_dim;
+            for (int64_t k = 0; k < c.text_dim; k++)
+                e[k] = e[k] * 3.0f + 0.5f;
+        }
+        h3s_tensor sa = {0}, aa = {0}, sb = {0}, ab = {0};
+        CHECK_OK(h3s_model_forward(strict, &qa.in, NULL, NULL, NULL, &sa, &aa));
+        CHECK_OK(h3s_model_forward(strict, &qb.in, NULL, NULL, NULL, &sb, &ab));
+        CHECK(h3t_bitwise_equal(&sa, &sb) && h3t_bitwise_equal(&aa, &ab), "a masked text row changed the outputs");
+        h3s_tensor_free(&sb);
+        h3s_tensor_free(&ab);
+        qb.in.attention_mask = (h3s_tensor){0};
+        h3s_tensor sa2 = {0}, aa2 = {0};
+        qa.in.attention_mask = (h3s_tensor){0};
+        CHECK_OK(h3s_model_forward(strict, &qa.in, NULL, NULL, NULL, &sa2, &aa2));
+        CHECK_OK(h3s_model_forward(strict, &qb.in, NULL, NULL, NULL, &sb, &ab));
+        CHECK(!h3t_bitwise_equal(&sa2, &sb), "without the mask the changed text row had no effect");
+        h3s_tensor *all4[] = {&sa, &aa, &sb, &ab, &sa2, &aa2};
+        for (size_t i = 0; i < 6; i++)
+            h3s_tensor_free(all4[i]);
+        request_free(&qa);
+        request_free(&qb);
+    }
+
     /* Fail-closed inputs: each bad input is refused before anything is computed. */
     {
         h3s_tensor s0 = {0}, a0 = {0};
@@ -130,6 +164,32 @@ int main(void) {
         bad = q1.in;
         bad.text_indices.shape[0] -= 1; /* index length != encoder rows */
         CHECK_FAILS(H3S_ERR_SHAPE, h3s_model_forward(strict, &bad, NULL, NULL, NULL, &s0, &a0));
+        /* a live row that no index list names (a padding row re-tagged as text) */
+        int64_t *ptags = qp.lay.token_tags.data;
+        ptags[qp.lay.S - 1] = 1;
+        CHECK_FAILS(H3S_ERR_INDEX, h3s_model_forward(strict, &qp.in, NULL, NULL, NULL, &s0, &a0));
+        ptags[qp.lay.S - 1] = -1;
+        /* a video row tagged audio */
+        int64_t vrow = ((int64_t *)q1.lay.video_indices.data)[0];
+        tags[vrow] = 2;
+        CHECK_FAILS(H3S_ERR_INDEX, h3s_model_forward(strict, &q1.in, NULL, NULL, NULL, &s0, &a0));
+        tags[vrow] = 0;
+        /* attention_mask bytes must be booleans */
+        ((uint8_t *)qm.mask.data)[0] = 2;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(strict, &qm.in, NULL, NULL, NULL, &s0, &a0));
+        ((uint8_t *)qm.mask.data)[0] = 1;
+        /* timesteps live in [0, 1] */
+        float *tsv = q1.ts.data;
+        float saved_ts = tsv[0];
+        tsv[0] = 1.5f;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(strict, &q1.in, NULL, NULL, NULL, &s0, &a0));
+        tsv[0] = -0.25f;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(strict, &q1.in, NULL, NULL, NULL, &s0, &a0));
+        tsv[0] = saved_ts;
+        /* position_ids must be F64 or F32 (CLI.md) */
+        bad = q1.in;
+        bad.position_ids.dtype = H3S_BF16;
+        CHECK_FAILS(H3S_ERR_DTYPE, h3s_model_forward(strict, &bad, NULL, NULL, NULL, &s0, &a0));
         CHECK(s0.data == NULL && a0.data == NULL, "a refused forward wrote outputs");
         /* and the unmodified request still runs */
         CHECK_OK(h3s_model_forward(strict, &q1.in, NULL, NULL, NULL, &s0, &a0));

@@ -61,14 +61,33 @@ int main(void) {
         CHECK(with_err == n, "%d of %d nodes have a golden error", with_err, n);
         CHECK(cJSON_GetObjectItemCaseSensitive(clean, "summary") != NULL, "no summary");
     }
-    const char *plants[] = {"block.1.attention", "refiner.0.swiglu", "timestep_mlp", "block.0.ffn_down.grad",
-                            "proj_in.grad"};
+    /* forward, backward, batched and unbatched nodes: every one must be found */
+    const char *plants[] = {
+        "block.1.attention", "refiner.0.swiglu",  "timestep_mlp",          "block.0.ffn_down.grad",
+        "proj_in.grad",      "timestep_mlp.grad", "param.proj_out.weight", "block.0.adaln_projection.grad"};
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++) {
         cJSON *doc = replay(w, &in, plants[i], 0);
         if (!doc) continue;
         const char *fd = first_drift(doc);
         CHECK(fd && !strcmp(fd, plants[i]), "planted drift at %s reported at %s", plants[i], fd ? fd : "(none)");
         cJSON_Delete(doc);
+    }
+    /* batch-1 inputs: the batch comparison would compare a run with itself, so it is not made */
+    {
+        h3s_inputs one = in;
+        one.hidden_states.shape[0] = one.audio_hidden_states.shape[0] = one.encoder_hidden_states.shape[0] = 1;
+        cJSON *doc = replay(w, &one, NULL, 0);
+        if (doc) {
+            const cJSON *sum = cJSON_GetObjectItemCaseSensitive(doc, "summary");
+            CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(sum, "batch_checked")), "B=1 claims a batch check");
+            const cJSON *node;
+            int compared = 0;
+            cJSON_ArrayForEach(node, cJSON_GetObjectItemCaseSensitive(doc, "nodes")) {
+                compared += !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(node, "batch_equal"));
+            }
+            CHECK(compared == 0, "%d nodes report a batch comparison for B = 1", compared);
+            cJSON_Delete(doc);
+        }
     }
     /* an unknown node cannot be planted */
     h3s_replay_opts bad = {H3S_BACKEND_CPU, 7, 0, "block.9.nothing"};

@@ -615,7 +615,28 @@ static void test_bad_apply(void) {
         h3s_tensor_free(all[i]);
 }
 
+/* Positions beyond the deterministic sin/cos range are refused (not silently NaN), and the
+ * outputs stay untouched; the range's edge is accepted. */
+static void test_table_range(void) {
+    double pv[3] = {0.5, 2.0, 3e38};
+    int64_t ps[2] = {1, 3};
+    h3s_tensor pos = h3s_tensor_view(pv, H3S_F64, 2, ps);
+    h3s_tensor c = h3t_alloc2(H3S_F32, 1, 6), s = h3t_alloc2(H3S_F32, 1, 6);
+    h3t_poison(&c);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, 1, 1e4, &c, &s));
+    CHECK(((uint32_t *)c.data)[0] == 0x7f7f7f7fu, "refused rope_table wrote its output");
+    pv[2] = -1048577.0;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, 1, 1e4, &c, &s));
+    pv[2] = 1048576.0;
+    CHECK_OK(h3s_rope_table(&pos, 1, 1e4, &c, &s));
+    for (int i = 0; i < 6; i++)
+        CHECK(isfinite(((float *)c.data)[i]), "cos[%d] not finite at the range edge", i);
+    h3s_tensor_free(&c);
+    h3s_tensor_free(&s);
+}
+
 int main(void) {
+    test_table_range();
     test_table_hand_values();
     test_table_f32_cast();
     test_table_accuracy();

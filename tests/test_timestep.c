@@ -604,7 +604,22 @@ static void test_mlp_bad_input(void) {
     mlp_free(&g);
 }
 
+/* Timesteps beyond the deterministic sin/cos range are refused, outputs untouched. */
+static void test_sinusoid_range(void) {
+    float tv[2] = {0.5f, 1e30f};
+    int64_t n = 2;
+    h3s_tensor t = h3s_tensor_view(tv, H3S_F32, 1, &n);
+    h3s_tensor o = h3t_alloc2(H3S_F32, 2, 8);
+    h3t_poison(&o);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_forward(&t, 8, &o));
+    CHECK(((uint32_t *)o.data)[0] == 0x7f7f7f7fu, "refused sinusoid wrote its output");
+    tv[1] = 1.0f;
+    CHECK_OK(h3s_timestep_sinusoid_forward(&t, 8, &o));
+    h3s_tensor_free(&o);
+}
+
 int main(void) {
+    test_sinusoid_range();
     test_sinusoid_hand_values();
     test_sinusoid_accuracy();
     test_sinusoid_gradient_fd();

@@ -573,8 +573,11 @@ static int cmd_replay(int argc, char **argv) {
     if (st == H3S_OK) {
         const cJSON *fd = cJSON_GetObjectItemCaseSensitive(report, "first_drift");
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(report, "summary");
+        const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(sum, "nodes");
         printf("report: %s\n", out);
-        printf("replay: %d nodes, first drift: %s\n", cJSON_GetObjectItemCaseSensitive(sum, "nodes")->valueint,
+        if (batch == 1)
+            printf("replay: batch-1 inputs: batch invariance not compared (use inputs --batch 2 or more)\n");
+        printf("replay: %d nodes, first drift: %s\n", cJSON_IsNumber(nodes) ? nodes->valueint : 0,
                cJSON_IsString(fd) ? fd->valuestring : "none");
     }
     cJSON_Delete(report);
@@ -602,7 +605,7 @@ static void usage(FILE *f) {
                "  trajectory [--model DIR] [--seeds 11,22,33] [--steps N] [--batch B] --out REPORT.json\n"
                "             [--device cpu|cuda] [--threads N] [--no-grad] [--quiet]\n"
                "  replay     --model DIR --inputs IN --out REPORT.json [--device cpu|cuda] [--threads N]\n"
-               "             [--no-golden] [--plant-drift NODE  (test only: flip one bit of NODE in the batch-1 run)]\n"
+               "             [--no-golden] [--plant-drift NODE  (test only: flip one bit of NODE in the repeat run)]\n"
                "  verify     --model DIR [--manifest MANIFEST.json] [--write-manifest MANIFEST.json]\n"
                "\n"
                "  --help       this text\n"

@@ -112,7 +112,7 @@ static double reduce_pio2(double x, int *quadrant) {
 }
 
 double h3s_det_sin(double x) {
-    if (!isfinite(x)) return NAN;
+    if (!(fabs(x) <= H3S_DET_TRIG_MAX)) return NAN;
     int q;
     double r = reduce_pio2(x, &q);
     switch (q) {
@@ -124,7 +124,7 @@ double h3s_det_sin(double x) {
 }
 
 double h3s_det_cos(double x) {
-    if (!isfinite(x)) return NAN;
+    if (!(fabs(x) <= H3S_DET_TRIG_MAX)) return NAN;
     int q;
     double r = reduce_pio2(x, &q);
     switch (q) {

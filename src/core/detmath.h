@@ -11,6 +11,10 @@
 
 double h3s_det_exp(double x);
 double h3s_det_log(double x); /* x > 0; returns -inf for 0 and NaN for x < 0 */
+/* sin/cos reduce by pi/2 in three Cody-Waite parts: accurate to a few ulp for
+ * |x| <= H3S_DET_TRIG_MAX; beyond it they return NaN (operators refuse such arguments
+ * before computing, see rope.c and timestep.c). */
+#define H3S_DET_TRIG_MAX 1048576.0
 double h3s_det_sin(double x);
 double h3s_det_cos(double x);
 

@@ -275,8 +275,17 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
     H3S_TRY(check_float_input("audio_hidden_states", &in->audio_hidden_states, 3, 0));
     H3S_TRY(check_float_input("encoder_hidden_states", &in->encoder_hidden_states, 3, 0));
     H3S_TRY(check_float_input("timestep", &in->timestep, 1, 1));
+    for (int64_t i = 0; i < h3s_tensor_numel(&in->timestep); i++) {
+        double t = h3s_tensor_get_f64(&in->timestep, i);
+        if (!(t >= 0 && t <= 1))
+            return h3s_fail(H3S_ERR_INVALID, "inputs: timestep[%lld] = %g is outside [0, 1] (1 = clean)", (long long)i,
+                            t);
+    }
     if (in->position_ids.ndim != 2 || in->position_ids.shape[1] != 3)
         return h3s_fail(H3S_ERR_SHAPE, "inputs: position_ids must be [S, 3]");
+    if (in->position_ids.dtype != H3S_F64 && in->position_ids.dtype != H3S_F32)
+        return h3s_fail(H3S_ERR_DTYPE, "inputs: position_ids has dtype %s, expected F64 or F32",
+                        h3s_dtype_name(in->position_ids.dtype));
     H3S_TRY(check_float_input("position_ids", &in->position_ids, 2, 1));
     int64_t B = in->hidden_states.shape[0], S = in->position_ids.shape[0], T = in->timestep.shape[0];
     int64_t Nv = in->hidden_states.shape[1], Na = in->audio_hidden_states.shape[1];
@@ -304,30 +313,36 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
     H3S_TRY(check_i64_input("audio_indices", &in->audio_indices, Na, 0, S - 1));
     H3S_TRY(check_i64_input("text_indices", &in->text_indices, Nt, 0, S - 1));
     if (Nt == 0) return h3s_fail(H3S_ERR_SHAPE, "inputs: at least one text row is required");
-    /* The three row sets must be disjoint and tagged consistently. */
+    /* The three row sets are disjoint, every live row belongs to one of them, and each
+     * row's tag matches its set (video 0; audio 2; text 1, or 0 for a keyframe's vision
+     * block inside the prompt).  A row outside every set would enter the pack as a live
+     * zero row that every query attends to. */
     int8_t *owner = h3s_calloc((size_t)S, 1);
     if (!owner) return H3S_ERR_NOMEM;
     const h3s_tensor *sets[3] = {&in->video_indices, &in->text_indices, &in->audio_indices};
     static const char *set_names[3] = {"video_indices", "text_indices", "audio_indices"};
     const int64_t *tags = in->token_tags.data;
-    for (int k = 0; k < 3; k++) {
+    h3s_status st = H3S_OK;
+    for (int k = 0; k < 3 && st == H3S_OK; k++) {
         const int64_t *v = sets[k]->data;
-        for (int64_t i = 0; i < sets[k]->shape[0]; i++) {
-            if (owner[v[i]]) {
-                const char *other = set_names[owner[v[i]] - 1];
-                free(owner);
-                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row already used by %s", set_names[k],
-                                (long long)i, (long long)v[i], other);
-            }
-            owner[v[i]] = (int8_t)(k + 1);
-            if (tags[v[i]] == -1) {
-                free(owner);
-                return h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a padding row (tag -1)", set_names[k],
-                                (long long)i, (long long)v[i]);
-            }
+        for (int64_t i = 0; i < sets[k]->shape[0] && st == H3S_OK; i++) {
+            int64_t row = v[i], tag = tags[row];
+            int tag_ok = k == 0 ? tag == 0 : (k == 1 ? (tag == 1 || tag == 0) : tag == 2);
+            if (owner[row])
+                st = h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row already used by %s", set_names[k],
+                              (long long)i, (long long)row, set_names[owner[row] - 1]);
+            else if (!tag_ok)
+                st = h3s_fail(H3S_ERR_INDEX, "inputs: %s[%lld] = %lld names a row tagged %lld", set_names[k],
+                              (long long)i, (long long)row, (long long)tag);
+            owner[row] = (int8_t)(k + 1);
         }
     }
+    for (int64_t s = 0; s < S && st == H3S_OK; s++)
+        if (!owner[s] && tags[s] != -1)
+            st = h3s_fail(H3S_ERR_INDEX, "inputs: row %lld (tag %lld) is in no index list and not padding (tag -1)",
+                          (long long)s, (long long)tags[s]);
     free(owner);
+    if (st != H3S_OK) return st;
     const h3s_tensor *am = &in->attention_mask;
     if (am->data) {
         if (am->dtype != H3S_BOOL)
@@ -336,6 +351,11 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
         int ok2 = am->ndim == 2 && am->shape[0] == B && am->shape[1] == S;
         int ok4 = am->ndim == 4 && am->shape[0] == B && am->shape[1] == 1 && am->shape[2] == 1 && am->shape[3] == S;
         if (!ok2 && !ok4) return h3s_fail(H3S_ERR_SHAPE, "inputs: attention_mask must be [B, S] or [B, 1, 1, S]");
+        const uint8_t *mv = am->data;
+        for (int64_t i = 0; i < B * S; i++)
+            if (mv[i] > 1)
+                return h3s_fail(H3S_ERR_INVALID, "inputs: attention_mask[%lld] = %u is not a boolean (0 or 1)",
+                                (long long)i, (unsigned)mv[i]);
     }
     *batch = B;
     return H3S_OK;
@@ -353,7 +373,7 @@ struct h3s_tape {
     int64_t B, S, Nv, Na, Nt, T;
     int64_t in_shape_v[3], in_shape_a[3], in_shape_t[3];
     /* host index tensors (checked once) */
-    h3s_tensor adaln_rows, ts_rows, doc, key_valid, video_idx, audio_idx, text_idx;
+    h3s_tensor adaln_rows, ts_rows, doc, key_valid, text_key_valid, video_idx, audio_idx, text_idx;
     int has_doc, has_mask;
     h3s_tensor *cos_t, *sin_t, *hv, *ha, *enc, *video_emb, *audio_emb, *text_emb, *text_pre_final, *text_final, *packed,
         *feats, *mlp_hidden, *temb, *a_out, *table_out, *y, *yv, *ya, *x_last;
@@ -410,11 +430,14 @@ static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
     return v;
 }
 
-/* Blocks attend within their document (padding rows form their own) and honour the
- * key-padding mask; refiner blocks run over the text rows only, unmasked. */
+/* Blocks attend within their document (padding rows form their own); both blocks and the
+ * refiner honour the key-padding mask (the refiner's is the mask at text_indices: a masked
+ * row is never attended to, wherever it runs). */
 static h3s_attn_mask block_mask(const h3s_tape *tp, int refiner) {
     h3s_attn_mask mask = {NULL, NULL};
-    if (!refiner) {
+    if (refiner) {
+        mask.key_valid = tp->has_mask ? &tp->text_key_valid : NULL;
+    } else {
         mask.doc = tp->has_doc ? &tp->doc : NULL;
         mask.key_valid = tp->has_mask ? &tp->key_valid : NULL;
     }
@@ -533,6 +556,15 @@ static h3s_status build_indices(h3s_tape *tp, const h3s_inputs *in) {
         H3S_TRY(h3s_tensor_alloc(&tp->key_valid, H3S_BOOL, 2, s2));
         memcpy(tp->key_valid.data, in->attention_mask.data, (size_t)(B * S));
         tp->has_mask = 1;
+        /* the refiner attends over the text rows only: the same mask, gathered at text_indices */
+        int64_t Nt = in->text_indices.shape[0], st2[2] = {B, Nt};
+        H3S_TRY(h3s_tensor_alloc(&tp->text_key_valid, H3S_BOOL, 2, st2));
+        const int64_t *ti = in->text_indices.data;
+        const uint8_t *kv = tp->key_valid.data;
+        uint8_t *tk = tp->text_key_valid.data;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < Nt; j++)
+                tk[b * Nt + j] = kv[b * S + ti[j]];
     }
     const h3s_tensor *src[3] = {&in->video_indices, &in->audio_indices, &in->text_indices};
     h3s_tensor *dst[3] = {&tp->video_idx, &tp->audio_idx, &tp->text_idx};
@@ -669,9 +701,41 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     return H3S_OK;
 }
 
+static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                                    h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
+
 h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
                              h3s_tensor *sample, h3s_tensor *audio_sample) {
     if (!m || !in || !sample || !audio_sample) return h3s_fail(H3S_ERR_INVALID, "model_forward: NULL argument");
+    /* Validate and use private copies of the integer inputs, so what is checked is exactly
+     * what is dereferenced even if the caller's memory (a file mapping) changes meanwhile. */
+    h3s_inputs local = *in;
+    h3s_tensor copies[6];
+    memset(copies, 0, sizeof copies);
+    h3s_tensor *fields[6] = {&local.timestep_indices, &local.token_tags,   &local.video_indices,
+                             &local.audio_indices,    &local.text_indices, &local.attention_mask};
+    h3s_status cst = H3S_OK;
+    for (int k = 0; k < 6 && cst == H3S_OK; k++) {
+        if (!fields[k]->data) continue;
+        if (fields[k]->device) {
+            cst = h3s_fail(H3S_ERR_INVALID, "model_forward: inputs must be host tensors");
+            break;
+        }
+        cst = h3s_tensor_alloc(&copies[k], fields[k]->dtype, fields[k]->ndim, fields[k]->shape);
+        if (cst == H3S_OK) {
+            if (h3s_tensor_nbytes(fields[k])) memcpy(copies[k].data, fields[k]->data, h3s_tensor_nbytes(fields[k]));
+            *fields[k] = copies[k];
+        }
+    }
+    h3s_status st = cst;
+    if (st == H3S_OK) st = forward_validated(m, &local, hook, hook_ctx, tape, sample, audio_sample);
+    for (int k = 0; k < 6; k++)
+        h3s_tensor_free(&copies[k]);
+    return st;
+}
+
+static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                                    h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample) {
     int64_t B;
     H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
     h3s_tape *tp = h3s_calloc(1, sizeof *tp);

@@ -63,6 +63,11 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
             if (!isfinite(p) || !isfinite((float)p))
                 return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g is not finite in f32", op,
                                 (long long)(i / 3), (long long)(i % 3), p);
+            /* inv_freq <= 1, so |angle| <= |position|: keep every angle where the
+             * deterministic sin/cos are accurate */
+            if (fabs((double)(float)p) > H3S_DET_TRIG_MAX)
+                return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g exceeds %g in magnitude", op,
+                                (long long)(i / 3), (long long)(i % 3), p, H3S_DET_TRIG_MAX);
         }
     }
     return H3S_OK;

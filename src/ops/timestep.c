@@ -63,6 +63,11 @@ static h3s_status check_timesteps_finite(const char *op, const h3s_tensor *t) {
     for (int64_t i = 0; i < T; i++) {
         double v = h3s_tensor_get_f64(t, i);
         if (!isfinite(v)) return h3s_fail(H3S_ERR_INVALID, "%s: t[%lld] = %g is not finite", op, (long long)i, v);
+        /* freq <= 1, so |t * freq| <= |t|: keep every argument where the deterministic
+         * sin/cos are accurate (the model's timesteps lie in [0, 1]) */
+        if (fabs(v) > H3S_DET_TRIG_MAX)
+            return h3s_fail(H3S_ERR_INVALID, "%s: t[%lld] = %g exceeds %g in magnitude", op, (long long)i, v,
+                            H3S_DET_TRIG_MAX);
     }
     return H3S_OK;
 }

@@ -10,6 +10,8 @@ from this project's C code.  Python 3 + numpy only; run it with /usr/bin/python3
                             [--ref REF.npz] [--json RESULT.json]
   reference.py check-layout --inputs IN --text T --frames F --latent-height H --latent-width W
                             --audio-latents A [--keyframes first,last] [--pad-to N]
+  reference.py mask-text    --inputs IN --rows [ITEM:]J,J,... [--rows ...] --out IN2 [--perturb-masked SEED]
+  reference.py diff-outputs A.safetensors B.safetensors [--max-rel 0]
 
 `--precision fp64` (the default) is the golden: every weight and input converted exactly to float64 and every
 operation in float64, with no rounding to bf16 anywhere.  `--precision bf16` is a numpy emulation of the
@@ -448,6 +450,18 @@ def block_forward(m, cfg, p, x, num, nodes, tag, rope=None, mod=None, allowed=No
     return x
 
 
+def refiner_allowed(mask, text_indices, B):
+    """[B, Nt, Nt] bool or None for the token refiner's attention over the text rows of each item: text key j of
+    item b is attended only if attention_mask[b, text_indices[j]] is true (the project's rule, H3_MODEL.md 3.6(b):
+    masked rows are never attended to; diffusers' refiner ignores the mask, docs/conformance.md)."""
+    if mask is None:
+        return None
+    keys = mask.astype(bool)[:, text_indices]  # [B, Nt]
+    if keys.all():
+        return None
+    return np.broadcast_to(keys[:, None, :], (B, keys.shape[1], keys.shape[1])).copy()
+
+
 def attention_allowed(tags, mask, B):
     """[B, S, S] bool or None.  Each batch item is its own document (the batch loop does that); rows tagged -1 are
     a separate document inside it; attention_mask (true = valid key) removes keys."""
@@ -461,7 +475,9 @@ def attention_allowed(tags, mask, B):
     return allowed
 
 
-def forward(m, inp, precision="fp64", nodes=None):
+def forward(m, inp, precision="fp64", nodes=None, refiner_mask=True):
+    """refiner_mask=False drops attention_mask from the token refiner only: diffusers' semantics, used by
+    diffusers_compare.py for inputs whose mask hides live text rows; never the golden."""
     cfg = m.cfg
     num = Numerics(precision)
     H, ted = cfg["hidden_size"], cfg["time_embed_dim"]
@@ -481,8 +497,10 @@ def forward(m, inp, precision="fp64", nodes=None):
     video = rec("proj_in", num.f32(linear(m, num.f32(inp["hidden_states"]), "proj_in")))
     audio = rec("audio_proj_in", num.f32(linear(m, num.f32(inp["audio_hidden_states"]), "audio_proj_in")))
     text = rec("context_embedder", num.bf16(linear(m, num.bf16(inp["encoder_hidden_states"]), "context_embedder")))
+    text_allowed = refiner_allowed(inp.get("attention_mask"), inp["text_indices"], B) if refiner_mask else None
     for i in range(cfg["num_refiner_layers"]):
-        text = block_forward(m, cfg, f"token_refiner.refiner_blocks.{i}.", text, num, nodes, f"refiner.{i}")
+        text = block_forward(m, cfg, f"token_refiner.refiner_blocks.{i}.", text, num, nodes, f"refiner.{i}",
+                             allowed=text_allowed)
     text = rec("refiner.final_norm",
                num.bf16(rmsnorm(text, m.w("token_refiner.final_norm.weight"), cfg["final_norm_eps"])))
 
@@ -735,6 +753,17 @@ def cmd_compare(a):
         print("note:", m.dtype_notes())
     out = SafeTensors(a.h3strict_out)
     result = {"bound": a.bound, "outputs": {}, "pass": True}
+    mk = inp.get("attention_mask")
+    hidden_text = int((~mk[:, inp["text_indices"]].astype(bool)).sum()) if mk is not None else 0
+    variant = None
+    if hidden_text and not a.ref:
+        # informative only: the refiner-unmasked variant (diffusers' semantics, docs/conformance.md) is what an
+        # implementation that ignores the mask in the refiner would match; the pass/fail is against the golden
+        variant = dict(zip(("sample", "audio_sample"), forward(m, inp, "fp64", refiner_mask=False)))
+        d = max(rel_l2(variant[k], ref[k]) for k in ref)
+        print(f"note: attention_mask hides {hidden_text} live text rows (item, row) pairs; the refiner-unmasked "
+              f"variant differs from the golden by rel {d:.3e}")
+        result["masked_live_text_rows"] = hidden_text
     for name in ("sample", "audio_sample"):
         r = {}
         if name not in out:
@@ -752,6 +781,8 @@ def cmd_compare(a):
                 r["max_abs"] = float(np.max(np.abs(got - ref[name]))) if got.size else 0.0
                 r["ref_rms"] = float(np.sqrt(np.mean(ref[name] ** 2))) if got.size else 0.0
                 r["per_item_rel_l2"] = [rel_l2(got[i], ref[name][i]) for i in range(got.shape[0])]
+                if variant is not None:
+                    r["rel_l2_vs_refiner_unmasked_variant"] = rel_l2(got, variant[name])
         r["pass"] = "error" not in r and r["rel_l2"] <= a.bound
         result["pass"] &= r["pass"]
         result["outputs"][name] = r
@@ -761,6 +792,9 @@ def cmd_compare(a):
             items = " ".join(f"{e:.3e}" for e in r["per_item_rel_l2"])
             print(f"{name:13s} rel_l2 {r['rel_l2']:.4e}  max_abs {r['max_abs']:.4e}  (ref rms {r['ref_rms']:.3e}; "
                   f"per item {items})  bound {a.bound}  {'OK' if r['pass'] else 'FAIL'}")
+            if variant is not None:
+                print(f"{'':13s} (rel_l2 {r['rel_l2_vs_refiner_unmasked_variant']:.4e} from the refiner-unmasked "
+                      f"variant)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
@@ -779,6 +813,87 @@ def cmd_check_layout(a):
         print("FAIL:", f)
     print("check-layout:", "PASS" if not fails else "FAIL")
     return 0 if not fails else 1
+
+
+def parse_mask_rows(specs, B, Nt):
+    """--rows values: 'J,J,...' (text rows J of every item) or 'ITEM:J,J,...' -> sorted [(item, J)]."""
+    pairs = set()
+    for spec in specs:
+        items, rows = (range(B), spec) if ":" not in spec else (None, spec.split(":", 1)[1])
+        try:
+            if items is None:
+                b = int(spec.split(":", 1)[0])
+                if not 0 <= b < B:
+                    raise InputError(f"--rows {spec!r}: item {b} out of range [0, {B})")
+                items = (b,)
+            js = [int(x) for x in rows.split(",") if x.strip()]
+        except ValueError:
+            raise InputError(f"--rows {spec!r}: expected 'J,J,...' or 'ITEM:J,J,...' with integers")
+        if not js:
+            raise InputError(f"--rows {spec!r}: no text row given")
+        for j in js:
+            if not 0 <= j < Nt:
+                raise InputError(f"--rows {spec!r}: text row {j} out of range [0, {Nt})")
+            pairs.update((b, j) for b in items)
+    return sorted(pairs)
+
+
+def cmd_mask_text(a):
+    """Copy an inputs file, setting attention_mask false at the packed rows of the chosen *text* rows (live rows,
+    i.e. text_indices[J]), per item.  An existing mask is kept and ANDed; without one, every other key stays valid.
+    --perturb-masked replaces encoder_hidden_states at every text row the mask hides with other random values:
+    by H3_MODEL.md 3.6(b) that must leave every output unchanged."""
+    inp = load_inputs(a.inputs)
+    st = SafeTensors(a.inputs)
+    B, Nt = inp["encoder_hidden_states"].shape[:2]
+    S = inp["token_tags"].shape[0]
+    tidx = inp["text_indices"]
+    pairs = parse_mask_rows(a.rows, B, Nt)
+    had = "attention_mask" in inp
+    mask_shape = st.shape("attention_mask") if had else [B, S]
+    mask = inp["attention_mask"].astype(bool).copy() if had else np.ones((B, S), dtype=bool)
+    for b, j in pairs:
+        mask[b, tidx[j]] = False
+    tensors = {n: (st.dtype(n), st.raw(n)) for n in st.keys()}
+    tensors["attention_mask"] = ("BOOL", mask.reshape(mask_shape))
+    hidden = ~mask[:, tidx]  # [B, Nt]: text rows no key may see (the new ones and any the file already hid)
+    if a.perturb_masked is not None:
+        dt, raw = tensors["encoder_hidden_states"]
+        e = inp["encoder_hidden_states"].copy()
+        rng = np.random.default_rng(a.perturb_masked)
+        e[hidden] = 3.0 * rng.standard_normal((int(hidden.sum()), e.shape[2]))
+        conv = {"BF16": lambda x: f64_to_bf16_bits(x).reshape(x.shape), "F32": lambda x: x.astype(np.float32),
+                "F16": lambda x: x.astype(np.float16), "F64": lambda x: x}
+        tensors["encoder_hidden_states"] = (dt, conv[dt](e))
+    write_safetensors(a.out, tensors, st.metadata or None)
+    per_item = "; ".join(f"item {b}: text rows {np.nonzero(hidden[b])[0].tolist()}" for b in range(B))
+    print(f"mask-text: attention_mask {'ANDed into the existing one' if had else 'added'} {mask_shape}; hidden {per_item}"
+          f"{'; their encoder_hidden_states perturbed' if a.perturb_masked is not None else ''} -> {a.out}")
+    return 0
+
+
+def cmd_diff_outputs(a):
+    """Two output files (CLI.md format): relative L2 per output; exit 1 outside [--min-rel, --max-rel]."""
+    fa, fb = SafeTensors(a.a), SafeTensors(a.b)
+    ok = True
+    for name in ("sample", "audio_sample"):
+        for f in (fa, fb):
+            if name not in f:
+                raise InputError(f"{f.path}: missing tensor {name!r}")
+        x, y = fa.get(name).astype(np.float64), fb.get(name).astype(np.float64)
+        if x.shape != y.shape:
+            print(f"{name:13s} FAIL: shapes {list(x.shape)} vs {list(y.shape)}")
+            ok = False
+            continue
+        r = rel_l2(x, y)
+        bitwise = np.array_equal(fa.raw(name), fb.raw(name))
+        good = r <= a.max_rel and (a.min_rel is None or r >= a.min_rel)
+        ok &= good
+        rng_s = f"[{a.min_rel}, {a.max_rel}]" if a.min_rel is not None else f"<= {a.max_rel}"
+        print(f"{name:13s} rel_l2 {r:.4e}  {'bitwise equal' if bitwise else 'not bitwise equal'}  want {rng_s}  "
+              f"{'OK' if good else 'FAIL'}")
+    print("diff-outputs:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
 
 
 def main(argv=None):
@@ -809,9 +924,23 @@ def main(argv=None):
     k.add_argument("--pad-to", type=int, default=0)
     k.add_argument("--allow-text-vision-tags", action="store_true",
                    help="accept text rows tagged 0 (a keyframe's vision block inside the text)")
+    t = sub.add_parser("mask-text", help="copy an inputs file with attention_mask hiding chosen live text rows")
+    t.add_argument("--inputs", required=True)
+    t.add_argument("--rows", action="append", required=True,
+                   help="'J,J,...' = text rows J (positions in text_indices) of every item, or 'ITEM:J,J,...' for "
+                        "one item; repeatable")
+    t.add_argument("--out", required=True)
+    t.add_argument("--perturb-masked", type=int, metavar="SEED",
+                   help="also replace encoder_hidden_states at every hidden text row (outputs must not change)")
+    d = sub.add_parser("diff-outputs", help="relative L2 between two output files")
+    d.add_argument("a")
+    d.add_argument("b")
+    d.add_argument("--max-rel", type=float, default=0.0, help="largest accepted relative L2 (default 0)")
+    d.add_argument("--min-rel", type=float, help="smallest accepted relative L2 (to show a change)")
     a = ap.parse_args(argv)
     try:
-        return {"forward": cmd_forward, "compare": cmd_compare, "check-layout": cmd_check_layout}[a.cmd](a)
+        return {"forward": cmd_forward, "compare": cmd_compare, "check-layout": cmd_check_layout,
+                "mask-text": cmd_mask_text, "diff-outputs": cmd_diff_outputs}[a.cmd](a)
     except InputError as e:
         print(f"reference.py: {e}", file=sys.stderr)
         return 2
