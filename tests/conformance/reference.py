@@ -867,7 +867,8 @@ def cmd_mask_text(a):
         tensors["encoder_hidden_states"] = (dt, conv[dt](e))
     write_safetensors(a.out, tensors, st.metadata or None)
     per_item = "; ".join(f"item {b}: text rows {np.nonzero(hidden[b])[0].tolist()}" for b in range(B))
-    print(f"mask-text: attention_mask {'ANDed into the existing one' if had else 'added'} {mask_shape}; hidden {per_item}"
+    how = "ANDed into the existing one" if had else "added"
+    print(f"mask-text: attention_mask {how} {mask_shape}; hidden {per_item}"
           f"{'; their encoder_hidden_states perturbed' if a.perturb_masked is not None else ''} -> {a.out}")
     return 0
 

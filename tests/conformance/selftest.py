@@ -2,7 +2,8 @@
 """Self-test of reference.py on fixtures from make_fixture.py (no h3strict needed).
 
 Checks the properties the reference must have before it can judge anything: padding and attention_mask give live
-rows exactly the unpadded result, batch items are independent, the three model-directory forms load the same
+rows exactly the unpadded result, a text row hidden by attention_mask influences no output (the token refiner honours
+the mask too), batch items are independent, the three model-directory forms load the same
 weights, the layout reproduces known values, check-layout and compare catch corrupted files, the bf16 emulation
 lands inside the bound and typical implementation bugs land outside it.
 """
@@ -85,6 +86,56 @@ def main():
             del x["attention_mask"]
         e = live_err(INM, nomask)
         check("unmasked untagged padding does change live rows (the test can fail)", e > 1e-3, f"rel {e:.1e}")
+
+        # 2b. attention_mask hiding live text rows: never attended to, in the blocks and in the token refiner
+        INT, INTP = os.path.join(d, "int.safetensors"), os.path.join(d, "intp.safetensors")
+        spec = ["--rows", "0:1,3", "--rows", "1:0,2"]  # different rows per item
+        for path, extra in ((INT, []), (INTP, ["--perturb-masked", "3"])):
+            rc, out = sh(os.path.join(HERE, "reference.py"), "mask-text", "--inputs", INM, *spec, "--out", path, *extra)
+            if rc:
+                raise SystemExit(out)
+        src, got = R.SafeTensors(INM), R.SafeTensors(INT)
+        want = src.raw("attention_mask").copy()
+        tix = src.raw("text_indices")
+        for b, j in ((0, 1), (0, 3), (1, 0), (1, 2)):
+            want[b, tix[j]] = False
+        same = all(np.array_equal(src.raw(n), got.raw(n)) and src.dtype(n) == got.dtype(n)
+                   for n in src.keys() if n != "attention_mask")
+        check("mask-text hides exactly the chosen text rows per item, every other tensor byte-identical",
+              same and np.array_equal(got.raw("attention_mask"), want))
+        gp = R.SafeTensors(INTP)
+        changed = np.nonzero((gp.raw("encoder_hidden_states") != src.raw("encoder_hidden_states")).any(axis=2))
+        check("mask-text --perturb-masked changes exactly the hidden text rows",
+              sorted(zip(*(c.tolist() for c in changed))) == [(0, 1), (0, 3), (1, 0), (1, 2)])
+        rc, out = sh(os.path.join(HERE, "reference.py"), "mask-text", "--inputs", INM, "--rows", "0:5",
+                     "--out", os.path.join(d, "x.safetensors"))
+        check("mask-text rejects a text row out of range", rc == 2, out.strip().splitlines()[-1])
+
+        xt, xtp = R.load_inputs(INT, m.cfg), R.load_inputs(INTP, m.cfg)
+        st_, at_ = R.forward(m, xt)
+        stp, atp = R.forward(m, xtp)
+        check("features of masked text rows change no output (bitwise)",
+              np.array_equal(st_, stp) and np.array_equal(at_, atp))
+        e = min(R.rel_l2(st_, s0), R.rel_l2(at_, a0))
+        check("hiding live text rows does change the outputs", e > 1e-3, f"rel {e:.1e}")
+        for x in (xt, xtp):
+            del x["attention_mask"]
+        su, au = R.forward(m, xt)
+        sup, aup = R.forward(m, xtp)
+        e = min(R.rel_l2(su, sup), R.rel_l2(au, aup))
+        check("without the mask the same feature change does change the outputs (the test can fail)", e > 1e-3,
+              f"rel {e:.1e}")
+        xt, xtp = R.load_inputs(INT, m.cfg), R.load_inputs(INTP, m.cfg)
+        sv, av = R.forward(m, xt, refiner_mask=False)
+        svp, avp = R.forward(m, xtp, refiner_mask=False)
+        e = min(R.rel_l2(sv, svp), R.rel_l2(av, avp))
+        check("a token refiner that ignores the mask fails the invariance (the old bug is caught)", e > 1e-3,
+              f"rel {e:.1e}")
+        x1 = {k: (v[1:] if k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "attention_mask")
+                  else v) for k, v in xt.items()}
+        s1, a1 = R.forward(m, x1)
+        e = max(R.rel_l2(s1[0], st_[1]), R.rel_l2(a1[0], at_[1]))
+        check("item 1 alone, with its own mask row, equals item 1 of the masked batch", e < 1e-13, f"rel {e:.1e}")
 
         # 3. batch items are independent documents
         x1 = {k: (v[:1] if k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states") else v)
