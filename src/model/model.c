@@ -383,8 +383,8 @@ struct h3s_tape {
 void h3s_tape_free(h3s_tape *t) {
     if (!t) return;
     arena_free(&t->ar);
-    h3s_tensor *host[] = {&t->adaln_rows, &t->ts_rows,   &t->doc,     &t->key_valid,
-                          &t->video_idx,  &t->audio_idx, &t->text_idx};
+    h3s_tensor *host[] = {&t->adaln_rows,     &t->ts_rows,   &t->doc,       &t->key_valid,
+                          &t->text_key_valid, &t->video_idx, &t->audio_idx, &t->text_idx};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         h3s_tensor_free(host[i]);
     free(t->refiner);
