@@ -250,24 +250,11 @@ h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, c
     return rmsnorm_backward_impl("rmsnorm_backward", H3C_CODE_RMSNORM_BACKWARD, x, w, mod, eps, dy, dx, dw, dtable);
 }
 
-static h3s_status final_mod(const char *op, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
-                            const h3s_tensor *index, h3s_modulation *mod) {
-    if (!x || !w || !table || !index) return h3s_fail(H3S_ERR_INVALID, "%s: x, w, table and index are required", op);
-    if (x->ndim == 2 && table->ndim == 2 && table->shape[1] != 2 * x->shape[1])
-        return h3s_fail(H3S_ERR_SHAPE, "%s: table has %lld columns, expected 2 * H = %lld (shift | scale)", op,
-                        (long long)table->shape[1], (long long)(2 * x->shape[1]));
-    mod->table = table;
-    mod->index = index;
-    mod->shift_chunk = 0;
-    mod->scale_chunk = 1;
-    return H3S_OK;
-}
-
 h3s_status h3s_cuda_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
                                        const h3s_tensor *index, double eps, h3s_tensor *y) {
     static const char op[] = "final_norm_forward";
     h3s_modulation mod;
-    H3S_TRY(final_mod(op, x, w, table, index, &mod));
+    H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     return rmsnorm_forward_impl(op, H3C_CODE_FINAL_NORM_FORWARD, x, w, &mod, eps, y, 1);
 }
 
@@ -276,7 +263,7 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
                                         h3s_tensor *dw, h3s_tensor *dtable) {
     static const char op[] = "final_norm_backward";
     h3s_modulation mod;
-    H3S_TRY(final_mod(op, x, w, table, index, &mod));
+    H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     return rmsnorm_backward_impl(op, H3C_CODE_FINAL_NORM_BACKWARD, x, w, &mod, eps, dy, dx, dw, dtable);
 }
 

@@ -132,6 +132,11 @@ h3s_status h3s_timestep_mlp_backward(const h3s_tensor *features, const h3s_tenso
  * scale chunk 1. */
 h3s_status h3s_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
                                   const h3s_tensor *index, double eps, h3s_tensor *y);
+/* The modulation the final norm applies (shift chunk 0, scale chunk 1 of a [T, 2H] table),
+ * after checking that x, w, table and index are given and the table is 2H wide.  Shared by
+ * the CPU entry points and their CUDA twins. */
+h3s_status h3s_final_norm_modulation(const char *op, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
+                                     const h3s_tensor *index, h3s_modulation *mod);
 h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
                                    const h3s_tensor *index, double eps, const h3s_tensor *dy, h3s_tensor *dx,
                                    h3s_tensor *dw, h3s_tensor *dtable);

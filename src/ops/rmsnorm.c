@@ -341,8 +341,8 @@ h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const 
 /* ---------------------------------------------------------------- final norm -------- */
 
 /* norm_out: weight required, table [T, 2H] = (shift | scale), y F32 (strict). */
-static h3s_status final_norm_modulation(const char *op, const h3s_tensor *x, const h3s_tensor *w,
-                                        const h3s_tensor *table, const h3s_tensor *index, h3s_modulation *mod) {
+h3s_status h3s_final_norm_modulation(const char *op, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
+                                     const h3s_tensor *index, h3s_modulation *mod) {
     if (!x) return h3s_fail(H3S_ERR_INVALID, "%s: x is NULL", op);
     if (!w) return h3s_fail(H3S_ERR_INVALID, "%s: w is NULL", op);
     if (!table) return h3s_fail(H3S_ERR_INVALID, "%s: table is NULL", op);
@@ -362,7 +362,7 @@ h3s_status h3s_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, cons
     static const char op[] = "final_norm_forward";
     h3s_modulation mod;
     norm_call c;
-    H3S_TRY(final_norm_modulation(op, x, w, table, index, &mod));
+    H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     H3S_TRY(check_rmsnorm(op, x, w, &mod, eps, 1, y, 1, NULL, NULL, NULL, NULL, &c));
     if (c.on_device) return h3s_cuda_final_norm_forward(x, w, table, index, eps, y);
     return rmsnorm_forward_impl(x, w, &mod, eps, y, &c);
@@ -374,7 +374,7 @@ h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, con
     static const char op[] = "final_norm_backward";
     h3s_modulation mod;
     norm_call c;
-    H3S_TRY(final_norm_modulation(op, x, w, table, index, &mod));
+    H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     H3S_TRY(check_rmsnorm(op, x, w, &mod, eps, 0, NULL, 1, dy, dx, dw, dtable, &c));
     if (c.on_device) return h3s_cuda_final_norm_backward(x, w, table, index, eps, dy, dx, dw, dtable);
     return rmsnorm_backward_impl(x, w, &mod, eps, dy, dx, dw, dtable, &c);
