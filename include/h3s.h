@@ -76,6 +76,21 @@ h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
 void h3s_set_num_threads(int n);
 int h3s_get_num_threads(void);
 
+/* How the F32 output gradient dy enters the tensor cores in the backward of a BF16 linear on
+ * the CUDA backend (a run option; both are strict: one fixed order per output).
+ *   H3S_GRAD_OPERANDS_BF16  (default): dy rounded once to BF16, FP32 accumulation, the
+ *                           provider's precision at full tensor-core rate;
+ *   H3S_GRAD_OPERANDS_SPLIT: dy split exactly into BF16 hi + lo, two products per step (about
+ *                           16 significant bits of dy, half the rate).
+ * The CPU backend always multiplies the exact F32 dy and ignores the option.  Shapes the
+ * Hopper kernels cannot take (K or N not a multiple of 8) always use the split kernel. */
+typedef enum h3s_grad_operands { H3S_GRAD_OPERANDS_BF16 = 0, H3S_GRAD_OPERANDS_SPLIT = 1 } h3s_grad_operands;
+h3s_status h3s_set_grad_operands(h3s_grad_operands mode);
+h3s_grad_operands h3s_get_grad_operands(void);
+/* "bf16" or "split" -> the mode; H3S_ERR_INVALID otherwise. */
+h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode);
+const char *h3s_grad_operands_name(h3s_grad_operands mode);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <omp.h>
 
@@ -86,3 +87,30 @@ void h3s_set_num_threads(int n) {
 }
 
 int h3s_get_num_threads(void) { return h3s_threads_requested > 0 ? h3s_threads_requested : omp_get_max_threads(); }
+
+static h3s_grad_operands h3s_grad_mode = H3S_GRAD_OPERANDS_BF16;
+
+h3s_status h3s_set_grad_operands(h3s_grad_operands mode) {
+    if (mode != H3S_GRAD_OPERANDS_BF16 && mode != H3S_GRAD_OPERANDS_SPLIT)
+        return h3s_fail(H3S_ERR_INVALID, "grad operands: unknown mode %d (bf16 = 0, split = 1)", (int)mode);
+    h3s_grad_mode = mode;
+    return H3S_OK;
+}
+
+h3s_grad_operands h3s_get_grad_operands(void) { return h3s_grad_mode; }
+
+h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode) {
+    if (name && strcmp(name, "bf16") == 0) {
+        *mode = H3S_GRAD_OPERANDS_BF16;
+        return H3S_OK;
+    }
+    if (name && strcmp(name, "split") == 0) {
+        *mode = H3S_GRAD_OPERANDS_SPLIT;
+        return H3S_OK;
+    }
+    return h3s_fail(H3S_ERR_INVALID, "grad operands: '%s' is not one of bf16, split", name ? name : "(null)");
+}
+
+const char *h3s_grad_operands_name(h3s_grad_operands mode) {
+    return mode == H3S_GRAD_OPERANDS_SPLIT ? "split" : "bf16";
+}

@@ -56,16 +56,38 @@ enum h3c_code {
 const char *h3c_code_name(int code);
 
 /* ------------------------------------------------------------------ GEMM (tensor cores)
- * C[P, Q] = sum_r A(p, r) B(q, r) with mma.sync m16n8k16 (BF16 operands, FP32 accumulate),
- * block tile 128 x 128 x 32, one fixed reduction order for every block (docs/numerics/cuda.md). */
+ * C[P, Q] = sum_r A(p, r) B(q, r), BF16 operands, FP32 accumulation, one fixed reduction order
+ * for every output element (docs/numerics/linear_cuda.md).  Shapes with K and N multiples of 8
+ * run on the Hopper kernels (wgmma fed by TMA); the others on the mma.sync kernel.  The choice
+ * depends on (K, N) and the build only. */
 
 /* y[M, N] = bf16(x[M, K] w[N, K]^T (+ b[N])).  x, w, b, y BF16. */
 h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
                                  const void *b, void *y);
-/* dx[M, K] = dy[M, N] w[N, K]; dy F32 (split into BF16 hi + lo), w BF16, dx F32. */
+/* dx[M, K] = dy[M, N] w[N, K] and dw[N, K] = tile fold over 256-row tiles of dy^T x (either
+ * output may be NULL); dy F32, w and x BF16, dx and dw F32.  dy enters the tensor cores as
+ * h3s_get_grad_operands() says (rounded once to BF16, converted once for both products, or
+ * split into hi + lo). */
+h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
+                                  const void *x, float *dx, float *dw);
 h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w, float *dx);
-/* dw[N, K] = tile fold over 256-row tiles of dy^T x; dy F32 (hi + lo), x BF16, dw F32. */
 h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x, float *dw);
+/* The two products with dy already in BF16 (dyb [M, N]); K and N multiples of 8. */
+h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
+                                    float *dx);
+h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *x,
+                                    float *dw);
+/* dst[i] = bf16(src[i]) (round to nearest even), n elements. */
+h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst);
+/* 1 when (N, K) runs on the Hopper kernels. */
+int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
+/* Test hooks: the number of forward/dgrad configurations the dispatcher can pick, and an
+ * override (-1 = the dispatcher's own choice by M). */
+int h3c_gemm_config_count(void);
+h3s_status h3c_gemm_force_config(int config);
+/* The previous strict forward kernel (mma.sync), for side-by-side benchmarks. */
+h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                                     const void *b, void *y);
 
 /* ------------------------------------------------------------------ GEMM (FP32 FFMA)
  * All F32, one FMA chain per output in ascending reduction order from +0 (the same chain as

@@ -117,17 +117,13 @@ h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, co
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, K));
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 2, N, K));
     H3S_TRY(dev_opt(op, "db", db, H3S_F32, 1, N, -1));
-    if (dx) {
-        if (dt == H3S_BF16)
-            H3S_TRY(h3c_gemm_bf16_dx(op, M, N, K, dy->data, w->data, dx->data));
-        else
-            H3S_TRY(h3c_sgemm_dx(op, M, N, K, dy->data, w->data, dx->data));
-    }
-    if (dw) {
-        if (dt == H3S_BF16)
-            H3S_TRY(h3c_gemm_bf16_dw(op, M, N, K, dy->data, x->data, dw->data));
-        else
-            H3S_TRY(h3c_sgemm_dw(op, M, N, K, dy->data, x->data, dw->data));
+    if (dt == H3S_BF16) {
+        if (dx || dw)
+            H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, dy->data, w->data, x->data, dx ? dx->data : NULL,
+                                           dw ? dw->data : NULL));
+    } else {
+        if (dx) H3S_TRY(h3c_sgemm_dx(op, M, N, K, dy->data, w->data, dx->data));
+        if (dw) H3S_TRY(h3c_sgemm_dw(op, M, N, K, dy->data, x->data, dw->data));
     }
     if (db) {
         h3c_fold_args f;

@@ -1,0 +1,1024 @@
+/* Strict GEMMs of the CUDA backend (docs/numerics/cuda.md, "GEMM").
+ *
+ * One tensor-core kernel computes C[P, Q] = sum_r A(p, r) B(q, r) for the three BF16 linear
+ * products (forward, dx, dw) with mma.sync.m16n8k16 (BF16 x BF16 products, FP32 accumulate):
+ *   - block tile 128 (p) x 128 (q), reduction step 32 (two k16 steps), 256 threads as 2 x 4
+ *     warps of 64 x 32; the tile shape, grid order and reduction order are constants: they
+ *     never depend on P (= M, the row count), so an output element sees the same sequence of
+ *     MMAs (r = 0, 16, 32, ... ascending, one accumulator) whatever M is and wherever its
+ *     row sits in its tile.  Rows beyond P and reduction steps beyond R are loaded as zeros.
+ *   - F32 operands (the gradient dy) are split on load into hi = bf16(v) and
+ *     lo = bf16(v - hi) and multiplied as two MMAs, hi first, in every k16 step: dy is kept to
+ *     about 16 significant bits (relative error <= 2^-17), the products stay exact in FP32.
+ *   - dw reduces over rows: the accumulator is restarted at every 256-row tile and the tile
+ *     partials are added to a running total in ascending tile order (the canonical fold of
+ *     STRICT.md section 3) in registers; no workspace, no atomics, no split-K.
+ * A second kernel does the F32 linear with CUDA-core FMAs only (never TF32): per output one
+ * __fmaf_rn chain from +0 in ascending reduction order, the CPU's strict F32 chain. */
+#include "cuda/k_common.cuh"
+
+/* ------------------------------------------------------------------ tensor-core kernel */
+
+#define TC_BP 128
+#define TC_BQ 128
+#define TC_BR 32
+#define TC_LD 40 /* smem row stride in BF16 elements: 32 + 8 pad keeps ldmatrix rows conflict-free */
+#define TC_THREADS 256
+#define TC_TILE_ELEMS (TC_BP * TC_LD)
+
+enum { A_BF16_RC = 0, A_F32_RC = 1, A_F32_PC = 2 }; /* A(p, r) = a[p*lda + r] | a[r*lda + p] */
+enum { B_BF16_RC = 0, B_BF16_QC = 1 };              /* B(q, r) = b[q*ldb + r] | b[r*ldb + q] */
+enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_F32_FOLD = 2 };
+
+typedef struct tc_args {
+    int64_t P, Q, R;
+    const void *a;
+    int64_t lda;
+    int a_vec; /* 16-byte loads allowed (aligned base and leading dimension) */
+    const uint16_t *b;
+    int64_t ldb;
+    int b_vec;
+    const uint16_t *bias; /* BF16 [Q] or NULL (EPI_BF16_BIAS) */
+    void *c;
+    int64_t ldc;
+} tc_args;
+
+__device__ __forceinline__ void split_bf16(float v, uint16_t *hi, uint16_t *lo) {
+    uint16_t h = h3k_f2bf(v);
+    float hf = h3k_bf2f(h);
+    if (isinf(hf) && isfinite(v)) { /* v rounds up to +-Inf in BF16: truncate instead */
+        h = (uint16_t)(__float_as_uint(v) >> 16);
+        hf = h3k_bf2f(h);
+    }
+    *hi = h;
+    *lo = isfinite(v) ? h3k_f2bf(v - hf) : (uint16_t)0; /* v - hf is exact */
+}
+
+__device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
+    return (uint32_t)lo_half | ((uint32_t)hi_half << 16);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Register staging of one reduction step's global tiles. */
+template <int AM, int BM> struct tc_stage {
+    uint4 a16[2];  /* A_BF16_RC: 2 chunks of 8 BF16 */
+    float4 a32[4]; /* A_F32_*: 4 chunks of 4 F32 */
+    uint4 b16[2];  /* B: 2 chunks of 8 BF16 */
+};
+
+__device__ __forceinline__ uint4 load8_bf16(const uint16_t *base, int64_t row, int64_t nrows, int64_t col,
+                                            int64_t ncols, int64_t ld, int vec) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row >= nrows) return v;
+    const uint16_t *p = base + row * ld + col;
+    if (vec && col + 8 <= ncols) return *(const uint4 *)p;
+    uint16_t e[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        e[i] = col + i < ncols ? p[i] : (uint16_t)0;
+    v.x = pack2(e[0], e[1]);
+    v.y = pack2(e[2], e[3]);
+    v.z = pack2(e[4], e[5]);
+    v.w = pack2(e[6], e[7]);
+    return v;
+}
+
+__device__ __forceinline__ float4 load4_f32(const float *base, int64_t row, int64_t nrows, int64_t col, int64_t ncols,
+                                            int64_t ld, int vec) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row >= nrows) return v;
+    const float *p = base + row * ld + col;
+    if (vec && col + 4 <= ncols) return *(const float4 *)p;
+    if (col + 0 < ncols) v.x = p[0];
+    if (col + 1 < ncols) v.y = p[1];
+    if (col + 2 < ncols) v.z = p[2];
+    if (col + 3 < ncols) v.w = p[3];
+    return v;
+}
+
+template <int AM, int BM>
+__device__ __forceinline__ void tc_load(const tc_args &g, int64_t p0, int64_t q0, int64_t r0, int tid,
+                                        tc_stage<AM, BM> &st) {
+    if (AM == A_BF16_RC) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 2, col = (c & 3) * 8;
+            st.a16[i] = load8_bf16((const uint16_t *)g.a, p0 + row, g.P, r0 + col, g.R, g.lda, g.a_vec);
+        }
+    } else if (AM == A_F32_RC) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 3, col = (c & 7) * 4;
+            st.a32[i] = load4_f32((const float *)g.a, p0 + row, g.P, r0 + col, g.R, g.lda, g.a_vec);
+        }
+    } else { /* A_F32_PC: global rows are r, p contiguous; lanes take consecutive r */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = tid + i * TC_THREADS, r = c & 31, pc = c >> 5;
+            st.a32[i] = load4_f32((const float *)g.a, r0 + r, g.R, p0 + pc * 4, g.P, g.lda, g.a_vec);
+        }
+    }
+    if (BM == B_BF16_RC) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 2, col = (c & 3) * 8;
+            st.b16[i] = load8_bf16(g.b, q0 + row, g.Q, r0 + col, g.R, g.ldb, g.b_vec);
+        }
+    } else { /* B_BF16_QC: global rows are r, q contiguous */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, r = c & 31, qc = c >> 5;
+            st.b16[i] = load8_bf16(g.b, r0 + r, g.R, q0 + qc * 8, g.Q, g.ldb, g.b_vec);
+        }
+    }
+}
+
+/* smem layout of one stage: [A hi][A lo (F32 modes)][B], each [128][TC_LD] BF16, r contiguous. */
+template <int AM, int BM> __device__ __forceinline__ void tc_store(uint16_t *sm, int tid, const tc_stage<AM, BM> &st) {
+    uint16_t *ahi = sm, *alo = sm + TC_TILE_ELEMS;
+    uint16_t *bs = sm + (AM == A_BF16_RC ? 1 : 2) * TC_TILE_ELEMS;
+    if (AM == A_BF16_RC) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 2, col = (c & 3) * 8;
+            *(uint4 *)(ahi + row * TC_LD + col) = st.a16[i];
+        }
+    } else if (AM == A_F32_RC) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 3, col = (c & 7) * 4;
+            uint16_t h[4], l[4];
+            split_bf16(st.a32[i].x, &h[0], &l[0]);
+            split_bf16(st.a32[i].y, &h[1], &l[1]);
+            split_bf16(st.a32[i].z, &h[2], &l[2]);
+            split_bf16(st.a32[i].w, &h[3], &l[3]);
+            *(uint2 *)(ahi + row * TC_LD + col) = make_uint2(pack2(h[0], h[1]), pack2(h[2], h[3]));
+            *(uint2 *)(alo + row * TC_LD + col) = make_uint2(pack2(l[0], l[1]), pack2(l[2], l[3]));
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int c = tid + i * TC_THREADS, r = c & 31, pc = c >> 5;
+            float v[4] = {st.a32[i].x, st.a32[i].y, st.a32[i].z, st.a32[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint16_t h, l;
+                split_bf16(v[j], &h, &l);
+                ahi[(pc * 4 + j) * TC_LD + r] = h;
+                alo[(pc * 4 + j) * TC_LD + r] = l;
+            }
+        }
+    }
+    if (BM == B_BF16_RC) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, row = c >> 2, col = (c & 3) * 8;
+            *(uint4 *)(bs + row * TC_LD + col) = st.b16[i];
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int c = tid + i * TC_THREADS, r = c & 31, qc = c >> 5;
+            uint32_t w[4] = {st.b16[i].x, st.b16[i].y, st.b16[i].z, st.b16[i].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                bs[(qc * 8 + 2 * j) * TC_LD + r] = (uint16_t)(w[j] & 0xffffu);
+                bs[(qc * 8 + 2 * j + 1) * TC_LD + r] = (uint16_t)(w[j] >> 16);
+            }
+        }
+    }
+}
+
+template <int AM> __host__ __device__ constexpr int tc_stage_elems() {
+    return (AM == A_BF16_RC ? 2 : 3) * TC_TILE_ELEMS;
+}
+
+template <int AM, int BM, int EPI>
+__global__ void __launch_bounds__(TC_THREADS, EPI == EPI_F32_FOLD ? 1 : 2) tc_gemm_kernel(tc_args g) {
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wp = warp >> 2, wq = warp & 3; /* warp tile: rows wp*64, cols wq*32 */
+    const int64_t p0 = (int64_t)blockIdx.y * TC_BP, q0 = (int64_t)blockIdx.x * TC_BQ;
+    constexpr int SPLIT = AM != A_BF16_RC;
+    constexpr int STAGE = tc_stage_elems<AM>();
+
+    float acc[4][4][4];
+    float tot[4][4][4]; /* running fold total (EPI_F32_FOLD only; dead code otherwise) */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    bool first_tile = true;
+
+    const int64_t nk = (g.R + TC_BR - 1) / TC_BR;
+    tc_stage<AM, BM> st;
+    if (nk > 0) {
+        tc_load<AM, BM>(g, p0, q0, 0, tid, st);
+        tc_store<AM, BM>(tc_smem, tid, st);
+    }
+    __syncthreads();
+
+    for (int64_t kt = 0; kt < nk; kt++) {
+        if (kt + 1 < nk) tc_load<AM, BM>(g, p0, q0, (kt + 1) * TC_BR, tid, st);
+        const uint16_t *sm = tc_smem + (kt & 1) * STAGE;
+        const uint16_t *ahi = sm, *alo = sm + TC_TILE_ELEMS, *bs = sm + (SPLIT ? 2 : 1) * TC_TILE_ELEMS;
+#pragma unroll
+        for (int ks = 0; ks < 2; ks++) {
+            uint32_t bf[4][2];
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                int row = wq * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                int col = ks * 16 + ((lane >> 3) & 1) * 8;
+                uint32_t addr = (uint32_t)__cvta_generic_to_shared(bs + row * TC_LD + col);
+                ldmatrix_x4(addr, bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) {
+                int row = wp * 64 + mi * 16 + (lane & 15);
+                int col = ks * 16 + (lane >> 4) * 8;
+                uint32_t ah[4], al[4];
+                ldmatrix_x4((uint32_t)__cvta_generic_to_shared(ahi + row * TC_LD + col), ah[0], ah[1], ah[2], ah[3]);
+                if (SPLIT)
+                    ldmatrix_x4((uint32_t)__cvta_generic_to_shared(alo + row * TC_LD + col), al[0], al[1], al[2],
+                                al[3]);
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++) {
+                    mma_bf16(acc[mi][ni], ah, bf[ni][0], bf[ni][1]);
+                    if (SPLIT) mma_bf16(acc[mi][ni], al, bf[ni][0], bf[ni][1]);
+                }
+            }
+        }
+        if (EPI == EPI_F32_FOLD) {
+            /* end of a 256-row tile of the reduction (rows are r here), or of the last one */
+            if (((kt + 1) * TC_BR) % H3S_FOLD_TILE == 0 || kt + 1 == nk) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            tot[i][j][e] = first_tile ? acc[i][j][e] : tot[i][j][e] + acc[i][j][e];
+                            acc[i][j][e] = 0.0f;
+                        }
+                first_tile = false;
+            }
+        }
+        if (kt + 1 < nk) tc_store<AM, BM>(tc_smem + ((kt + 1) & 1) * STAGE, tid, st);
+        __syncthreads();
+    }
+
+    const int g8 = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int64_t p = p0 + wp * 64 + mi * 16 + g8 + (e >> 1) * 8;
+                int64_t q = q0 + wq * 32 + ni * 8 + t4 * 2 + (e & 1);
+                if (p >= g.P || q >= g.Q) continue;
+                float v;
+                if (EPI == EPI_F32_FOLD)
+                    v = nk > 0 ? tot[mi][ni][e] : 0.0f;
+                else
+                    v = acc[mi][ni][e];
+                if (EPI == EPI_BF16_BIAS) {
+                    if (g.bias) v = v + h3k_bf2f(g.bias[q]); /* bias after the sum, only when present */
+                    ((uint16_t *)g.c)[p * g.ldc + q] = h3k_f2bf(v);
+                } else {
+                    ((float *)g.c)[p * g.ldc + q] = v;
+                }
+            }
+        }
+    }
+}
+
+template <int AM, int BM, int EPI> static h3s_status tc_launch(const char *op, const tc_args &g) {
+    if (g.P <= 0 || g.Q <= 0) return H3S_OK;
+    const int smem = 2 * tc_stage_elems<AM>() * (int)sizeof(uint16_t);
+    static int attr_set = 0; /* one per instantiation */
+    if (!attr_set) {
+        cudaError_t e =
+            cudaFuncSetAttribute(tc_gemm_kernel<AM, BM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
+        attr_set = 1;
+    }
+    int64_t gq = (g.Q + TC_BQ - 1) / TC_BQ, gp = (g.P + TC_BP - 1) / TC_BP;
+    if (gp > 65535 || gq > 0x7fffffff)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
+                        (long long)g.P, (long long)g.Q);
+    dim3 grid((unsigned)gq, (unsigned)gp);
+    tc_gemm_kernel<AM, BM, EPI><<<grid, TC_THREADS, smem, H3K_STREAM>>>(g);
+    return h3c_launch_check(op);
+}
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+static h3s_status mma_gemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
+                                            const void *w, const void *b, void *y) {
+    tc_args g;
+    g.P = M, g.Q = N, g.R = K;
+    g.a = x, g.lda = K, g.a_vec = aligned16(x) && K % 8 == 0;
+    g.b = (const uint16_t *)w, g.ldb = K, g.b_vec = aligned16(w) && K % 8 == 0;
+    g.bias = (const uint16_t *)b;
+    g.c = y, g.ldc = N;
+    return tc_launch<A_BF16_RC, B_BF16_RC, EPI_BF16_BIAS>(op, g);
+}
+
+static h3s_status mma_gemm_dx_split(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
+                                       float *dx) {
+    /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N */
+    tc_args g;
+    g.P = M, g.Q = K, g.R = N;
+    g.a = dy, g.lda = N, g.a_vec = aligned16(dy) && N % 4 == 0;
+    g.b = (const uint16_t *)w, g.ldb = K, g.b_vec = aligned16(w) && K % 8 == 0;
+    g.bias = NULL;
+    g.c = dx, g.ldc = K;
+    return tc_launch<A_F32_RC, B_BF16_QC, EPI_F32>(op, g);
+}
+
+static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
+                                       float *dw) {
+    /* dw[n, k] = sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M (folded in 256-row tiles) */
+    tc_args g;
+    g.P = N, g.Q = K, g.R = M;
+    g.a = dy, g.lda = N, g.a_vec = aligned16(dy) && N % 4 == 0;
+    g.b = (const uint16_t *)x, g.ldb = K, g.b_vec = aligned16(x) && K % 8 == 0;
+    g.bias = NULL;
+    g.c = dw, g.ldc = K;
+    return tc_launch<A_F32_PC, B_BF16_QC, EPI_F32_FOLD>(op, g);
+}
+
+/* ------------------------------------------------------------------ Hopper kernel (wgmma + TMA)
+ *
+ * C[P, Q] = sum_r A(p, r) B(q, r), BF16 operands from shared memory, FP32 accumulators in
+ * registers (docs/numerics/linear_cuda.md).  One CTA computes one BM x BN output tile:
+ *   - warpgroup 0 is the producer: one thread issues the bulk tensor copies (TMA) of the
+ *     BM x 64 slice of A and the BN x 64 slice of B of every reduction block into a ring of
+ *     STAGES shared-memory stages (128-byte swizzle), completing on an mbarrier;
+ *   - warpgroups 1 .. BM/64 are consumers: each owns 64 rows of the tile and issues, per
+ *     reduction block, four wgmma.m64nBNk16 in ascending r (r0, r0 + 16, r0 + 32, r0 + 48),
+ *     into one accumulator.
+ * So every output element sees the same chain whatever the configuration: the k16 products of
+ * r = 0, 16, 32, ... added in ascending order to one FP32 accumulator that starts at +0.  The
+ * tile shape only decides which CTA (and which 64-row slice of it) issues the chain, never
+ * the chain itself; reduction steps beyond R and rows beyond P are zeros written by the copy
+ * engine.  Operands are K-major (r contiguous) or MN-major (p or q contiguous, the "transpose"
+ * bit of wgmma): the layout moves data, not arithmetic.  FOLD restarts the accumulator every
+ * 256 reduction rows and adds the tile partial to a running total in ascending tile order
+ * (STRICT.md section 3), in registers. */
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+namespace wg {
+
+constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
+
+enum { EPI_BF16_BIAS = 0, EPI_F32 = 1 };
+
+struct args {
+    int64_t P, Q, R;
+    const uint16_t *bias; /* BF16 [Q] or NULL (EPI_BF16_BIAS) */
+    void *c;
+    int64_t ldc;
+    int64_t tiles_p, tiles_q;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
+    const uint32_t a = smem_u32(bar);
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    }
+}
+
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                 "%4}], [%2];\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle (atoms 1024-byte aligned). */
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait. */
+template <int NR> __device__ __forceinline__ void reg_fence(float *d) {
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n128(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n256(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+/* acc = A B + (scale_d ? acc : 0) for one k16 step */
+template <int BN, int TA, int TB>
+__device__ __forceinline__ void mma_k16(float *acc, uint64_t da, uint64_t db, int scale_d) {
+    if constexpr (BN == 64)
+        wg_mma_n64<TA, TB>(acc, da, db, scale_d);
+    else if constexpr (BN == 128)
+        wg_mma_n128<TA, TB>(acc, da, db, scale_d);
+    else
+        wg_mma_n256<TA, TB>(acc, da, db, scale_d);
+}
+
+/* A kernel configuration: every field a compile-time constant. */
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_> struct cfg {
+    static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
+    static constexpr int NC = BM / 64; /* consumer warpgroups */
+    static constexpr int THREADS = 128 * (NC + 1);
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
+    static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8;
+    static_assert(BM == 64 || BM == 128, "BM");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN");
+    static_assert(SMEM <= 227 * 1024, "shared memory");
+};
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC, ACC = BN / 2;
+    extern __shared__ uint8_t wg_smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(smem + STAGES * C::STAGE);
+    uint64_t *empty = full + STAGES;
+
+    /* Output tile of this CTA: grouped raster order (16 tile-rows at a time) for L2 reuse.  It
+     * decides only which CTA computes a tile, never what the tile computes. */
+    const int64_t GROUP = 16;
+    const int64_t id = blockIdx.x, per_group = GROUP * g.tiles_q;
+    const int64_t gid = id / per_group, first_p = gid * GROUP;
+    const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
+    const int64_t in = id - gid * per_group;
+    const int64_t p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
+    const int64_t nk = (g.R + BK - 1) / BK;
+
+    const int wgi = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wgi == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x == 0) {
+            for (int64_t kb = 0; kb < nk; kb++) {
+                const int s = (int)(kb % STAGES);
+                mbar_wait(&empty[s], (unsigned)((kb / STAGES) & 1) ^ 1u);
+                mbar_expect_tx(&full[s], C::STAGE);
+                uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
+                const int r0 = (int)(kb * BK);
+                if (C::AMN) {
+#pragma unroll
+                    for (int i = 0; i < BM / 64; i++)
+                        tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                } else {
+                    tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                }
+                if (C::BMN) {
+#pragma unroll
+                    for (int i = 0; i < BN / 64; i++)
+                        tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                } else {
+                    tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                }
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int c = wgi - 1, t = threadIdx.x & 127;
+    float acc[ACC];
+    float tot[C::FOLD ? ACC : 1];
+#pragma unroll
+    for (int i = 0; i < ACC; i++)
+        acc[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (C::FOLD ? ACC : 1); i++)
+        tot[i] = 0.0f;
+    int64_t released = 0; /* reduction blocks [0, released) have given their stage back */
+    /* One reduction block: four k16 steps in ascending r into acc.  A chain starts (its first
+     * step ignores the accumulator) at r = 0, and with FOLD at every 256-row tile. */
+    auto issue = [&](int64_t kb) {
+        const int s = (int)(kb % STAGES);
+        mbar_wait(&full[s], (unsigned)((kb / STAGES) & 1));
+        const uint32_t sa = smem_u32(smem + s * C::STAGE) + c * 8192; /* this warpgroup's 64 rows of A */
+        const uint32_t sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
+        const int chain_start = C::FOLD ? ((kb * BK) % H3S_FOLD_TILE == 0) : (kb == 0);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) { /* r0 + 16 kk, ascending */
+            const uint64_t da = C::AMN ? desc(sa + kk * 2048, 8192, 1024) : desc(sa + kk * 32, 16, 1024);
+            const uint64_t db = C::BMN ? desc(sb + kk * 2048, 8192, 1024) : desc(sb + kk * 32, 16, 1024);
+            mma_k16<BN, C::AMN, C::BMN>(acc, da, db, (kk == 0 && chain_start) ? 0 : 1);
+        }
+        wg_commit();
+    };
+    auto release = [&](int64_t done) { /* blocks before `done` have completed */
+        if (t == 0)
+            for (; released < done; released++)
+                mbar_arrive(&empty[released % STAGES]);
+        else
+            released = done;
+    };
+    if (C::FOLD) {
+        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
+        for (int64_t t0 = 0; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
+            const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
+            for (int64_t kb = t0; kb < t1; kb++) {
+                issue(kb);
+                wg_wait<1>();
+                release(kb);
+            }
+            wg_wait<0>();
+            reg_fence<ACC>(acc);
+            release(t1);
+#pragma unroll
+            for (int i = 0; i < ACC; i++)
+                tot[i] = t0 == 0 ? acc[i] : tot[i] + acc[i];
+        }
+    } else {
+        for (int64_t kb = 0; kb < nk; kb++) {
+            issue(kb);
+            wg_wait<1>();
+            release(kb);
+        }
+    }
+    wg_wait<0>();
+    reg_fence<ACC>(acc);
+
+    /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
+    const int w = t >> 5, lane = t & 31;
+    const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+        const int64_t q = q0 + j * 8 + 2 * (lane & 3);
+        if (q >= g.Q) continue; /* Q is a multiple of 8: q < Q implies q + 1 < Q */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t p = row0 + 8 * h;
+            if (p >= g.P) continue;
+            float v0, v1;
+            if (C::FOLD) {
+                v0 = tot[j * 4 + 2 * h];
+                v1 = tot[j * 4 + 2 * h + 1];
+            } else {
+                v0 = acc[j * 4 + 2 * h];
+                v1 = acc[j * 4 + 2 * h + 1];
+            }
+            if (C::EPI == EPI_BF16_BIAS) {
+                if (g.bias) { /* bias after the sum, only when present */
+                    v0 = v0 + h3k_bf2f(g.bias[q]);
+                    v1 = v1 + h3k_bf2f(g.bias[q + 1]);
+                }
+                *(uint32_t *)((uint16_t *)g.c + p * g.ldc + q) =
+                    (uint32_t)h3k_f2bf(v0) | ((uint32_t)h3k_f2bf(v1) << 16);
+            } else {
+                *(float2 *)((float *)g.c + p * g.ldc + q) = make_float2(v0, v1);
+            }
+        }
+    }
+#endif
+}
+
+/* dy (F32) rounded once to BF16 (round to nearest even), the tensor cores' operand. */
+__global__ void round_bf16_kernel(int64_t n, const float *src, uint16_t *dst) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = h3k_f2bf(src[i]);
+}
+
+} /* namespace wg */
+
+/* ------------------------------------------------------------------ Hopper launchers and dispatch */
+
+namespace wg {
+
+/* The configurations (docs/numerics/linear_cuda.md).  Which one runs depends on the phase, on
+ * M (forward and dgrad, where M is an output dimension) and on nothing else; every one gives
+ * the same bits for the same output element (tests/gpu/test_gpu_gemm.c). */
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0> fwd_big;
+typedef cfg<64, 64, 8, 0, 0, EPI_BF16_BIAS, 0> fwd_small;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_big;
+typedef cfg<64, 64, 8, 0, 1, EPI_F32, 0> dgrad_small;
+typedef cfg<128, 128, 6, 1, 1, EPI_F32, 1> wgrad_fold;
+
+static PFN_cuTensorMapEncodeTiled_v12000 encode_fn = NULL;
+
+static h3s_status get_encode(const char *op) {
+    if (encode_fn) return H3S_OK;
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: the CUDA driver has no cuTensorMapEncodeTiled (%s)", op,
+                        e != cudaSuccess ? cudaGetErrorString(e) : "symbol not found");
+    encode_fn = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    return H3S_OK;
+}
+
+/* 2-D BF16 tensor map over rows x cols (row stride ld elements), box box_cols x box_rows,
+ * 128-byte swizzle, zeros outside the tensor. */
+static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
+                           int box_cols, int box_rows) {
+    H3S_TRY(get_encode(op));
+    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
+    cuuint32_t es[2] = {1, 1};
+    CUresult r = encode_fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld operand", op, (int)r,
+                        (long long)rows, (long long)cols);
+    return H3S_OK;
+}
+
+/* A(p, r): K-major a[p * lda + r] (rows P, cols R) or MN-major a[r * lda + p] (rows R, cols P);
+ * B(q, r) likewise. */
+template <class C>
+static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const void *a, int64_t lda, const void *b,
+                         int64_t ldb, const void *bias, void *out, int64_t ldc) {
+    if (P <= 0 || Q <= 0) return H3S_OK;
+    if (P > INT32_MAX - 256 || Q > INT32_MAX - 256 || R > INT32_MAX - 256)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM dimension beyond 2^31 (%lld x %lld x %lld)", op, (long long)P,
+                        (long long)Q, (long long)R);
+    CUtensorMap ma, mb;
+    if (C::AMN)
+        H3S_TRY(make_map(op, &ma, a, R, P, lda, 64, 64));
+    else
+        H3S_TRY(make_map(op, &ma, a, P, R, lda, 64, C::BM));
+    if (C::BMN)
+        H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
+    else
+        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
+    static int attr_set = 0; /* one per configuration */
+    if (!attr_set) {
+        cudaError_t e = cudaFuncSetAttribute(wg_gemm<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        if (e != cudaSuccess)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
+        attr_set = 1;
+    }
+    args g;
+    g.P = P, g.Q = Q, g.R = R;
+    g.bias = (const uint16_t *)bias;
+    g.c = out, g.ldc = ldc;
+    g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
+    const int64_t tiles = g.tiles_p * g.tiles_q;
+    if (tiles > INT32_MAX)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
+                        (long long)P, (long long)Q);
+    wg_gemm<C><<<(unsigned)tiles, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+    return h3c_launch_check(op);
+}
+
+} /* namespace wg */
+
+/* Configuration override for the invariance test: -1 = the dispatcher's choice. */
+static int g_force_config = -1;
+
+extern "C" int h3c_gemm_config_count(void) { return 2; }
+
+extern "C" h3s_status h3c_gemm_force_config(int config) {
+    if (config < -1 || config >= h3c_gemm_config_count())
+        return h3s_fail(H3S_ERR_INVALID, "gemm: no configuration %d (0..%d, or -1)", config,
+                        h3c_gemm_config_count() - 1);
+    g_force_config = config;
+    return H3S_OK;
+}
+
+/* The Hopper kernels take a shape when every operand row is a whole number of 16-byte chunks
+ * (the bulk copy's stride rule): K and N multiples of 8.  Chosen by (K, N) alone. */
+extern "C" int h3c_gemm_wgmma_shape(int64_t N, int64_t K) { return K % 8 == 0 && N % 8 == 0 && K > 0 && N > 0; }
+
+
+static h3s_status need_aligned(const char *op, const char *name, const void *p) {
+    if (p && !aligned16(p))
+        return h3s_fail(H3S_ERR_UNSUPPORTED,
+                        "%s: %s is not 16-byte aligned; the strict tensor-core GEMM needs aligned operands", op, name);
+    return H3S_OK;
+}
+
+/* config 0: the large tile (M > 64), config 1: the small tile (M <= 64) */
+static int pick_config(int64_t M) {
+    if (g_force_config >= 0) return g_force_config;
+    return M <= 64 ? 1 : 0;
+}
+
+extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
+                                            const void *w, const void *b, void *y) {
+    if (!h3c_gemm_wgmma_shape(N, K)) return mma_gemm_forward(op, M, N, K, x, w, b, y);
+    H3S_TRY(need_aligned(op, "x", x));
+    H3S_TRY(need_aligned(op, "w", w));
+    H3S_TRY(need_aligned(op, "y", y));
+    if (pick_config(M) == 0) return wg::launch<wg::fwd_big>(op, M, N, K, x, K, w, K, b, y, N);
+    return wg::launch<wg::fwd_small>(op, M, N, K, x, K, w, K, b, y, N);
+}
+
+static h3s_status round_to_bf16(const char *op, int64_t n, const float *src, uint16_t *dst) {
+    if (n <= 0) return H3S_OK;
+    wg::round_bf16_kernel<<<h3k_blocks(n, 256), 256, 0, H3K_STREAM>>>(n, src, dst);
+    return h3c_launch_check(op);
+}
+
+extern "C" h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst) {
+    return round_to_bf16(op, n, src, (uint16_t *)dst);
+}
+
+extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
+                                               const void *w, float *dx) {
+    if (!h3c_gemm_wgmma_shape(N, K))
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand dgrad needs multiples of 8", op,
+                        (long long)K, (long long)N);
+    /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N; A K-major, B MN-major */
+    if (pick_config(M) == 0) return wg::launch<wg::dgrad_big>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    return wg::launch<wg::dgrad_small>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+}
+
+extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
+                                               const void *x, float *dw) {
+    if (!h3c_gemm_wgmma_shape(N, K))
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand wgrad needs multiples of 8", op,
+                        (long long)K, (long long)N);
+    if (M <= 0) return h3c_memset(op, dw, (size_t)N * (size_t)K * sizeof(float)); /* the empty fold */
+    /* dw[n, k] = fold over 256-row tiles of sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M */
+    return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+}
+
+extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
+                                             const void *w, const void *x, float *dx, float *dw) {
+    if (!h3c_gemm_wgmma_shape(N, K) || h3s_get_grad_operands() == H3S_GRAD_OPERANDS_SPLIT) {
+        if (dx) H3S_TRY(mma_gemm_dx_split(op, M, N, K, dy, w, dx));
+        if (dw) H3S_TRY(mma_gemm_dw_split(op, M, N, K, dy, x, dw));
+        return H3S_OK;
+    }
+    H3S_TRY(need_aligned(op, "dy", dy));
+    H3S_TRY(need_aligned(op, "w", w));
+    if (dw) H3S_TRY(need_aligned(op, "x", x));
+    H3S_TRY(need_aligned(op, "dx", dx));
+    H3S_TRY(need_aligned(op, "dw", dw));
+    if (M <= 0) { /* no rows: dw is the empty fold, 0 */
+        if (dw) H3S_TRY(h3c_memset(op, dw, (size_t)N * (size_t)K * sizeof(float)));
+        return H3S_OK;
+    }
+    void *dyb = NULL;
+    H3S_TRY(h3c_ws_alloc(op, (size_t)M * (size_t)N * 2, &dyb));
+    h3s_status st = round_to_bf16(op, M * N, dy, (uint16_t *)dyb); /* once, for both products */
+    if (st == H3S_OK && dx) st = h3c_gemm_bf16_dgrad_bf16(op, M, N, K, dyb, w, dx);
+    if (st == H3S_OK && dw) st = h3c_gemm_bf16_wgrad_bf16(op, M, N, K, dyb, x, dw);
+    h3c_ws_free(dyb);
+    return st;
+}
+
+extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
+                                       float *dx) {
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, w, NULL, dx, NULL);
+}
+
+extern "C" h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
+                                       float *dw) {
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, x, NULL, dw);
+}
+
+/* The previous strict kernel (mma.sync), for the benchmark's side-by-side column. */
+extern "C" h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
+                                                const void *w, const void *b, void *y) {
+    return mma_gemm_forward(op, M, N, K, x, w, b, y);
+}
+
+/* ------------------------------------------------------------------ FP32 FFMA kernel */
+
+#define SG_B 64
+#define SG_R 16
+#define SG_THREADS 256
+
+typedef struct sg_args {
+    int64_t P, Q, R;
+    const float *a;
+    int64_t a_sp, a_sr; /* A(p, r) = a[p*a_sp + r*a_sr] */
+    const float *b;
+    int64_t b_sq, b_sr; /* B(q, r) = b[q*b_sq + r*b_sr] */
+    const float *bias;  /* [Q] or NULL */
+    float *c;
+    int64_t ldc;
+    int fold; /* restart the chain every 256 reduction rows, fold the partials */
+} sg_args;
+
+__device__ __forceinline__ void sg_load_tile(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer, int64_t R,
+                                             int64_t o0, int64_t r0, float (*tile)[SG_B + 4], int tid) {
+    /* 64 x 16 elements, 4 per thread; the fastest-varying thread index follows the contiguous
+     * global dimension so the loads coalesce */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int e = tid + i * SG_THREADS, o, r;
+        if (s_r == 1) {
+            r = e & (SG_R - 1);
+            o = e >> 4;
+        } else {
+            o = e & (SG_B - 1);
+            r = e >> 6;
+        }
+        float v = 0.0f;
+        if (o0 + o < n_outer && r0 + r < R) v = src[(o0 + o) * s_outer + (r0 + r) * s_r];
+        tile[r][o] = v;
+    }
+}
+
+__global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
+    __shared__ float As[SG_R][SG_B + 4];
+    __shared__ float Bs[SG_R][SG_B + 4];
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int64_t p0 = (int64_t)blockIdx.y * SG_B, q0 = (int64_t)blockIdx.x * SG_B;
+    float acc[4][4], tot[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            acc[i][j] = 0.0f, tot[i][j] = 0.0f;
+    bool first_tile = true;
+    for (int64_t r0 = 0; r0 < g.R; r0 += SG_R) {
+        sg_load_tile(g.a, g.a_sp, g.a_sr, g.P, g.R, p0, r0, As, tid);
+        sg_load_tile(g.b, g.b_sq, g.b_sr, g.Q, g.R, q0, r0, Bs, tid);
+        __syncthreads();
+        const int rmax = g.R - r0 < SG_R ? (int)(g.R - r0) : SG_R; /* the chain stops at R exactly */
+        for (int r = 0; r < rmax; r++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                a[i] = As[r][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                b[j] = Bs[r][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+        if (g.fold && ((r0 + SG_R) % H3S_FOLD_TILE == 0 || r0 + SG_R >= g.R)) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    tot[i][j] = first_tile ? acc[i][j] : tot[i][j] + acc[i][j];
+                    acc[i][j] = 0.0f;
+                }
+            first_tile = false;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int64_t p = p0 + ty + 16 * i, q = q0 + tx + 16 * j;
+            if (p >= g.P || q >= g.Q) continue;
+            float v = g.fold ? tot[i][j] : acc[i][j];
+            if (g.bias) v = v + g.bias[q];
+            g.c[p * g.ldc + q] = v;
+        }
+    }
+}
+
+static h3s_status sg_launch(const char *op, const sg_args &g) {
+    if (g.P <= 0 || g.Q <= 0) return H3S_OK;
+    int64_t gq = (g.Q + SG_B - 1) / SG_B, gp = (g.P + SG_B - 1) / SG_B;
+    if (gp > 65535 || gq > 0x7fffffff)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
+                        (long long)g.P, (long long)g.Q);
+    dim3 grid((unsigned)gq, (unsigned)gp);
+    sgemm_kernel<<<grid, SG_THREADS, 0, H3K_STREAM>>>(g);
+    return h3c_launch_check(op);
+}
+
+extern "C" h3s_status h3c_sgemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const float *x, const float *w,
+                                        const float *b, float *y) {
+    sg_args g = {M, N, K, x, K, 1, w, K, 1, b, y, N, 0};
+    return sg_launch(op, g);
+}
+
+extern "C" h3s_status h3c_sgemm_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *w,
+                                   float *dx) {
+    /* dx[m, k] = chain over n of dy[m, n] w[n, k] */
+    sg_args g = {M, K, N, dy, N, 1, w, 1, K, NULL, dx, K, 0};
+    return sg_launch(op, g);
+}
+
+extern "C" h3s_status h3c_sgemm_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *x,
+                                   float *dw) {
+    /* dw[n, k] = fold over 256-row tiles of the chain over m of dy[m, n] x[m, k] */
+    sg_args g = {N, K, M, dy, 1, N, x, 1, K, NULL, dw, K, 1};
+    return sg_launch(op, g);
+}

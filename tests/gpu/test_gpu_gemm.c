@@ -1,0 +1,134 @@
+/* The Hopper GEMM family (src/cuda/linear.cu): every configuration the dispatcher can pick gives
+ * the same bits for the same rows.
+ *
+ * For each MiniMax-H3 shape (K -> N: 5376->7168, 7168->5376, 5376->28672, 14336->5376 and the
+ * AdaLN projection's 2688->32256) the reference is the forward y and the dgrad dx of all
+ * MREF = 33396 rows computed by configuration 0.  Then, for M in {1, 2, 7, 12, 64, 925, 1133,
+ * 4253, 8349, 33396}, rows [r0, r0 + M) are computed alone by every configuration (forced) and
+ * by the dispatcher's own choice, at an offset r0 that puts them elsewhere in their tiles, and
+ * compared element by element with the reference rows.  The total number of differing elements
+ * is printed (and written to $H3S_GEMM_INVARIANCE_JSON when set); it must be 0.  A check that
+ * the comparison can fail: the split-operand dgrad (a different, documented precision) must
+ * differ from the BF16-operand one somewhere.
+ *
+ * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer). */
+#include "cuda/cuda_internal.h"
+#include "gpu_util.h"
+
+/* Number of elements of rows [0, n) of `a` that differ bitwise from rows [rb, rb + n) of `b`. */
+static int64_t count_differing(const h3s_tensor *a, const h3s_tensor *b, int64_t rb, int64_t n) {
+    const int64_t cols = a->shape[1];
+    const size_t es = h3s_dtype_size(a->dtype);
+    const unsigned char *pa = (const unsigned char *)a->data, *pb = (const unsigned char *)b->data + rb * cols * es;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n * cols; i++)
+        bad += memcmp(pa + i * es, pb + i * es, es) != 0;
+    return bad;
+}
+
+static int64_t g_total_differing = 0;
+static int64_t g_comparisons = 0;
+
+static void shape_invariance(int64_t K, int64_t N, int64_t MREF, const int64_t *Ms, int nM) {
+    const double t0 = gpu_now();
+    h3s_tensor xd = gdev2(H3S_BF16, MREF, K), wd = gdev2(H3S_BF16, N, K), bd = gdev1(H3S_BF16, N);
+    h3s_tensor dyd = gdev2(H3S_F32, MREF, N);
+    gfill(&xd, 101, 1.0f);
+    gfill(&wd, 102, 1.0f / sqrtf((float)K));
+    gfill(&bd, 103, 0.1f);
+    gfill(&dyd, 104, 1.0f);
+    h3s_tensor yd = gdev2(H3S_BF16, MREF, N), dxd = gdev2(H3S_F32, MREF, K);
+    gpoison(&yd), gpoison(&dxd);
+    CHECK_OK(h3c_gemm_force_config(0));
+    CHECK_OK(h3s_linear_forward(&xd, &wd, &bd, &yd));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dxd, NULL, NULL));
+    h3s_tensor y = gdown(&yd), dx = gdown(&dxd);
+    gfree(&yd), gfree(&dxd);
+    int64_t shape_bad = 0, runs = 0;
+    for (int i = 0; i < nM; i++) {
+        const int64_t M = Ms[i];
+        if (M > MREF) continue;
+        /* an offset that is no multiple of any tile height, inside the reference rows */
+        const int64_t r0 = M == MREF ? 0 : ((MREF - M) / 2 + 3 <= MREF - M ? (MREF - M) / 2 + 3 : MREF - M);
+        h3s_tensor xv = grows(&xd, r0, M), dyv = grows(&dyd, r0, M);
+        h3s_tensor ys = gdev2(H3S_BF16, M, N), dxs = gdev2(H3S_F32, M, K);
+        for (int c = -1; c < h3c_gemm_config_count(); c++) {
+            CHECK_OK(h3c_gemm_force_config(c));
+            gpoison(&ys), gpoison(&dxs);
+            CHECK_OK(h3s_linear_forward(&xv, &wd, &bd, &ys));
+            CHECK_OK(h3s_linear_backward(&xv, &wd, &dyv, &dxs, NULL, NULL));
+            h3s_tensor yh = gdown(&ys), dxh = gdown(&dxs);
+            const int64_t by = count_differing(&yh, &y, r0, M), bx = count_differing(&dxh, &dx, r0, M);
+            CHECK(by == 0 && bx == 0,
+                  "%lld->%lld M=%lld rows [%lld, +%lld) config %d: %lld y and %lld dx elements differ from the "
+                  "reference",
+                  (long long)K, (long long)N, (long long)M, (long long)r0, (long long)M, c, (long long)by,
+                  (long long)bx);
+            shape_bad += by + bx;
+            g_comparisons += M * (N + K);
+            runs++;
+            h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+        }
+        gfree(&ys), gfree(&dxs);
+    }
+    CHECK_OK(h3c_gemm_force_config(-1));
+    g_total_differing += shape_bad;
+    printf("  %5lld -> %5lld: %lld runs (y and dx; configs 0..%d and the dispatcher), %lld elements differ; %.1f s\n",
+           (long long)K, (long long)N, (long long)runs, h3c_gemm_config_count() - 1, (long long)shape_bad,
+           gpu_now() - t0);
+    h3s_tensor_free(&y), h3s_tensor_free(&dx);
+    gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd);
+}
+
+/* The comparison above can fail: the split operands give other bits than BF16 operands. */
+static void modes_differ(int64_t M, int64_t K, int64_t N) {
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    gfill(&xd, 201, 1.0f);
+    gfill(&wd, 202, 0.05f);
+    gfill(&dyd, 203, 1.0f);
+    h3s_tensor a = gdev2(H3S_F32, M, K), b = gdev2(H3S_F32, M, K);
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &a, NULL, NULL));
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_SPLIT));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &b, NULL, NULL));
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16));
+    h3s_tensor ah = gdown(&a), bh = gdown(&b);
+    const int64_t d = count_differing(&ah, &bh, 0, M);
+    printf("  control: bf16 vs split operands, dx of %lld x %lld: %lld elements differ (must be > 0)\n", (long long)M,
+           (long long)K, (long long)d);
+    CHECK(d > 0, "the element comparison cannot see a change of operand precision");
+    h3s_tensor_free(&ah), h3s_tensor_free(&bh);
+    gfree(&xd), gfree(&wd), gfree(&dyd), gfree(&a), gfree(&b);
+}
+
+int main(void) {
+    gpu_require();
+    const int small = gpu_small();
+    const int64_t Ms[] = {1, 2, 7, 12, 64, 925, 1133, 4253, 8349, 33396};
+    const int nM = (int)(sizeof Ms / sizeof Ms[0]);
+    const int64_t shapes[5][2] = {{5376, 7168}, {7168, 5376}, {5376, 28672}, {14336, 5376}, {2688, 32256}};
+    const int64_t small_shapes[2][2] = {{136, 200}, {264, 72}};
+    const double t0 = gpu_now();
+    CHECK(h3c_gemm_wgmma_shape(7168, 5376) && !h3c_gemm_wgmma_shape(60, 48), "shape rule: K and N multiples of 8");
+    printf("configuration and row invariance, M in {1, 2, 7, 12, 64, 925, 1133, 4253, 8349, 33396}\n");
+    if (small)
+        for (int i = 0; i < 2; i++)
+            shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
+    else
+        for (int i = 0; i < 5; i++)
+            shape_invariance(shapes[i][0], shapes[i][1], 33396, Ms, nM);
+    modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
+    printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
+           (long long)g_comparisons, gpu_now() - t0);
+    const char *path = getenv("H3S_GEMM_INVARIANCE_JSON");
+    if (path && path[0]) {
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL, "cannot write %s", path);
+        if (f) {
+            fprintf(f, "{\"row_invariance_differing\": %lld, \"compared_elements\": %lld, \"small\": %s}\n",
+                    (long long)g_total_differing, (long long)g_comparisons, small ? "true" : "false");
+            fclose(f);
+        }
+    }
+    return h3t_finish("test_gpu_gemm");
+}
