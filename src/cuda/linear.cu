@@ -330,8 +330,8 @@ template <int AM, int BM, int EPI> static h3s_status tc_launch(const char *op, c
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-static h3s_status mma_gemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
-                                            const void *w, const void *b, void *y) {
+static h3s_status mma_gemm_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                                   const void *b, void *y) {
     tc_args g;
     g.P = M, g.Q = N, g.R = K;
     g.a = x, g.lda = K, g.a_vec = aligned16(x) && K % 8 == 0;
@@ -342,7 +342,7 @@ static h3s_status mma_gemm_forward(const char *op, int64_t M, int64_t N, int64_t
 }
 
 static h3s_status mma_gemm_dx_split(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
-                                       float *dx) {
+                                    float *dx) {
     /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N */
     tc_args g;
     g.P = M, g.Q = K, g.R = N;
@@ -354,7 +354,7 @@ static h3s_status mma_gemm_dx_split(const char *op, int64_t M, int64_t N, int64_
 }
 
 static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
-                                       float *dw) {
+                                    float *dw) {
     /* dw[n, k] = sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M (folded in 256-row tiles) */
     tc_args g;
     g.P = N, g.Q = K, g.R = M;
@@ -420,10 +420,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
     const uint32_t a = smem_u32(bar);
     uint32_t done = 0;
     while (!done) {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity)
-                     : "memory");
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
     }
 }
 
@@ -432,6 +433,33 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  "%4}], [%2];\n" ::"r"(smem_u32(dst)),
                  "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
                  : "memory");
+}
+
+/* The same copy delivered to the same offset of every CTA in `mask` (a cluster), completing
+ * on each one's mbarrier at that offset. */
+__device__ __forceinline__ void tma_load_2d_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                               uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+
+/* Arrive on the mbarrier at the same offset in CTA `rank` of this cluster. */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, unsigned rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
 }
 
 /* Shared-memory matrix descriptor, 128-byte swizzle (atoms 1024-byte aligned). */
@@ -453,6 +481,16 @@ template <int NR> __device__ __forceinline__ void reg_fence(float *d) {
         asm volatile("" : "+f"(d[i])::"memory");
 }
 
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n32(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
 template <int TA, int TB> __device__ __forceinline__ void wg_mma_n64(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -461,8 +499,9 @@ template <int TA, int TB> __device__ __forceinline__ void wg_mma_n64(float *d, u
                  "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
@@ -476,13 +515,40 @@ template <int TA, int TB> __device__ __forceinline__ void wg_mma_n128(float *d, 
                  "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
+}
+
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n192(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+        "}, %96, %97, p, 1, 1, %99, %100;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 template <int TA, int TB> __device__ __forceinline__ void wg_mma_n256(float *d, uint64_t da, uint64_t db, int scale_d) {
@@ -499,107 +565,68 @@ template <int TA, int TB> __device__ __forceinline__ void wg_mma_n256(float *d, 
                  "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+                   "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+                   "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+                   "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+                   "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+                   "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+                   "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+                   "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+                   "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));
 }
 
 /* acc = A B + (scale_d ? acc : 0) for one k16 step */
 template <int BN, int TA, int TB>
 __device__ __forceinline__ void mma_k16(float *acc, uint64_t da, uint64_t db, int scale_d) {
-    if constexpr (BN == 64)
+    if constexpr (BN == 32)
+        wg_mma_n32<TA, TB>(acc, da, db, scale_d);
+    else if constexpr (BN == 64)
         wg_mma_n64<TA, TB>(acc, da, db, scale_d);
     else if constexpr (BN == 128)
         wg_mma_n128<TA, TB>(acc, da, db, scale_d);
+    else if constexpr (BN == 192)
+        wg_mma_n192<TA, TB>(acc, da, db, scale_d);
     else
         wg_mma_n256<TA, TB>(acc, da, db, scale_d);
 }
 
 /* A kernel configuration: every field a compile-time constant. */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_> struct cfg {
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int CL_ = 1>
+struct cfg {
+    /* CL: CTAs per cluster along P; they compute vertically adjacent tiles and share the B tile,
+     * each loading 1/CL of it and multicasting it to all. */
+    static constexpr int CL = CL_;
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
+    static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
     static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8;
     static_assert(BM == 64 || BM == 128, "BM");
-    static_assert(BN == 64 || BN == 128 || BN == 256, "BN");
-    static_assert(SMEM <= 227 * 1024, "shared memory");
+    static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
+    static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
+    static_assert(MINB == 1 || MINB == 2, "MINB");
+    static_assert(CL == 1 || CL == 2, "CL");
+    static_assert(BMN || BN % (8 * CL) == 0, "B splits into CL parts");
+    static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
 };
 
+/* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
-__global__ void __launch_bounds__(C::THREADS, 1)
-    wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC, ACC = BN / 2;
-    extern __shared__ uint8_t wg_smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = (uint64_t *)(smem + STAGES * C::STAGE);
-    uint64_t *empty = full + STAGES;
-
-    /* Output tile of this CTA: grouped raster order (16 tile-rows at a time) for L2 reuse.  It
-     * decides only which CTA computes a tile, never what the tile computes. */
-    const int64_t GROUP = 16;
-    const int64_t id = blockIdx.x, per_group = GROUP * g.tiles_q;
-    const int64_t gid = id / per_group, first_p = gid * GROUP;
-    const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
-    const int64_t in = id - gid * per_group;
-    const int64_t p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
-    const int64_t nk = (g.R + BK - 1) / BK;
-
-    const int wgi = threadIdx.x / 128;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], NC);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (wgi == 0) { /* producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (threadIdx.x == 0) {
-            for (int64_t kb = 0; kb < nk; kb++) {
-                const int s = (int)(kb % STAGES);
-                mbar_wait(&empty[s], (unsigned)((kb / STAGES) & 1) ^ 1u);
-                mbar_expect_tx(&full[s], C::STAGE);
-                uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
-                const int r0 = (int)(kb * BK);
-                if (C::AMN) {
-#pragma unroll
-                    for (int i = 0; i < BM / 64; i++)
-                        tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
-                } else {
-                    tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
-                }
-                if (C::BMN) {
-#pragma unroll
-                    for (int i = 0; i < BN / 64; i++)
-                        tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
-                } else {
-                    tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
-                }
-            }
-        }
-        return;
-    }
-
-    /* consumers */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int c = wgi - 1, t = threadIdx.x & 127;
+__device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
+                                         int64_t q0, int c, const args &g) {
+    constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
+    if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int t = threadIdx.x & 127;
     float acc[ACC];
     float tot[C::FOLD ? ACC : 1];
 #pragma unroll
@@ -627,11 +654,17 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         wg_commit();
     };
     auto release = [&](int64_t done) { /* blocks before `done` have completed */
-        if (t == 0)
-            for (; released < done; released++)
-                mbar_arrive(&empty[released % STAGES]);
-        else
-            released = done;
+                                       if (t == 0) {
+                                           for (; released < done; released++) {
+                                               if (C::CL == 1)
+                                                   mbar_arrive(&empty[released % STAGES]);
+                                               else
+                                                   for (unsigned r = 0; r < (unsigned)C::CL; r++)
+                                                       mbar_arrive_cluster(&empty[released % STAGES], r);
+                                           }
+                                       } else {
+                                           released = done;
+                                       }
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
@@ -690,6 +723,85 @@ __global__ void __launch_bounds__(C::THREADS, 1)
             }
         }
     }
+}
+
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MINB)
+    wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC, ACC = BN / 2;
+    extern __shared__ uint8_t wg_smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = (uint64_t *)(smem + STAGES * C::STAGE);
+    uint64_t *empty = full + STAGES;
+
+    /* Output tile of this CTA: clusters of CL vertically adjacent tiles, in grouped raster order
+     * (16 tile-rows at a time) for L2 reuse.  It decides only which CTA computes a tile, never
+     * what the tile computes.  A CTA whose tile lies below P (odd tile count) still loads its
+     * share of B for the cluster; it stores nothing. */
+    const unsigned rank = C::CL > 1 ? cluster_rank() : 0u;
+    const int64_t GROUP = 16;
+    const int64_t tiles_pc = (g.tiles_p + C::CL - 1) / C::CL;
+    const int64_t id = blockIdx.x / C::CL, per_group = GROUP * g.tiles_q;
+    const int64_t gid = id / per_group, first_p = gid * GROUP;
+    const int64_t gsize = tiles_pc - first_p < GROUP ? tiles_pc - first_p : GROUP;
+    const int64_t in = id - gid * per_group;
+    const int64_t p0 = ((first_p + in % gsize) * C::CL + rank) * BM, q0 = (in / gsize) * BN;
+    const int64_t nk = (g.R + BK - 1) / BK;
+
+    const int wgi = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], NC * C::CL); /* every consumer of the cluster frees a stage */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    if (C::CL > 1)
+        cluster_sync();
+    else
+        __syncthreads();
+
+    if (wgi == 0) { /* producer */
+        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x == 0) {
+            for (int64_t kb = 0; kb < nk; kb++) {
+                const int s = (int)(kb % STAGES);
+                mbar_wait(&empty[s], (unsigned)((kb / STAGES) & 1) ^ 1u);
+                mbar_expect_tx(&full[s], C::STAGE);
+                uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
+                const int r0 = (int)(kb * BK);
+                if (C::AMN) {
+#pragma unroll
+                    for (int i = 0; i < BM / 64; i++)
+                        tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                } else {
+                    tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                }
+                if (C::CL == 1) {
+                    if (C::BMN) {
+#pragma unroll
+                        for (int i = 0; i < BN / 64; i++)
+                            tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                    } else {
+                        tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                    }
+                } else { /* this CTA's part of B, to every CTA of the cluster */
+                    const uint16_t mask = (uint16_t)((1u << C::CL) - 1u);
+                    if (C::BMN) {
+                        for (int i = (int)rank; i < BN / 64; i += C::CL) /* 64-column atoms, dealt round */
+                            tma_load_2d_mc(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0, mask);
+                    } else {
+                        constexpr int PART = BN / C::CL;
+                        tma_load_2d_mc(sb + rank * PART * 128, &map_b, &full[s], r0, (int)(q0 + rank * PART), mask);
+                    }
+                }
+            }
+        }
+    } else {
+        consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g);
+    }
+    if (C::CL > 1) cluster_sync(); /* no CTA leaves while its peers may still write to it */
 #endif
 }
 
@@ -708,11 +820,13 @@ namespace wg {
 /* The configurations (docs/numerics/linear_cuda.md).  Which one runs depends on the phase, on
  * M (forward and dgrad, where M is an output dimension) and on nothing else; every one gives
  * the same bits for the same output element (tests/gpu/test_gpu_gemm.c). */
-typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0> fwd_big;
-typedef cfg<64, 64, 8, 0, 0, EPI_BF16_BIAS, 0> fwd_small;
-typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_big;
-typedef cfg<64, 64, 8, 0, 1, EPI_F32, 0> dgrad_small;
-typedef cfg<128, 128, 6, 1, 1, EPI_F32, 1> wgrad_fold;
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0, 1, 2> fwd_c0;
+typedef cfg<128, 128, 6, 0, 0, EPI_BF16_BIAS, 0, 1, 2> fwd_c1;
+typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 2> fwd_c2;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0, 1, 2> dgrad_c0;
+typedef cfg<128, 128, 6, 0, 1, EPI_F32, 0, 1, 2> dgrad_c1;
+typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
+typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 2> wgrad_fold;
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_fn = NULL;
 
@@ -738,8 +852,8 @@ static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int
     cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
     cuuint32_t es[2] = {1, 1};
     CUresult r = encode_fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return h3s_fail(H3S_ERR_DEVICE, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld operand", op, (int)r,
                         (long long)rows, (long long)cols);
@@ -763,7 +877,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     if (C::BMN)
         H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
     else
-        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
+        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN / C::CL));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(wg_gemm<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
@@ -776,11 +890,29 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.bias = (const uint16_t *)bias;
     g.c = out, g.ldc = ldc;
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
-    const int64_t tiles = g.tiles_p * g.tiles_q;
+    const int64_t tiles = (g.tiles_p + C::CL - 1) / C::CL * C::CL * g.tiles_q;
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
-    wg_gemm<C><<<(unsigned)tiles, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+    if (C::CL == 1) {
+        wg_gemm<C><<<(unsigned)tiles, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+        return h3c_launch_check(op);
+    }
+    cudaLaunchConfig_t lc;
+    memset(&lc, 0, sizeof lc);
+    lc.gridDim = dim3((unsigned)tiles, 1, 1);
+    lc.blockDim = dim3(C::THREADS, 1, 1);
+    lc.dynamicSmemBytes = C::SMEM;
+    lc.stream = H3K_STREAM;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = C::CL;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&lc, wg_gemm<C>, ma, mb, g);
+    if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: cluster launch: %s", op, cudaGetErrorString(e));
     return h3c_launch_check(op);
 }
 
@@ -789,7 +921,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 2; }
+extern "C" int h3c_gemm_config_count(void) { return 3; }
 
 extern "C" h3s_status h3c_gemm_force_config(int config) {
     if (config < -1 || config >= h3c_gemm_config_count())
@@ -803,7 +935,6 @@ extern "C" h3s_status h3c_gemm_force_config(int config) {
  * (the bulk copy's stride rule): K and N multiples of 8.  Chosen by (K, N) alone. */
 extern "C" int h3c_gemm_wgmma_shape(int64_t N, int64_t K) { return K % 8 == 0 && N % 8 == 0 && K > 0 && N > 0; }
 
-
 static h3s_status need_aligned(const char *op, const char *name, const void *p) {
     if (p && !aligned16(p))
         return h3s_fail(H3S_ERR_UNSUPPORTED,
@@ -811,10 +942,19 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
     return H3S_OK;
 }
 
-/* config 0: the large tile (M > 64), config 1: the small tile (M <= 64) */
-static int pick_config(int64_t M) {
+/* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 128, 2 = 64 x 32 (forward) or
+ * 64 x 64 (dgrad) with two CTAs per multiprocessor, for M <= 64.  Between 0 and 1 the choice
+ * counts waves of 132 tiles (a constant of the build: the H100/H200 SXM multiprocessor count,
+ * never read from the device) and takes the one with less estimated time; a 128 x 128 tile is
+ * costed at 0.56 of a 128 x 256 one.  The choice depends on (M, Q) only, and every
+ * configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
+static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
-    return M <= 64 ? 1 : 0;
+    if (M <= 64) return 2;
+    const int64_t rows = (M + 127) / 128;
+    const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 127) / 128);
+    const double c0 = (double)((t0 + 131) / 132), c1 = 0.56 * (double)((t1 + 131) / 132);
+    return c1 < c0 ? 1 : 0;
 }
 
 extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
@@ -823,8 +963,11 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     H3S_TRY(need_aligned(op, "x", x));
     H3S_TRY(need_aligned(op, "w", w));
     H3S_TRY(need_aligned(op, "y", y));
-    if (pick_config(M) == 0) return wg::launch<wg::fwd_big>(op, M, N, K, x, K, w, K, b, y, N);
-    return wg::launch<wg::fwd_small>(op, M, N, K, x, K, w, K, b, y, N);
+    switch (pick_config(M, N)) {
+    case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
+    case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
+    default: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
+    }
 }
 
 static h3s_status round_to_bf16(const char *op, int64_t n, const float *src, uint16_t *dst) {
@@ -843,8 +986,11 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand dgrad needs multiples of 8", op,
                         (long long)K, (long long)N);
     /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N; A K-major, B MN-major */
-    if (pick_config(M) == 0) return wg::launch<wg::dgrad_big>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    return wg::launch<wg::dgrad_small>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    switch (pick_config(M, K)) {
+    case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    default: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    }
 }
 
 extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,

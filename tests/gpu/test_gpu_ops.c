@@ -106,10 +106,10 @@ static void test_linear(h3s_dtype dt, int64_t N_big, h3s_grad_operands mode) {
         h3s_tensor pdx = provider_grad(&dy, &w, &x, 0), pdw = provider_grad(&dy, &w, &x, 1);
         const double edx = h3t_rel_l2(&dx, &dx64), edw = h3t_rel_l2(&dw, &dw64);
         const double pex = h3t_rel_l2(&pdx, &dx64), pew = h3t_rel_l2(&pdw, &dw64);
-        printf("  linear bf16 N=%lld dx (bf16 operands)     gpu rel_l2 %.3e   provider precision %.3e\n",
-               (long long)N, edx, pex);
-        printf("  linear bf16 N=%lld dw (bf16 operands)     gpu rel_l2 %.3e   provider precision %.3e\n",
-               (long long)N, edw, pew);
+        printf("  linear bf16 N=%lld dx (bf16 operands)     gpu rel_l2 %.3e   provider precision %.3e\n", (long long)N,
+               edx, pex);
+        printf("  linear bf16 N=%lld dw (bf16 operands)     gpu rel_l2 %.3e   provider precision %.3e\n", (long long)N,
+               edw, pew);
         CHECK(edx <= pex && edx <= TOL_BF16, "dx with BF16 operands: %.3e exceeds the provider's %.3e", edx, pex);
         CHECK(edw <= pew && edw <= TOL_BF16, "dw with BF16 operands: %.3e exceeds the provider's %.3e", edw, pew);
         h3s_tensor_free(&pdx), h3s_tensor_free(&pdw);
