@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CLI contract (CLI.md): every command on the tiny model, and bad input exits non-zero
+# The CLI contract (docs/cli.md): every command on the tiny model, and bad input exits non-zero
 # with exactly one line on stderr and never leaves a partial output file.
 set -u
 CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
@@ -41,7 +41,10 @@ run_ok manifest "$CLI" verify --model "$dir/m" --write-manifest "$dir/manifest.j
 run_ok verify-manifest "$CLI" verify --model "$dir/m" --manifest "$dir/manifest.json"
 run_ok replay "$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/replay.json"
 if grep -q '"first_drift":[[:space:]]*null' "$dir/replay.json"; then ok; else bad "replay reports a drift"; fi
-run_ok replay-plant "$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/replay2.json" --plant-drift block.0.norm2 --no-golden
+# a found drift is exit 1 (docs/cli.md), with the report written
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/replay2.json" --plant-drift block.0.norm2 --no-golden >"$dir/out.txt" 2>"$dir/err.txt"
+rc=$?
+if [ "$rc" -eq 1 ]; then ok; else bad "replay --plant-drift exited $rc, expected 1"; fi
 if grep -q '"first_drift":[[:space:]]*"block.0.norm2"' "$dir/replay2.json"; then ok; else bad "planted drift not found at block.0.norm2"; fi
 run_ok trajectory "$CLI" trajectory --model "$dir/m" --seeds 11 --steps 2 --batch 3 --out "$dir/traj.json" --quiet
 if tail -n 1 "$dir/out.txt" | grep -q '^strict: 0/8 comparisons differ (1 seeds x 2 steps x 4)$'; then ok; else bad "trajectory summary line: $(tail -n 1 "$dir/out.txt")"; fi

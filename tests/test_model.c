@@ -186,7 +186,7 @@ int main(void) {
         tsv[0] = -0.25f;
         CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(strict, &q1.in, NULL, NULL, NULL, &s0, &a0));
         tsv[0] = saved_ts;
-        /* position_ids must be F64 or F32 (CLI.md) */
+        /* position_ids must be F64 or F32 (docs/cli.md) */
         bad = q1.in;
         bad.position_ids.dtype = H3S_BF16;
         CHECK_FAILS(H3S_ERR_DTYPE, h3s_model_forward(strict, &bad, NULL, NULL, NULL, &s0, &a0));

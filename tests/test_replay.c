@@ -8,7 +8,7 @@
 #include "test_util.h"
 
 static cJSON *replay(const h3s_weights *w, const h3s_inputs *in, const char *plant, int golden) {
-    h3s_replay_opts o = {H3S_BACKEND_CPU, 7, golden, plant};
+    h3s_replay_opts o = {H3S_BACKEND_CPU, 7, golden, plant, NULL, NULL};
     cJSON *doc = NULL;
     CHECK_OK(h3s_replay(w, in, &o, &doc));
     return doc;
@@ -90,7 +90,7 @@ int main(void) {
         }
     }
     /* an unknown node cannot be planted */
-    h3s_replay_opts bad = {H3S_BACKEND_CPU, 7, 0, "block.9.nothing"};
+    h3s_replay_opts bad = {H3S_BACKEND_CPU, 7, 0, "block.9.nothing", NULL, NULL};
     cJSON *none = NULL;
     CHECK_FAILS(H3S_ERR_INVALID, h3s_replay(w, &in, &bad, &none));
     CHECK(none == NULL, "failed replay returned a report");

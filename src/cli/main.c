@@ -1,9 +1,10 @@
-/* h3strict: the command-line contract of CLI.md.
+/* h3strict: the command-line contract of docs/cli.md.
  *
  * Every command validates its options, runs, and on failure prints exactly one line
- * "h3strict <command>: <message>" on standard error and exits non-zero.  Output files are
- * written atomically by the library (temporary file + rename): a failed command leaves no
- * partial output behind. */
+ * "h3strict <command>: <message>" on standard error and exits with the code of its class
+ * (EXIT_* below).  Output files are written atomically by the library (temporary file +
+ * rename): a failed command leaves no partial output behind.  Progress lines go to standard
+ * error only (progress.h); results go to standard output. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,11 +16,16 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "progress.h"
 #include "report/report.h"
 #include "sample/layout.h"
 #include "sample/trajectory.h"
 
-#define EXIT_USAGE 2
+/* Exit codes (docs/cli.md, tested by tests/cli_exit_codes.sh). */
+#define EXIT_DIFFER 1 /* it ran, and a strict comparison found different bits (trajectory, replay, verify) */
+#define EXIT_USAGE 2  /* bad command line: unknown option, missing or malformed value, impossible request */
+#define EXIT_INPUT 3  /* an input file (model, inputs, cotangent, manifest) is missing, unreadable or wrong */
+#define EXIT_SYSTEM 4 /* device failure, out of memory, or an output that could not be written */
 
 static const char *g_cmd = "h3strict";
 static char g_command_line[1024];
@@ -46,43 +52,142 @@ static int fail_line(const char *fmt, ...) {
     for (char *p = msg; *p; p++)
         if (*p == '\n') *p = ' ';
     fprintf(stderr, "h3strict %s: %s\n", g_cmd, msg);
-    return 1;
+    return EXIT_USAGE;
 }
 
-static int fail_status(h3s_status st) { return fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st)); }
+/* The class of a library failure.  The same status can mean a bad input or a failed machine: an I/O error
+ * while reading is a bad input file, while writing a system failure; an invalid value read from a file is a
+ * bad input, one that came from the command line a usage error. */
+static int exit_code_for(h3s_status st) {
+    progress_phase phase = progress_current_phase();
+    switch (st) {
+    case H3S_OK: return 0;
+    case H3S_ERR_MISMATCH: return EXIT_DIFFER;
+    case H3S_ERR_INVALID: return phase == PHASE_READ ? EXIT_INPUT : EXIT_USAGE;
+    case H3S_ERR_SHAPE:
+    case H3S_ERR_DTYPE:
+    case H3S_ERR_INDEX:
+    case H3S_ERR_FORMAT: return EXIT_INPUT;
+    case H3S_ERR_IO:
+    case H3S_ERR_UNSUPPORTED: return phase == PHASE_READ ? EXIT_INPUT : EXIT_SYSTEM;
+    case H3S_ERR_NOMEM:
+    case H3S_ERR_DEVICE: return EXIT_SYSTEM;
+    }
+    return EXIT_SYSTEM;
+}
+
+static int fail_status(h3s_status st) {
+    int code = exit_code_for(st);
+    fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
+    return code;
+}
 
 /* ------------------------------------------------------------------ options ----------- */
 
+/* One option of a command.  `arg` names the value in the help text (NULL: a flag without a value); a required
+ * option is refused when absent. */
 typedef struct opt {
     const char *name; /* "--model" */
-    int takes_value;
+    const char *arg;  /* "DIR", or NULL for a flag */
+    int required;
+    const char *help;
     const char *value; /* NULL when absent; "" for a present flag */
 } opt;
 
-/* Parse argv[first..] against `opts`; unknown options and missing values are usage errors. */
-static int parse_opts(int argc, char **argv, int first, opt *opts, int nopts) {
-    for (int i = first; i < argc; i++) {
-        int found = 0;
-        for (int k = 0; k < nopts; k++) {
-            if (strcmp(argv[i], opts[k].name)) continue;
-            found = 1;
-            if (opts[k].takes_value) {
-                if (i + 1 >= argc) {
-                    fail_line("option %s needs a value", argv[i]);
-                    return -1;
-                }
-                opts[k].value = argv[++i];
-            } else {
-                opts[k].value = "";
-            }
-        }
-        if (!found) {
-            fail_line("unknown option '%s' (see h3strict --help)", argv[i]);
-            return -1;
+/* Options every command takes; parse_opts handles them. */
+static const opt common_opts[] = {
+    {"--quiet", NULL, 0, "no progress lines on standard error", NULL},
+    {"--verbose", NULL, 0, "a progress line for every stage, with its elapsed time", NULL},
+    {"--help", NULL, 0, "this command's usage and options (also -h)", NULL},
+};
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} command;
+static const command *find_command(const char *name);
+
+static void print_opt(FILE *f, const opt *o) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+    if (strlen(left) > 24)
+        fprintf(f, "  %s\n  %-24s %s%s\n", left, "", o->required ? "required: " : "", o->help);
+    else
+        fprintf(f, "  %-24s %s%s\n", left, o->required ? "required: " : "", o->help);
+}
+
+/* `h3strict CMD --help`: the synopsis, what the command does, every option, the exit codes. */
+static void command_help(FILE *f, const command *c, const opt *opts, int nopts) {
+    fprintf(f, "usage: h3strict %s", c->name);
+    for (int k = 0; k < nopts; k++)
+        if (opts[k].required) fprintf(f, " %s %s", opts[k].name, opts[k].arg ? opts[k].arg : "");
+    fprintf(f, " [options]\n\n%s\n\noptions:\n", c->summary);
+    for (int k = 0; k < nopts; k++)
+        print_opt(f, &opts[k]);
+    for (size_t k = 0; k < sizeof common_opts / sizeof common_opts[0]; k++)
+        print_opt(f, &common_opts[k]);
+    fprintf(f, "\nOptions take their value as the next argument or after '=' (--seed 5, --seed=5).\n"
+               "exit status: 0 success, 1 a strict comparison differed, 2 bad usage, 3 bad input file,\n"
+               "4 device or I/O failure (docs/cli.md)\n");
+}
+
+static progress_level g_level = PROGRESS_NORMAL;
+
+/* Parse argv[2..] against `opts` (and the common options); unknown options, missing values and missing required
+ * options are usage errors (-1).  Returns 1 when --help was asked for and printed (the command then exits 0). */
+static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
+    int quiet = 0, verbose = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            command_help(stdout, find_command(g_cmd), opts, nopts);
+            return 1;
         }
     }
+    for (int i = 2; i < argc; i++) {
+        const char *arg = argv[i], *eq = strncmp(arg, "--", 2) ? NULL : strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (len == strlen("--quiet") && !strncmp(arg, "--quiet", len) && !eq) {
+            quiet = 1;
+            continue;
+        }
+        if (len == strlen("--verbose") && !strncmp(arg, "--verbose", len) && !eq) {
+            verbose = 1;
+            continue;
+        }
+        int found = 0;
+        for (int k = 0; k < nopts && !found; k++) {
+            if (strlen(opts[k].name) != len || strncmp(arg, opts[k].name, len)) continue;
+            found = 1;
+            if (!opts[k].arg) {
+                if (eq) return fail_line("option %s takes no value, got '%s'", opts[k].name, arg), -1;
+                opts[k].value = "";
+            } else if (eq) {
+                opts[k].value = eq + 1;
+            } else {
+                if (i + 1 >= argc) return fail_line("option %s needs a value (%s)", arg, opts[k].arg), -1;
+                opts[k].value = argv[++i];
+            }
+        }
+        if (!found) return fail_line("unknown option '%s' (see h3strict %s --help)", arg, g_cmd), -1;
+    }
+    if (quiet && verbose) return fail_line("--quiet and --verbose exclude each other"), -1;
+    for (int k = 0; k < nopts; k++)
+        if (opts[k].required && !opts[k].value)
+            return fail_line("missing required option %s %s (see h3strict %s --help)", opts[k].name, opts[k].arg,
+                             g_cmd),
+                   -1;
+    g_level = quiet ? PROGRESS_QUIET : verbose ? PROGRESS_VERBOSE : PROGRESS_NORMAL;
+    progress_start(g_cmd, g_level);
     return 0;
 }
+
+/* parse_opts, and the exit status it implies: -1 to go on, else the code to return. */
+#define PARSE_OR_RETURN(argc, argv, o)                                                                                 \
+    do {                                                                                                               \
+        int parse_result_ = parse_opts(argc, argv, o, (int)(sizeof o / sizeof o[0]));                                  \
+        if (parse_result_) return parse_result_ > 0 ? 0 : EXIT_USAGE;                                                  \
+    } while (0)
 
 static const char *get(const opt *opts, int nopts, const char *name) {
     for (int k = 0; k < nopts; k++)
@@ -160,18 +265,23 @@ static int parse_device(const opt *opts, int nopts, h3s_backend_kind *kind) {
 /* ------------------------------------------------------------------ init -------------- */
 
 static int cmd_init(int argc, char **argv) {
-    opt o[] = {{"--preset", 1, NULL}, {"--layers", 1, NULL}, {"--seed", 1, NULL}, {"--out", 1, NULL}};
+    opt o[] = {{"--preset", "tiny|small|h3-33b", 1, "tiny (tests), small (CPU benchmarks), h3-33b (released)", NULL},
+               {"--layers", "N", 0, "number of transformer blocks (default: the preset's)", NULL},
+               {"--seed", "N", 1, "seed of the weights: the same seed gives the same bytes on every machine", NULL},
+               {"--out", "DIR", 1, "model directory to write (absent, empty, or a model directory to replace)", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *preset, *seed_s, *out;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--preset", &preset) || need(o, n, "--seed", &seed_s) ||
-        need(o, n, "--out", &out))
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--preset", &preset) || need(o, n, "--seed", &seed_s) || need(o, n, "--out", &out))
         return EXIT_USAGE;
     uint64_t seed;
     int64_t layers = -1;
     if (parse_u64("--seed", seed_s, &seed)) return EXIT_USAGE;
     if (get(o, n, "--layers") && parse_i64("--layers", get(o, n, "--layers"), 1, 1000, &layers)) return EXIT_USAGE;
+    progress_stage(PHASE_WRITE, "writing %s model to %s", preset, out);
     h3s_status st = h3s_model_init(preset, layers, seed, out);
     if (st != H3S_OK) return fail_status(st);
+    progress_end();
     h3s_config c;
     st = h3s_config_preset(preset, layers, &c);
     if (st != H3S_OK) return fail_status(st);
@@ -200,18 +310,25 @@ static int parse_keyframes(const char *s, int *first, int *last) {
 }
 
 static int cmd_inputs(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},          {"--seed", 1, NULL},
-               {"--batch", 1, NULL},          {"--text", 1, NULL},
-               {"--frames", 1, NULL},         {"--latent-height", 1, NULL},
-               {"--latent-width", 1, NULL},   {"--audio-latents", 1, NULL},
-               {"--keyframes", 1, NULL},      {"--pad-to", 1, NULL},
-               {"--t-video", 1, NULL},        {"--t-audio", 1, NULL},
-               {"--attention-mask", 0, NULL}, {"--out", 1, NULL}};
+    opt o[] = {
+        {"--model", "DIR", 1, "model directory (its config sets the row widths)", NULL},
+        {"--seed", "N", 1, "seed of the latents and text features; item 0 depends on it alone", NULL},
+        {"--batch", "B", 0, "requests in the file, one layout shared by all (default 1)", NULL},
+        {"--text", "T", 0, "text rows (default 6)", NULL},
+        {"--frames", "F", 0, "latent video frames (default 2)", NULL},
+        {"--latent-height", "H", 0, "latent height, a multiple of 2 (default 4)", NULL},
+        {"--latent-width", "W", 0, "latent width, a multiple of 2 (default 6)", NULL},
+        {"--audio-latents", "A", 0, "audio latents; 2 rows each (default 4)", NULL},
+        {"--keyframes", "first,last", 0, "condition frames: first, last or first,last (default none: t2va)", NULL},
+        {"--pad-to", "N", 0, "append padding rows (tag -1) up to a multiple of N rows (default 0: none)", NULL},
+        {"--t-video", "T", 0, "timestep of the video and text rows, in [0, 1] (default 0.25)", NULL},
+        {"--t-audio", "T", 0, "timestep of the audio rows, in [0, 1] (default 0.6)", NULL},
+        {"--attention-mask", NULL, 0, "also write attention_mask [B, S] (false on padding rows)", NULL},
+        {"--out", "IN.safetensors", 1, "inputs file to write", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *seed_s, *out;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--seed", &seed_s) ||
-        need(o, n, "--out", &out))
-        return EXIT_USAGE;
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model) || need(o, n, "--seed", &seed_s) || need(o, n, "--out", &out)) return EXIT_USAGE;
     uint64_t seed;
     int64_t batch = 1;
     h3s_layout_opts lo = {6, 2, 4, 6, 4, 0, 0, 0};
@@ -237,8 +354,10 @@ static int cmd_inputs(int argc, char **argv) {
     if (get(o, n, "--t-audio") && parse_f32("--t-audio", get(o, n, "--t-audio"), 0, 1, &ta)) return EXIT_USAGE;
 
     h3s_weights *w = NULL;
+    progress_stage(PHASE_READ, "loading model %s", model);
     h3s_status st = h3s_weights_load(model, &w);
     if (st != H3S_OK) return fail_status(st);
+    progress_stage(PHASE_RUN, "building the layout and seeded inputs");
     const h3s_config *c = h3s_weights_config(w);
     h3s_layout lay;
     memset(&lay, 0, sizeof lay);
@@ -258,6 +377,7 @@ static int cmd_inputs(int argc, char **argv) {
                 ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
     }
     if (st == H3S_OK) {
+        progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[11] = {{"hidden_states", hv},
                               {"audio_hidden_states", ha},
                               {"encoder_hidden_states", enc},
@@ -271,6 +391,7 @@ static int cmd_inputs(int argc, char **argv) {
                               {"attention_mask", mask}};
         st = h3s_st_write(out, e, with_mask ? 11 : 10);
     }
+    if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
         printf("wrote %s: batch %lld, S %lld rows (%lld text, %lld video of which %lld condition, %lld audio, %lld "
                "padding), %lld timesteps\n",
@@ -301,32 +422,42 @@ static void loaded_free(loaded *l) {
 
 static h3s_status load_all(const char *model, const char *inputs, h3s_backend_kind kind, loaded *l) {
     memset(l, 0, sizeof *l);
+    progress_stage(PHASE_READ, "loading model %s", model);
     H3S_TRY(h3s_weights_load(model, &l->w));
+    progress_stage(PHASE_READ, "reading and validating %s", inputs);
     h3s_status st = h3s_st_open(inputs, &l->inputs_file);
     if (st == H3S_OK) st = h3s_inputs_from_file(l->inputs_file, &l->in);
     int64_t batch;
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(l->w), &l->in, &batch);
+    if (st == H3S_OK) progress_stage(PHASE_RUN, "preparing the %s backend", h3s_backend_name(kind));
     if (st == H3S_OK) st = h3s_model_create(l->w, kind, &l->model);
     return st;
 }
 
 static int cmd_forward(int argc, char **argv) {
-    opt o[] = {
-        {"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--out", 1, NULL}, {"--device", 1, NULL}, {"--threads", 1, NULL}};
+    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+               {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
+               {"--out", "OUT.safetensors", 1, "output file: sample and audio_sample, F32", NULL},
+               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) ||
-        need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
+        parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
     loaded l;
     h3s_status st = load_all(model, inputs, kind, &l);
     h3s_tensor sample = {0}, audio = {0};
+    if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
     if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, NULL, NULL, NULL, &sample, &audio);
     if (st == H3S_OK) {
+        progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[2] = {{"sample", sample}, {"audio_sample", audio}};
         st = h3s_st_write(out, e, 2);
     }
+    if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
         printf("wrote %s: sample [%lld, %lld, %lld], audio_sample [%lld, %lld, %lld] (%s)\n", out,
                (long long)sample.shape[0], (long long)sample.shape[1], (long long)sample.shape[2],
@@ -368,26 +499,36 @@ static h3s_status write_grads(const char *path, const h3s_grads *g) {
 }
 
 static int cmd_grad(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--cotangent", 1, NULL},
-               {"--out", 1, NULL},   {"--device", 1, NULL}, {"--threads", 1, NULL}};
+    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+               {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
+               {"--cotangent", "CT.safetensors", 1, "upstream gradients: sample and audio_sample, F32", NULL},
+               {"--out", "GRADS.safetensors", 1, "input gradients and one gradient per parameter, F32", NULL},
+               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *ct, *out;
     h3s_backend_kind kind;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) ||
-        need(o, n, "--cotangent", &ct) || need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
+        need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
     loaded l;
     h3s_st_file *ctf = NULL;
     const h3s_tensor *ds = NULL, *da = NULL;
     h3s_status st = load_all(model, inputs, kind, &l);
+    if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
     if (st == H3S_OK) st = read_cotangent(ct, &ctf, &ds, &da);
     h3s_tensor sample = {0}, audio = {0};
     h3s_tape *tape = NULL;
     h3s_grads g;
     memset(&g, 0, sizeof g);
+    if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
     if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, NULL, NULL, &tape, &sample, &audio);
+    if (st == H3S_OK) progress_stage(PHASE_RUN, "backward");
     if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, NULL, NULL, &g);
+    if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
     if (st == H3S_OK) st = write_grads(out, &g);
+    if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
         printf("wrote %s: 3 input gradients and %lld parameter gradients (%s)\n", out, (long long)g.count,
                h3s_backend_name(kind));
@@ -401,11 +542,15 @@ static int cmd_grad(int argc, char **argv) {
 }
 
 static int cmd_cotangent(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL}, {"--inputs", 1, NULL}, {"--seed", 1, NULL}, {"--out", 1, NULL}};
+    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+               {"--inputs", "IN.safetensors", 1, "the inputs whose outputs the cotangent matches", NULL},
+               {"--seed", "N", 1, "seed of the values; item 0 depends on it alone", NULL},
+               {"--out", "CT.safetensors", 1, "cotangent file to write: sample and audio_sample, F32", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *seed_s, *out;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) ||
-        need(o, n, "--seed", &seed_s) || need(o, n, "--out", &out))
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--seed", &seed_s) ||
+        need(o, n, "--out", &out))
         return EXIT_USAGE;
     uint64_t seed;
     if (parse_u64("--seed", seed_s, &seed)) return EXIT_USAGE;
@@ -414,10 +559,12 @@ static int cmd_cotangent(int argc, char **argv) {
     h3s_inputs in;
     int64_t batch = 0;
     h3s_tensor ds = {0}, da = {0};
+    progress_stage(PHASE_READ, "loading model %s and %s", model, inputs);
     h3s_status st = h3s_weights_load(model, &w);
     if (st == H3S_OK) st = h3s_st_open(inputs, &f);
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
+    if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
     if (st == H3S_OK)
         st = h3s_cotangent_random(batch, in.hidden_states.shape[1], in.hidden_states.shape[2],
                                   in.audio_hidden_states.shape[1], in.audio_hidden_states.shape[2], seed, &ds, &da);
@@ -425,6 +572,7 @@ static int cmd_cotangent(int argc, char **argv) {
         h3s_st_entry e[2] = {{"sample", ds}, {"audio_sample", da}};
         st = h3s_st_write(out, e, 2);
     }
+    if (st == H3S_OK) progress_end();
     if (st == H3S_OK) printf("wrote %s: seeded cotangent for batch %lld\n", out, (long long)batch);
     h3s_tensor_free(&ds);
     h3s_tensor_free(&da);
@@ -436,17 +584,25 @@ static int cmd_cotangent(int argc, char **argv) {
 /* ------------------------------------------------------------------ verify ------------ */
 
 static int cmd_verify(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL}, {"--manifest", 1, NULL}, {"--write-manifest", 1, NULL}};
+    opt o[] = {{"--model", "DIR", 1, "model directory (or a pipeline snapshot with transformer/)", NULL},
+               {"--manifest", "MANIFEST.json", 0, "also check every file's SHA-256 against {file: sha256}", NULL},
+               {"--write-manifest", "MANIFEST.json", 0, "verify, then write the SHA-256 of every file instead", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model)) return EXIT_USAGE;
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model)) return EXIT_USAGE;
     if (get(o, n, "--write-manifest")) {
-        h3s_status st = h3s_model_manifest_write(model, get(o, n, "--write-manifest"));
+        progress_stage(PHASE_READ, "verifying %s", model);
+        h3s_status st = h3s_model_verify(model, NULL, NULL);
+        if (st == H3S_OK) progress_stage(PHASE_WRITE, "hashing %s into %s", model, get(o, n, "--write-manifest"));
+        if (st == H3S_OK) st = h3s_model_manifest_write(model, get(o, n, "--write-manifest"));
         if (st != H3S_OK) return fail_status(st);
+        progress_end();
         printf("wrote manifest %s\n", get(o, n, "--write-manifest"));
         return 0;
     }
     char *report = NULL;
+    progress_stage(PHASE_READ, get(o, n, "--manifest") ? "verifying %s and hashing every file" : "verifying %s", model);
     h3s_status st = h3s_model_verify(model, get(o, n, "--manifest"), &report);
     if (st != H3S_OK) {
         free(report);
@@ -457,6 +613,7 @@ static int cmd_verify(int argc, char **argv) {
     h3s_weights *w = NULL;
     st = h3s_weights_load(model, &w);
     if (st != H3S_OK) return fail_status(st);
+    progress_end();
     printf("verified %s: every parameter present with its checkpoint shape and dtype\n", model);
     h3s_weights_free(w);
     return 0;
@@ -464,9 +621,21 @@ static int cmd_verify(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ trajectory -------- */
 
-static void progress_stderr(void *ctx, const char *line) {
-    (void)ctx;
-    fprintf(stderr, "h3strict trajectory: %s\n", line);
+/* Library progress lines (one per pass), with the elapsed time and an estimate of what is left when the number of
+ * passes is known. */
+typedef struct pass_counter {
+    int64_t done, total;
+    double start;
+} pass_counter;
+
+static void progress_passes(void *ctx, const char *line) {
+    pass_counter *pc = ctx;
+    double t = progress_seconds() - pc->start;
+    if (pc->total > 0 && pc->done > 0 && pc->done < pc->total)
+        progress_note("%s [%.1f s, about %.0f s left]", line, t, t / (double)pc->done * (double)(pc->total - pc->done));
+    else
+        progress_note("%s [%.1f s]", line, t);
+    pc->done++;
 }
 
 static int parse_seeds(const char *s, uint64_t *seeds, int64_t max, int64_t *count) {
@@ -483,15 +652,19 @@ static int parse_seeds(const char *s, uint64_t *seeds, int64_t max, int64_t *cou
 }
 
 static int cmd_trajectory(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},   {"--seeds", 1, NULL},   {"--steps", 1, NULL},
-               {"--batch", 1, NULL},   {"--out", 1, NULL},     {"--device", 1, NULL},
-               {"--threads", 1, NULL}, {"--no-grad", 0, NULL}, {"--quiet", 0, NULL}};
+    opt o[] = {{"--model", "DIR", 0, "model directory (default: the built-in tiny model, seed 0)", NULL},
+               {"--seeds", "S1,S2,...", 0, "requests to sample, one per seed (default 11,22,33)", NULL},
+               {"--steps", "N", 0, "Euler steps per request (default 4)", NULL},
+               {"--batch", "B", 0, "size of the training batch; item 0 is the rollout's request (default 4)", NULL},
+               {"--out", "REPORT.json", 1, "report: every comparison of every step", NULL},
+               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
+               {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *out;
     h3s_backend_kind kind;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--out", &out) || parse_device(o, n, &kind) ||
-        apply_threads(o, n))
-        return EXIT_USAGE;
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n)) return EXIT_USAGE;
     uint64_t seeds[64] = {11, 22, 33};
     int64_t nseeds = 3, steps = 4, batch = 4;
     if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), seeds, 64, &nseeds)) return EXIT_USAGE;
@@ -500,6 +673,7 @@ static int cmd_trajectory(int argc, char **argv) {
     h3s_weights *w = NULL;
     h3s_status st;
     const char *model = get(o, n, "--model");
+    progress_stage(PHASE_READ, "loading model %s", model ? model : "(built-in tiny)");
     if (model) {
         st = h3s_weights_load(model, &w);
     } else {
@@ -518,11 +692,17 @@ static int cmd_trajectory(int argc, char **argv) {
     to.backend = kind;
     to.layout = (h3s_layout_opts){6, 2, 4, 6, 4, 1, 0, 0};
     to.with_grad = get(o, n, "--no-grad") == NULL;
-    to.progress = get(o, n, "--quiet") ? NULL : progress_stderr;
+    pass_counter pc = {0, nseeds * steps * 2, 0};
+    to.progress = progress_passes;
+    to.progress_ctx = &pc;
     cJSON *report = NULL;
     h3s_trajectory_totals tot;
+    progress_stage(PHASE_RUN, "sampling %lld seeds x %lld steps, alone and in a batch of %lld", (long long)nseeds,
+                   (long long)steps, (long long)batch);
+    pc.start = progress_seconds();
     st = h3s_trajectory_run(w, &to, &report, &tot);
     if (st == H3S_OK) {
+        progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
         cJSON_AddStringToObject(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
@@ -531,6 +711,7 @@ static int cmd_trajectory(int argc, char **argv) {
     cJSON_Delete(report);
     h3s_weights_free(w);
     if (st != H3S_OK) return fail_status(st);
+    progress_end();
     printf("report: %s\n", out);
     if (to.with_grad)
         printf("gradients: %lld/%lld item-0 input gradients differ (%lld seeds x %lld steps x 3)\n",
@@ -538,39 +719,54 @@ static int cmd_trajectory(int argc, char **argv) {
                (long long)(tot.steps_run / (nseeds ? nseeds : 1)));
     printf("strict: %lld/%lld comparisons differ (%lld seeds x %lld steps x 4)\n", (long long)tot.differing,
            (long long)tot.comparisons, (long long)nseeds, (long long)(tot.steps_run / (nseeds ? nseeds : 1)));
-    return tot.differing || tot.gradient_differing ? 1 : 0;
+    return tot.differing || tot.gradient_differing ? EXIT_DIFFER : 0;
 }
 
 /* ------------------------------------------------------------------ replay ------------ */
 
 static int cmd_replay(int argc, char **argv) {
-    opt o[] = {{"--model", 1, NULL},   {"--inputs", 1, NULL},    {"--out", 1, NULL},        {"--device", 1, NULL},
-               {"--threads", 1, NULL}, {"--no-golden", 0, NULL}, {"--plant-drift", 1, NULL}};
+    opt o[] = {
+        {"--model", "DIR", 1, "model directory", NULL},
+        {"--inputs", "IN.safetensors", 1, "the batch to replay (batch 2 or more also checks item 0 alone)", NULL},
+        {"--out", "REPORT.json", 1, "per-node report: SHA-256, repeat, batch, error against FP64", NULL},
+        {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+        {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
+        {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
+        {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
-    if (parse_opts(argc, argv, 2, o, n) || need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) ||
-        need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
+    PARSE_OR_RETURN(argc, argv, o);
+    if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
+        parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
     h3s_weights *w = NULL;
     h3s_st_file *f = NULL;
     h3s_inputs in;
     int64_t batch;
     cJSON *report = NULL;
+    progress_stage(PHASE_READ, "loading model %s and %s", model, inputs);
     h3s_status st = h3s_weights_load(model, &w);
     if (st == H3S_OK) st = h3s_st_open(inputs, &f);
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
+    int with_golden = get(o, n, "--no-golden") == NULL;
+    pass_counter pc = {0, with_golden ? 4 : 3, 0};
     if (st == H3S_OK) {
-        h3s_replay_opts ro = {kind, 1234, get(o, n, "--no-golden") == NULL, get(o, n, "--plant-drift")};
+        h3s_replay_opts ro = {kind, 1234, with_golden, get(o, n, "--plant-drift"), progress_passes, &pc};
+        progress_stage(PHASE_RUN, "replaying %lld item(s) forward and backward", (long long)batch);
+        pc.start = progress_seconds();
         st = h3s_replay(w, &in, &ro, &report);
     }
     if (st == H3S_OK) {
+        progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         st = h3s_json_write_file(out, report);
     }
+    int drift = 0;
     if (st == H3S_OK) {
+        progress_end();
         const cJSON *fd = cJSON_GetObjectItemCaseSensitive(report, "first_drift");
         const cJSON *sum = cJSON_GetObjectItemCaseSensitive(report, "summary");
         const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(sum, "nodes");
@@ -579,37 +775,58 @@ static int cmd_replay(int argc, char **argv) {
             printf("replay: batch-1 inputs: batch invariance not compared (use inputs --batch 2 or more)\n");
         printf("replay: %d nodes, first drift: %s\n", cJSON_IsNumber(nodes) ? nodes->valueint : 0,
                cJSON_IsString(fd) ? fd->valuestring : "none");
+        drift = cJSON_IsString(fd);
     }
     cJSON_Delete(report);
     h3s_st_close(f);
     h3s_weights_free(w);
-    return st == H3S_OK ? 0 : fail_status(st);
+    if (st != H3S_OK) return fail_status(st);
+    return drift ? EXIT_DIFFER : 0;
 }
 
 /* ------------------------------------------------------------------ main -------------- */
 
+static const command commands[] = {
+    {"init", cmd_init, "Write a seeded model directory (config.json and the weights) of a preset geometry."},
+    {"inputs", cmd_inputs, "Write an inputs file: a packed t2va/fl2va request with seeded latents and text."},
+    {"forward", cmd_forward, "Run the model forward; write sample and audio_sample."},
+    {"grad", cmd_grad, "Run forward and backward; write the input and parameter gradients."},
+    {"cotangent", cmd_cotangent, "Write a seeded cotangent (upstream gradient) for an inputs file."},
+    {"trajectory", cmd_trajectory,
+     "Rollout (batch 1) against training layout (item 0 of a batch), compared bitwise.\n"
+     "Samples each seed's request with the Euler scheduler alone and as item 0 of a batch of other\n"
+     "requests, and compares velocities, next latents and input gradients at every step."},
+    {"replay", cmd_replay,
+     "Per-node evidence: digests, repeat, batch invariance, error against FP64, first drift.\n"
+     "Runs the batch forward and backward twice and item 0 alone (and the FP64 golden)."},
+    {"verify", cmd_verify, "Check a model directory, optionally every file's SHA-256 against a manifest."},
+};
+
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(name, commands[i].name)) return &commands[i];
+    return NULL;
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: h3strict <command> [options]\n"
+               "       h3strict <command> --help\n"
                "\n"
                "Strict-mode MiniMax-H3: a rollout (batch 1) and its training recomputation (item 0 of a\n"
                "batch) give bit-for-bit identical results, forward and backward, on any thread count.\n"
                "\n"
-               "commands:\n"
-               "  init       --preset tiny|small|h3-33b [--layers N] --seed N --out DIR\n"
-               "  inputs     --model DIR --seed N [--batch B] [--text T] [--frames F] [--latent-height H]\n"
-               "             [--latent-width W] [--audio-latents A] [--keyframes first,last] [--pad-to N]\n"
-               "             [--t-video T] [--t-audio T] [--attention-mask] --out IN.safetensors\n"
-               "  forward    --model DIR --inputs IN --out OUT [--device cpu|cuda] [--threads N]\n"
-               "  grad       --model DIR --inputs IN --cotangent CT --out GRADS [--device cpu|cuda] [--threads N]\n"
-               "  cotangent  --model DIR --inputs IN --seed N --out CT.safetensors\n"
-               "  trajectory [--model DIR] [--seeds 11,22,33] [--steps N] [--batch B] --out REPORT.json\n"
-               "             [--device cpu|cuda] [--threads N] [--no-grad] [--quiet]\n"
-               "  replay     --model DIR --inputs IN --out REPORT.json [--device cpu|cuda] [--threads N]\n"
-               "             [--no-golden] [--plant-drift NODE  (test only: flip one bit of NODE in the repeat run)]\n"
-               "  verify     --model DIR [--manifest MANIFEST.json] [--write-manifest MANIFEST.json]\n"
-               "\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        const char *nl = strchr(commands[i].summary, '\n');
+        int len = nl ? (int)(nl - commands[i].summary) : (int)strlen(commands[i].summary);
+        fprintf(f, "  %-11s%.*s\n", commands[i].name, len, commands[i].summary);
+    }
+    fprintf(f, "\n"
                "  --help       this text\n"
-               "  --version    print the version\n");
+               "  --version    print the version\n"
+               "\n"
+               "exit status: 0 success, 1 a strict comparison differed, 2 bad usage, 3 bad input file,\n"
+               "4 device or I/O failure (docs/cli.md)\n");
 }
 
 int main(int argc, char **argv) {
@@ -618,6 +835,11 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        if (argc == 3 && !strcmp(argv[1], "help") && find_command(argv[2])) {
+            char *args[] = {argv[0], argv[2], "--help", NULL};
+            g_cmd = argv[2];
+            return find_command(argv[2])->fn(3, args);
+        }
         usage(stdout);
         return 0;
     }
@@ -625,19 +847,14 @@ int main(int argc, char **argv) {
         printf("h3strict %s\n", h3s_version());
         return 0;
     }
-    static const struct {
-        const char *name;
-        int (*fn)(int, char **);
-    } cmds[] = {{"init", cmd_init},     {"inputs", cmd_inputs},       {"forward", cmd_forward},
-                {"grad", cmd_grad},     {"cotangent", cmd_cotangent}, {"trajectory", cmd_trajectory},
-                {"replay", cmd_replay}, {"verify", cmd_verify}};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-        if (!strcmp(argv[1], cmds[i].name)) {
-            g_cmd = cmds[i].name;
-            remember_command_line(argc, argv);
-            return cmds[i].fn(argc, argv);
-        }
+    const command *c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", argv[1]);
+        return EXIT_USAGE;
     }
-    fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", argv[1]);
-    return EXIT_USAGE;
+    g_cmd = c->name;
+    remember_command_line(argc, argv);
+    int rc = c->fn(argc, argv);
+    progress_stop();
+    return rc;
 }

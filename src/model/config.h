@@ -1,5 +1,5 @@
 /* MiniMax-H3 transformer configuration: the diffusers `config.json` of MiniMaxH3Transformer3DModel
- * (H3_MODEL.md section 1), its validation, and the named presets the CLI offers. */
+ * (docs/model.md section 1), its validation, and the named presets the CLI offers. */
 #ifndef H3S_MODEL_CONFIG_H
 #define H3S_MODEL_CONFIG_H
 
@@ -23,7 +23,7 @@ int64_t h3s_config_video_width(const h3s_config *c);
  * Failure: H3S_ERR_INVALID with the offending key named. */
 h3s_status h3s_config_validate(const h3s_config *c);
 
-/* Parse a diffusers config.json.  Every key of H3_MODEL.md section 1 is required; a wrong JSON type is an error
+/* Parse a diffusers config.json.  Every key of docs/model.md section 1 is required; a wrong JSON type is an error
  * naming the key; unknown keys ("_class_name", "_diffusers_version", ...) are ignored; then validated. */
 h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out);
 h3s_status h3s_config_load(const char *path, h3s_config *out);

@@ -1,7 +1,7 @@
 /* The MiniMax-H3 graph: forward and backward of the whole model over the operator API.
  *
  * Every node's output is a tensor on the tape; the hook sees each one, in execution order,
- * under its STRICT.md section 4 name.  Backward nodes are named "<node>.grad" and carry the
+ * under its docs/strict.md section 4 name.  Backward nodes are named "<node>.grad" and carry the
  * gradient flowing into the node's main input. */
 #include "model/model.h"
 

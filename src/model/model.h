@@ -15,7 +15,7 @@
 typedef enum h3s_backend_kind { H3S_BACKEND_CPU = 0, H3S_BACKEND_GOLDEN = 1, H3S_BACKEND_CUDA = 2 } h3s_backend_kind;
 const char *h3s_backend_name(h3s_backend_kind kind);
 
-/* The forward arguments, host tensors, under their diffusers names (CLI.md). */
+/* The forward arguments, host tensors, under their diffusers names (docs/cli.md). */
 typedef struct h3s_inputs {
     h3s_tensor hidden_states;         /* [B, Nv, video_width] F32 or BF16 */
     h3s_tensor audio_hidden_states;   /* [B, Na, audio_in_channels] F32 or BF16 */
@@ -30,7 +30,7 @@ typedef struct h3s_inputs {
     h3s_tensor attention_mask;        /* optional [B, S] or [B, 1, 1, S] BOOL; data == NULL when absent */
 } h3s_inputs;
 
-/* Fill `in` with views of the tensors of a safetensors file (names as CLI.md); the file
+/* Fill `in` with views of the tensors of a safetensors file (names as docs/cli.md); the file
  * must stay open while `in` is used. */
 struct h3s_st_file;
 h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in);

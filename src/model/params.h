@@ -1,4 +1,4 @@
-/* The parameter table of MiniMax-H3 (H3_MODEL.md section 2): every checkpoint tensor's name, shape and dtype, in
+/* The parameter table of MiniMax-H3 (docs/model.md section 2): every checkpoint tensor's name, shape and dtype, in
  * one canonical order (the order PyTorch registers the modules: proj_in, audio_proj_in, context_embedder,
  * time_embedder, token_refiner blocks and final_norm, transformer_blocks, norm_out, proj_out, audio_proj_out;
  * inside a block norm1, attn.to_q/to_k/to_v, attn.norm_q/norm_k, attn.to_out.0, norm2, ff.net.0.proj, ff.net.2,

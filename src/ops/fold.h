@@ -1,4 +1,4 @@
-/* The canonical cross-row reduction (STRICT.md section 3).
+/* The canonical cross-row reduction (docs/strict.md section 3).
  *
  * Rows of the packed [B*S] axis are cut into tiles of H3S_FOLD_TILE consecutive rows.  A
  * tile's partial sum runs over its rows in ascending order, starting from the first row's

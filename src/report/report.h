@@ -1,4 +1,4 @@
-/* Per-node evidence (STRICT.md section 5): digests, repeat/batch equality, error against the
+/* Per-node evidence (docs/strict.md section 5): digests, repeat/batch equality, error against the
  * FP64 golden, first drift; and the replay driver that produces it as JSON. */
 #ifndef H3S_REPORT_H
 #define H3S_REPORT_H
@@ -40,8 +40,10 @@ h3s_status h3s_tensor_to_host_f64(const h3s_tensor *t, h3s_tensor *out);
 typedef struct h3s_replay_opts {
     h3s_backend_kind backend; /* strict backend under test: CPU or CUDA */
     uint64_t cotangent_seed;
-    int with_golden;        /* also run the FP64 golden and report each node's error */
-    const char *plant_node; /* test-only: flip one bit of this node in the batch-1 run */
+    int with_golden;                               /* also run the FP64 golden and report each node's error */
+    const char *plant_node;                        /* test-only: flip one bit of this node in the repeat run */
+    void (*progress)(void *ctx, const char *line); /* optional: one line before each pass */
+    void *progress_ctx;
 } h3s_replay_opts;
 
 /* Runs forward + backward of `in` (batch B) twice, item 0 alone once, and (optionally) the

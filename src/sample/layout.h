@@ -1,4 +1,4 @@
-/* Packed t2va / fl2va layout, per-row timesteps and seeded request inputs (H3_MODEL.md section 4).
+/* Packed t2va / fl2va layout, per-row timesteps and seeded request inputs (docs/model.md section 4).
  *
  * Row order: [text | keyframe condition frames | target audio | target video] [| padding].
  * Every float64 coordinate is produced with the same IEEE operations, in the same order, as the

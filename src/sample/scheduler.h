@@ -1,4 +1,4 @@
-/* Rectified-flow Euler scheduler (eta = 0) of MiniMax-H3 (H3_MODEL.md section 5).
+/* Rectified-flow Euler scheduler (eta = 0) of MiniMax-H3 (docs/model.md section 5).
  *
  * Every value is float32 and every operation rounds where the reference scheduler's torch
  * operations round; docs/numerics/layout_scheduler.md lists the rounding points. */

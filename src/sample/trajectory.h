@@ -1,4 +1,4 @@
-/* The dual trajectory (STRICT.md section 6): a request sampled alone (rollout, batch 1) and
+/* The dual trajectory (docs/strict.md section 6): a request sampled alone (rollout, batch 1) and
  * as item 0 of a batch (training layout), compared bitwise at every Euler step. */
 #ifndef H3S_TRAJECTORY_H
 #define H3S_TRAJECTORY_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the public diffusers MiniMaxH3Transformer3DModel on a model directory and an inputs file (CLI.md formats) and
+"""Run the public diffusers MiniMaxH3Transformer3DModel on a model directory and an inputs file (docs/cli.md formats) and
 compare it with reference.py's FP64 golden and, when given, with h3strict's output.  Not part of CI: it needs torch
 and diffusers (>= 0.42.1 ships the model; docs/conformance.md).
 
@@ -7,20 +7,20 @@ and diffusers (>= 0.42.1 ships the model; docs/conformance.md).
                                [--device cuda|cpu] [--no-provider]
 
 Exit 0 when reference.py agrees with diffusers in FP64 (rel L2 < 1e-5) and, with --h3strict-out and a provider
-run, h3strict's error against FP64 is within STRICT.md 1.4's 1.25 * provider + 1e-3 at both outputs.
+run, h3strict's error against FP64 is within docs/strict.md 1.4's 1.25 * provider + 1e-3 at both outputs.
 
 Runs: `diffusers_fp64`  the diffusers module with every parameter and activation in float64, on the CPU;
       `provider`        the diffusers module at the checkpoint's own mixed precision (bf16 + the f32 modules), on
-                        --device (cuda when available), i.e. what STRICT.md calls the provider.
+                        --device (cuda when available), i.e. what docs/strict.md calls the provider.
 Rows tagged -1 (padding) are stripped before the diffusers calls: the released model has no padding (its
-adaln index would be timestep_index*3 - 1), and by H3_MODEL.md 3.6 padding never changes a live row.  An
+adaln index would be timestep_index*3 - 1), and by docs/model.md 3.6 padding never changes a live row.  An
 `attention_mask` in the inputs is passed to diffusers (as [B, 1, 1, S], its padding columns stripped too) whenever
 the inputs hold one, so a mask hiding live rows does reach diffusers' attention: through `forward(attention_mask=)`
 where the model has that argument (diffusers main), else by handing it to every transformer block, whose forward
 takes it in 0.42.1 too (a forward pre-hook; main's model.forward does exactly that, 0.42.1's has no such argument).
 
 diffusers' token refiner takes no mask (MiniMaxH3TokenRefiner.forward(hidden_states) in 0.42.1 and main): a mask
-that hides live *text* rows is applied by this project in the refiner too (H3_MODEL.md 3.6(b), docs/conformance.md)
+that hides live *text* rows is applied by this project in the refiner too (docs/model.md 3.6(b), docs/conformance.md)
 but not by diffusers, so for such inputs the two compute different functions.  Then the comparison with the
 project's FP64 golden is skipped with a `SKIP:` line (and so is STRICT 1.4, which needs that comparison); diffusers
 is instead checked against reference.py with the mask dropped from the refiner only (`refiner_mask=False`), which
@@ -223,7 +223,7 @@ def main():
                 errors[f"h3strict_vs_{other}"] = {k: rel(runs["h3strict"][k], runs[other][k]) for k in ref}
     result["errors"] = errors
     if "h3strict" in runs and "provider" in runs and not hidden_text:
-        # STRICT.md 1.4 at the model output: h3strict error <= 1.25 * provider error + 1e-3 (against FP64)
+        # docs/strict.md 1.4 at the model output: h3strict error <= 1.25 * provider error + 1e-3 (against FP64)
         acc = {}
         for k in ref:
             e_h = errors["h3strict_vs_reference_fp64"][k]["rel_l2"]

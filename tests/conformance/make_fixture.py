@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Write a random tiny MiniMax-H3 model directory and an inputs file in the CLI's formats (CLI.md), with numpy
+"""Write a random tiny MiniMax-H3 model directory and an inputs file in the CLI's formats (docs/cli.md), with numpy
 alone, so that reference.py can be exercised end to end without the h3strict CLI.
 
   make_fixture.py model  --out DIR [--seed N] [--layers N] [--shards N] [--subfolder]
@@ -8,7 +8,7 @@ alone, so that reference.py can be exercised end to end without the h3strict CLI
                          [--pad-to N] [--attention-mask] [--bf16]
 
 The model is mixed precision like the released checkpoint (proj_in, audio_proj_in, time_embedder, proj_out,
-audio_proj_out F32, everything else BF16).  The layout comes from reference.build_layout (H3_MODEL.md section 4).
+audio_proj_out F32, everything else BF16).  The layout comes from reference.build_layout (docs/model.md section 4).
 """
 
 import argparse

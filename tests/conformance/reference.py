@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent FP64 reference of the MiniMax-H3 transformer forward (docs/conformance.md).
 
-Written from shared/spec/H3_MODEL.md sections 3 and 4 (checked against the public diffusers sources), never
+Written from docs/model.md sections 3 and 4 (checked against the public diffusers sources), never
 from this project's C code.  Python 3 + numpy only; run it with /usr/bin/python3.
 
   reference.py forward      --model DIR --inputs IN.safetensors --out OUT.npz|OUT.safetensors
@@ -15,7 +15,7 @@ from this project's C code.  Python 3 + numpy only; run it with /usr/bin/python3
 
 `--precision fp64` (the default) is the golden: every weight and input converted exactly to float64 and every
 operation in float64, with no rounding to bf16 anywhere.  `--precision bf16` is a numpy emulation of the
-strict-mode rounding points of STRICT.md section 2, used only to calibrate the comparison bound.
+strict-mode rounding points of docs/strict.md section 2, used only to calibrate the comparison bound.
 """
 
 import argparse
@@ -341,7 +341,7 @@ def validate_inputs(inp, cfg, path):
 
 
 class Numerics:
-    """fp64: identity everywhere (the golden).  bf16: STRICT.md section 2 rounding points, emulated."""
+    """fp64: identity everywhere (the golden).  bf16: docs/strict.md section 2 rounding points, emulated."""
 
     def __init__(self, precision):
         self.emulate = precision == "bf16"
@@ -408,7 +408,7 @@ def attention(q, k, v, allowed, num):
 
 
 def block_forward(m, cfg, p, x, num, nodes, tag, rope=None, mod=None, allowed=None):
-    """One refiner block (mod is None) or transformer block; node names as STRICT.md section 4."""
+    """One refiner block (mod is None) or transformer block; node names as docs/strict.md section 4."""
     nh, hd = cfg["num_attention_heads"], cfg["attention_head_dim"]
     ffn = cfg["ffn_dim"]
 
@@ -452,7 +452,7 @@ def block_forward(m, cfg, p, x, num, nodes, tag, rope=None, mod=None, allowed=No
 
 def refiner_allowed(mask, text_indices, B):
     """[B, Nt, Nt] bool or None for the token refiner's attention over the text rows of each item: text key j of
-    item b is attended only if attention_mask[b, text_indices[j]] is true (the project's rule, H3_MODEL.md 3.6(b):
+    item b is attended only if attention_mask[b, text_indices[j]] is true (the project's rule, docs/model.md 3.6(b):
     masked rows are never attended to; diffusers' refiner ignores the mask, docs/conformance.md)."""
     if mask is None:
         return None
@@ -569,7 +569,7 @@ def frame_spans(nframes):
 
 
 def build_layout(text, frames, lh, lw, audio_latents, keyframes=(), pad_to=0, patch=(1, 2, 2)):
-    """The packed [text | keyframe conditions | target audio | target video] layout of H3_MODEL.md section 4."""
+    """The packed [text | keyframe conditions | target audio | target video] layout of docs/model.md section 4."""
     _, ph, pw = patch
     if lh % ph or lw % pw:
         raise InputError(f"latent {lh}x{lw} is not divisible by the patch {ph}x{pw}")
@@ -679,7 +679,7 @@ def check_layout(inp, args):
         if not mk[:, :live].all():
             fails.append("attention_mask excludes a live row (live rows must see what the unpadded sequence gives)")
         notes.append(f"attention_mask present; {int((~mk[:, live:]).sum())} of {B * (S - live)} padding keys masked")
-    # timestep layout (H3_MODEL.md section 5 and the source's build_row_timesteps)
+    # timestep layout (docs/model.md section 5 and the source's build_row_timesteps)
     ts, ti = inp["timestep"], inp["timestep_indices"]
     ts32 = ts.astype(np.float32)
     val = ts32[ti]
@@ -842,7 +842,7 @@ def cmd_mask_text(a):
     """Copy an inputs file, setting attention_mask false at the packed rows of the chosen *text* rows (live rows,
     i.e. text_indices[J]), per item.  An existing mask is kept and ANDed; without one, every other key stays valid.
     --perturb-masked replaces encoder_hidden_states at every text row the mask hides with other random values:
-    by H3_MODEL.md 3.6(b) that must leave every output unchanged."""
+    by docs/model.md 3.6(b) that must leave every output unchanged."""
     inp = load_inputs(a.inputs)
     st = SafeTensors(a.inputs)
     B, Nt = inp["encoder_hidden_states"].shape[:2]
@@ -874,7 +874,7 @@ def cmd_mask_text(a):
 
 
 def cmd_diff_outputs(a):
-    """Two output files (CLI.md format): relative L2 per output; exit 1 outside [--min-rel, --max-rel]."""
+    """Two output files (docs/cli.md format): relative L2 per output; exit 1 outside [--min-rel, --max-rel]."""
     fa, fb = SafeTensors(a.a), SafeTensors(a.b)
     ok = True
     for name in ("sample", "audio_sample"):

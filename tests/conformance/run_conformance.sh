@@ -21,10 +21,10 @@ run() { echo "+ $*"; "$@" || fail "$*"; }
 run "$PY" "$HERE/selftest.py"
 
 [ -x "$CLI" ] || fail "H3S_CLI='$CLI' is not an executable"
-# Until the lead's CLI commands land (CLI.md), say so instead of failing on 'unknown command'.
+# Where the CLI lacks one of these commands (docs/cli.md), say so instead of failing on 'unknown command'.
 for c in init inputs forward; do
   if "$CLI" "$c" --help 2>&1 | grep -q "unknown command"; then
-    echo "SKIP: $CLI has no '$c' command yet (CLI.md); the reference self-test above passed"
+    echo "SKIP: $CLI has no '$c' command yet (docs/cli.md); the reference self-test above passed"
     exit 77
   fi
 done
@@ -47,7 +47,7 @@ run "$CLI" forward --model "$W/M" --inputs "$W/IN2.safetensors" --out "$W/OUT2.s
 run "$PY" "$REF" compare --model "$W/M" --inputs "$W/IN2.safetensors" --h3strict-out "$W/OUT2.safetensors" \
   --bound "$BOUND" --json "$W/compare2.json"
 
-# Configuration 3: attention_mask hiding LIVE text rows (different ones per item; H3_MODEL.md 3.6(b): masked rows are
+# Configuration 3: attention_mask hiding LIVE text rows (different ones per item; docs/model.md 3.6(b): masked rows are
 # never attended to, in the token refiner too). The bound alone cannot see a refiner that ignores the mask (on this
 # model that moves the outputs by about 1.3e-2 relative), so the sharp check is the invariance: replacing the
 # features of the hidden text rows must leave both outputs bitwise unchanged.

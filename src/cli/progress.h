@@ -1,0 +1,33 @@
+/* Progress lines of the h3strict commands, on standard error only.
+ *
+ * A command is a sequence of named stages (load the model, run forward, write the output, ...).  A stage that
+ * is still running after H3S_PROGRESS_AFTER seconds (default 2) is announced with one line and reported again
+ * with its elapsed time when it ends, so a quick command prints nothing (its one-line error contract holds) and
+ * a long one is never silent for more than a few seconds.  --verbose announces every stage at once; --quiet
+ * prints no progress at all.  The watcher is one thread that only reads the clock and prints. */
+#ifndef H3S_CLI_PROGRESS_H
+#define H3S_CLI_PROGRESS_H
+
+#include "core/core.h"
+
+typedef enum progress_level { PROGRESS_QUIET = 0, PROGRESS_NORMAL = 1, PROGRESS_VERBOSE = 2 } progress_level;
+
+/* The phase a stage belongs to decides how an I/O failure inside it is classified (reading input or writing
+ * output). */
+typedef enum progress_phase { PHASE_READ = 0, PHASE_RUN = 1, PHASE_WRITE = 2 } progress_phase;
+
+void progress_start(const char *command, progress_level level);
+/* End the current stage (if any) and begin a new one; the label says what the stage does. */
+void progress_stage(progress_phase phase, const char *fmt, ...) H3S_PRINTF(2, 3);
+/* End the current stage. */
+void progress_end(void);
+/* A line inside the current stage (e.g. one trajectory step), printed at NORMAL and VERBOSE. */
+void progress_note(const char *fmt, ...) H3S_PRINTF(1, 2);
+/* Stop the watcher; call before exiting. */
+void progress_stop(void);
+
+progress_phase progress_current_phase(void);
+progress_level progress_get_level(void);
+double progress_seconds(void); /* since progress_start */
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Exit codes a script can act on (docs/cli.md "Exit status"): 0 success, 1 a strict comparison differed,
+# 2 bad usage, 3 bad input file, 4 device or I/O failure; every failure with one line on stderr. Also
+# --opt=value, and progress lines on stderr only (--quiet, --verbose, H3S_PROGRESS_AFTER).
+set -u
+CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+checks=0
+ok() { checks=$((checks + 1)); }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+
+expect() { # code, name, command...
+    local want=$1 name=$2
+    shift 2
+    "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+    local got=$?
+    if [ "$got" -ne "$want" ]; then
+        bad "$name: exit $got, expected $want: $(head -c 300 "$dir/err.txt")"
+        return
+    fi
+    ok
+    if [ "$want" -ge 2 ]; then
+        if [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && grep -q '^h3strict' "$dir/err.txt"; then ok; else
+            bad "$name: expected one h3strict line on stderr: $(cat "$dir/err.txt")"
+        fi
+    fi
+}
+
+m="$dir/m"
+in="$dir/in.safetensors"
+# ---- 0, and --opt=value means the same as --opt value
+expect 0 init "$CLI" init --preset tiny --seed 5 --out "$m" --quiet
+expect 0 init-equals "$CLI" init --preset=tiny --seed=5 --out="$dir/m2" --quiet
+if cmp -s "$m/diffusion_pytorch_model.safetensors" "$dir/m2/diffusion_pytorch_model.safetensors"; then ok; else
+    bad "--opt=value gave another model than --opt value"
+fi
+expect 0 inputs "$CLI" inputs --model "$m" --seed 7 --batch 2 --out "$in"
+expect 0 cotangent "$CLI" cotangent --model="$m" --inputs="$in" --seed=3 --out="$dir/ct.safetensors"
+expect 0 forward "$CLI" forward --model "$m" --inputs "$in" --out "$dir/out.safetensors"
+expect 0 replay "$CLI" replay --model "$m" --inputs "$in" --out "$dir/replay.json" --no-golden --quiet
+expect 0 verify "$CLI" verify --model "$m" --write-manifest "$dir/manifest.json"
+
+# ---- 1: the command ran, and a strict comparison differed; its report is complete
+rm -f "$dir/drift.json"
+expect 1 replay-plant-drift "$CLI" replay --model "$m" --inputs "$in" --out "$dir/drift.json" --no-golden \
+    --plant-drift block.0.attention --quiet
+if grep -q '"first_drift":[[:space:]]*"block.0.attention"' "$dir/drift.json" 2>/dev/null; then ok; else
+    bad "replay --plant-drift: report missing or first_drift is not block.0.attention"
+fi
+if grep -q '^replay: .* first drift: block.0.attention$' "$dir/out.txt"; then ok; else bad "replay drift summary line"; fi
+expect 1 replay-plant-backward "$CLI" replay --model "$m" --inputs "$in" --out "$dir/drift2.json" --no-golden \
+    --plant-drift=block.1.norm1.grad --quiet
+sed 's/"[0-9a-f]\{64\}"/"0000000000000000000000000000000000000000000000000000000000000000"/' "$dir/manifest.json" \
+    >"$dir/wrong_manifest.json"
+cmp -s "$dir/manifest.json" "$dir/wrong_manifest.json" && bad "the wrong manifest is not wrong"
+expect 1 verify-manifest-differs "$CLI" verify --model "$m" --manifest "$dir/wrong_manifest.json"
+expect 0 verify-manifest-same "$CLI" verify --model "$m" --manifest "$dir/manifest.json"
+
+# ---- 2: bad usage
+"$CLI" >/dev/null 2>&1
+[ $? -eq 2 ] && ok || bad "h3strict without a command must exit 2 (after its usage on stderr)"
+expect 2 unknown-command "$CLI" frobnicate
+expect 2 unknown-option "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" --frobnicate
+expect 2 missing-required "$CLI" forward --model "$m" --inputs "$in"
+expect 2 missing-value "$CLI" forward --model "$m" --inputs "$in" --out
+expect 2 flag-with-value "$CLI" trajectory --out "$dir/t.json" --no-grad=yes
+expect 2 bad-number "$CLI" init --preset tiny --seed five --out "$dir/mx"
+expect 2 bad-threads "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" --threads=0
+expect 2 bad-device "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" --device tpu
+expect 2 unknown-preset "$CLI" init --preset huge --seed 1 --out "$dir/mx"
+expect 2 odd-latent "$CLI" inputs --model "$m" --seed 1 --latent-height 5 --out "$dir/x.safetensors"
+expect 2 quiet-and-verbose "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" --quiet --verbose
+expect 2 plant-unknown-node "$CLI" replay --model "$m" --inputs "$in" --out "$dir/x.json" --no-golden \
+    --plant-drift block.9.nothing --quiet
+[ -e "$dir/x.safetensors" ] || [ -e "$dir/x.json" ] && bad "a usage error left an output file"
+
+# ---- 3: bad input files
+expect 3 missing-model "$CLI" forward --model "$dir/nope" --inputs "$in" --out "$dir/x.safetensors"
+expect 3 missing-inputs "$CLI" forward --model "$m" --inputs "$dir/nope.safetensors" --out "$dir/x.safetensors"
+head -c 100 "$in" >"$dir/trunc.safetensors"
+expect 3 truncated-inputs "$CLI" forward --model "$m" --inputs "$dir/trunc.safetensors" --out "$dir/x.safetensors"
+expect 3 config-as-inputs "$CLI" forward --model "$m" --inputs "$m/config.json" --out "$dir/x.safetensors"
+expect 3 model-as-inputs "$CLI" forward --model "$m" --inputs "$m/diffusion_pytorch_model.safetensors" \
+    --out "$dir/x.safetensors"
+expect 3 inputs-as-cotangent "$CLI" grad --model "$m" --inputs "$in" --cotangent "$in" --out "$dir/x.safetensors"
+"$CLI" init --preset small --layers 1 --seed 1 --out "$dir/small" --quiet >/dev/null
+expect 3 inputs-of-another-model "$CLI" forward --model "$dir/small" --inputs "$in" --out "$dir/x.safetensors"
+printf '{"num_layers": 2}' >"$dir/badcfg.json"
+mkdir -p "$dir/badmodel" && cp "$dir/badcfg.json" "$dir/badmodel/config.json"
+cp "$m/diffusion_pytorch_model.safetensors" "$dir/badmodel/"
+expect 3 bad-config "$CLI" verify --model "$dir/badmodel"
+expect 3 missing-manifest "$CLI" verify --model "$m" --manifest "$dir/nope.json"
+[ -e "$dir/x.safetensors" ] && bad "a bad input left an output file"
+
+# ---- 4: device or I/O failure
+expect 4 output-dir-missing "$CLI" forward --model "$m" --inputs "$in" --out "$dir/no/such/dir/x.safetensors"
+expect 4 report-dir-missing "$CLI" replay --model "$m" --inputs "$in" --out "$dir/no/such/r.json" --no-golden --quiet
+if "$CLI" forward --model "$m" --inputs "$in" --out "$dir/c.safetensors" --device cuda >/dev/null 2>"$dir/err.txt"; then
+    ok # a GPU is here: the CUDA path ran (tests/gpu cover it)
+else
+    expect 4 cuda-without-gpu "$CLI" forward --model "$m" --inputs "$in" --out "$dir/c.safetensors" --device cuda
+fi
+
+# ---- progress: stderr only; quick stages silent by default, every stage with --verbose, none with --quiet
+"$CLI" forward --model "$m" --inputs "$in" --out "$dir/o1.safetensors" >"$dir/o1.out" 2>"$dir/o1.err"
+[ -s "$dir/o1.err" ] && bad "a quick forward printed progress: $(cat "$dir/o1.err")" || ok
+"$CLI" forward --model "$m" --inputs "$in" --out "$dir/o2.safetensors" --verbose >"$dir/o2.out" 2>"$dir/o2.err"
+for stage in "loading model" "reading and validating" "forward" "writing"; do
+    if grep -qE "^h3strict forward: ${stage}.*: done in [0-9]+\.[0-9]+ s$" "$dir/o2.err"; then ok; else
+        bad "--verbose: no '$stage ... done in N s' line on stderr: $(cat "$dir/o2.err")"
+    fi
+done
+cmp -s <(sed 's/o1\.safetensors/OUT/' "$dir/o1.out") <(sed 's/o2\.safetensors/OUT/' "$dir/o2.out") && ok ||
+    bad "--verbose changed standard output"
+H3S_PROGRESS_AFTER=0 "$CLI" grad --model "$m" --inputs "$in" --cotangent "$dir/ct.safetensors" \
+    --out "$dir/g.safetensors" >/dev/null 2>"$dir/g.err"
+grep -q '^h3strict grad: backward ...$' "$dir/g.err" && grep -q '^h3strict grad: backward: done in' "$dir/g.err" && ok ||
+    bad "H3S_PROGRESS_AFTER=0 did not announce the backward: $(cat "$dir/g.err")"
+"$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/t.json" >"$dir/t.out" 2>"$dir/t.err"
+grep -qE '^h3strict trajectory: seed 11: step 1/1 .*\[[0-9.]+ s' "$dir/t.err" && ok || bad "trajectory progress: $(cat "$dir/t.err")"
+grep -q 'h3strict trajectory' "$dir/t.out" && bad "trajectory progress reached stdout" || ok
+"$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/t.json" --quiet >/dev/null 2>"$dir/tq.err"
+[ -s "$dir/tq.err" ] && bad "trajectory --quiet printed: $(cat "$dir/tq.err")" || ok
+
+echo "cli_exit_codes: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
