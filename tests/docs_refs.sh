@@ -39,7 +39,7 @@ done
 for f in "${files[@]}"; do
     [ -f "$f" ] || continue
     dir=$(dirname "$f")
-        # Addresses (scheme://...) and shell variables standing for a directory ($SRC/...) are stripped first.
+    # Addresses (scheme://...) and shell variables standing for a directory ($SRC/...) are stripped first.
     while IFS= read -r ref; do
         [ -n "$ref" ] || continue
         refs=$((refs + 1))
