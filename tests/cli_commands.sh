@@ -33,7 +33,9 @@ if cmp -s "$dir/m/diffusion_pytorch_model.safetensors" "$dir/m2/diffusion_pytorc
 run_ok inputs "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors"
 run_ok forward "$CLI" forward --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/out.safetensors"
 run_ok forward-threads "$CLI" forward --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/out1.safetensors" --threads 1
-if cmp -s "$dir/out.safetensors" "$dir/out1.safetensors"; then ok; else bad "forward differs between default and 1 thread"; fi
+# the tensors (the data area after the header) are byte-equal; the headers differ only in their provenance
+data_area() { tail -c +$(($(od -An -t u8 -N 8 "$1" | tr -d ' ') + 9)) "$1"; }
+if cmp -s <(data_area "$dir/out.safetensors") <(data_area "$dir/out1.safetensors") && [ -s "$dir/out1.safetensors" ]; then ok; else bad "forward differs between default and 1 thread"; fi
 run_ok cotangent "$CLI" cotangent --model "$dir/m" --inputs "$dir/in.safetensors" --seed 3 --out "$dir/ct.safetensors"
 run_ok grad "$CLI" grad --model "$dir/m" --inputs "$dir/in.safetensors" --cotangent "$dir/ct.safetensors" --out "$dir/g.safetensors"
 run_ok verify "$CLI" verify --model "$dir/m"

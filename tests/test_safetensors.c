@@ -496,6 +496,51 @@ static void test_misaligned(void) {
     remove(p);
 }
 
+/* __metadata__ on write: first in the header, keys in order, escaped; the file reads back with the same tensors;
+ * no metadata gives h3s_st_write's bytes; duplicate keys and invalid UTF-8 are refused and write nothing. */
+static void test_metadata_write(void) {
+    char path[256], path2[256];
+    path_in(path, sizeof path, "meta.safetensors");
+    path_in(path2, sizeof path2, "nometa.safetensors");
+    float v[3] = {1.0f, -2.0f, 0.5f};
+    int64_t shape[1] = {3};
+    h3s_st_entry e[1] = {{"x", h3s_tensor_view(v, H3S_F32, 1, shape)}};
+    h3s_st_meta m[3] = {{"h3strict_version", "0.1.0"}, {"command", "h3strict forward --out \"a b\""}, {"z", ""}};
+    CHECK_OK(h3s_st_write_meta(path, e, 1, m, 3));
+    unsigned char *a = NULL, *b = NULL;
+    size_t na = h3t_read_file(path, &a);
+    const char *want = "{\"__metadata__\":{\"h3strict_version\":\"0.1.0\",\"command\":\"h3strict forward --out "
+                       "\\\"a b\\\"\",\"z\":\"\"},\"x\":{";
+    CHECK(na > 8 + strlen(want) && memcmp(a + 8, want, strlen(want)) == 0, "metadata first, in order, escaped: %.*s",
+          (int)(na > 120 ? 120 : na - 8), (const char *)a + 8);
+    h3s_st_file *f = NULL;
+    CHECK_OK(h3s_st_open(path, &f));
+    if (f) {
+        CHECK(h3s_st_count(f) == 1 && h3s_st_find(f, "x") &&
+                  h3t_bitwise_equal(&h3s_st_find(f, "x")->tensor, &e[0].tensor),
+              "tensor reads back past the metadata");
+        h3s_st_close(f);
+    }
+    CHECK_OK(h3s_st_write_meta(path2, e, 1, NULL, 0));
+    size_t nb = h3t_read_file(path2, &b);
+    free(a);
+    a = NULL;
+    CHECK_OK(h3s_st_write(path, e, 1));
+    na = h3t_read_file(path, &a);
+    CHECK(na == nb && memcmp(a, b, na) == 0, "no metadata: the bytes of h3s_st_write");
+    free(a);
+    free(b);
+    unlink(path);
+    unlink(path2);
+    h3s_st_meta dup[2] = {{"k", "1"}, {"k", "2"}};
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write_meta(path, e, 1, dup, 2));
+    h3s_st_meta bad_utf8[1] = {{"k", "\xff"}};
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write_meta(path, e, 1, bad_utf8, 1));
+    h3s_st_meta null_value[1] = {{"k", NULL}};
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write_meta(path, e, 1, null_value, 1));
+    CHECK(!file_exists(path), "a refused metadata list wrote a file");
+}
+
 int main(void) {
     h3t_make_temp_dir(tmpdir);
     test_round_trip();
@@ -504,6 +549,7 @@ int main(void) {
     test_write_errors();
     test_malformed();
     test_misaligned();
+    test_metadata_write();
     CHECK(h3t_count_entries(tmpdir) == 0, "test files left behind");
     rmdir(tmpdir);
     return h3t_finish("test_safetensors");

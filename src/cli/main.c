@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "progress.h"
+#include "provenance.h"
 #include "report/report.h"
 #include "sample/layout.h"
 #include "sample/trajectory.h"
@@ -71,9 +72,9 @@ static int exit_code_for(h3s_status st) {
     case H3S_ERR_IO:
     case H3S_ERR_UNSUPPORTED: return phase == PHASE_READ ? EXIT_INPUT : EXIT_SYSTEM;
     case H3S_ERR_NOMEM:
-    case H3S_ERR_DEVICE: return EXIT_SYSTEM;
+    case H3S_ERR_DEVICE:
+    default: return EXIT_SYSTEM;
     }
-    return EXIT_SYSTEM;
 }
 
 static int fail_status(h3s_status st) {
@@ -376,6 +377,10 @@ static int cmd_inputs(int argc, char **argv) {
             for (int64_t s = 0; s < lay.S; s++)
                 ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
     }
+    provenance prov;
+    provenance_init(&prov, g_command_line);
+    if (st == H3S_OK) st = provenance_add_model(&prov, model, c);
+    provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[11] = {{"hidden_states", hv},
@@ -389,7 +394,7 @@ static int cmd_inputs(int argc, char **argv) {
                               {"audio_indices", lay.audio_indices},
                               {"text_indices", lay.text_indices},
                               {"attention_mask", mask}};
-        st = h3s_st_write(out, e, with_mask ? 11 : 10);
+        st = h3s_st_write_meta(out, e, with_mask ? 11 : 10, provenance_meta(&prov), prov.n);
     }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
@@ -412,6 +417,7 @@ typedef struct loaded {
     h3s_st_file *inputs_file;
     h3s_inputs in;
     h3s_model *model;
+    provenance prov;
 } loaded;
 
 static void loaded_free(loaded *l) {
@@ -429,6 +435,10 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
     if (st == H3S_OK) st = h3s_inputs_from_file(l->inputs_file, &l->in);
     int64_t batch;
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(l->w), &l->in, &batch);
+    provenance_init(&l->prov, g_command_line);
+    provenance_add_backend(&l->prov, kind);
+    if (st == H3S_OK) st = provenance_add_model(&l->prov, model, h3s_weights_config(l->w));
+    if (st == H3S_OK) st = provenance_add_file(&l->prov, "inputs_sha256", inputs);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "preparing the %s backend", h3s_backend_name(kind));
     if (st == H3S_OK) st = h3s_model_create(l->w, kind, &l->model);
     return st;
@@ -455,7 +465,7 @@ static int cmd_forward(int argc, char **argv) {
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[2] = {{"sample", sample}, {"audio_sample", audio}};
-        st = h3s_st_write(out, e, 2);
+        st = h3s_st_write_meta(out, e, 2, provenance_meta(&l.prov), l.prov.n);
     }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
@@ -484,7 +494,7 @@ static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_te
     return H3S_OK;
 }
 
-static h3s_status write_grads(const char *path, const h3s_grads *g) {
+static h3s_status write_grads(const char *path, const h3s_grads *g, provenance *prov) {
     int64_t n = 3 + g->count;
     h3s_st_entry *e = h3s_calloc((size_t)n, sizeof *e);
     if (!e) return H3S_ERR_NOMEM;
@@ -493,7 +503,7 @@ static h3s_status write_grads(const char *path, const h3s_grads *g) {
     e[2] = (h3s_st_entry){"encoder_hidden_states", g->encoder_hidden_states};
     for (int64_t i = 0; i < g->count; i++)
         e[3 + i] = (h3s_st_entry){g->names[i], g->params[i]};
-    h3s_status st = h3s_st_write(path, e, n);
+    h3s_status st = h3s_st_write_meta(path, e, n, provenance_meta(prov), prov->n);
     free(e);
     return st;
 }
@@ -518,6 +528,7 @@ static int cmd_grad(int argc, char **argv) {
     h3s_status st = load_all(model, inputs, kind, &l);
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
     if (st == H3S_OK) st = read_cotangent(ct, &ctf, &ds, &da);
+    if (st == H3S_OK) st = provenance_add_file(&l.prov, "cotangent_sha256", ct);
     h3s_tensor sample = {0}, audio = {0};
     h3s_tape *tape = NULL;
     h3s_grads g;
@@ -527,7 +538,7 @@ static int cmd_grad(int argc, char **argv) {
     if (st == H3S_OK) progress_stage(PHASE_RUN, "backward");
     if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, NULL, NULL, &g);
     if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
-    if (st == H3S_OK) st = write_grads(out, &g);
+    if (st == H3S_OK) st = write_grads(out, &g, &l.prov);
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
         printf("wrote %s: 3 input gradients and %lld parameter gradients (%s)\n", out, (long long)g.count,
@@ -564,13 +575,18 @@ static int cmd_cotangent(int argc, char **argv) {
     if (st == H3S_OK) st = h3s_st_open(inputs, &f);
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
+    provenance prov;
+    provenance_init(&prov, g_command_line);
+    if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
+    if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
+    provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
     if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
     if (st == H3S_OK)
         st = h3s_cotangent_random(batch, in.hidden_states.shape[1], in.hidden_states.shape[2],
                                   in.audio_hidden_states.shape[1], in.audio_hidden_states.shape[2], seed, &ds, &da);
     if (st == H3S_OK) {
         h3s_st_entry e[2] = {{"sample", ds}, {"audio_sample", da}};
-        st = h3s_st_write(out, e, 2);
+        st = h3s_st_write_meta(out, e, 2, provenance_meta(&prov), prov.n);
     }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK) printf("wrote %s: seeded cotangent for batch %lld\n", out, (long long)batch);
@@ -706,7 +722,12 @@ static int cmd_trajectory(int argc, char **argv) {
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
         cJSON_AddStringToObject(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
-        st = h3s_json_write_file(out, report);
+        provenance prov;
+        provenance_init(&prov, g_command_line);
+        provenance_add_backend(&prov, kind);
+        st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
+        cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
+        if (st == H3S_OK) st = h3s_json_write_file(out, report);
     }
     cJSON_Delete(report);
     h3s_weights_free(w);
@@ -750,6 +771,11 @@ static int cmd_replay(int argc, char **argv) {
     if (st == H3S_OK) st = h3s_st_open(inputs, &f);
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
+    provenance prov;
+    provenance_init(&prov, g_command_line);
+    provenance_add_backend(&prov, kind);
+    if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
+    if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
     int with_golden = get(o, n, "--no-golden") == NULL;
     pass_counter pc = {0, with_golden ? 4 : 3, 0};
     if (st == H3S_OK) {
@@ -762,6 +788,7 @@ static int cmd_replay(int argc, char **argv) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
+        cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
         st = h3s_json_write_file(out, report);
     }
     int drift = 0;

@@ -637,9 +637,19 @@ static int cmp_cstr_ptr(const void *a, const void *b) {
 }
 
 /* Validate the entries and build the padded header; *data_bytes = total size of the data area. */
-static h3s_status build_header(const char *path, const h3s_st_entry *entries, int64_t count, int need_data, strbuf *hdr,
-                               uint64_t *data_bytes) {
+static h3s_status build_header(const char *path, const h3s_st_entry *entries, int64_t count, int need_data,
+                               const h3s_st_meta *meta, int64_t nmeta, strbuf *hdr, uint64_t *data_bytes) {
     if (count < 0) return h3s_fail(H3S_ERR_INVALID, "st_write %s: count %lld is negative", path, (long long)count);
+    if (nmeta < 0 || (nmeta > 0 && !meta)) return h3s_fail(H3S_ERR_INVALID, "st_write %s: bad metadata list", path);
+    for (int64_t i = 0; i < nmeta; i++) {
+        if (!meta[i].key || !meta[i].value || !valid_utf8(meta[i].key) || !valid_utf8(meta[i].value))
+            return h3s_fail(H3S_ERR_INVALID, "st_write %s: metadata entry %lld is NULL or not valid UTF-8", path,
+                            (long long)i);
+        for (int64_t j = 0; j < i; j++)
+            if (strcmp(meta[i].key, meta[j].key) == 0)
+                return h3s_fail(H3S_ERR_INVALID, "st_write %s: metadata key '%s' appears more than once", path,
+                                meta[i].key);
+    }
     if (count > 0 && !entries) return h3s_fail(H3S_ERR_INVALID, "st_write %s: NULL entries", path);
     uint64_t offset = 0;
     for (int64_t i = 0; i < count; i++) {
@@ -686,12 +696,22 @@ static h3s_status build_header(const char *path, const h3s_st_entry *entries, in
     /* 8 bytes of length are reserved in front; the JSON follows. */
     sb_put(hdr, "\0\0\0\0\0\0\0\0", 8);
     sb_str(hdr, "{");
+    if (nmeta > 0) {
+        sb_str(hdr, "\"__metadata__\":{");
+        for (int64_t i = 0; i < nmeta; i++) {
+            if (i) sb_str(hdr, ",");
+            sb_json_string(hdr, meta[i].key);
+            sb_str(hdr, ":");
+            sb_json_string(hdr, meta[i].value);
+        }
+        sb_str(hdr, "}");
+    }
     offset = 0;
     for (int64_t i = 0; i < count; i++) {
         const h3s_tensor *t = &entries[i].tensor;
         uint64_t nbytes = 0;
         checked_nbytes(t->ndim, t->shape, h3s_dtype_size(t->dtype), &nbytes);
-        if (i) sb_str(hdr, ",");
+        if (i || nmeta > 0) sb_str(hdr, ",");
         sb_json_string(hdr, entries[i].name);
         sb_str(hdr, ":{\"dtype\":\"");
         sb_str(hdr, h3s_dtype_name(t->dtype));
@@ -749,11 +769,11 @@ void h3s_st_writer_abort(h3s_st_writer *w) {
 }
 
 static h3s_status writer_begin(const char *path, const h3s_st_entry *entries, int64_t count, int need_data,
-                               h3s_st_writer **out) {
+                               const h3s_st_meta *meta, int64_t nmeta, h3s_st_writer **out) {
     if (!path || !out) return h3s_fail(H3S_ERR_INVALID, "st_write: NULL argument");
     strbuf hdr = {0};
     uint64_t data_bytes = 0;
-    h3s_status st = build_header(path, entries, count, need_data, &hdr, &data_bytes);
+    h3s_status st = build_header(path, entries, count, need_data, meta, nmeta, &hdr, &data_bytes);
     if (st != H3S_OK) {
         free(hdr.s);
         return st;
@@ -784,7 +804,7 @@ static h3s_status writer_begin(const char *path, const h3s_st_entry *entries, in
 }
 
 h3s_status h3s_st_writer_begin(const char *path, const h3s_st_entry *entries, int64_t count, h3s_st_writer **out) {
-    return writer_begin(path, entries, count, 0, out);
+    return writer_begin(path, entries, count, 0, NULL, 0, out);
 }
 
 h3s_status h3s_st_writer_append(h3s_st_writer *w, const void *data, size_t len) {
@@ -831,8 +851,13 @@ h3s_status h3s_st_writer_commit(h3s_st_writer *w) {
 }
 
 h3s_status h3s_st_write(const char *path, const h3s_st_entry *entries, int64_t count) {
+    return h3s_st_write_meta(path, entries, count, NULL, 0);
+}
+
+h3s_status h3s_st_write_meta(const char *path, const h3s_st_entry *entries, int64_t count, const h3s_st_meta *meta,
+                             int64_t nmeta) {
     h3s_st_writer *w = NULL;
-    H3S_TRY(writer_begin(path, entries, count, 1, &w));
+    H3S_TRY(writer_begin(path, entries, count, 1, meta, nmeta, &w));
     for (int64_t i = 0; i < count; i++) {
         h3s_status st = h3s_st_writer_append(w, entries[i].tensor.data, h3s_tensor_nbytes(&entries[i].tensor));
         if (st != H3S_OK) {

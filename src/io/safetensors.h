@@ -44,6 +44,16 @@ void h3s_st_close(h3s_st_file *f); /* NULL is fine */
  * depend on the entries alone: header keys in entry order, no spaces, padded with spaces to a multiple of 8. */
 h3s_status h3s_st_write(const char *path, const h3s_st_entry *entries, int64_t count);
 
+/* One string pair of a file's "__metadata__" object. */
+typedef struct h3s_st_meta {
+    const char *key, *value;
+} h3s_st_meta;
+
+/* h3s_st_write with a "__metadata__" object first in the header, its keys in the given order (valid UTF-8,
+ * unique).  With nmeta == 0 the bytes are exactly h3s_st_write's. */
+h3s_status h3s_st_write_meta(const char *path, const h3s_st_entry *entries, int64_t count, const h3s_st_meta *meta,
+                             int64_t nmeta);
+
 /* Incremental writer for files too large to hold in memory.  begin() validates the entries (their data pointers
  * are ignored) and writes the header to a temporary file; append() takes the data bytes of the tensors, in entry
  * order, in pieces of any size; commit() checks that exactly every byte arrived, then fsyncs and renames.  commit()

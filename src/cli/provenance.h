@@ -1,0 +1,37 @@
+/* Provenance of what a command writes: which build, on what, from which model and inputs, by which command.
+ * The same key/value pairs go into a safetensors file's "__metadata__" and a JSON report's "provenance" object
+ * (docs/cli.md lists the keys). */
+#ifndef H3S_CLI_PROVENANCE_H
+#define H3S_CLI_PROVENANCE_H
+
+#include <cjson/cJSON.h>
+
+#include "core/core.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/model.h"
+
+#define PROVENANCE_MAX 16
+
+typedef struct provenance {
+    int n;
+    char key[PROVENANCE_MAX][32];
+    char value[PROVENANCE_MAX][1100];
+    h3s_st_meta meta[PROVENANCE_MAX];
+} provenance;
+
+/* h3strict_version, source_commit, command. */
+void provenance_init(provenance *p, const char *command_line);
+void provenance_add(provenance *p, const char *key, const char *fmt, ...) H3S_PRINTF(3, 4);
+/* backend, device, threads */
+void provenance_add_backend(provenance *p, h3s_backend_kind kind);
+/* model (as given) and model_config_sha256 (SHA-256 of the canonical config.json text) */
+h3s_status provenance_add_model(provenance *p, const char *model, const h3s_config *c);
+/* <key> = SHA-256 of the file's bytes */
+h3s_status provenance_add_file(provenance *p, const char *key, const char *path);
+
+/* The pairs as safetensors metadata (valid while p lives) and as a JSON object. */
+const h3s_st_meta *provenance_meta(provenance *p);
+cJSON *provenance_json(const provenance *p);
+
+#endif
