@@ -618,6 +618,7 @@ struct cfg {
     static_assert(CL == 1 || CL == 2, "CL");
     static_assert(BMN || BN % (8 * CL) == 0, "B splits into CL parts");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
+    static_assert(!FOLD || NC == 2, "the fold staggers two consumer warpgroups");
 };
 
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
@@ -667,11 +668,18 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                                        }
     };
     if (C::FOLD) {
-        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
+        /* The fold waits for every product of a 256-row tile.  The second warpgroup starts two
+         * blocks after the first, so that one keeps the tensor cores busy while the other
+         * folds (timing only: each warpgroup's chain is the same). */
+        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK, LAG = 2;
+        const int64_t lag_at = (nk < LAG ? nk : LAG) - 1;
+        if (C::NC > 1 && c == 0 && nk == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+        if (C::NC > 1 && c == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
         for (int64_t t0 = 0; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
             const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
             for (int64_t kb = t0; kb < t1; kb++) {
                 issue(kb);
+                if (C::NC > 1 && c == 0 && kb == lag_at) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
                 wg_wait<1>();
                 release(kb);
             }
@@ -820,13 +828,13 @@ namespace wg {
 /* The configurations (docs/numerics/linear_cuda.md).  Which one runs depends on the phase, on
  * M (forward and dgrad, where M is an output dimension) and on nothing else; every one gives
  * the same bits for the same output element (tests/gpu/test_gpu_gemm.c). */
-typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0, 1, 2> fwd_c0;
-typedef cfg<128, 128, 6, 0, 0, EPI_BF16_BIAS, 0, 1, 2> fwd_c1;
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0> fwd_c0;
+typedef cfg<128, 192, 5, 0, 0, EPI_BF16_BIAS, 0> fwd_c1;
 typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 2> fwd_c2;
-typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0, 1, 2> dgrad_c0;
-typedef cfg<128, 128, 6, 0, 1, EPI_F32, 0, 1, 2> dgrad_c1;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_c0;
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, 0> dgrad_c1;
 typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 2> wgrad_fold;
+typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_fn = NULL;
 
@@ -942,18 +950,18 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
     return H3S_OK;
 }
 
-/* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 128, 2 = 64 x 32 (forward) or
- * 64 x 64 (dgrad) with two CTAs per multiprocessor, for M <= 64.  Between 0 and 1 the choice
- * counts waves of 132 tiles (a constant of the build: the H100/H200 SXM multiprocessor count,
- * never read from the device) and takes the one with less estimated time; a 128 x 128 tile is
- * costed at 0.56 of a 128 x 256 one.  The choice depends on (M, Q) only, and every
- * configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
+/* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192, 2 = 64 x 64 with two CTAs
+ * per multiprocessor, for M <= 64.  Between 0 and 1 the choice counts waves of 132 tiles (a
+ * constant of the build, the H100/H200 SXM multiprocessor count, never read from the device)
+ * and takes the one with less estimated time, a 128 x 192 tile costed at 0.78 of a 128 x 256
+ * one.  The choice depends on (M, Q) only, and every configuration gives the same bits
+ * (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return 2;
     const int64_t rows = (M + 127) / 128;
-    const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 127) / 128);
-    const double c0 = (double)((t0 + 131) / 132), c1 = 0.56 * (double)((t1 + 131) / 132);
+    const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
+    const double c0 = (double)((t0 + 131) / 132), c1 = 0.78 * (double)((t1 + 131) / 132);
     return c1 < c0 ? 1 : 0;
 }
 
