@@ -187,6 +187,7 @@ static int64_t read_invariance(const char *path) {
 int main(int argc, char **argv) {
     int reps = 10, warmup = 3, quick = 0;
     const char *json = NULL, *inv_path = NULL;
+    int64_t only_k = 0, only_n = 0, only_m = 0; /* --only K N M: one shape and M (profiling) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -196,7 +197,11 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
-        else if (!strcmp(argv[i], "--invariance") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--only") && i + 3 < argc) {
+            only_k = atoll(argv[++i]);
+            only_n = atoll(argv[++i]);
+            only_m = atoll(argv[++i]);
+        } else if (!strcmp(argv[i], "--invariance") && i + 1 < argc)
             inv_path = argv[++i];
         else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE]\n");
@@ -256,8 +261,10 @@ int main(int argc, char **argv) {
     int first_row = 1;
     for (int si = 0; si < 5; si++) {
         const int64_t K = shapes[si][0], N = shapes[si][1];
+        if (only_k && (K != only_k || N != only_n)) continue;
         for (int mi = 0; mi < nM; mi++) {
             const int64_t M = Ms[mi];
+            if (only_m && M != only_m) continue;
             for (int ph = 0; ph < 3; ph++) {
                 lt_plan lp;
                 if (ph == PH_FWD) lp = lt_make(1, 0, N, M, K, K, K, CUDA_R_16BF);
@@ -270,7 +277,7 @@ int main(int argc, char **argv) {
                     tc += time_impl(IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps) / 2;
                 }
                 float tp = -1, tr = -1;
-                if (M <= 1133) tp = time_impl(IMPL_PREV, ph, M, N, K, &b, &lp, s, 1, 3);
+                if (M <= 1133 && !only_m) tp = time_impl(IMPL_PREV, ph, M, N, K, &b, &lp, s, 1, 3);
                 if (ph != PH_FWD) tr = time_impl(IMPL_ROUND, ph, M, N, K, &b, &lp, s, 1, reps);
                 lt_free(&lp);
                 const double flop = 2.0 * (double)M * (double)N * (double)K;

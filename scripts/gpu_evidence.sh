@@ -102,6 +102,9 @@ if [ "$BUILD_OK" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
     run_san racecheck test_gpu_ops true
     run_san synccheck test_gpu_ops true
     run_san memcheck test_gpu_block true
+    run_san memcheck test_gpu_gemm true
+    run_san racecheck test_gpu_gemm true
+    run_san synccheck test_gpu_gemm true
     run_san initcheck test_gpu_ops false
 else
     log "sanitizer: not run (build failed or compute-sanitizer missing)"
