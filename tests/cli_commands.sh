@@ -22,7 +22,8 @@ run_fail() { # name, output-file-that-must-not-exist, command...
     if [ "$lines" -ne 1 ]; then bad "$name printed $lines stderr lines: $(cat "$dir/err.txt")"; else ok; fi
     if ! grep -q '^h3strict' "$dir/err.txt"; then bad "$name: stderr line is not an h3strict message"; else ok; fi
     if [ -n "$outfile" ] && [ -e "$outfile" ]; then bad "$name left $outfile behind"; else ok; fi
-    if ls "$dir" | grep -q '\.tmp'; then bad "$name left a temporary file"; else ok; fi
+    # temporaries are dot-files (.<name>.tmp-<pid>-<n>, .<dir>.init-<pid>-<n>): plain ls hides them
+    if find "$dir" -name '.*.tmp-*' -o -name '.*.init-*' | grep -q .; then bad "$name left a temporary file"; else ok; fi
 }
 
 run_ok version "$CLI" --version
@@ -69,10 +70,15 @@ run_fail bad-keyframes "$dir/x.safetensors" "$CLI" inputs --model "$dir/m" --see
 run_fail odd-latent "$dir/x.safetensors" "$CLI" inputs --model "$dir/m" --seed 1 --latent-height 5 --out "$dir/x.safetensors"
 echo '{"diffusion_pytorch_model.safetensors": "0000000000000000000000000000000000000000000000000000000000000000"}' >"$dir/badmanifest.json"
 run_fail wrong-manifest "" "$CLI" verify --model "$dir/m" --manifest "$dir/badmanifest.json"
-if "$CLI" --version >/dev/null && ! "$CLI" forward --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/c.safetensors" --device cuda 2>"$dir/err.txt"; then
-    if [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && [ ! -e "$dir/c.safetensors" ]; then ok; else bad "--device cuda without a GPU: $(cat "$dir/err.txt")"; fi
+# --device cuda: without a GPU (or in a build without CUDA) it must fail with one line and no output; with a GPU
+# it must succeed unless this build has no CUDA backend.  (Before, a silent success passed either way.)
+has_gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then has_gpu=1; fi
+if "$CLI" forward --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/c.safetensors" --device cuda >/dev/null 2>"$dir/err.txt"; then
+    if [ "$has_gpu" -eq 1 ]; then ok; else bad "--device cuda succeeded on a machine without a GPU"; fi
 else
-    ok # a GPU is present here: the CUDA path ran (covered by tests/gpu)
+    if [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && [ ! -e "$dir/c.safetensors" ]; then ok; else bad "--device cuda failure: $(cat "$dir/err.txt")"; fi
+    if [ "$has_gpu" -eq 1 ] && ! grep -q 'no CUDA backend' "$dir/err.txt"; then bad "--device cuda failed with a GPU present: $(cat "$dir/err.txt")"; else ok; fi
 fi
 echo "cli_commands: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

@@ -7,8 +7,15 @@
 #include "sample/layout.h"
 #include "test_util.h"
 
+static cJSON *replay_opts(const h3s_weights *w, const h3s_inputs *in, const char *plant, int golden, int alone) {
+    h3s_replay_opts o = {H3S_BACKEND_CPU, 7, golden, plant, NULL, NULL, alone};
+    cJSON *doc = NULL;
+    CHECK_OK(h3s_replay(w, in, &o, &doc));
+    return doc;
+}
+
 static cJSON *replay(const h3s_weights *w, const h3s_inputs *in, const char *plant, int golden) {
-    h3s_replay_opts o = {H3S_BACKEND_CPU, 7, golden, plant, NULL, NULL};
+    h3s_replay_opts o = {H3S_BACKEND_CPU, 7, golden, plant, NULL, NULL, 0};
     cJSON *doc = NULL;
     CHECK_OK(h3s_replay(w, in, &o, &doc));
     return doc;
@@ -72,6 +79,29 @@ int main(void) {
         CHECK(fd && !strcmp(fd, plants[i]), "planted drift at %s reported at %s", plants[i], fd ? fd : "(none)");
         cJSON_Delete(doc);
     }
+    /* Batch drift: one bit flipped in the run of item 0 alone, so every repeat comparison agrees and only the
+     * batch comparison can see it.  It must be reported as a batch drift at exactly the planted node (forward,
+     * backward, batched and unbatched forward nodes).  With the batch comparison disabled in h3s_replay this
+     * fails ("no drift found"); the repeat-drift plants above cannot catch that. */
+    const char *batch_plants[] = {"block.1.attention", "timestep_mlp", "refiner.0.swiglu", "block.0.ffn_down.grad",
+                                  "proj_in.grad"};
+    for (size_t i = 0; i < sizeof batch_plants / sizeof batch_plants[0]; i++) {
+        cJSON *doc = replay_opts(w, &in, batch_plants[i], 0, 1);
+        if (!doc) continue;
+        const char *fd = first_drift(doc);
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(doc, "first_drift_kind");
+        const cJSON *sum = cJSON_GetObjectItemCaseSensitive(doc, "summary");
+        const cJSON *rep = cJSON_GetObjectItemCaseSensitive(sum, "repeat_differing");
+        const cJSON *bat = cJSON_GetObjectItemCaseSensitive(sum, "batch_differing");
+        CHECK(fd && !strcmp(fd, batch_plants[i]), "planted batch drift at %s reported at %s", batch_plants[i],
+              fd ? fd : "(no drift found)");
+        CHECK(cJSON_IsString(kind) && !strcmp(kind->valuestring, "batch"), "%s: drift kind %s", batch_plants[i],
+              cJSON_IsString(kind) ? kind->valuestring : "(none)");
+        CHECK(cJSON_IsNumber(rep) && rep->valuedouble == 0, "%s: a batch plant shows as a repeat drift",
+              batch_plants[i]);
+        CHECK(cJSON_IsNumber(bat) && bat->valuedouble >= 1, "%s: no batch-differing node", batch_plants[i]);
+        cJSON_Delete(doc);
+    }
     /* batch-1 inputs: the batch comparison would compare a run with itself, so it is not made */
     {
         h3s_inputs one = in;
@@ -90,7 +120,7 @@ int main(void) {
         }
     }
     /* an unknown node cannot be planted */
-    h3s_replay_opts bad = {H3S_BACKEND_CPU, 7, 0, "block.9.nothing", NULL, NULL};
+    h3s_replay_opts bad = {H3S_BACKEND_CPU, 7, 0, "block.9.nothing", NULL, NULL, 0};
     cJSON *none = NULL;
     CHECK_FAILS(H3S_ERR_INVALID, h3s_replay(w, &in, &bad, &none));
     CHECK(none == NULL, "failed replay returned a report");

@@ -1,5 +1,11 @@
 /* Dual trajectory on the tiny model: 0 differing comparisons on every seed, identical
- * reports for 1 and 2 threads, and a comparison that can fail (different seeds differ). */
+ * reports for 1 and 2 threads, and a comparison that can fail (different seeds differ).
+ *
+ * The thread-equality check compares reports that hold the SHA-256 of every compared tensor
+ * (alone and batched), so it compares the values: with a fault planted in the sampler that
+ * flips one bit of the next video latents only when 2 threads are used, this test fails
+ * ("1-thread and 2-thread reports differ") while the trajectory itself still reports
+ * 0 differing comparisons on each run; before the report held digests it passed. */
 #include "io/modeldir.h"
 #include "model/config.h"
 #include "report/report.h"
@@ -43,6 +49,12 @@ int main(void) {
     CHECK(t1.differing == 0, "%lld forward comparisons differ", (long long)t1.differing);
     CHECK(t1.gradient_differing == 0, "%lld gradient comparisons differ", (long long)t1.gradient_differing);
     if (r1 && r2) CHECK(!strcmp(r1, r2), "1-thread and 2-thread reports differ");
+    /* the reports carry values, not only flags: one digest per side of every comparison */
+    int digests = 0;
+    for (const char *p = r1; p && (p = strstr(p, "\"sha256_")) != NULL; p++)
+        digests++;
+    CHECK(digests == 2 * (2 * 3 * 4 + 2 * 3 * 3), "%d digests in the report, expected %d", digests,
+          2 * (2 * 3 * 4 + 2 * 3 * 3));
     if (r1) CHECK(strstr(r1, "\"summary\":{\"comparisons\":24,\"differing\":0") != NULL, "summary missing: %.200s", r1);
 
     /* The comparison can fail: a rollout and a training item of different requests differ. */

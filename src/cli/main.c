@@ -29,30 +29,42 @@
 #define EXIT_SYSTEM 4 /* device failure, out of memory, or an output that could not be written */
 
 static const char *g_cmd = "h3strict";
-static char g_command_line[1024];
+static char *g_command_line; /* malloc'd once per run, whole (never cut) */
 
 /* The command line as typed, for reports ("every figure is reproduced by one command"). */
 static void remember_command_line(int argc, char **argv) {
+    size_t len = 0;
+    for (int i = 0; i < argc; i++)
+        len += strlen(i == 0 ? "h3strict" : argv[i]) + 1;
+    g_command_line = malloc(len + 1);
+    if (!g_command_line) return;
     size_t used = 0;
-    for (int i = 0; i < argc && used + 2 < sizeof g_command_line; i++) {
+    for (int i = 0; i < argc; i++) {
         const char *a = i == 0 ? "h3strict" : argv[i];
-        int n = snprintf(g_command_line + used, sizeof g_command_line - used, "%s%s", i ? " " : "", a);
-        if (n < 0) break;
-        used += (size_t)n;
+        size_t n = strlen(a);
+        if (i) g_command_line[used++] = ' ';
+        memcpy(g_command_line + used, a, n);
+        used += n;
     }
+    g_command_line[used] = '\0';
 }
 
+/* One line on stderr, whatever the message holds: it is formatted whole, and control bytes (a newline included)
+ * and bytes that are not UTF-8 are escaped (h3s_escape_into), so an argument or a file cannot make it lie. */
 static int fail_line(const char *fmt, ...) H3S_PRINTF(1, 2);
 static int fail_line(const char *fmt, ...) {
-    char msg[1200];
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (msg) vsnprintf(msg, (size_t)n + 1, fmt, ap);
     va_end(ap);
-    /* one line, whatever the message holds */
-    for (char *p = msg; *p; p++)
-        if (*p == '\n') *p = ' ';
-    fprintf(stderr, "h3strict %s: %s\n", g_cmd, msg);
+    char *esc = msg ? h3s_escape_dup(msg) : NULL;
+    fprintf(stderr, "h3strict %s: %s\n", g_cmd, esc ? esc : "(out of memory formatting the message)");
+    free(esc);
+    free(msg);
     return EXIT_USAGE;
 }
 
@@ -81,6 +93,20 @@ static int fail_status(h3s_status st) {
     int code = exit_code_for(st);
     fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
     return code;
+}
+
+/* Refuse an output path that would replace an input, land in the model directory, or replace anything but a
+ * regular file (h3s_io_check_output), before any work is done: a usage error (the command line asks to destroy
+ * what it reads, or to replace a link, device, FIFO or directory); an unresolvable directory a system one.
+ * Returns 0, or -1 with the exit code in check_output_code. */
+static int check_output_code; /* the exit code of the last refusal */
+static int check_output(const char *out, const char *model_dir, const char *in1, const char *in2) {
+    const char *inputs[2] = {in1, in2}, *dirs[1] = {model_dir};
+    h3s_status st = h3s_io_check_output(out, inputs, 2, dirs, 1);
+    if (st == H3S_OK) return 0;
+    fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
+    check_output_code = st == H3S_ERR_INVALID ? EXIT_USAGE : EXIT_SYSTEM;
+    return -1;
 }
 
 /* ------------------------------------------------------------------ options ----------- */
@@ -297,15 +323,17 @@ static int cmd_init(int argc, char **argv) {
 static int parse_keyframes(const char *s, int *first, int *last) {
     *first = *last = 0;
     if (!s) return 0;
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (!strcmp(tok, "first"))
+    /* comma-separated tokens, read in place: no copy, so nothing is ever cut */
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ",");
+        if (n == 5 && !strncmp(p, "first", 5))
             *first = 1;
-        else if (!strcmp(tok, "last"))
+        else if (n == 4 && !strncmp(p, "last", 4))
             *last = 1;
         else
             return fail_line("--keyframes takes first, last or first,last; got '%s'", s), -1;
+        if (!p[n]) break;
+        p += n + 1;
     }
     return 0;
 }
@@ -351,6 +379,7 @@ static int cmd_inputs(int argc, char **argv) {
         if (v && parse_i64(ints[i].name, v, ints[i].lo, 1 << 24, ints[i].dst)) return EXIT_USAGE;
     }
     if (parse_keyframes(get(o, n, "--keyframes"), &lo.keyframe_first, &lo.keyframe_last)) return EXIT_USAGE;
+    if (check_output(out, model, NULL, NULL)) return check_output_code;
     if (get(o, n, "--t-video") && parse_f32("--t-video", get(o, n, "--t-video"), 0, 1, &tv)) return EXIT_USAGE;
     if (get(o, n, "--t-audio") && parse_f32("--t-audio", get(o, n, "--t-audio"), 0, 1, &ta)) return EXIT_USAGE;
 
@@ -378,7 +407,7 @@ static int cmd_inputs(int argc, char **argv) {
                 ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
     }
     provenance prov;
-    provenance_init(&prov, g_command_line);
+    provenance_init(&prov, g_command_line ? g_command_line : "");
     if (st == H3S_OK) st = provenance_add_model(&prov, model, c);
     provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
     if (st == H3S_OK) {
@@ -435,7 +464,7 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
     if (st == H3S_OK) st = h3s_inputs_from_file(l->inputs_file, &l->in);
     int64_t batch;
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(l->w), &l->in, &batch);
-    provenance_init(&l->prov, g_command_line);
+    provenance_init(&l->prov, g_command_line ? g_command_line : "");
     provenance_add_backend(&l->prov, kind);
     if (st == H3S_OK) st = provenance_add_model(&l->prov, model, h3s_weights_config(l->w));
     if (st == H3S_OK) st = provenance_add_file(&l->prov, "inputs_sha256", inputs);
@@ -457,6 +486,7 @@ static int cmd_forward(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
         parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
+    if (check_output(out, model, inputs, NULL)) return check_output_code;
     loaded l;
     h3s_status st = load_all(model, inputs, kind, &l);
     h3s_tensor sample = {0}, audio = {0};
@@ -522,6 +552,7 @@ static int cmd_grad(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
         need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
+    if (check_output(out, model, inputs, ct)) return check_output_code;
     loaded l;
     h3s_st_file *ctf = NULL;
     const h3s_tensor *ds = NULL, *da = NULL;
@@ -563,6 +594,7 @@ static int cmd_cotangent(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--seed", &seed_s) ||
         need(o, n, "--out", &out))
         return EXIT_USAGE;
+    if (check_output(out, model, inputs, NULL)) return check_output_code;
     uint64_t seed;
     if (parse_u64("--seed", seed_s, &seed)) return EXIT_USAGE;
     h3s_weights *w = NULL;
@@ -576,7 +608,7 @@ static int cmd_cotangent(int argc, char **argv) {
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
     provenance prov;
-    provenance_init(&prov, g_command_line);
+    provenance_init(&prov, g_command_line ? g_command_line : "");
     if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
     if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
     provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
@@ -654,16 +686,26 @@ static void progress_passes(void *ctx, const char *line) {
     pc->done++;
 }
 
-static int parse_seeds(const char *s, uint64_t *seeds, int64_t max, int64_t *count) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
+/* --seeds a,b,c: every seed is parsed (none dropped); *seeds is malloc'd. */
+static int parse_seeds(const char *s, uint64_t **seeds, int64_t *count) {
+    int64_t n = 1;
+    for (const char *p = s; *p; p++)
+        n += *p == ',';
+    *seeds = malloc((size_t)n * sizeof **seeds);
+    if (!*seeds) return fail_line("--seeds: out of memory for %lld seeds", (long long)n), -1;
     *count = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (*count == max) return fail_line("--seeds: at most %lld seeds", (long long)max), -1;
-        if (parse_u64("--seeds", tok, &seeds[*count])) return -1;
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, ",");
+        char *tok = strndup(p, len);
+        if (!tok) return fail_line("--seeds: out of memory"), -1;
+        int bad =
+            len == 0 ? (fail_line("--seeds: empty seed in '%s'", s), 1) : parse_u64("--seeds", tok, &(*seeds)[*count]);
+        free(tok);
+        if (bad) return -1;
         (*count)++;
+        if (!p[len]) break;
+        p += len + 1;
     }
-    if (*count == 0) return fail_line("--seeds needs at least one seed"), -1;
     return 0;
 }
 
@@ -681,14 +723,19 @@ static int cmd_trajectory(int argc, char **argv) {
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
     if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n)) return EXIT_USAGE;
-    uint64_t seeds[64] = {11, 22, 33};
+    static const uint64_t default_seeds[3] = {11, 22, 33};
+    uint64_t *seeds = NULL;
     int64_t nseeds = 3, steps = 4, batch = 4;
-    if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), seeds, 64, &nseeds)) return EXIT_USAGE;
+    const char *model = get(o, n, "--model");
     if (get(o, n, "--steps") && parse_i64("--steps", get(o, n, "--steps"), 1, 1000, &steps)) return EXIT_USAGE;
     if (get(o, n, "--batch") && parse_i64("--batch", get(o, n, "--batch"), 2, 4096, &batch)) return EXIT_USAGE;
+    if (check_output(out, model, NULL, NULL)) return check_output_code;
+    if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), &seeds, &nseeds)) {
+        free(seeds);
+        return EXIT_USAGE;
+    }
     h3s_weights *w = NULL;
     h3s_status st;
-    const char *model = get(o, n, "--model");
     progress_stage(PHASE_READ, "loading model %s", model ? model : "(built-in tiny)");
     if (model) {
         st = h3s_weights_load(model, &w);
@@ -698,10 +745,13 @@ static int cmd_trajectory(int argc, char **argv) {
         st = h3s_config_preset("tiny", -1, &c);
         if (st == H3S_OK) st = h3s_weights_create(&c, 0, &w);
     }
-    if (st != H3S_OK) return fail_status(st);
+    if (st != H3S_OK) {
+        free(seeds);
+        return fail_status(st);
+    }
     h3s_trajectory_opts to;
     memset(&to, 0, sizeof to);
-    to.seeds = seeds;
+    to.seeds = seeds ? seeds : default_seeds;
     to.nseeds = nseeds;
     to.steps = steps;
     to.batch = batch;
@@ -720,10 +770,10 @@ static int cmd_trajectory(int argc, char **argv) {
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
-        cJSON_AddStringToObject(report, "command", g_command_line);
+        cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         provenance prov;
-        provenance_init(&prov, g_command_line);
+        provenance_init(&prov, g_command_line ? g_command_line : "");
         provenance_add_backend(&prov, kind);
         st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
@@ -731,6 +781,7 @@ static int cmd_trajectory(int argc, char **argv) {
     }
     cJSON_Delete(report);
     h3s_weights_free(w);
+    free(seeds);
     if (st != H3S_OK) return fail_status(st);
     progress_end();
     printf("report: %s\n", out);
@@ -761,6 +812,7 @@ static int cmd_replay(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
         parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
+    if (check_output(out, model, inputs, NULL)) return check_output_code;
     h3s_weights *w = NULL;
     h3s_st_file *f = NULL;
     h3s_inputs in;
@@ -772,21 +824,21 @@ static int cmd_replay(int argc, char **argv) {
     if (st == H3S_OK) st = h3s_inputs_from_file(f, &in);
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &in, &batch);
     provenance prov;
-    provenance_init(&prov, g_command_line);
+    provenance_init(&prov, g_command_line ? g_command_line : "");
     provenance_add_backend(&prov, kind);
     if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
     if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
     int with_golden = get(o, n, "--no-golden") == NULL;
     pass_counter pc = {0, with_golden ? 4 : 3, 0};
     if (st == H3S_OK) {
-        h3s_replay_opts ro = {kind, 1234, with_golden, get(o, n, "--plant-drift"), progress_passes, &pc};
+        h3s_replay_opts ro = {kind, 1234, with_golden, get(o, n, "--plant-drift"), progress_passes, &pc, 0};
         progress_stage(PHASE_RUN, "replaying %lld item(s) forward and backward", (long long)batch);
         pc.start = progress_seconds();
         st = h3s_replay(w, &in, &ro, &report);
     }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
-        cJSON_AddStringToObject(report, "command", g_command_line);
+        cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
         st = h3s_json_write_file(out, report);

@@ -21,6 +21,13 @@ h3s_status h3s_fail(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
 void h3s_clear_error(void);
 
+/* Escaping used for every error message: bytes < 0x20 and 0x7f, and bytes that are not part of valid UTF-8, become
+ * \xNN; the C1 control characters U+0080..U+009F become \uNNNN; everything else is copied.  h3s_escape_into writes
+ * the escaped form of s[0..len) and a NUL to out (when out != NULL) and returns its length without the NUL;
+ * h3s_escape_dup returns a malloc'd escaped copy of a C string (NULL when out of memory). */
+size_t h3s_escape_into(const char *s, size_t len, char *out);
+char *h3s_escape_dup(const char *s);
+
 #define H3S_TRY(expr)                                                                                                  \
     do {                                                                                                               \
         h3s_status h3s_try_status_ = (expr);                                                                           \
@@ -63,6 +70,11 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
  * *on_device = 1 when they are CUDA tensors (0 when all are NULL). */
 h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
                                int *on_device);
+
+/* Index of the first NaN or +-Inf element of a host F64/F32/BF16/F16 tensor, -1 when every element is finite (or the
+ * tensor holds no float dtype or lives on a device).  Large tensors are scanned in parallel; the result is the same
+ * on every thread count. */
+int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t);
 
 /* Read element i of a float tensor (F64, F32, BF16, F16) as double. */
 double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i);

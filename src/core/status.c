@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -6,39 +7,170 @@
 
 #include "core/core.h"
 
-static _Thread_local char h3s_error_message[1024];
+/* The last failure message of this thread.  Messages are held whole (no fixed-size buffer: a message naming a
+ * long path is never cut) and escaped: control bytes, C1 control characters and bytes that are not UTF-8 are
+ * written as \xNN or \uNNNN, so a file or argument that holds them cannot make a message lie on a terminal.
+ * A thread's buffer is freed when the thread ends. */
+static _Thread_local char *h3s_error_message;
+static _Thread_local size_t h3s_error_cap;
+/* Used when the message cannot be allocated. */
+static _Thread_local char h3s_error_fallback[160];
 
-const char *h3s_last_error(void) { return h3s_error_message; }
+static pthread_key_t h3s_error_key;
+static pthread_once_t h3s_error_once = PTHREAD_ONCE_INIT;
 
-void h3s_clear_error(void) { h3s_error_message[0] = '\0'; }
+static void error_buffer_free(void *p) { free(p); }
+static void error_key_create(void) { (void)pthread_key_create(&h3s_error_key, error_buffer_free); }
+
+const char *h3s_last_error(void) {
+    if (h3s_error_fallback[0]) return h3s_error_fallback;
+    return h3s_error_message ? h3s_error_message : "";
+}
+
+void h3s_clear_error(void) {
+    h3s_error_fallback[0] = '\0';
+    if (h3s_error_message) h3s_error_message[0] = '\0';
+}
+
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if there is none; *cp receives the code point. */
+static size_t utf8_seq(const unsigned char *p, size_t n, unsigned *cp) {
+    unsigned c = p[0], min;
+    size_t extra;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if ((c & 0xe0) == 0xc0) {
+        extra = 1, min = 0x80, c &= 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+        extra = 2, min = 0x800, c &= 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+        extra = 3, min = 0x10000, c &= 0x07;
+    } else {
+        return 0;
+    }
+    if (extra >= n) return 0;
+    for (size_t i = 1; i <= extra; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        c = (c << 6) | (p[i] & 0x3fu);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
+    *cp = c;
+    return extra + 1;
+}
+
+size_t h3s_escape_into(const char *s, size_t len, char *out) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        unsigned cp;
+        size_t n = utf8_seq(p + i, len - i, &cp);
+        if (n == 0 || (n == 1 && (cp < 0x20 || cp == 0x7f))) {
+            if (out) snprintf(out + o, 5, "\\x%02x", p[i]);
+            o += 4;
+            i++;
+        } else if (cp >= 0x80 && cp <= 0x9f) {
+            if (out) snprintf(out + o, 7, "\\u%04x", cp);
+            o += 6;
+            i += n;
+        } else {
+            if (out) memcpy(out + o, p + i, n);
+            o += n;
+            i += n;
+        }
+    }
+    if (out) out[o] = '\0';
+    return o;
+}
+
+char *h3s_escape_dup(const char *s) {
+    if (!s) s = "(null)";
+    size_t len = strlen(s), need = h3s_escape_into(s, len, NULL);
+    char *out = malloc(need + 1);
+    if (out) h3s_escape_into(s, len, out);
+    return out;
+}
+
+/* Store `raw` (len bytes) escaped as this thread's message. */
+static void set_message(const char *raw, size_t len) {
+    size_t need = h3s_escape_into(raw, len, NULL) + 1;
+    if (need > h3s_error_cap) {
+        char *p = realloc(h3s_error_message, need);
+        if (!p) {
+            snprintf(h3s_error_fallback, sizeof h3s_error_fallback,
+                     "out of memory recording an error message of %zu bytes", len);
+            return;
+        }
+        pthread_once(&h3s_error_once, error_key_create);
+        (void)pthread_setspecific(h3s_error_key, p);
+        h3s_error_message = p;
+        h3s_error_cap = need;
+    }
+    h3s_error_fallback[0] = '\0';
+    h3s_escape_into(raw, len, h3s_error_message);
+}
+
+/* vsnprintf into a malloc'd string; NULL when out of memory. */
+static char *vformat(const char *fmt, va_list ap, size_t *len) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) n = 0;
+    char *s = malloc((size_t)n + 1);
+    if (!s) return NULL;
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    *len = (size_t)n;
+    return s;
+}
 
 h3s_status h3s_fail(h3s_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(h3s_error_message, sizeof h3s_error_message, fmt, ap);
+    size_t len = 0;
+    char *raw = vformat(fmt, ap, &len);
     va_end(ap);
+    if (raw)
+        set_message(raw, len);
+    else
+        snprintf(h3s_error_fallback, sizeof h3s_error_fallback, "out of memory formatting an error message");
+    free(raw);
     return status;
 }
 
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) {
-    char prefix[512];
-    char old[sizeof h3s_error_message];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    size_t plen = 0;
+    char *prefix = vformat(fmt, ap, &plen);
     va_end(ap);
-    memcpy(old, h3s_error_message, sizeof old);
-    size_t plen = strlen(prefix);
-    if (plen > sizeof h3s_error_message - 3) plen = sizeof h3s_error_message - 3;
-    memcpy(h3s_error_message, prefix, plen);
-    memcpy(h3s_error_message + plen, ": ", 2);
-    size_t room = sizeof h3s_error_message - plen - 3, olen = strlen(old);
-    if (olen > room) olen = room;
-    memcpy(h3s_error_message + plen + 2, old, olen);
-    h3s_error_message[plen + 2 + olen] = '\0';
+    if (!prefix) return status; /* keep the message there is */
+    /* The old message is already escaped: escape the prefix alone, then join. */
+    const char *old = h3s_last_error();
+    size_t pesc = h3s_escape_into(prefix, plen, NULL), olen = strlen(old);
+    char *joined = malloc(pesc + 2 + olen + 1);
+    if (joined) {
+        h3s_escape_into(prefix, plen, joined);
+        memcpy(joined + pesc, ": ", 2);
+        memcpy(joined + pesc + 2, old, olen + 1);
+        size_t total = pesc + 2 + olen + 1;
+        if (total > h3s_error_cap) {
+            char *p = realloc(h3s_error_message, total);
+            if (p) {
+                pthread_once(&h3s_error_once, error_key_create);
+                (void)pthread_setspecific(h3s_error_key, p);
+                h3s_error_message = p;
+                h3s_error_cap = total;
+            }
+        }
+        if (total <= h3s_error_cap) {
+            memcpy(h3s_error_message, joined, total);
+            h3s_error_fallback[0] = '\0';
+        }
+        free(joined);
+    }
+    free(prefix);
     return status;
 }
-
 const char *h3s_status_name(h3s_status status) {
     switch (status) {
     case H3S_OK: return "ok";

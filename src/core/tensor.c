@@ -205,3 +205,49 @@ h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, cons
     }
     return H3S_OK;
 }
+
+/* Index of the first non-finite element among [lo, hi) of a host float tensor, or hi. */
+static int64_t first_nonfinite_range(const h3s_tensor *t, int64_t lo, int64_t hi) {
+    switch (t->dtype) {
+    case H3S_F64: {
+        const uint64_t *v = t->data;
+        for (int64_t i = lo; i < hi; i++)
+            if ((v[i] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL) return i;
+        return hi;
+    }
+    case H3S_F32: {
+        const uint32_t *v = t->data;
+        for (int64_t i = lo; i < hi; i++)
+            if ((v[i] & 0x7f800000u) == 0x7f800000u) return i;
+        return hi;
+    }
+    case H3S_BF16:
+    case H3S_F16: {
+        const uint16_t *v = t->data;
+        uint16_t e = t->dtype == H3S_BF16 ? 0x7f80u : 0x7c00u;
+        for (int64_t i = lo; i < hi; i++)
+            if ((v[i] & e) == e) return i;
+        return hi;
+    }
+    default: return hi;
+    }
+}
+
+int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t) {
+    if (!t || !t->data || t->device) return -1;
+    int64_t n = h3s_tensor_numel(t);
+    enum { CHUNK = 1 << 20 };
+    if (n <= CHUNK) {
+        int64_t i = first_nonfinite_range(t, 0, n);
+        return i < n ? i : -1;
+    }
+    int64_t nchunks = (n + CHUNK - 1) / CHUNK, first = n;
+    /* every chunk is scanned; the smallest index wins, so the answer does not depend on the thread count */
+#pragma omp parallel for schedule(static) reduction(min : first)
+    for (int64_t c = 0; c < nchunks; c++) {
+        int64_t lo = c * CHUNK, hi = lo + CHUNK < n ? lo + CHUNK : n;
+        int64_t i = first_nonfinite_range(t, lo, hi);
+        if (i < hi && i < first) first = i;
+    }
+    return first < n ? first : -1;
+}

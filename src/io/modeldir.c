@@ -16,6 +16,7 @@
 #include "core/core.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 
 /* ---------------------------------------------------------------- small helpers ------ */
@@ -75,32 +76,6 @@ static void tb_printf(text_buf *b, const char *fmt, ...) {
         b->s = p;
         b->cap = cap;
     }
-}
-
-/* Read a whole (small) file; *out is NUL-terminated and malloc'd. */
-static h3s_status read_small_file(const char *path, size_t limit, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    char *buf = h3s_malloc(limit + 1, 1);
-    if (!buf) {
-        fclose(f);
-        return H3S_ERR_NOMEM;
-    }
-    size_t n = fread(buf, 1, limit + 1, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return h3s_fail(H3S_ERR_IO, "cannot read %s", path);
-    }
-    if (n > limit) {
-        free(buf);
-        return h3s_fail(H3S_ERR_FORMAT, "%s: larger than %zu bytes", path, limit);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return H3S_OK;
 }
 
 h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]) {
@@ -319,10 +294,11 @@ static h3s_status open_weight_files(h3s_weights *w) {
 
     w->sharded = 1;
     size_t len;
-    st = read_small_file(index, (size_t)H3S_ST_MAX_HEADER, &text, &len);
+    st = h3s_io_read_small_file(index, (size_t)H3S_ST_MAX_HEADER, &text, &len);
     if (st != H3S_OK) goto done;
-    root = cJSON_ParseWithLength(text, len);
-    if (!root || !cJSON_IsObject(root)) {
+    st = h3s_json_parse_strict(text, len, index, &root);
+    if (st != H3S_OK) goto done;
+    if (!cJSON_IsObject(root)) {
         st = h3s_fail(H3S_ERR_FORMAT, "%s: not a JSON object", index);
         goto done;
     }
@@ -525,6 +501,19 @@ done:
     return st;
 }
 
+/* Every parameter finite: a NaN or Inf weight makes every output NaN while every status says OK. */
+static h3s_status check_finite(const h3s_weights *w) {
+    for (int64_t i = 0; i < w->count; i++) {
+        int64_t bad = h3s_tensor_first_nonfinite(&w->tensors[i]);
+        if (bad >= 0) {
+            double v = h3s_tensor_get_f64(&w->tensors[i], bad);
+            return h3s_fail(H3S_ERR_FORMAT, "%s: parameter '%s' element %lld is %s", w->model_dir, w->specs[i].name,
+                            (long long)bad, v != v ? "NaN" : (v > 0 ? "+Inf" : "-Inf"));
+        }
+    }
+    return H3S_OK;
+}
+
 static h3s_status weights_new(const h3s_config *c, h3s_weights **out) {
     h3s_weights *w = h3s_calloc(1, sizeof *w);
     if (!w) return H3S_ERR_NOMEM;
@@ -562,6 +551,7 @@ h3s_status h3s_weights_load(const char *dir, h3s_weights **out) {
     if (!w->root) st = h3s_fail(H3S_ERR_NOMEM, "out of memory");
     if (st == H3S_OK) st = open_weight_files(w);
     if (st == H3S_OK) st = bind_tensors(w);
+    if (st == H3S_OK) st = check_finite(w);
     if (st != H3S_OK) {
         h3s_weights_free(w);
         return st;
@@ -888,10 +878,12 @@ typedef struct {
 static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_path, text_buf *rep) {
     char *text = NULL;
     size_t len;
-    H3S_TRY(read_small_file(manifest_path, (size_t)H3S_ST_MAX_HEADER, &text, &len));
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    H3S_TRY(h3s_io_read_small_file(manifest_path, (size_t)H3S_ST_MAX_HEADER, &text, &len));
+    cJSON *root = NULL;
+    h3s_status pst = h3s_json_parse_strict(text, len, manifest_path, &root);
     free(text);
-    if (!root || !cJSON_IsObject(root)) {
+    if (pst != H3S_OK) return h3s_fail_context(pst, "manifest");
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return h3s_fail(H3S_ERR_FORMAT, "manifest %s: not a JSON object {file: sha256}", manifest_path);
     }
@@ -1022,6 +1014,8 @@ static int needs_json_escape(const char *s) {
 
 h3s_status h3s_model_manifest_write(const char *dir, const char *manifest_path) {
     if (!dir || !manifest_path) return h3s_fail(H3S_ERR_INVALID, "manifest_write: NULL argument");
+    const char *model_dirs[1] = {dir};
+    H3S_TRY(h3s_io_check_output(manifest_path, NULL, 0, model_dirs, 1));
     h3s_weights *w;
     H3S_TRY(h3s_weights_load(dir, &w));
     /* config.json, the index when sharded, then every weights file; sorted by name */

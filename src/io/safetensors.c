@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "io/json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "h3strict reads and writes little-endian tensor files in place: a little-endian host is required"
@@ -183,28 +184,20 @@ static h3s_status check_metadata(const char *path, const cJSON *item) {
     return H3S_OK;
 }
 
-static int is_json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
 /* Parse and validate the header; on success fill f->entries / names / by_name. */
 static h3s_status parse_header(h3s_st_file *f, const char *hdr, size_t hdr_len, uint64_t data_size) {
     const char *path = f->path;
     if (memchr(hdr, '\0', hdr_len)) return h3s_fail(H3S_ERR_FORMAT, "%s: header contains a NUL byte", path);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(hdr, hdr_len, &end, 0);
-    if (!root) {
-        size_t at = end && end >= hdr && end <= hdr + hdr_len ? (size_t)(end - hdr) : 0;
-        return h3s_fail(H3S_ERR_FORMAT, "%s: header is not valid JSON (at byte %zu of %zu)", path, at, hdr_len);
-    }
-    h3s_status st = H3S_OK;
+    /* strict JSON: one object, nothing after it but the padding, no control bytes, no member named twice */
+    char *what = h3s_malloc(strlen(path) + 16, 1);
+    if (!what) return H3S_ERR_NOMEM;
+    snprintf(what, strlen(path) + 16, "%s: header", path);
+    cJSON *root = NULL;
+    h3s_status st = h3s_json_parse_strict(hdr, hdr_len, what, &root);
+    free(what);
+    if (st != H3S_OK) return st;
     parsed_entry *pe = NULL;
     name_ref *refs = NULL;
-    for (const char *p = end; p < hdr + hdr_len; p++) {
-        if (!is_json_space((unsigned char)*p)) {
-            st = h3s_fail(H3S_ERR_FORMAT, "%s: header has bytes after its JSON object (at byte %zu)", path,
-                          (size_t)(p - hdr));
-            goto done;
-        }
-    }
     if (!cJSON_IsObject(root)) {
         st = h3s_fail(H3S_ERR_FORMAT, "%s: header is not a JSON object", path);
         goto done;
@@ -363,7 +356,8 @@ h3s_status h3s_st_open(const char *path, h3s_st_file **out) {
         return h3s_fail(H3S_ERR_NOMEM, "st_open: out of memory");
     }
     h3s_status st = H3S_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below as not a regular file) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         st = h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         goto fail;
@@ -472,12 +466,143 @@ void h3s_io_sync_parent_dir(const char *path) {
     free(dir);
 }
 
+/* What is at `path` now: 0 when nothing or a regular file (not a link) is there, else an error naming what is. */
+static h3s_status check_output_target(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return H3S_OK;
+        return h3s_fail(H3S_ERR_IO, "cannot inspect output %s: %s", path, strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode))
+        return h3s_fail(H3S_ERR_INVALID,
+                        "output %s is a symbolic link; refusing to replace it (name the file it points to instead)",
+                        path);
+    if (!S_ISREG(sb.st_mode)) {
+        const char *kind = S_ISDIR(sb.st_mode)    ? "a directory"
+                           : S_ISFIFO(sb.st_mode) ? "a FIFO"
+                           : S_ISCHR(sb.st_mode)  ? "a character device"
+                           : S_ISBLK(sb.st_mode)  ? "a block device"
+                           : S_ISSOCK(sb.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        return h3s_fail(H3S_ERR_INVALID, "output %s is %s; only a regular file is ever replaced", path, kind);
+    }
+    return H3S_OK;
+}
+
+/* realpath of the directory holding `path`, then "/" and the last component: where a rename onto `path` lands. */
+static h3s_status resolve_output(const char *path, char **out, char **dir_real) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return h3s_fail(H3S_ERR_INVALID, "output %s does not name a file", path);
+    char *dir = path_dir(path);
+    if (!dir) return h3s_fail(H3S_ERR_NOMEM, "out of memory");
+    char *real = realpath(dir, NULL);
+    int err = errno;
+    free(dir);
+    if (!real) return h3s_fail(H3S_ERR_IO, "the directory of output %s: %s", path, strerror(err));
+    size_t lr = strlen(real), lb = strlen(base);
+    char *full = h3s_malloc(lr + lb + 2, 1);
+    if (!full) {
+        free(real);
+        return H3S_ERR_NOMEM;
+    }
+    memcpy(full, real, lr);
+    size_t k = lr;
+    if (k == 0 || full[k - 1] != '/') full[k++] = '/';
+    memcpy(full + k, base, lb + 1);
+    *out = full;
+    *dir_real = real;
+    return H3S_OK;
+}
+
+/* a == b or a lies below b (both absolute, resolved). */
+static int path_within(const char *a, const char *b) {
+    size_t lb = strlen(b);
+    if (strcmp(b, "/") == 0) return 1;
+    return strncmp(a, b, lb) == 0 && (a[lb] == '\0' || a[lb] == '/');
+}
+
+h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs, const char *const *dirs,
+                               int ndirs) {
+    if (!path || !*path) return h3s_fail(H3S_ERR_INVALID, "output: empty path");
+    H3S_TRY(check_output_target(path));
+    char *full = NULL, *dir_real = NULL;
+    H3S_TRY(resolve_output(path, &full, &dir_real));
+    struct stat out_sb;
+    int out_exists = stat(full, &out_sb) == 0;
+    h3s_status st = H3S_OK;
+    for (int i = 0; i < ninputs && st == H3S_OK; i++) {
+        if (!inputs[i]) continue;
+        char *in_real = realpath(inputs[i], NULL);
+        struct stat in_sb;
+        int same = in_real && strcmp(in_real, full) == 0;
+        if (!same && out_exists && stat(inputs[i], &in_sb) == 0)
+            same = in_sb.st_dev == out_sb.st_dev && in_sb.st_ino == out_sb.st_ino;
+        if (same)
+            st = h3s_fail(H3S_ERR_INVALID, "output %s is the input file %s; refusing to overwrite an input", path,
+                          inputs[i]);
+        free(in_real);
+    }
+    for (int i = 0; i < ndirs && st == H3S_OK; i++) {
+        if (!dirs[i]) continue;
+        char *d_real = realpath(dirs[i], NULL);
+        if (d_real && path_within(full, d_real))
+            st =
+                h3s_fail(H3S_ERR_INVALID,
+                         "output %s lies inside the model directory %s; refusing to write into a model", path, dirs[i]);
+        free(d_real);
+    }
+    free(full);
+    free(dir_real);
+    return st;
+}
+
+h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, size_t *len) {
+    if (!path || !out || !len) return h3s_fail(H3S_ERR_INVALID, "read_file: NULL argument");
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return h3s_fail(H3S_ERR_IO, "%s is not a regular file", path);
+    }
+    char *buf = h3s_malloc(limit + 1, 1);
+    if (!buf) {
+        close(fd);
+        return H3S_ERR_NOMEM;
+    }
+    size_t n = 0;
+    while (n < limit + 1) {
+        ssize_t r = read(fd, buf + n, limit + 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            h3s_status st = h3s_fail(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+            close(fd);
+            free(buf);
+            return st;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n > limit) {
+        free(buf);
+        return h3s_fail(H3S_ERR_FORMAT, "%s: larger than %zu bytes", path, limit);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return H3S_OK;
+}
+
 h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
     static atomic_uint_fast64_t counter;
     const char *slash = strrchr(path, '/');
     size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
     const char *base = path + dir_len;
     if (!*base) return h3s_fail(H3S_ERR_INVALID, "%s: not a file path", path);
+    H3S_TRY(check_output_target(path));
     size_t cap = strlen(path) + 64;
     char *tmp = h3s_malloc(cap, 1);
     if (!tmp) return H3S_ERR_NOMEM;
@@ -521,6 +646,8 @@ static h3s_status finish_temp(int fd, char *tmp, const char *path) {
     h3s_status st = H3S_OK;
     if (fsync(fd) != 0) st = h3s_fail(H3S_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
     if (close(fd) != 0 && st == H3S_OK) st = h3s_fail(H3S_ERR_IO, "cannot close %s: %s", path, strerror(errno));
+    /* again just before the rename: something may have been put at the path while the file was written */
+    if (st == H3S_OK) st = check_output_target(path);
     if (st == H3S_OK && rename(tmp, path) != 0)
         st = h3s_fail(H3S_ERR_IO, "cannot rename the temporary file to %s: %s", path, strerror(errno));
     if (st != H3S_OK)

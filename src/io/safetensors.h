@@ -65,6 +65,24 @@ h3s_status h3s_st_writer_append(h3s_st_writer *w, const void *data, size_t len);
 h3s_status h3s_st_writer_commit(h3s_st_writer *w);
 void h3s_st_writer_abort(h3s_st_writer *w); /* NULL is fine */
 
+/* Every writer (h3s_st_write, the incremental writer, h3s_io_write_file_atomic, hence every report and manifest)
+ * replaces only a regular file: when something else is at the output path (a symbolic link, even one to a regular
+ * file or a dangling one; a directory, FIFO, device or socket) it fails with H3S_ERR_INVALID and touches nothing.
+ * The check is made when the temporary file is created and again just before the rename.  A symbolic link in
+ * the directories above the file is followed as usual. */
+
+/* The checks an output path must pass before a command computes anything: the above; its last component names a
+ * file; the directory holding it exists; and the path where the file would land (the realpath of that directory,
+ * then the file name) is none of `inputs` (realpath, or the same inode when the output exists) and lies inside
+ * none of `dirs` (realpath).  NULL entries are skipped.  Failure: H3S_ERR_INVALID naming the output and the input
+ * or directory it collides with; H3S_ERR_IO when the directory cannot be resolved. */
+h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs, const char *const *dirs,
+                               int ndirs);
+
+/* Read a whole small file (at most `limit` bytes, else H3S_ERR_FORMAT); only a regular file is read (a FIFO or
+ * device is refused without blocking).  *out is NUL-terminated and malloc'd. */
+h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, size_t *len);
+
 /* Shared helpers for the io layer's other atomic writers (modeldir: config.json, manifests). */
 /* Create a new empty file next to `path` (".<base>.tmp-<pid>-<n>"); *tmp_path is malloc'd. */
 h3s_status h3s_io_create_temp(const char *path, int *fd, char **tmp_path);

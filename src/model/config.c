@@ -8,6 +8,8 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "io/json.h"
+#include "io/safetensors.h"
 
 /* Largest accepted width or count: keeps every parameter's element count (at most 18*H*time_embed_dim) and every
  * derived width far inside int64 and inside what a float index or a safetensors header can describe. */
@@ -136,11 +138,24 @@ static h3s_status json_int(const cJSON *item, const char *what, int64_t *out) {
 
 h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) {
     if (!text || !out) return h3s_fail(H3S_ERR_INVALID, "config: NULL argument");
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (!root) return h3s_fail(H3S_ERR_FORMAT, "config: not valid JSON");
+    cJSON *root = NULL;
+    H3S_TRY(h3s_json_parse_strict(text, len, "config", &root));
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return h3s_fail(H3S_ERR_FORMAT, "config: the top level must be a JSON object");
+    }
+    /* A config of another diffusers class may hold every key this one needs: the class decides the model. */
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
+    if (!cJSON_IsString(cls) || strcmp(cls->valuestring, H3S_CONFIG_CLASS_NAME) != 0) {
+        h3s_status st = cJSON_IsString(cls)
+                            ? h3s_fail(H3S_ERR_INVALID, "config: _class_name is \"%s\", expected \"%s\"",
+                                       cls->valuestring, H3S_CONFIG_CLASS_NAME)
+                        : cls ? h3s_fail(H3S_ERR_INVALID, "config: _class_name must be the string \"%s\", got %s",
+                                         H3S_CONFIG_CLASS_NAME, json_type_name(cls))
+                              : h3s_fail(H3S_ERR_INVALID, "config: required key \"_class_name\" (\"%s\") is missing",
+                                         H3S_CONFIG_CLASS_NAME);
+        cJSON_Delete(root);
+        return st;
     }
     h3s_config c;
     memset(&c, 0, sizeof c);
@@ -199,31 +214,16 @@ h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out) 
 
 h3s_status h3s_config_load(const char *path, h3s_config *out) {
     if (!path || !out) return h3s_fail(H3S_ERR_INVALID, "config_load: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     /* A config.json is a few hundred bytes; anything past 1 MiB is not one. */
-    enum { MAX_CONFIG_BYTES = 1 << 20 };
-    char *buf = h3s_malloc(MAX_CONFIG_BYTES + 1, 1);
-    if (!buf) {
-        fclose(f);
-        return H3S_ERR_NOMEM;
-    }
-    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, f);
-    int read_error = ferror(f);
-    fclose(f);
-    h3s_status st;
-    if (read_error) {
-        st = h3s_fail(H3S_ERR_IO, "cannot read %s", path);
-    } else if (n > MAX_CONFIG_BYTES) {
-        st = h3s_fail(H3S_ERR_FORMAT, "%s: larger than %d bytes, not a config.json", path, MAX_CONFIG_BYTES);
-    } else {
-        h3s_config c;
-        st = h3s_config_parse_json(buf, n, &c);
-        if (st != H3S_OK)
-            h3s_fail_context(st, "%s", path);
-        else
-            *out = c;
-    }
+    char *buf = NULL;
+    size_t n = 0;
+    H3S_TRY(h3s_io_read_small_file(path, (size_t)1 << 20, &buf, &n));
+    h3s_config c;
+    h3s_status st = h3s_config_parse_json(buf, n, &c);
+    if (st != H3S_OK)
+        h3s_fail_context(st, "%s", path);
+    else
+        *out = c;
     free(buf);
     return st;
 }
@@ -286,7 +286,7 @@ h3s_status h3s_config_to_json(const h3s_config *c, char **out_text) {
     size_t cap = 4096, len = 0;
     char *buf = h3s_malloc(cap, 1);
     if (!buf) return H3S_ERR_NOMEM;
-    len += (size_t)snprintf(buf + len, cap - len, "{\n  \"_class_name\": \"MiniMaxH3Transformer3DModel\"");
+    len += (size_t)snprintf(buf + len, cap - len, "{\n  \"_class_name\": \"" H3S_CONFIG_CLASS_NAME "\"");
     for (int k = 0; k < N_CONFIG_KEYS; k++) {
         const config_key *key = &config_keys[k];
         const void *field = fields[k];

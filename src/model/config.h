@@ -23,8 +23,12 @@ int64_t h3s_config_video_width(const h3s_config *c);
  * Failure: H3S_ERR_INVALID with the offending key named. */
 h3s_status h3s_config_validate(const h3s_config *c);
 
-/* Parse a diffusers config.json.  Every key of docs/model.md section 1 is required; a wrong JSON type is an error
- * naming the key; unknown keys ("_class_name", "_diffusers_version", ...) are ignored; then validated. */
+#define H3S_CONFIG_CLASS_NAME "MiniMaxH3Transformer3DModel"
+
+/* Parse a diffusers config.json.  Strict JSON (io/json.h: one value, nothing after it, no member named twice, no
+ * control bytes; else H3S_ERR_FORMAT).  "_class_name" must be H3S_CONFIG_CLASS_NAME and every key of docs/model.md
+ * section 1 is required; a wrong JSON type is an error naming the key (H3S_ERR_INVALID); other keys
+ * ("_diffusers_version", ...) are ignored; then validated. */
 h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out);
 h3s_status h3s_config_load(const char *path, h3s_config *out);
 

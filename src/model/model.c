@@ -248,12 +248,8 @@ static h3s_status check_float_input(const char *name, const h3s_tensor *t, int n
     if (!(t->dtype == H3S_F32 || t->dtype == H3S_BF16 || (allow_f64 && t->dtype == H3S_F64)))
         return h3s_fail(H3S_ERR_DTYPE, "inputs: %s has dtype %s, expected F32 or BF16%s", name,
                         h3s_dtype_name(t->dtype), allow_f64 ? " or F64" : "");
-    int64_t n = h3s_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        double v = h3s_tensor_get_f64(t, i);
-        if (v != v || v - v != 0)
-            return h3s_fail(H3S_ERR_INVALID, "inputs: %s[%lld] is not finite", name, (long long)i);
-    }
+    int64_t bad = h3s_tensor_first_nonfinite(t);
+    if (bad >= 0) return h3s_fail(H3S_ERR_INVALID, "inputs: %s[%lld] is not finite", name, (long long)bad);
     return H3S_OK;
 }
 
@@ -356,6 +352,36 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
             if (mv[i] > 1)
                 return h3s_fail(H3S_ERR_INVALID, "inputs: attention_mask[%lld] = %u is not a boolean (0 or 1)",
                                 (long long)i, (unsigned)mv[i]);
+        /* A query whose every key is hidden has no softmax: the reference gives NaN, a kernel that skips the
+         * empty sum gives 0.  Neither is an answer, so such a mask is refused.  Live rows (tag != -1) form one
+         * attention document per item, so they all see the same keys: the live rows the mask keeps.  Padding
+         * rows (their own document) are never read, so a padding query without keys is harmless.  The token
+         * refiner attends over the text rows only, under the same mask gathered at text_indices. */
+        const int64_t *ti = in->text_indices.data;
+        for (int64_t b = 0; b < B; b++) {
+            const uint8_t *row = mv + b * S;
+            int64_t first_live = -1, visible = 0;
+            for (int64_t s = 0; s < S; s++) {
+                if (tags[s] == -1) continue;
+                if (first_live < 0) first_live = s;
+                visible += row[s];
+            }
+            if (first_live >= 0 && visible == 0)
+                return h3s_fail(H3S_ERR_INVALID,
+                                "inputs: attention_mask hides every key from the queries of item %lld (row %lld and "
+                                "every other live row would attend to nothing)",
+                                (long long)b, (long long)first_live);
+            if (c->num_refiner_layers > 0) {
+                int64_t text_visible = 0;
+                for (int64_t j = 0; j < Nt; j++)
+                    text_visible += row[ti[j]];
+                if (text_visible == 0)
+                    return h3s_fail(H3S_ERR_INVALID,
+                                    "inputs: attention_mask hides every text row of item %lld (the token refiner's "
+                                    "query row %lld and every other text row would attend to nothing)",
+                                    (long long)b, (long long)ti[0]);
+            }
+        }
     }
     *batch = B;
     return H3S_OK;
@@ -1047,6 +1073,10 @@ h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_
         if (t->ndim != 3 || t->shape[0] != want[k][0] || t->shape[1] != want[k][1] || t->shape[2] != want[k][2])
             return h3s_fail(H3S_ERR_SHAPE, "cotangent: %s must be [%lld, %lld, %lld]", ct_names[k],
                             (long long)want[k][0], (long long)want[k][1], (long long)want[k][2]);
+        /* a NaN or Inf here would spread to every gradient while the call reports success */
+        int64_t bad = h3s_tensor_first_nonfinite(t);
+        if (bad >= 0)
+            return h3s_fail(H3S_ERR_INVALID, "cotangent: %s[%lld] is not finite", ct_names[k], (long long)bad);
     }
     memset(out, 0, sizeof *out);
     grad_ctx g;

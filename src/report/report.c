@@ -235,7 +235,9 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
     h3s_inputs in1 = item0_inputs(in);
     h3s_status st = h3s_model_create(w, o->backend, &m);
     a.rec.keep_values = o->with_golden;
-    b.rec.plant_node = o->plant_node; /* the repeat run: every node, batched or not, is compared there */
+    /* the repeat run compares every node, batched or not; the item-0 run plants a batch drift */
+    h3s_recorder *plant = o->plant_alone ? &one.rec : &b.rec;
+    plant->plant_node = o->plant_node;
     gold.rec.keep_values = 1;
     int64_t B = in->hidden_states.shape[0];
     int npass = o->with_golden ? 4 : 3;
@@ -253,7 +255,7 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
     if (st == H3S_OK && (a.rec.n != b.rec.n || a.rec.n != one.rec.n || (o->with_golden && gold.rec.n != a.rec.n)))
         st = h3s_fail(H3S_ERR_MISMATCH, "replay: the runs emitted different node lists (%lld, %lld, %lld)",
                       (long long)a.rec.n, (long long)b.rec.n, (long long)one.rec.n);
-    if (st == H3S_OK && o->plant_node && !b.rec.planted)
+    if (st == H3S_OK && o->plant_node && !plant->planted)
         st = h3s_fail(H3S_ERR_INVALID, "replay: no node named '%s' to plant a drift in", o->plant_node);
     cJSON *doc = NULL;
     if (st == H3S_OK) {

@@ -41,9 +41,10 @@ typedef struct h3s_replay_opts {
     h3s_backend_kind backend; /* strict backend under test: CPU or CUDA */
     uint64_t cotangent_seed;
     int with_golden;                               /* also run the FP64 golden and report each node's error */
-    const char *plant_node;                        /* test-only: flip one bit of this node in the repeat run */
+    const char *plant_node;                        /* test-only: flip one bit of this node in the repeat run ... */
     void (*progress)(void *ctx, const char *line); /* optional: one line before each pass */
     void *progress_ctx;
+    int plant_alone; /* ... or, when non-zero, in the run of item 0 alone (a planted batch drift) */
 } h3s_replay_opts;
 
 /* Runs forward + backward of `in` (batch B) twice, item 0 alone once, and (optionally) the

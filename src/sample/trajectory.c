@@ -63,6 +63,12 @@ static void add_comparison(cJSON *obj, const char *name, const h3s_tensor *batch
     h3s_compare_item0(batched, alone, &diff, &max_abs);
     cJSON *c = cJSON_AddObjectToObject(obj, name);
     cJSON_AddBoolToObject(c, "equal", diff == 0);
+    /* the values themselves, as digests: two reports are equal only when every compared tensor is */
+    char hex[65];
+    if (h3s_sha256_hex(alone->data, h3s_tensor_nbytes(alone), hex) == H3S_OK)
+        cJSON_AddStringToObject(c, "sha256_alone", hex);
+    if (h3s_sha256_hex(batched->data, h3s_tensor_nbytes(batched), hex) == H3S_OK)
+        cJSON_AddStringToObject(c, "sha256_batch", hex);
     if (diff) {
         cJSON_AddNumberToObject(c, "differing", (double)diff);
         cJSON_AddNumberToObject(c, "max_abs_diff", max_abs);

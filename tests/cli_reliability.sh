@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Reliability of the CLI (fail-closed): an output never replaces an input, a model file or anything but a regular
+# file; non-finite weights and cotangents and degenerate attention masks are refused; option strings are never cut;
+# error lines escape control bytes; JSON files are strict.  Each refusal: non-zero exit, one stderr line, the
+# protected file byte-identical afterwards, no temporary left (dot-files included).  On the code before these
+# rules every "refuse" below succeeded (exit 0) or hung (the FIFO), and the seeds/keyframes checks failed.
+set -u
+CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to edit files"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+checks=0
+ok() { checks=$((checks + 1)); }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+
+run_ok() { # name, command...
+    local name=$1; shift
+    if timeout 120 "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then ok; else bad "$name exited $? : $(cat "$dir/err.txt")"; fi
+}
+# refuse: non-zero exit, one stderr line matching `pattern`, `protected` unchanged (compared with a copy taken
+# before), no temporary file anywhere under $dir
+refuse() { # name, protected-file-or-"", pattern, command...
+    local name=$1 protected=$2 pattern=$3; shift 3
+    [ -n "$protected" ] && cp -P "$protected" "$dir/.before" 2>/dev/null
+    if timeout 20 "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then bad "$name succeeded"; return; fi
+    local rc=$?
+    [ "$rc" -eq 124 ] && { bad "$name hung"; return; }
+    if [ "$(wc -l <"$dir/err.txt")" -ne 1 ]; then bad "$name printed $(wc -l <"$dir/err.txt") stderr lines"; else ok; fi
+    if grep -q -- "$pattern" "$dir/err.txt"; then ok; else bad "$name: message lacks '$pattern': $(cat "$dir/err.txt")"; fi
+    if [ -n "$protected" ]; then
+        if [ -L "$dir/.before" ]; then
+            if [ -L "$protected" ] && [ "$(readlink "$protected")" = "$(readlink "$dir/.before")" ]; then ok; else bad "$name replaced the link $protected"; fi
+        elif cmp -s "$protected" "$dir/.before"; then ok; else bad "$name changed $protected"; fi
+        rm -f "$dir/.before"
+    fi
+    if find "$dir" -name '.*.tmp-*' | grep -q .; then bad "$name left a temporary file"; else ok; fi
+}
+
+run_ok init "$CLI" init --preset tiny --seed 5 --out "$dir/m"
+run_ok inputs "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors"
+run_ok cotangent "$CLI" cotangent --model "$dir/m" --inputs "$dir/in.safetensors" --seed 3 --out "$dir/ct.safetensors"
+W="$dir/m/diffusion_pytorch_model.safetensors"
+IN="$dir/in.safetensors"
+CT="$dir/ct.safetensors"
+mkdir -p "$dir/sub"
+ln -s "$dir" "$dir/dirlink"
+
+# ---- 1. an output that is an input or lies in the model directory
+refuse fwd-out-is-model "$W" "model directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$W"
+refuse fwd-out-is-inputs "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$IN"
+refuse fwd-out-dotdot "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/sub/../in.safetensors"
+refuse fwd-out-via-link "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/dirlink/in.safetensors"
+refuse grad-out-is-cotangent "$CT" "input file" "$CLI" grad --model "$dir/m" --inputs "$IN" --cotangent "$CT" --out "$CT"
+refuse grad-out-is-inputs "$IN" "input file" "$CLI" grad --model "$dir/m" --inputs "$IN" --cotangent "$CT" --out "$IN"
+refuse replay-out-is-inputs "$IN" "input file" "$CLI" replay --model "$dir/m" --inputs "$IN" --out "$IN" --no-golden
+refuse cotangent-out-is-inputs "$IN" "input file" "$CLI" cotangent --model "$dir/m" --inputs "$IN" --seed 1 --out "$IN"
+refuse inputs-into-model "" "model directory" "$CLI" inputs --model "$dir/m" --seed 1 --out "$dir/m/x.safetensors"
+[ -e "$dir/m/x.safetensors" ] && bad "inputs wrote into the model" || ok
+refuse config-as-out "$dir/m/config.json" "model directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/m/config.json"
+refuse trajectory-into-model "" "model directory" "$CLI" trajectory --model "$dir/m" --steps 1 --seeds 1 --out "$dir/m/r.json" --quiet
+refuse manifest-into-model "" "model directory" "$CLI" verify --model "$dir/m" --write-manifest "$dir/m/manifest.json"
+if [ "$(ls -A "$dir/m" | sort | tr '\n' ' ')" = "config.json diffusion_pytorch_model.safetensors " ]; then ok; else bad "model directory now holds: $(ls -A "$dir/m")"; fi
+run_ok verify-after "$CLI" verify --model "$dir/m"
+
+# ---- 2. only a regular file is replaced: a symbolic link, a FIFO, a directory are refused
+echo precious >"$dir/target"
+ln -s target "$dir/link.safetensors"
+refuse out-symlink "$dir/link.safetensors" "symbolic link" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/link.safetensors"
+if [ "$(cat "$dir/target")" = precious ]; then ok; else bad "the link's target changed"; fi
+ln -s nowhere "$dir/dangling.json"
+refuse out-dangling-symlink "$dir/dangling.json" "symbolic link" "$CLI" trajectory --steps 1 --seeds 1 --out "$dir/dangling.json" --quiet
+mkfifo "$dir/fifo"
+refuse out-fifo "" "FIFO" "$CLI" trajectory --steps 1 --seeds 1 --out "$dir/fifo" --quiet
+if [ -p "$dir/fifo" ]; then ok; else bad "the FIFO was replaced"; fi
+refuse inputs-fifo "" "regular file" "$CLI" forward --model "$dir/m" --inputs "$dir/fifo" --out "$dir/o.safetensors"
+refuse out-directory "" "directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/sub"
+if [ -d "$dir/sub" ]; then ok; else bad "the directory was replaced"; fi
+
+# ---- 3. non-finite weights and cotangent
+cp -r "$dir/m" "$dir/nan"
+python3 - "$dir/nan/diffusion_pytorch_model.safetensors" "$CT" "$dir/ct_nan.safetensors" <<'PY'
+import json, struct, sys
+def poison(src, dst, name=None):
+    b = bytearray(open(src, "rb").read())
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    k = name or sorted(x for x in h if x != "__metadata__")[0]
+    e = h[k]
+    nan = {"F32": b"\x00\x00\xc0\x7f", "BF16": b"\xc0\x7f", "F64": b"\x00" * 6 + b"\xf8\x7f"}[e["dtype"]]
+    at = 8 + n + e["data_offsets"][0]
+    b[at:at + len(nan)] = nan
+    open(dst, "wb").write(bytes(b))
+poison(sys.argv[1], sys.argv[1])
+poison(sys.argv[2], sys.argv[3], "sample")
+PY
+refuse verify-nan-weights "" "NaN" "$CLI" verify --model "$dir/nan"
+refuse forward-nan-weights "" "NaN" "$CLI" forward --model "$dir/nan" --inputs "$IN" --out "$dir/o.safetensors"
+[ -e "$dir/o.safetensors" ] && bad "forward with NaN weights wrote an output" || ok
+refuse grad-nan-cotangent "" "not finite" "$CLI" grad --model "$dir/m" --inputs "$IN" --cotangent "$dir/ct_nan.safetensors" --out "$dir/g.safetensors"
+[ -e "$dir/g.safetensors" ] && bad "grad with a NaN cotangent wrote gradients" || ok
+
+# ---- 4. an attention mask that hides every key of item 1's queries
+run_ok inputs-mask "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --attention-mask --out "$dir/inm.safetensors"
+run_ok forward-mask "$CLI" forward --model "$dir/m" --inputs "$dir/inm.safetensors" --out "$dir/om.safetensors"
+python3 - "$dir/inm.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+e = json.loads(b[8:8 + n])["attention_mask"]
+B, S = e["shape"][0], e["shape"][-1]
+at = 8 + n + e["data_offsets"][0] + S  # item 1
+b[at:at + S] = bytes(S)
+open(sys.argv[1], "wb").write(bytes(b))
+PY
+refuse forward-empty-mask "" "item 1" "$CLI" forward --model "$dir/m" --inputs "$dir/inm.safetensors" --out "$dir/om2.safetensors"
+
+# ---- 5. option strings are never cut: 40 seeds run 40 seeds; a long bogus --keyframes is refused
+seeds=$(seq -s, 1000000000001 1000000000040)
+run_ok seeds-40 "$CLI" trajectory --seeds "$seeds" --steps 1 --no-grad --quiet --out "$dir/t40.json"
+if grep -q '(40 seeds x 1 steps x 4)' "$dir/out.txt"; then ok; else bad "40 seeds: $(tail -n 1 "$dir/out.txt")"; fi
+# 63 characters of valid tokens, then BOGUS: a 64-byte buffer kept exactly the valid part
+kf="$(printf 'first,%.0s' 1 2 3 4)$(printf 'last,%.0s' 1 2 3 4 5 6 7)lastBOGUS"
+refuse keyframes-long "" "keyframes" "$CLI" inputs --model "$dir/m" --seed 1 --keyframes "$kf" --out "$dir/k.safetensors"
+[ -e "$dir/k.safetensors" ] && bad "a bogus --keyframes wrote inputs" || ok
+longdir="$dir/$(printf 'd%.0s' $(seq 1 200))"
+mkdir -p "$longdir/$(printf 'e%.0s' $(seq 1 200))"
+longdir="$longdir/$(printf 'e%.0s' $(seq 1 200))"
+refuse long-path "" "END.safetensors" "$CLI" forward --model "$dir/m" --inputs "$longdir/$(printf 'f%.0s' $(seq 1 800))END.safetensors" --out "$dir/o.safetensors"
+
+# ---- 6. control bytes in a message are escaped (a file name with CR, ESC, VT, FS..RS)
+evil="$dir/$(printf 'x\r\033[2K\x0b\x1c\x1d\x1ey').safetensors"
+refuse escaped-message "" 'x\\x0d\\x1b\[2K\\x0b\\x1c\\x1d\\x1ey' "$CLI" forward --model "$dir/m" --inputs "$evil" --out "$dir/o.safetensors"
+if LC_ALL=C grep -q "$(printf '[\001-\010\013-\037\177]')" "$dir/err.txt"; then bad "raw control bytes on stderr"; else ok; fi
+refuse escaped-option "" '\\x0d' "$CLI" trajectory --seeds "$(printf '1\r2')" --out "$dir/o.json"
+
+# ---- 7. strict JSON: trailing text, a control byte, another class, a repeated name
+cp -r "$dir/m" "$dir/j"
+cfg="$dir/j/config.json"
+cp "$cfg" "$dir/cfg.orig"
+{ cat "$dir/cfg.orig"; echo '{"x": 1}'; } >"$cfg"
+refuse config-trailing "" "after the JSON value" "$CLI" verify --model "$dir/j"
+{ cat "$dir/cfg.orig"; printf '\x1c'; } >"$cfg"
+refuse config-control "" "control byte 0x1c" "$CLI" verify --model "$dir/j"
+sed 's/MiniMaxH3Transformer3DModel/WanTransformer3DModel/' "$dir/cfg.orig" >"$cfg"
+refuse config-class "" "WanTransformer3DModel" "$CLI" verify --model "$dir/j"
+sed 's/"ffn_dim": \([0-9]*\),/"ffn_dim": \1, "ffn_dim": \1,/' "$dir/cfg.orig" >"$cfg"
+refuse config-repeated "" "ffn_dim" "$CLI" verify --model "$dir/j"
+cp "$dir/cfg.orig" "$cfg"
+run_ok manifest "$CLI" verify --model "$dir/j" --write-manifest "$dir/man.json"
+{ cat "$dir/man.json"; echo '[]'; } >"$dir/man2.json"
+refuse manifest-trailing "" "after the JSON value" "$CLI" verify --model "$dir/j" --manifest "$dir/man2.json"
+# a sharded copy whose index names a tensor twice
+python3 - "$dir/j" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+w = "diffusion_pytorch_model.safetensors"
+os.rename(os.path.join(d, w), os.path.join(d, "shard-1.safetensors"))
+import struct
+b = open(os.path.join(d, "shard-1.safetensors"), "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+names = [k for k in json.loads(b[8:8 + n]) if k != "__metadata__"]
+body = ", ".join('"%s": "shard-1.safetensors"' % k for k in names + names[:1])
+open(os.path.join(d, w + ".index.json"), "w").write('{"metadata": {}, "weight_map": {%s}}' % body)
+PY
+refuse index-repeated "" "more than once" "$CLI" verify --model "$dir/j"
+
+echo "cli_reliability: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]
