@@ -133,6 +133,7 @@ evil="$dir/$(printf 'x\r\033[2K\x0b\x1c\x1d\x1ey').safetensors"
 refuse escaped-message "" 'x\\x0d\\x1b\[2K\\x0b\\x1c\\x1d\\x1ey' "$CLI" forward --model "$dir/m" --inputs "$evil" --out "$dir/o.safetensors"
 if LC_ALL=C grep -q "$(printf '[\001-\010\013-\037\177]')" "$dir/err.txt"; then bad "raw control bytes on stderr"; else ok; fi
 refuse escaped-option "" '\\x0d' "$CLI" trajectory --seeds "$(printf '1\r2')" --out "$dir/o.json"
+refuse escaped-command "" 'x\\x1b\[2K\\x7f' "$CLI" "$(printf 'x\033[2K\177')"
 
 # ---- 7. strict JSON: trailing text, a control byte, another class, a repeated name
 cp -r "$dir/m" "$dir/j"

@@ -928,7 +928,9 @@ int main(int argc, char **argv) {
     }
     const command *c = find_command(argv[1]);
     if (!c) {
-        fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", argv[1]);
+        char *esc = h3s_escape_dup(argv[1]); /* the word as typed, control bytes escaped */
+        fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", esc ? esc : "?");
+        free(esc);
         return EXIT_USAGE;
     }
     g_cmd = c->name;

@@ -567,14 +567,30 @@ h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, si
         close(fd);
         return h3s_fail(H3S_ERR_IO, "%s is not a regular file", path);
     }
-    char *buf = h3s_malloc(limit + 1, 1);
+    if ((uint64_t)sb.st_size > (uint64_t)limit) {
+        close(fd);
+        return h3s_fail(H3S_ERR_FORMAT, "%s: larger than %zu bytes", path, limit);
+    }
+    /* sized by the file, not by the limit; grown if the file grows while it is read */
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *buf = h3s_malloc(cap + 1, 1);
     if (!buf) {
         close(fd);
         return H3S_ERR_NOMEM;
     }
-    size_t n = 0;
     while (n < limit + 1) {
-        ssize_t r = read(fd, buf + n, limit + 1 - n);
+        if (n == cap) {
+            size_t grown = cap * 2 < limit + 1 ? cap * 2 : limit + 1;
+            char *nb = realloc(buf, grown + 1);
+            if (!nb) {
+                close(fd);
+                free(buf);
+                return h3s_fail(H3S_ERR_NOMEM, "out of memory reading %s", path);
+            }
+            buf = nb;
+            cap = grown;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
         if (r < 0) {
             if (errno == EINTR) continue;
             h3s_status st = h3s_fail(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
