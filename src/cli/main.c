@@ -10,12 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "io/modeldir.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/params.h"
 #include "progress.h"
 #include "provenance.h"
 #include "report/report.h"
@@ -289,6 +292,64 @@ static int parse_device(const opt *opts, int nopts, h3s_backend_kind *kind) {
     return -1;
 }
 
+/* ------------------------------------------------------------------ size guards ------- */
+
+/* Largest inputs file written without --force (docs/cli.md). */
+#define INPUTS_LIMIT_BYTES ((double)(512ull << 20))
+
+static void format_bytes(double b, char *out, size_t size) {
+    const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (b >= 1024 && u < 5) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(out, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+static double physical_memory_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+/* A request built in memory: refused when it exceeds the machine's memory, or `limit` without --force. */
+static int memory_guard(const char *what, double bytes, double limit, int force) {
+    char need[32], have[32];
+    format_bytes(bytes, need, sizeof need);
+    double mem = physical_memory_bytes();
+    if (mem > 0 && bytes > mem) {
+        format_bytes(mem, have, sizeof have);
+        return fail_line("%s would take %s, more than this machine's memory (%s); nothing written", what, need, have),
+               -1;
+    }
+    if (bytes > limit && !force) {
+        format_bytes(limit, have, sizeof have);
+        return fail_line("%s would take %s, over the %s limit; nothing written (--force writes it anyway)", what, need,
+                         have),
+               -1;
+    }
+    return 0;
+}
+
+/* Free space where `path` (a file or directory to be created) will be written; < 0 when unknown. */
+static double free_space_for(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        dir[--len] = 0;
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return -1;
+    return (double)sv.f_bavail * (double)sv.f_frsize;
+}
+
 /* ------------------------------------------------------------------ init -------------- */
 
 static int cmd_init(int argc, char **argv) {
@@ -305,13 +366,31 @@ static int cmd_init(int argc, char **argv) {
     int64_t layers = -1;
     if (parse_u64("--seed", seed_s, &seed)) return EXIT_USAGE;
     if (get(o, n, "--layers") && parse_i64("--layers", get(o, n, "--layers"), 1, 1000, &layers)) return EXIT_USAGE;
-    progress_stage(PHASE_WRITE, "writing %s model to %s", preset, out);
-    h3s_status st = h3s_model_init(preset, layers, seed, out);
+    h3s_config c;
+    h3s_status st = h3s_config_preset(preset, layers, &c);
+    if (st != H3S_OK) return fail_status(st);
+    /* the weights are generated in bounded pieces: disk, not memory, is what a large preset needs */
+    h3s_param_spec *specs = NULL;
+    int64_t nspecs = 0;
+    st = h3s_param_specs(&c, &specs, &nspecs);
+    if (st != H3S_OK) return fail_status(st);
+    double bytes = 0;
+    for (int64_t i = 0; i < nspecs; i++)
+        bytes += (double)h3s_param_spec_numel(&specs[i]) * (double)h3s_dtype_size(specs[i].dtype);
+    free(specs);
+    char size[32], room[32];
+    format_bytes(bytes, size, sizeof size);
+    double free_bytes = free_space_for(out);
+    if (free_bytes >= 0 && bytes > free_bytes) {
+        format_bytes(free_bytes, room, sizeof room);
+        fail_line("the %s model takes %s; only %s free where %s would be written; nothing written", preset, size, room,
+                  out);
+        return EXIT_SYSTEM;
+    }
+    progress_stage(PHASE_WRITE, "writing %s model (%s) to %s", preset, size, out);
+    st = h3s_model_init(preset, layers, seed, out);
     if (st != H3S_OK) return fail_status(st);
     progress_end();
-    h3s_config c;
-    st = h3s_config_preset(preset, layers, &c);
-    if (st != H3S_OK) return fail_status(st);
     printf("initialised %s model (hidden %lld, %lld x %lld heads, %lld blocks, %lld refiner) seed %llu in %s\n", preset,
            (long long)c.hidden_size, (long long)c.num_attention_heads, (long long)c.attention_head_dim,
            (long long)c.num_layers, (long long)c.num_refiner_layers, (unsigned long long)seed, out);
@@ -338,6 +417,22 @@ static int parse_keyframes(const char *s, int *first, int *last) {
     return 0;
 }
 
+/* Bytes of the inputs file (and about the memory it is built in), from the options alone: refused before
+ * anything is built when it is too large.  Sizes the layout cannot build are left to h3s_layout_build. */
+static int inputs_size_guard(const h3s_config *c, const h3s_layout_opts *lo, int64_t batch, int with_mask, int force) {
+    if (c->patch_size[1] <= 0 || c->patch_size[2] <= 0) return 0;
+    double rows_per_frame =
+        (double)(lo->latent_height / c->patch_size[1]) * (double)(lo->latent_width / c->patch_size[2]);
+    double nv = rows_per_frame * (double)(lo->frames + lo->keyframe_first + lo->keyframe_last);
+    double na = 2.0 * (double)lo->audio_latents, nt = (double)lo->text_tokens, S = nv + na + nt;
+    if (lo->pad_to > 0) S += (double)lo->pad_to;
+    double per_item =
+        nv * (double)h3s_config_video_width(c) + na * (double)c->audio_in_channels + nt * (double)c->text_dim;
+    double bytes = (double)batch * per_item * 4 + S * (8 + 8 + 3 * 8) + (nv + na + nt) * 8;
+    if (with_mask) bytes += (double)batch * S;
+    return memory_guard("this inputs file", bytes, INPUTS_LIMIT_BYTES, force);
+}
+
 static int cmd_inputs(int argc, char **argv) {
     opt o[] = {
         {"--model", "DIR", 1, "model directory (its config sets the row widths)", NULL},
@@ -353,6 +448,7 @@ static int cmd_inputs(int argc, char **argv) {
         {"--t-video", "T", 0, "timestep of the video and text rows, in [0, 1] (default 0.25)", NULL},
         {"--t-audio", "T", 0, "timestep of the audio rows, in [0, 1] (default 0.6)", NULL},
         {"--attention-mask", NULL, 0, "also write attention_mask [B, S] (false on padding rows)", NULL},
+        {"--force", NULL, 0, "write a file over the 512 MiB size limit (never more than the memory)", NULL},
         {"--out", "IN.safetensors", 1, "inputs file to write", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *seed_s, *out;
@@ -387,8 +483,12 @@ static int cmd_inputs(int argc, char **argv) {
     progress_stage(PHASE_READ, "loading model %s", model);
     h3s_status st = h3s_weights_load(model, &w);
     if (st != H3S_OK) return fail_status(st);
-    progress_stage(PHASE_RUN, "building the layout and seeded inputs");
     const h3s_config *c = h3s_weights_config(w);
+    if (inputs_size_guard(c, &lo, batch, get(o, n, "--attention-mask") != NULL, get(o, n, "--force") != NULL)) {
+        h3s_weights_free(w);
+        return EXIT_USAGE;
+    }
+    progress_stage(PHASE_RUN, "building the layout and seeded inputs");
     h3s_layout lay;
     memset(&lay, 0, sizeof lay);
     h3s_tensor hv = {0}, ha = {0}, enc = {0}, ts = {0}, tsi = {0}, mask = {0};

@@ -14,12 +14,13 @@ static const char *g_command = "h3strict";
 static progress_level g_level = PROGRESS_NORMAL;
 static double g_after = 2.0, g_repeat = 30.0, g_t0;
 
+/* Before the first stage nothing has been read: a failure there is not a bad input file. */
 static struct {
     int active, announced;
     progress_phase phase;
     char label[256];
     double start, last_line;
-} g_stage;
+} g_stage = {.phase = PHASE_RUN};
 
 static double now_seconds(void) {
     struct timespec ts;
