@@ -639,8 +639,27 @@ static void test_adaln(void) {
     CHECK_OK(h3s_adaln_projection_backward(&te64, &a64, &w64, &dt64, &dte64, &dw64, &db64));
     CHECK(h3t_bitwise_equal(&a, &ac), "adaln a = bf16(silu(temb)) equals the CPU strict bits");
     report_err("adaln table", h3t_rel_l2(&tab, &tab64), h3t_rel_l2(&tabc, &tab64), TOL_BF16);
-    report_err("adaln dtemb", h3t_rel_l2(&dte, &dte64), h3t_rel_l2(&dtec, &dte64), 5e-3);
-    report_err("adaln dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), 5e-3);
+    if (h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16 && N % 8 == 0 && E % 8 == 0) {
+        /* dtable enters the tensor cores rounded to BF16: bounded by the provider's precision,
+         * da = bf16(bf16(dtable) W) times silu'(temb), dw = bf16(bf16(dtable)^T a) */
+        h3s_tensor pda = provider_grad(&dtab, &w, &a, 0), pdw = provider_grad(&dtab, &w, &a, 1);
+        double *pd = (double *)pda.data;
+        const float *tv = (const float *)temb.data;
+        for (int64_t i = 0; i < T * E; i++) {
+            const double x = (double)tv[i], sg = 1.0 / (1.0 + exp(-x));
+            pd[i] *= sg * (1.0 + x * (1.0 - sg));
+        }
+        const double e1 = h3t_rel_l2(&dte, &dte64), p1 = h3t_rel_l2(&pda, &dte64);
+        const double e2 = h3t_rel_l2(&dw, &dw64), p2 = h3t_rel_l2(&pdw, &dw64);
+        printf("  adaln dtemb (bf16 operands)              gpu rel_l2 %.3e   provider precision %.3e\n", e1, p1);
+        printf("  adaln dw (bf16 operands)                 gpu rel_l2 %.3e   provider precision %.3e\n", e2, p2);
+        CHECK(e1 <= p1 && e1 <= 5e-3, "adaln dtemb with BF16 operands: %.3e exceeds the provider's %.3e", e1, p1);
+        CHECK(e2 <= p2 && e2 <= 5e-3, "adaln dw with BF16 operands: %.3e exceeds the provider's %.3e", e2, p2);
+        h3s_tensor_free(&pda), h3s_tensor_free(&pdw);
+    } else {
+        report_err("adaln dtemb", h3t_rel_l2(&dte, &dte64), h3t_rel_l2(&dtec, &dte64), 5e-3);
+        report_err("adaln dw", h3t_rel_l2(&dw, &dw64), h3t_rel_l2(&dwc, &dw64), 5e-3);
+    }
     report_err("adaln db", h3t_rel_l2(&db, &db64), h3t_rel_l2(&dbc, &db64), 1e-5);
     CHECK_OK(h3s_adaln_projection_forward(&ted, &wd, &bd, &ad, &tabd));
     CHECK_OK(h3s_adaln_projection_backward(&ted, &ad, &wd, &dtd, &dted, &dwd, &dbd));
