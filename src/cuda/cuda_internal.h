@@ -131,6 +131,9 @@ typedef struct h3c_fold_args {
 } h3c_fold_args;
 
 h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
+/* Test hook: nonzero routes HEAD_DW through the generic partial kernel (the reference the
+ * dedicated kernel must equal bit for bit). */
+void h3c_fold_force_generic(int on);
 
 /* ------------------------------------------------------------------ norms */
 /* x, w, table BF16 (w / table may be NULL); y BF16 or F32 (y_dt). index device or NULL. */

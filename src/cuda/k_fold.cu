@@ -89,6 +89,57 @@ __global__ void __launch_bounds__(FOLD_COLS)
     a.out[r * a.ldo + n] = have ? total : 0.0f;
 }
 
+/* HEAD_DW partials: the same chain as fold_partial_kernel (one thread per column, the (row, head)
+ * pairs of the tile in ascending order, each one step), with the contributions computed ahead
+ * by the block's other 384 threads into a double-buffered shared-memory ring.  The chain
+ * threads only add, so the loads of a tile's 256 x heads steps are in flight together instead
+ * of one step at a time.  Same operations, same order: the same bits. */
+#define HD_CHAIN 128
+#define HD_THREADS 512
+#define HD_STEPS 32
+
+__global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
+    __shared__ float buf[2][HD_STEPS][HD_CHAIN];
+    const int tid = threadIdx.x;
+    const int64_t n0 = (int64_t)blockIdx.x * HD_CHAIN, tile = blockIdx.y;
+    const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
+    const int64_t L = (m1 - m0) * a.heads; /* chain steps of this tile */
+    const int64_t nchunks = (L + HD_STEPS - 1) / HD_STEPS;
+    auto load = [&](int64_t k) { /* contributions of steps [k * HD_STEPS, +HD_STEPS) */
+                                 for (int e = tid - HD_CHAIN; e < HD_STEPS * HD_CHAIN; e += HD_THREADS - HD_CHAIN) {
+                                     const int j = e / HD_CHAIN, col = e % HD_CHAIN;
+                                     const int64_t st = k * HD_STEPS + j, n = n0 + col;
+                                     if (st >= L || n >= a.N) continue;
+                                     const int64_t m = m0 + st / a.heads, h = st % a.heads, c = h * a.head_dim + n;
+                                     const float xh =
+                                         h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + c]) * a.inv[m * a.heads + h];
+                                     buf[k & 1][j][col] = a.dy[m * a.ld_dy + c] * xh;
+                                 }
+    };
+    if (tid >= HD_CHAIN && nchunks > 0) load(0);
+    __syncthreads();
+    float part = 0.0f;
+    for (int64_t k = 0; k < nchunks; k++) {
+        if (tid >= HD_CHAIN) {
+            if (k + 1 < nchunks) load(k + 1);
+        } else {
+            const int64_t steps = L - k * HD_STEPS < HD_STEPS ? L - k * HD_STEPS : HD_STEPS;
+            for (int j = 0; j < (int)steps; j++) {
+                const float c = buf[k & 1][j][tid];
+                part = (k == 0 && j == 0) ? c : part + c;
+            }
+        }
+        __syncthreads();
+    }
+    const int64_t n = n0 + tid;
+    if (tid < HD_CHAIN && n < a.N) partial[tile * a.N + n] = part;
+    if (blockIdx.x == 0 && tid == 0) has[tile] = L > 0 ? 1 : 0;
+}
+
+static int g_fold_generic = 0; /* test hook: 1 = HEAD_DW through the generic partial kernel */
+
+extern "C" void h3c_fold_force_generic(int on) { g_fold_generic = on ? 1 : 0; }
+
 extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
     if (a->N <= 0) return H3S_OK;
     const int64_t rows_out = a->indexed ? a->R : 1;
@@ -107,8 +158,13 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
         H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
         has = (uint8_t *)ws + pbytes;
-        dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
-        fold_partial_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, h3c_error_flag());
+        if (a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 && !g_fold_generic) {
+            dim3 grid((unsigned)((a->N + HD_CHAIN - 1) / HD_CHAIN), (unsigned)tiles);
+            fold_head_dw_kernel<<<grid, HD_THREADS, 0, H3K_STREAM>>>(*a, partial, has);
+        } else {
+            dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
+            fold_partial_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, h3c_error_flag());
+        }
         h3s_status st = h3c_launch_check(op);
         if (st != H3S_OK) {
             h3c_ws_free(ws);

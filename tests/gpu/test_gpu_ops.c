@@ -7,6 +7,7 @@
  *   - batch invariance (B in {1, 2, 4}) for attention and the per-row-table ops;
  *   - attention padding invariance (masked keys between live ones change no live bit).
  * H3S_GPU_TEST_SMALL=1 shrinks every problem (the compute-sanitizer runs). */
+#include "cuda/cuda_internal.h"
 #include "gpu_util.h"
 
 #define TOL_BF16 4e-3 /* BF16 output: one rounding, about 2^-9 relative at worst */
@@ -329,6 +330,24 @@ static void test_head_rmsnorm(void) {
     free_all(all, 15, 0);
     h3s_tensor alld[] = {xd, wd, dyd, yd, dxd, dwd};
     free_all(alld, 6, 1);
+
+    /* The dedicated HEAD_DW fold kernel equals the generic one bit for bit (release geometry:
+     * 56 heads x 128, three 256-row tiles, the last one partial). */
+    const int64_t M2 = SZ(600, 300), H2 = SZ(56, 3), D2 = SZ(128, 24);
+    h3s_tensor x2 = gdev2(H3S_BF16, M2, H2 * D2), w2 = gdev1(H3S_BF16, D2), dy2 = gdev2(H3S_F32, M2, H2 * D2);
+    gfill(&x2, 44, 2.0f), gfill(&w2, 45, 1.0f), gfill(&dy2, 46, 1.0f);
+    h3s_tensor dwa = gdev1(H3S_F32, D2), dwb = gdev1(H3S_F32, D2);
+    h3c_fold_force_generic(1);
+    CHECK_OK(h3s_head_rmsnorm_backward(&x2, H2, &w2, 1e-5, &dy2, NULL, &dwa));
+    h3c_fold_force_generic(0);
+    CHECK_OK(h3s_head_rmsnorm_backward(&x2, H2, &w2, 1e-5, &dy2, NULL, &dwb));
+    h3s_tensor ha = gdown(&dwa);
+    CHECK(gequal(&dwb, &ha), "head_rmsnorm dw: the dedicated fold kernel differs from the generic one");
+    printf("  head_rmsnorm dw M=%lld heads=%lld D=%lld: dedicated fold kernel %s the generic one\n", (long long)M2,
+           (long long)H2, (long long)D2, gequal(&dwb, &ha) ? "bit-identical to" : "DIFFERS from");
+    h3s_tensor_free(&ha);
+    h3s_tensor alld2[] = {x2, w2, dy2, dwa, dwb};
+    free_all(alld2, 5, 1);
 }
 
 /* ================================================================== rope */
