@@ -817,7 +817,11 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--out", "REPORT.json", 1, "report: every comparison of every step", NULL},
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
                {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
-               {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL}};
+               {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL},
+               {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
+               {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
+               {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
+               {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *out;
     h3s_backend_kind kind;
@@ -829,7 +833,18 @@ static int cmd_trajectory(int argc, char **argv) {
     const char *model = get(o, n, "--model");
     if (get(o, n, "--steps") && parse_i64("--steps", get(o, n, "--steps"), 1, 1000, &steps)) return EXIT_USAGE;
     if (get(o, n, "--batch") && parse_i64("--batch", get(o, n, "--batch"), 2, 4096, &batch)) return EXIT_USAGE;
-    if (check_output(out, model, NULL, NULL)) return check_output_code;
+    const char *req_path = get(o, n, "--inputs");
+    float shift_v = 0, shift_a = 0;
+    int64_t cond_rows = -1;
+    if (get(o, n, "--shift-video") && parse_f32("--shift-video", get(o, n, "--shift-video"), 1e-3f, 1e5f, &shift_v))
+        return EXIT_USAGE;
+    if (get(o, n, "--shift-audio") && parse_f32("--shift-audio", get(o, n, "--shift-audio"), 1e-3f, 1e5f, &shift_a))
+        return EXIT_USAGE;
+    if (get(o, n, "--condition-rows") &&
+        parse_i64("--condition-rows", get(o, n, "--condition-rows"), 0, (int64_t)1 << 40, &cond_rows))
+        return EXIT_USAGE;
+    if (cond_rows >= 0 && !req_path) return fail_line("--condition-rows needs --inputs"), EXIT_USAGE;
+    if (check_output(out, model, req_path, NULL)) return check_output_code;
     if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), &seeds, &nseeds)) {
         free(seeds);
         return EXIT_USAGE;
@@ -845,8 +860,32 @@ static int cmd_trajectory(int argc, char **argv) {
         st = h3s_config_preset("tiny", -1, &c);
         if (st == H3S_OK) st = h3s_weights_create(&c, 0, &w);
     }
+    h3s_st_file *req_file = NULL;
+    h3s_inputs req;
+    memset(&req, 0, sizeof req);
+    int64_t req_batch = 0;
+    if (st == H3S_OK && req_path) {
+        progress_stage(PHASE_READ, "reading and validating %s", req_path);
+        st = h3s_st_open(req_path, &req_file);
+        if (st == H3S_OK) st = h3s_inputs_from_file(req_file, &req);
+        if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &req, &req_batch);
+        if (st == H3S_OK && req.attention_mask.data)
+            st = h3s_fail(H3S_ERR_UNSUPPORTED, "%s: trajectory --inputs does not take an attention_mask yet", req_path);
+        if (st == H3S_OK && cond_rows < 0) cond_rows = h3s_layout_condition_rows(&req);
+        if (st == H3S_OK) nseeds = 1;
+    }
+    if (st == H3S_OK && req_path && cond_rows > req.video_indices.shape[0]) {
+        fail_line("--condition-rows %lld: %s has %lld video rows", (long long)cond_rows, req_path,
+                  (long long)req.video_indices.shape[0]);
+        free(seeds);
+        h3s_st_close(req_file);
+        h3s_weights_free(w);
+        return EXIT_USAGE;
+    }
     if (st != H3S_OK) {
         free(seeds);
+        h3s_st_close(req_file);
+        h3s_weights_free(w);
         return fail_status(st);
     }
     h3s_trajectory_opts to;
@@ -858,13 +897,23 @@ static int cmd_trajectory(int argc, char **argv) {
     to.backend = kind;
     to.layout = (h3s_layout_opts){6, 2, 4, 6, 4, 1, 0, 0};
     to.with_grad = get(o, n, "--no-grad") == NULL;
+    to.request = req_path ? &req : NULL;
+    to.condition_rows = cond_rows > 0 ? cond_rows : 0;
+    to.shift_video = shift_v;
+    to.shift_audio = shift_a;
     pass_counter pc = {0, nseeds * steps * 2, 0};
     to.progress = progress_passes;
     to.progress_ctx = &pc;
     cJSON *report = NULL;
     h3s_trajectory_totals tot;
-    progress_stage(PHASE_RUN, "sampling %lld seeds x %lld steps, alone and in a batch of %lld", (long long)nseeds,
-                   (long long)steps, (long long)batch);
+    if (req_path)
+        progress_stage(PHASE_RUN,
+                       "sampling the request of %s (%lld condition rows) x %lld steps, alone and in a batch "
+                       "of %lld",
+                       req_path, (long long)to.condition_rows, (long long)steps, (long long)batch);
+    else
+        progress_stage(PHASE_RUN, "sampling %lld seeds x %lld steps, alone and in a batch of %lld", (long long)nseeds,
+                       (long long)steps, (long long)batch);
     pc.start = progress_seconds();
     st = h3s_trajectory_run(w, &to, &report, &tot);
     if (st == H3S_OK) {
@@ -876,10 +925,12 @@ static int cmd_trajectory(int argc, char **argv) {
         provenance_init(&prov, g_command_line ? g_command_line : "");
         provenance_add_backend(&prov, kind);
         st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
+        if (st == H3S_OK && req_path) st = provenance_add_file(&prov, "inputs_sha256", req_path);
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
         if (st == H3S_OK) st = h3s_json_write_file(out, report);
     }
     cJSON_Delete(report);
+    h3s_st_close(req_file);
     h3s_weights_free(w);
     free(seeds);
     if (st != H3S_OK) return fail_status(st);

@@ -11,6 +11,7 @@
 
 #include "core/core.h"
 #include "core/rng.h"
+#include "model/model.h"
 #include "sample/scheduler.h"
 
 /* Largest packed sequence accepted: far beyond any real request, small enough that every row index
@@ -142,6 +143,89 @@ void h3s_layout_free(h3s_layout *l) {
 }
 
 static h3s_status alloc1(h3s_tensor *t, h3s_dtype dtype, int64_t n) { return h3s_tensor_alloc(t, dtype, 1, &n); }
+
+/* An owning copy of a host tensor (same dtype, or F64 from a float tensor when to_f64). */
+static h3s_status copy_tensor(const h3s_tensor *src, int to_f64, h3s_tensor *dst) {
+    if (src->device != 0 || !src->data) return h3s_fail(H3S_ERR_INVALID, "layout_from_inputs: a tensor is missing");
+    H3S_TRY(h3s_tensor_alloc(dst, to_f64 ? H3S_F64 : src->dtype, src->ndim, src->shape));
+    h3s_status st = H3S_OK;
+    if (to_f64 && src->dtype != H3S_F64)
+        st = h3s_tensor_convert(src, dst);
+    else
+        memcpy(dst->data, src->data, h3s_tensor_nbytes(src));
+    if (st != H3S_OK) h3s_tensor_free(dst);
+    return st;
+}
+
+h3s_status h3s_layout_from_inputs(const struct h3s_inputs *in, int64_t n_condition, h3s_layout *out) {
+    const char *op = "layout_from_inputs";
+    if (!in || !out) return h3s_fail(H3S_ERR_INVALID, "%s: NULL argument", op);
+    const h3s_tensor *idx[4] = {&in->token_tags, &in->video_indices, &in->audio_indices, &in->text_indices};
+    for (int i = 0; i < 4; i++)
+        if (idx[i]->dtype != H3S_I64 || idx[i]->ndim != 1)
+            return h3s_fail(H3S_ERR_DTYPE, "%s: index tensors must be 1-D I64 (validate the inputs first)", op);
+    const int64_t S = in->token_tags.shape[0], Nv = in->video_indices.shape[0], Na = in->audio_indices.shape[0],
+                  Nt = in->text_indices.shape[0];
+    if (n_condition < 0 || n_condition > Nv)
+        return h3s_fail(H3S_ERR_INVALID, "%s: %lld condition rows, but the file has %lld video rows", op,
+                        (long long)n_condition, (long long)Nv);
+    h3s_layout l;
+    memset(&l, 0, sizeof l);
+    h3s_status st = copy_tensor(&in->token_tags, 0, &l.token_tags);
+    if (st == H3S_OK) st = copy_tensor(&in->position_ids, 1, &l.position_ids);
+    if (st == H3S_OK) st = copy_tensor(&in->video_indices, 0, &l.video_indices);
+    if (st == H3S_OK) st = copy_tensor(&in->audio_indices, 0, &l.audio_indices);
+    if (st == H3S_OK) st = copy_tensor(&in->text_indices, 0, &l.text_indices);
+    if (st == H3S_OK) st = copy_tensor(&in->timestep_indices, 0, &l.timestep_indices);
+    if (st == H3S_OK) st = alloc1(&l.row_kind, H3S_I64, S);
+    if (st != H3S_OK) {
+        h3s_layout_free(&l);
+        return st;
+    }
+    int64_t *kind = l.row_kind.data;
+    const int64_t *vi = l.video_indices.data, *ai = l.audio_indices.data, *ti = l.text_indices.data;
+    for (int64_t r = 0; r < S; r++)
+        kind[r] = H3S_ROW_PAD;
+    const int64_t *lists[3] = {ti, vi, ai};
+    const int64_t counts[3] = {Nt, Nv, Na};
+    for (int k = 0; k < 3; k++)
+        for (int64_t i = 0; i < counts[k]; i++)
+            if (lists[k][i] < 0 || lists[k][i] >= S) {
+                h3s_layout_free(&l);
+                return h3s_fail(H3S_ERR_INDEX, "%s: an index is outside [0, %lld) (validate the inputs first)", op,
+                                (long long)S);
+            }
+    for (int64_t i = 0; i < Nt; i++)
+        kind[ti[i]] = H3S_ROW_TEXT;
+    for (int64_t i = 0; i < Nv; i++)
+        kind[vi[i]] = i < n_condition ? H3S_ROW_CONDITION : H3S_ROW_VIDEO;
+    for (int64_t i = 0; i < Na; i++)
+        kind[ai[i]] = H3S_ROW_AUDIO;
+    l.S = S;
+    l.Nv = Nv;
+    l.Na = Na;
+    l.Nt = Nt;
+    l.T = in->timestep.ndim == 1 ? in->timestep.shape[0] : 0;
+    l.n_condition = n_condition;
+    l.n_pad = S - Nt - Nv - Na;
+    *out = l;
+    return H3S_OK;
+}
+
+int64_t h3s_layout_condition_rows(const struct h3s_inputs *in) {
+    if (!in || in->text_indices.ndim != 1 || in->text_indices.shape[0] < 1 || in->video_indices.ndim != 1) return 0;
+    const int64_t *ti = in->text_indices.data, *vi = in->video_indices.data, *tsi = in->timestep_indices.data;
+    const int64_t S = in->timestep_indices.shape[0], T = in->timestep.shape[0];
+    if (ti[0] < 0 || ti[0] >= S || tsi[ti[0]] < 0 || tsi[ti[0]] >= T) return 0;
+    const double t_text = h3s_tensor_get_f64(&in->timestep, tsi[ti[0]]);
+    int64_t n = 0;
+    for (; n < in->video_indices.shape[0]; n++) {
+        int64_t r = vi[n];
+        if (r < 0 || r >= S || tsi[r] < 0 || tsi[r] >= T) break;
+        if (h3s_tensor_get_f64(&in->timestep, tsi[r]) == t_text) break;
+    }
+    return n;
+}
 
 h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout *out) {
     const char *op = "layout_build";

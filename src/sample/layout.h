@@ -62,6 +62,18 @@ typedef struct h3s_layout {
 h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout *out);
 void h3s_layout_free(h3s_layout *l);
 
+/* The layout of an inputs file (validated with h3s_inputs_validate): an owning copy of its token_tags, position_ids
+ * (as F64), index lists and timestep_indices (as the row-group plan, T = its timestep count), with row kinds from
+ * the index lists: the first n_condition entries of video_indices are condition rows (the packed order this
+ * project writes), the rest target video.  Counts only: rows_per_frame and the frame fields stay 0.  On failure
+ * `out` is untouched. */
+struct h3s_inputs;
+h3s_status h3s_layout_from_inputs(const struct h3s_inputs *in, int64_t n_condition, h3s_layout *out);
+/* The condition rows of an inputs file, inferred: the leading video_indices entries whose timestep differs from
+ * the text rows' (condition rows carry max(t_video, 0.999), text rows t_video).  0 when every video row carries
+ * the text timestep, which is also what a file whose t_video is 0.999 or more gives: name the count then. */
+int64_t h3s_layout_condition_rows(const struct h3s_inputs *in);
+
 /* Row timesteps for one denoising step, as the reference pipeline builds them: every row starts at
  * t_video (text rows and target video rows keep it), target audio rows get t_audio, keyframe condition
  * rows get h3s_condition_timestep(t_video) = max(t_video, 0.999f).  `timestep` [T] F32 holds the

@@ -107,6 +107,47 @@ static void progress(const h3s_trajectory_opts *o, const char *fmt, ...) {
     o->progress(o->progress_ctx, line);
 }
 
+/* F32 copy of `src` ([B, N, W], any float dtype). */
+static h3s_status to_f32(const h3s_tensor *src, h3s_tensor *dst) {
+    H3S_TRY(h3s_tensor_alloc(dst, H3S_F32, src->ndim, src->shape));
+    h3s_status st = h3s_tensor_convert(src, dst);
+    if (st != H3S_OK) h3s_tensor_free(dst);
+    return st;
+}
+
+/* Overwrite the first `items` items of dst ([B, N, W] F32) with those of src ([B', N, W] F32). */
+static void copy_items(const h3s_tensor *src, int64_t items, h3s_tensor *dst) {
+    size_t per_item = (size_t)(src->shape[1] * src->shape[2]) * sizeof(float);
+    memcpy(dst->data, src->data, per_item * (size_t)items);
+}
+
+/* The user's request: item 0 alone for the rollout, and its items (then seeded ones) for the training batch. */
+static h3s_status lanes_from_request(const h3s_inputs *req, const h3s_layout *lay, uint64_t seed, const h3s_config *c,
+                                     lane *roll, lane *train) {
+    h3s_tensor f[3];
+    memset(f, 0, sizeof f);
+    const h3s_tensor *src[3] = {&req->hidden_states, &req->audio_hidden_states, &req->encoder_hidden_states};
+    h3s_status st = H3S_OK;
+    for (int i = 0; st == H3S_OK && i < 3; i++)
+        st = to_f32(src[i], &f[i]);
+    if (st == H3S_OK)
+        st = h3s_inputs_random(lay, train->batch, seed, h3s_config_video_width(c), c->audio_in_channels, c->text_dim,
+                               &train->hv, &train->ha, &train->enc);
+    h3s_tensor *rt[3] = {&roll->hv, &roll->ha, &roll->enc}, *tt[3] = {&train->hv, &train->ha, &train->enc};
+    int64_t have = req->hidden_states.shape[0], items = have < train->batch ? have : train->batch;
+    for (int i = 0; st == H3S_OK && i < 3; i++) {
+        int64_t shape[3] = {1, f[i].shape[1], f[i].shape[2]};
+        st = h3s_tensor_alloc(rt[i], H3S_F32, 3, shape);
+        if (st == H3S_OK) {
+            copy_items(&f[i], 1, rt[i]);
+            copy_items(&f[i], items, tt[i]);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        h3s_tensor_free(&f[i]);
+    return st;
+}
+
 static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s_layout *lay, uint64_t seed,
                            const float *sig_v, const float *sig_a, int64_t nsteps, cJSON *seed_obj,
                            h3s_trajectory_totals *tot) {
@@ -117,11 +158,15 @@ static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s
     roll.batch = 1;
     train.batch = o->batch;
     int64_t Wv = h3s_config_video_width(c);
-    h3s_status st =
-        h3s_inputs_random(lay, 1, seed, Wv, c->audio_in_channels, c->text_dim, &roll.hv, &roll.ha, &roll.enc);
-    if (st == H3S_OK)
-        st = h3s_inputs_random(lay, o->batch, seed, Wv, c->audio_in_channels, c->text_dim, &train.hv, &train.ha,
-                               &train.enc);
+    h3s_status st;
+    if (o->request) {
+        st = lanes_from_request(o->request, lay, seed, c, &roll, &train);
+    } else {
+        st = h3s_inputs_random(lay, 1, seed, Wv, c->audio_in_channels, c->text_dim, &roll.hv, &roll.ha, &roll.enc);
+        if (st == H3S_OK)
+            st = h3s_inputs_random(lay, o->batch, seed, Wv, c->audio_in_channels, c->text_dim, &train.hv, &train.ha,
+                                   &train.enc);
+    }
     cJSON *steps = cJSON_AddArrayToObject(seed_obj, "steps");
     for (int64_t i = 0; st == H3S_OK && i < nsteps; i++) {
         float tv = 1.0f - sig_v[i], ta = 1.0f - sig_a[i];
@@ -180,14 +225,22 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     if (o->batch < 2) return h3s_fail(H3S_ERR_INVALID, "trajectory: --batch must be at least 2 (item 0 + others)");
     memset(totals, 0, sizeof *totals);
     const h3s_config *c = h3s_weights_config(w);
+    if (o->request && o->request->attention_mask.data)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "trajectory: a request with an attention_mask is not supported yet");
+    if (o->shift_video < 0 || o->shift_audio < 0 || !(o->shift_video < 1e6f) || !(o->shift_audio < 1e6f))
+        return h3s_fail(H3S_ERR_INVALID, "trajectory: shifts must be positive (0 = the pipeline's)");
+    float shift_v = o->shift_video > 0 ? o->shift_video : 12.0f, shift_a = o->shift_audio > 0 ? o->shift_audio : 3.0f;
     h3s_layout lay;
-    H3S_TRY(h3s_layout_build(&o->layout, c->patch_size[1], c->patch_size[2], &lay));
+    if (o->request)
+        H3S_TRY(h3s_layout_from_inputs(o->request, o->condition_rows, &lay));
+    else
+        H3S_TRY(h3s_layout_build(&o->layout, c->patch_size[1], c->patch_size[2], &lay));
     int64_t n = o->steps + 1, count_v = 0, count_a = 0;
     float *sig_v = h3s_malloc((size_t)n, sizeof(float)), *sig_a = h3s_malloc((size_t)n, sizeof(float));
     h3s_model *m = NULL;
     h3s_status st = sig_v && sig_a ? H3S_OK : H3S_ERR_NOMEM;
-    if (st == H3S_OK) st = h3s_schedule_sigmas(n, 12.0f, sig_v, &count_v);
-    if (st == H3S_OK) st = h3s_schedule_sigmas(n, 3.0f, sig_a, &count_a);
+    if (st == H3S_OK) st = h3s_schedule_sigmas(n, shift_v, sig_v, &count_v);
+    if (st == H3S_OK) st = h3s_schedule_sigmas(n, shift_a, sig_a, &count_a);
     /* unique_consecutive may shorten a grid; both modalities step together */
     int64_t nsteps = (count_v < count_a ? count_v : count_a) - 1;
     if (st == H3S_OK) st = h3s_model_create(w, o->backend, &m);
@@ -201,8 +254,13 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     cJSON_AddNumberToObject(lo, "condition_rows", (double)lay.n_condition);
     cJSON_AddNumberToObject(lo, "audio_rows", (double)lay.Na);
     cJSON_AddNumberToObject(lo, "text_rows", (double)lay.Nt);
+    cJSON_AddStringToObject(doc, "requests",
+                            o->request ? "the user's request (item 0), its further items, then seeded" : "seeded");
+    cJSON_AddNumberToObject(doc, "shift_video", shift_v);
+    cJSON_AddNumberToObject(doc, "shift_audio", shift_a);
     cJSON *seeds = cJSON_AddArrayToObject(doc, "seeds");
-    for (int64_t s = 0; st == H3S_OK && s < o->nseeds; s++) {
+    int64_t nruns = o->request ? 1 : o->nseeds;
+    for (int64_t s = 0; st == H3S_OK && s < nruns; s++) {
         cJSON *so = cJSON_CreateObject();
         cJSON_AddNumberToObject(so, "seed", (double)o->seeds[s]);
         cJSON_AddItemToArray(seeds, so);

@@ -20,6 +20,13 @@ typedef struct h3s_trajectory_opts {
     int with_grad; /* one backward per step on both layouts, item 0's input gradients compared */
     h3s_progress_fn progress;
     void *progress_ctx;
+    /* The user's own request instead of seeded ones (NULL: seeded).  Its layout replaces `layout`; its item 0 is
+     * the rollout's request and item 0 of the training batch; items 1.. of the batch are its items 1.. while it
+     * has them, then seeded requests (seeds[0]) on the same layout.  The first condition_rows video rows are
+     * condition rows (held fixed).  Only seeds[0] is used; an attention_mask is not supported yet. */
+    const h3s_inputs *request;
+    int64_t condition_rows;
+    float shift_video, shift_audio; /* scheduler shifts; 0 = the pipeline's 12 (video) and 3 (audio) */
 } h3s_trajectory_opts;
 
 /* Totals of a run (also in the report's "summary"). */
