@@ -165,7 +165,9 @@ typedef struct h3c_attn_args {
     float *delta_out;
 } h3c_attn_args;
 
-/* Supported head dims: 1..128. */
+/* Supported head dims: 1..128; 128 runs on the tensor cores (src/cuda/attention.cu), the others on
+ * the two-pass CUDA-core kernels.  The test hook routes 128 to the CUDA-core kernels too. */
+void h3c_attention_force_reference(int on);
 h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
 h3s_status h3c_attention_backward(const char *op, const h3c_attn_args *a);
 

@@ -1,0 +1,899 @@
+/* Strict attention on the GPU (docs/numerics/cuda.md, "Attention").
+ *
+ * Non-causal, scale 1/sqrt(D), per (item, head); query s attends key j of its own item iff
+ * doc[s] == doc[j] and key_valid[b, j].  Every quantity is one fixed chain over the
+ * attendable keys (or queries) in ascending packed order, so it depends neither on tiling nor
+ * on how many masked keys lie between them (a padded sequence gives live rows the unpadded
+ * bits), nor on the batch size:
+ *   s_ij = (qk_i . k_j) * scale, where the dot product is computed by a quad of 4 threads:
+ *          lane l chains d = l, l + 4, ... with FMAs from 0, then (p0 + p1) + (p2 + p3);
+ *   m_i  = max over attendable j of s_ij               (pass 1 over the key tiles)
+ *   p_ij = expf(s_ij - m_i);  l_i = sum_j p_ij;  acc_i = FMA chain of p_ij v_j   (pass 2)
+ *   out_i = bf16(acc_i / l_i); stats_i = (m_i, l_i).  A query with no key: out 0, (-inf, 0).
+ * Two passes instead of an online softmax: the online rescaling would make the bits depend on
+ * where the tile boundaries fall among the attendable keys.  No S x S buffer: keys stream
+ * through shared memory in tiles of 32.  Backward (no atomics):
+ *   delta_i = FMA chain over d of dout_id * out_id;  P_ij = expf(s_ij - m_i) / l_i;
+ *   dS_ij = P_ij * (dout_i . v_j - delta_i);
+ *   dq_i = scale * (chain over attendable j ascending of dS_ij k_j)   -- by query blocks;
+ *   dk_j = scale * (chain over attendable i ascending of dS_ij q_i),
+ *   dv_j = chain over attendable i ascending of P_ij dout_i           -- by key blocks.
+ * Each quad owns one query (or key) and D/4 of its channels (d = lane, lane + 4, ...). */
+#include <math.h>
+
+#include <map>
+#include <vector>
+
+#include "cuda/k_common.cuh"
+
+#define AT_THREADS 256
+#define AT_ROWS (AT_THREADS / 4) /* queries (forward, dq) or keys (dk/dv) per block */
+#define AT_TILE 32               /* keys (or queries) per shared-memory tile */
+
+/* Dot product of the quad's D/4-channel slices; all 4 lanes return the same bits. */
+template <int DPT> __device__ __forceinline__ float quad_dot(const float *mine, const float *other_row, int ql) {
+    float p = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPT; i++)
+        p = __fmaf_rn(mine[i], other_row[ql + 4 * i], p);
+    p = p + __shfl_xor_sync(0xffffffffu, p, 1);
+    p = p + __shfl_xor_sync(0xffffffffu, p, 2);
+    return p;
+}
+
+/* Load `count` rows (BF16 or F32) of one head into a float tile [AT_TILE][4 * DPT]; rows past
+ * the end and channels past D are zero. */
+template <int DPT>
+__device__ __forceinline__ void load_tile(float (*tile)[4 * DPT], const void *src, int is_bf16, int64_t row0,
+                                          int64_t count, int64_t W, int64_t col0, int64_t D) {
+    for (int e = threadIdx.x; e < AT_TILE * 4 * DPT; e += AT_THREADS) {
+        int j = e / (4 * DPT), d = e % (4 * DPT);
+        float v = 0.0f;
+        if (j < count && d < D) {
+            int64_t idx = (row0 + j) * W + col0 + d;
+            v = is_bf16 ? h3k_bf2f(((const uint16_t *)src)[idx]) : ((const float *)src)[idx];
+        }
+        tile[j][d] = v;
+    }
+}
+
+template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_forward_kernel(h3c_attn_args a) {
+    __shared__ float Ks[AT_TILE][4 * DPT];
+    __shared__ float Vs[AT_TILE][4 * DPT];
+    __shared__ int64_t kdoc[AT_TILE];
+    __shared__ int kok[AT_TILE];
+    const int tid = threadIdx.x, ql = tid & 3;
+    const int64_t b = blockIdx.z, h = blockIdx.y, S = a.S, D = a.D, W = a.heads * a.D;
+    const int64_t s = (int64_t)blockIdx.x * AT_ROWS + (tid >> 2);
+    const bool live = s < S;
+    const int64_t row = b * S + s;
+    float q[DPT], acc[DPT];
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        q[i] = (live && d < D) ? h3k_bf2f(((const uint16_t *)a.q)[row * W + h * D + d]) : 0.0f;
+        acc[i] = 0.0f;
+    }
+    const int64_t qdoc = (live && a.doc) ? a.doc[s] : 0;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t ntiles = (S + AT_TILE - 1) / AT_TILE;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t t = 0; t < ntiles; t++) {
+            const int64_t k0 = t * AT_TILE, cnt = S - k0 < AT_TILE ? S - k0 : AT_TILE;
+            __syncthreads(); /* the previous tile is consumed */
+            load_tile<DPT>(Ks, a.k, 1, b * S + k0, cnt, W, h * D, D);
+            if (pass == 1) load_tile<DPT>(Vs, a.v, 1, b * S + k0, cnt, W, h * D, D);
+            if (tid < AT_TILE) {
+                bool ok = tid < cnt && (!a.kv || a.kv[b * S + k0 + tid]);
+                kok[tid] = ok;
+                kdoc[tid] = (ok && a.doc) ? a.doc[k0 + tid] : 0;
+            }
+            __syncthreads();
+            /* a tile no query of this block may attend is skipped (it contributes nothing) */
+            bool any = false;
+            if (live)
+                for (int j = 0; j < AT_TILE; j++)
+                    any = any || (kok[j] && kdoc[j] == qdoc);
+            if (!__syncthreads_or(any)) continue;
+            for (int j = 0; j < AT_TILE; j++) {
+                float sc = quad_dot<DPT>(q, Ks[j], ql) * a.scale;
+                if (!(live && kok[j] && kdoc[j] == qdoc)) continue;
+                if (pass == 0) {
+                    if (sc > m) m = sc;
+                } else {
+                    float p = expf(sc - m);
+                    l = l + p;
+#pragma unroll
+                    for (int i = 0; i < DPT; i++)
+                        acc[i] = __fmaf_rn(p, Vs[j][ql + 4 * i], acc[i]);
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        if (d < D) ((uint16_t *)a.out)[row * W + h * D + d] = h3k_f2bf(l > 0.0f ? acc[i] / l : 0.0f);
+    }
+    if (ql == 0) {
+        a.stats[(row * a.heads + h) * 2] = m;
+        a.stats[(row * a.heads + h) * 2 + 1] = l;
+    }
+}
+
+/* delta[row, h] = FMA chain over d ascending of dout * out (one thread per (row, head)). */
+__global__ void attn_delta_kernel(h3c_attn_args a, int64_t pairs) {
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = p / a.heads, h = p % a.heads, W = a.heads * a.D;
+        const uint16_t *o = (const uint16_t *)a.out_in + row * W + h * a.D;
+        const float *g = a.dout + row * W + h * a.D;
+        float acc = 0.0f;
+        for (int64_t d = 0; d < a.D; d++)
+            acc = __fmaf_rn(g[d], h3k_bf2f(o[d]), acc);
+        a.delta_out[p] = acc;
+    }
+}
+
+template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dq_kernel(h3c_attn_args a) {
+    __shared__ float Ks[AT_TILE][4 * DPT];
+    __shared__ float Vs[AT_TILE][4 * DPT];
+    __shared__ int64_t kdoc[AT_TILE];
+    __shared__ int kok[AT_TILE];
+    const int tid = threadIdx.x, ql = tid & 3;
+    const int64_t b = blockIdx.z, h = blockIdx.y, S = a.S, D = a.D, W = a.heads * a.D;
+    const int64_t s = (int64_t)blockIdx.x * AT_ROWS + (tid >> 2);
+    const int64_t row = b * S + s;
+    float q[DPT], g[DPT], dq[DPT];
+    const float lq = s < S ? a.stats_in[(row * a.heads + h) * 2 + 1] : 0.0f;
+    const bool live = s < S && lq > 0.0f; /* a query with no key has no gradient */
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        bool in = live && d < D;
+        q[i] = in ? h3k_bf2f(((const uint16_t *)a.q)[row * W + h * D + d]) : 0.0f;
+        g[i] = in ? a.dout[row * W + h * D + d] : 0.0f;
+        dq[i] = 0.0f;
+    }
+    const float mq = live ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
+    const float delta = live ? a.delta[row * a.heads + h] : 0.0f;
+    const int64_t qdoc = (live && a.doc) ? a.doc[s] : 0;
+    const int64_t ntiles = (S + AT_TILE - 1) / AT_TILE;
+    for (int64_t t = 0; t < ntiles; t++) {
+        const int64_t k0 = t * AT_TILE, cnt = S - k0 < AT_TILE ? S - k0 : AT_TILE;
+        __syncthreads();
+        load_tile<DPT>(Ks, a.k, 1, b * S + k0, cnt, W, h * D, D);
+        load_tile<DPT>(Vs, a.v, 1, b * S + k0, cnt, W, h * D, D);
+        if (tid < AT_TILE) {
+            bool ok = tid < cnt && (!a.kv || a.kv[b * S + k0 + tid]);
+            kok[tid] = ok;
+            kdoc[tid] = (ok && a.doc) ? a.doc[k0 + tid] : 0;
+        }
+        __syncthreads();
+        bool any = false;
+        if (live)
+            for (int j = 0; j < AT_TILE; j++)
+                any = any || (kok[j] && kdoc[j] == qdoc);
+        if (!__syncthreads_or(any)) continue;
+        for (int j = 0; j < AT_TILE; j++) {
+            float sc = quad_dot<DPT>(q, Ks[j], ql) * a.scale;
+            float dp = quad_dot<DPT>(g, Vs[j], ql);
+            if (!(live && kok[j] && kdoc[j] == qdoc)) continue;
+            float p = expf(sc - mq) / lq;
+            float ds = p * (dp - delta);
+#pragma unroll
+            for (int i = 0; i < DPT; i++)
+                dq[i] = __fmaf_rn(ds, Ks[j][ql + 4 * i], dq[i]);
+        }
+    }
+    if (s >= S) return;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        if (d < D) a.dq[row * W + h * D + d] = dq[i] * a.scale;
+    }
+}
+
+template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kernel(h3c_attn_args a) {
+    __shared__ float Qs[AT_TILE][4 * DPT];
+    __shared__ float Gs[AT_TILE][4 * DPT];
+    __shared__ float qm[AT_TILE], ql_sum[AT_TILE], qdelta[AT_TILE];
+    __shared__ int64_t qdoc[AT_TILE];
+    __shared__ int qok[AT_TILE];
+    const int tid = threadIdx.x, ql = tid & 3;
+    const int64_t b = blockIdx.z, h = blockIdx.y, S = a.S, D = a.D, W = a.heads * a.D;
+    const int64_t j = (int64_t)blockIdx.x * AT_ROWS + (tid >> 2); /* this quad's key */
+    const int64_t krow = b * S + j;
+    const bool live = j < S && (!a.kv || a.kv[b * S + j]);
+    const int64_t kd = (live && a.doc) ? a.doc[j] : 0;
+    float k[DPT], v[DPT], dk[DPT], dv[DPT];
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        bool in = live && d < D;
+        k[i] = in ? h3k_bf2f(((const uint16_t *)a.k)[krow * W + h * D + d]) : 0.0f;
+        v[i] = in ? h3k_bf2f(((const uint16_t *)a.v)[krow * W + h * D + d]) : 0.0f;
+        dk[i] = 0.0f;
+        dv[i] = 0.0f;
+    }
+    const int64_t ntiles = (S + AT_TILE - 1) / AT_TILE;
+    for (int64_t t = 0; t < ntiles; t++) {
+        const int64_t i0 = t * AT_TILE, cnt = S - i0 < AT_TILE ? S - i0 : AT_TILE;
+        __syncthreads();
+        load_tile<DPT>(Qs, a.q, 1, b * S + i0, cnt, W, h * D, D);
+        load_tile<DPT>(Gs, a.dout, 0, b * S + i0, cnt, W, h * D, D);
+        if (tid < AT_TILE) {
+            int64_t r = b * S + i0 + tid;
+            float lq = tid < cnt ? a.stats_in[(r * a.heads + h) * 2 + 1] : 0.0f;
+            bool ok = tid < cnt && lq > 0.0f;
+            qok[tid] = ok;
+            qm[tid] = ok ? a.stats_in[(r * a.heads + h) * 2] : 0.0f;
+            ql_sum[tid] = ok ? lq : 1.0f;
+            qdelta[tid] = ok ? a.delta[r * a.heads + h] : 0.0f;
+            qdoc[tid] = (ok && a.doc) ? a.doc[i0 + tid] : 0;
+        }
+        __syncthreads();
+        bool any = false;
+        if (live)
+            for (int i = 0; i < AT_TILE; i++)
+                any = any || (qok[i] && qdoc[i] == kd);
+        if (!__syncthreads_or(any)) continue;
+        for (int i = 0; i < AT_TILE; i++) {
+            float sc = quad_dot<DPT>(k, Qs[i], ql) * a.scale;
+            float dp = quad_dot<DPT>(v, Gs[i], ql);
+            if (!(live && qok[i] && qdoc[i] == kd)) continue;
+            float p = expf(sc - qm[i]) / ql_sum[i];
+            float ds = p * (dp - qdelta[i]);
+#pragma unroll
+            for (int c = 0; c < DPT; c++) {
+                dv[c] = __fmaf_rn(p, Gs[i][ql + 4 * c], dv[c]);
+                dk[c] = __fmaf_rn(ds, Qs[i][ql + 4 * c], dk[c]);
+            }
+        }
+    }
+    if (j >= S) return;
+#pragma unroll
+    for (int i = 0; i < DPT; i++) {
+        int64_t d = ql + 4 * i;
+        if (d < D) {
+            if (a.dk) a.dk[krow * W + h * D + d] = dk[i] * a.scale;
+            if (a.dv) a.dv[krow * W + h * D + d] = dv[i];
+        }
+    }
+}
+
+/* ================================================================== tensor-core path (D = 128)
+ *
+ * The same function as above on the tensor cores (mma.sync m16n8k16, BF16 operands, FP32
+ * accumulation), for head_dim 128 (docs/numerics/attention_cuda.md).  What keeps it strict:
+ *   - compaction: every (item, document) pair is a group; its attendable keys are listed in
+ *     ascending position (masked keys are not in the list) and its queries likewise.  Key and
+ *     query tiles are cut from these lists, anchored at their first entry, so the tile a live key
+ *     falls into, and its slot in the tile, depend only on the live keys before it: inserting or
+ *     removing masked keys anywhere moves no tile boundary.  A query row's arithmetic does not
+ *     depend on its slot either (every row of an MMA runs the same instructions).
+ *   - forward: online softmax over the group's key tiles in ascending order: s = (q . k) * scale
+ *     (the products of a key over d in ascending k16 steps), the row maximum (exact), p =
+ *     expf(s - m), l = l * expf(m_old - m) + (the row's sum of p in a fixed lane order), o =
+ *     o * expf(m_old - m) + bf16(p) v; out = bf16(o / l); stats = (m, l).
+ *   - backward: delta as above; P = expf(s - m) / l from the stored stats; dS = P (dP - delta);
+ *     dq over the group's key tiles ascending (one CTA per query tile, no atomics); dk and dv
+ *     over the group's participating queries (l > 0 and a non-zero dout row for the head,
+ *     compacted per head) in ascending tiles (one CTA per key tile).  bf16(P), bf16(dS) and
+ *     bf16(dout) enter the tensor cores, as in the provider's flash kernels.
+ * Nothing depends on B, on the number of multiprocessors or on scheduling. */
+
+#define TC_D 128
+#define TC_LDS 136 /* smem row stride in BF16: 128 + 8 keeps ldmatrix conflict-free */
+#define TC_FQ 64   /* forward: queries per CTA (4 warps x 16) */
+#define TC_FK 64   /* forward: keys per tile */
+#define TC_BQ 32   /* backward: queries per tile (dk/dv) */
+#define TC_BK 32   /* backward: keys per tile (dq) */
+#define TC_THREADS 128
+
+struct tc_groups {
+    int ngroups;
+    const int *g_item, *g_qoff, *g_qcnt, *g_koff, *g_kcnt; /* [ngroups] */
+    const int *qrows, *krows;                              /* packed row indices, per group contiguous */
+    const int *work;                                       /* (group, tile) pairs */
+    int nwork;
+    /* backward: participating queries per (group, head), compacted */
+    const int *bq;     /* [heads][total queries] */
+    const int *bq_cnt; /* [ngroups][heads] */
+    int total_q;
+};
+
+__device__ __forceinline__ void tc_ldsm_x4(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void tc_ldsm_x4_t(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
+    return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
+}
+
+/* Gather `count` BF16 rows (this head's 128 columns) into a [rows][TC_LDS] tile; rows past
+ * `count` are zero. */
+__device__ __forceinline__ void tc_gather_bf16(uint16_t *tile, int rows, const uint16_t *src, const int *rowidx,
+                                               int count, int64_t W, int64_t col0) {
+    for (int e = threadIdx.x; e < rows * 16; e += TC_THREADS) {
+        const int r = e >> 4, c = (e & 15) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < count) v = *(const uint4 *)(src + (int64_t)rowidx[r] * W + col0 + c);
+        *(uint4 *)(tile + r * TC_LDS + c) = v;
+    }
+}
+
+/* The same for F32 rows, rounded once to BF16. */
+__device__ __forceinline__ void tc_gather_f32(uint16_t *tile, int rows, const float *src, const int *rowidx, int count,
+                                              int64_t W, int64_t col0) {
+    for (int e = threadIdx.x; e < rows * 32; e += TC_THREADS) {
+        const int r = e >> 5, c = (e & 31) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < count) v = *(const float4 *)(src + (int64_t)rowidx[r] * W + col0 + c);
+        *(uint2 *)(tile + r * TC_LDS + c) = make_uint2(tc_pack(v.x, v.y), tc_pack(v.z, v.w));
+    }
+}
+
+/* acc[16 x (8 NT)] += A (16 x 128 from a [rows][TC_LDS] tile at row a0) . B^T where B's rows are
+ * the n index ([n][128] tile from row b0): the products over d in ascending k16 steps. */
+template <int NT>
+__device__ __forceinline__ void tc_qk(float (*acc)[4], const uint16_t *A, int a0, const uint16_t *B, int b0, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < TC_D / 16; ks++) {
+        uint32_t a[4];
+        tc_ldsm_x4(A + (a0 + (lane & 15)) * TC_LDS + ks * 16 + (lane >> 4) * 8, a[0], a[1], a[2], a[3]);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b0r, b1r, b2r, b3r;
+            tc_ldsm_x4(B + (b0 + np * 16 + (lane & 7) + (lane >> 4) * 8) * TC_LDS + ks * 16 + ((lane >> 3) & 1) * 8,
+                       b0r, b1r, b2r, b3r);
+            tc_mma(acc[2 * np], a, b0r, b1r);
+            tc_mma(acc[2 * np + 1], a, b2r, b3r);
+        }
+    }
+}
+
+/* acc[16 x 128] += P (16 x (16 KC), as A fragments) . V where V is a [k][128] tile (rows k). */
+template <int KC>
+__device__ __forceinline__ void tc_pv(float (*acc)[4], const uint32_t (*pa)[4], const uint16_t *V, int lane) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+#pragma unroll
+        for (int dp = 0; dp < TC_D / 16; dp++) {
+            uint32_t b0r, b1r, b2r, b3r;
+            tc_ldsm_x4_t(V + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * TC_LDS + dp * 16 + (lane >> 4) * 8, b0r,
+                         b1r, b2r, b3r);
+            tc_mma(acc[2 * dp], pa[kc], b0r, b1r);
+            tc_mma(acc[2 * dp + 1], pa[kc], b2r, b3r);
+        }
+    }
+}
+
+/* Accumulator fragments (16 x 8 NT, FP32) to BF16 A fragments (16 x 16 per k chunk). */
+template <int NT> __device__ __forceinline__ void tc_to_a(const float (*s)[4], uint32_t (*pa)[4]) {
+#pragma unroll
+    for (int kc = 0; kc < NT / 2; kc++) {
+        pa[kc][0] = tc_pack(s[2 * kc][0], s[2 * kc][1]);
+        pa[kc][1] = tc_pack(s[2 * kc][2], s[2 * kc][3]);
+        pa[kc][2] = tc_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pa[kc][3] = tc_pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    }
+}
+
+/* Sum over the quad of lanes holding one row: (a0 + a1) + (a2 + a3) on every lane. */
+__device__ __forceinline__ float tc_quad_sum(float v) {
+    v = v + __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+__device__ __forceinline__ float tc_quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__global__ void __launch_bounds__(TC_THREADS) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *Qs = tc_smem, *Ks = Qs + TC_FQ * TC_LDS, *Vs = Ks + TC_FK * TC_LDS;
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_FQ;
+    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
+    const int qcnt = min(G.g_qcnt[g] - t0, TC_FQ), kcnt = G.g_kcnt[g];
+    const int *qrows = G.qrows + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    tc_gather_bf16(Qs, TC_FQ, (const uint16_t *)a.q, qrows, qcnt, W, col0);
+    float o[TC_D / 8][4];
+#pragma unroll
+    for (int i = 0; i < TC_D / 8; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int k0 = 0; k0 < kcnt; k0 += TC_FK) {
+        const int kn = min(kcnt - k0, TC_FK);
+        __syncthreads();
+        tc_gather_bf16(Ks, TC_FK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_bf16(Vs, TC_FK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        __syncthreads();
+        float s[TC_FK / 8][4];
+#pragma unroll
+        for (int i = 0; i < TC_FK / 8; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        tc_qk<TC_FK / 8>(s, Qs, warp * 16, Ks, 0, lane);
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < TC_FK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = nt * 8 + (lane & 3) * 2 + (e & 1);
+                const float v = key < kn ? s[nt][e] * a.scale : -INFINITY;
+                s[nt][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
+            alpha[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            m[r] = mn;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < TC_FK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - m[e >> 1]);
+                s[nt][e] = p;
+                rs[e >> 1] = rs[e >> 1] + p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+#pragma unroll
+        for (int i = 0; i < TC_D / 8; i++) {
+            o[i][0] = o[i][0] * alpha[0], o[i][1] = o[i][1] * alpha[0];
+            o[i][2] = o[i][2] * alpha[1], o[i][3] = o[i][3] * alpha[1];
+        }
+        uint32_t pa[TC_FK / 16][4];
+        tc_to_a<TC_FK / 8>(s, pa);
+        tc_pv<TC_FK / 16>(o, pa, Vs, lane);
+    }
+    /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = warp * 16 + (lane >> 2) + 8 * r;
+        if (qi >= qcnt) continue;
+        const int64_t row = qrows[qi];
+        uint16_t *dst = (uint16_t *)a.out + row * W + col0;
+#pragma unroll
+        for (int i = 0; i < TC_D / 8; i++) {
+            const int d = i * 8 + (lane & 3) * 2;
+            const float v0 = l[r] > 0.0f ? o[i][2 * r] / l[r] : 0.0f, v1 = l[r] > 0.0f ? o[i][2 * r + 1] / l[r] : 0.0f;
+            *(uint32_t *)(dst + d) = tc_pack(v0, v1);
+        }
+        if ((lane & 3) == 0) {
+            a.stats[(row * a.heads + h) * 2] = m[r];
+            a.stats[(row * a.heads + h) * 2 + 1] = l[r];
+        }
+    }
+}
+
+/* delta[row, h] (as attn_delta_kernel) and the participation flag: l > 0 and a non-zero dout row. */
+__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part) {
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = p / a.heads, h = p % a.heads, W = a.heads * a.D;
+        const uint16_t *o = (const uint16_t *)a.out_in + row * W + h * a.D;
+        const float *g = a.dout + row * W + h * a.D;
+        float acc = 0.0f;
+        bool nz = false;
+        for (int64_t d = 0; d < a.D; d++) {
+            acc = __fmaf_rn(g[d], h3k_bf2f(o[d]), acc);
+            nz = nz || g[d] != 0.0f;
+        }
+        a.delta_out[p] = acc;
+        part[p] = nz && a.stats_in[p * 2 + 1] > 0.0f;
+    }
+}
+
+/* Participating queries of each (group, head), ascending: one warp per pair. */
+__global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t *part, int *bq, int *bq_cnt) {
+    const int g = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int off = G.g_qoff[g], cnt = G.g_qcnt[g];
+    int n = 0;
+    for (int i0 = 0; i0 < cnt; i0 += 32) {
+        const int i = i0 + lane;
+        const int row = i < cnt ? G.qrows[off + i] : 0;
+        const bool f = i < cnt && part[(int64_t)row * heads + h];
+        const unsigned bal = __ballot_sync(0xffffffffu, f);
+        if (f) bq[(int64_t)h * G.total_q + off + n + __popc(bal & ((1u << lane) - 1u))] = row;
+        n += __popc(bal);
+    }
+    if (lane == 0) bq_cnt[g * heads + h] = n;
+}
+
+/* dq for one tile of a group's participating queries (of head h), over the group's key tiles. */
+__global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G) {
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *Qs = tc_smem, *Gs = Qs + 64 * TC_LDS, *Ks = Gs + 64 * TC_LDS, *Vs = Ks + TC_BK * TC_LDS;
+    __shared__ float qm[64], qinv[64], qdel[64];
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
+    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
+    const int qn = min(G.bq_cnt[g * a.heads + h] - t0, 64);
+    if (qn <= 0) return;
+    const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
+    const int kcnt = G.g_kcnt[g];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    tc_gather_bf16(Qs, 64, (const uint16_t *)a.q, qrows, qn, W, col0);
+    tc_gather_f32(Gs, 64, a.dout, qrows, qn, W, col0);
+    if (threadIdx.x < 64) {
+        const int i = threadIdx.x;
+        const int64_t row = i < qn ? qrows[i] : 0;
+        qm[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
+        qinv[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2 + 1] : 1.0f;
+        qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
+    }
+    float dq[TC_D / 8][4];
+#pragma unroll
+    for (int i = 0; i < TC_D / 8; i++)
+        dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    for (int k0 = 0; k0 < kcnt; k0 += TC_BK) {
+        const int kn = min(kcnt - k0, TC_BK);
+        __syncthreads();
+        tc_gather_bf16(Ks, TC_BK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_bf16(Vs, TC_BK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        __syncthreads();
+        float s[TC_BK / 8][4], dp[TC_BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < TC_BK / 8; i++)
+            s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
+        tc_qk<TC_BK / 8>(s, Qs, warp * 16, Ks, 0, lane);
+        tc_qk<TC_BK / 8>(dp, Gs, warp * 16, Vs, 0, lane);
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = nt * 8 + (lane & 3) * 2 + (e & 1), qi = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                float ds = 0.0f;
+                if (key < kn && qi < qn) {
+                    const float p = expf(s[nt][e] * a.scale - qm[qi]) / qinv[qi];
+                    ds = p * (dp[nt][e] - qdel[qi]);
+                }
+                s[nt][e] = ds;
+            }
+        uint32_t da[TC_BK / 16][4];
+        tc_to_a<TC_BK / 8>(s, da);
+        tc_pv<TC_BK / 16>(dq, da, Ks, lane);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = warp * 16 + (lane >> 2) + 8 * r;
+        if (qi >= qn) continue;
+        float *dst = a.dq + (int64_t)qrows[qi] * W + col0;
+#pragma unroll
+        for (int i = 0; i < TC_D / 8; i++)
+            *(float2 *)(dst + i * 8 + (lane & 3) * 2) = make_float2(dq[i][2 * r] * a.scale, dq[i][2 * r + 1] * a.scale);
+    }
+}
+
+/* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h). */
+__global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G) {
+    extern __shared__ __align__(16) uint16_t tc_smem[];
+    uint16_t *Ks = tc_smem, *Vs = Ks + 64 * TC_LDS, *Qs = Vs + 64 * TC_LDS, *Gs = Qs + TC_BQ * TC_LDS;
+    __shared__ float qm[TC_BQ], qinv[TC_BQ], qdel[TC_BQ];
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
+    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
+    const int kn = min(G.g_kcnt[g] - t0, 64);
+    const int *krows = G.krows + G.g_koff[g] + t0, *qrows = G.bq + h * G.total_q + G.g_qoff[g];
+    const int qcnt = G.bq_cnt[g * a.heads + h];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    tc_gather_bf16(Ks, 64, (const uint16_t *)a.k, krows, kn, W, col0);
+    tc_gather_bf16(Vs, 64, (const uint16_t *)a.v, krows, kn, W, col0);
+    float dk[TC_D / 8][4], dv[TC_D / 8][4];
+#pragma unroll
+    for (int i = 0; i < TC_D / 8; i++)
+        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+    for (int q0 = 0; q0 < qcnt; q0 += TC_BQ) {
+        const int qn = min(qcnt - q0, TC_BQ);
+        __syncthreads();
+        tc_gather_bf16(Qs, TC_BQ, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
+        tc_gather_f32(Gs, TC_BQ, a.dout, qrows + q0, qn, W, col0);
+        if (threadIdx.x < TC_BQ) {
+            const int i = threadIdx.x;
+            const int64_t row = i < qn ? qrows[q0 + i] : 0;
+            qm[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
+            qinv[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2 + 1] : 1.0f;
+            qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
+        }
+        __syncthreads();
+        /* transposed scores: rows are this warp's 16 keys, columns the tile's queries */
+        float st[TC_BQ / 8][4], dpt[TC_BQ / 8][4];
+#pragma unroll
+        for (int i = 0; i < TC_BQ / 8; i++)
+            st[i][0] = st[i][1] = st[i][2] = st[i][3] = dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
+        tc_qk<TC_BQ / 8>(st, Ks, warp * 16, Qs, 0, lane);
+        tc_qk<TC_BQ / 8>(dpt, Vs, warp * 16, Gs, 0, lane);
+        float dst_[TC_BQ / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TC_BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int qi = nt * 8 + (lane & 3) * 2 + (e & 1), kj = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                float p = 0.0f, ds = 0.0f;
+                if (qi < qn && kj < kn) {
+                    p = expf(st[nt][e] * a.scale - qm[qi]) / qinv[qi];
+                    ds = p * (dpt[nt][e] - qdel[qi]);
+                }
+                st[nt][e] = p;
+                dst_[nt][e] = ds;
+            }
+        uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
+        tc_to_a<TC_BQ / 8>(st, pa);
+        tc_to_a<TC_BQ / 8>(dst_, da);
+        tc_pv<TC_BQ / 16>(dv, pa, Gs, lane);
+        tc_pv<TC_BQ / 16>(dk, da, Qs, lane);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int kj = warp * 16 + (lane >> 2) + 8 * r;
+        if (kj >= kn) continue;
+        const int64_t row = krows[kj];
+#pragma unroll
+        for (int i = 0; i < TC_D / 8; i++) {
+            const int d = i * 8 + (lane & 3) * 2;
+            if (a.dk)
+                *(float2 *)(a.dk + row * W + col0 + d) =
+                    make_float2(dk[i][2 * r] * a.scale, dk[i][2 * r + 1] * a.scale);
+            if (a.dv) *(float2 *)(a.dv + row * W + col0 + d) = make_float2(dv[i][2 * r], dv[i][2 * r + 1]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ groups (host) */
+
+struct tc_plan {
+    void *ws;
+    tc_groups G;
+    int nfwd, ndq, nkv;
+    const int *fwork, *dqwork, *kvwork;
+};
+
+/* Groups of (item, document), their query and attendable-key rows in ascending position, and the
+ * work lists; built on the host from doc and key_valid (copied from the device when they live
+ * there: one synchronisation) and uploaded in one workspace. */
+static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int backward, tc_plan *P) {
+    memset(P, 0, sizeof *P);
+    const int64_t B = a->B, S = a->S;
+    if (B * S > INT32_MAX / 2)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rows exceed the tensor-core attention's 2^30 limit", op,
+                        (long long)(B * S));
+    std::vector<int64_t> doc;
+    std::vector<uint8_t> kv;
+    if (a->doc) {
+        doc.resize((size_t)S);
+        cudaError_t e = cudaMemcpyAsync(doc.data(), a->doc, (size_t)S * 8, cudaMemcpyDeviceToHost, H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.doc copy: %s", op, cudaGetErrorString(e));
+    }
+    if (a->kv) {
+        kv.resize((size_t)(B * S));
+        cudaError_t e = cudaMemcpyAsync(kv.data(), a->kv, (size_t)(B * S), cudaMemcpyDeviceToHost, H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.key_valid copy: %s", op, cudaGetErrorString(e));
+    }
+    if (a->doc || a->kv) {
+        cudaError_t e = cudaStreamSynchronize(H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: %s", op, cudaGetErrorString(e));
+    }
+    /* documents: positions of each distinct value, ascending (values in order of first use) */
+    std::vector<std::vector<int>> docs;
+    if (a->doc) {
+        std::map<int64_t, size_t> slot;
+        for (int64_t s = 0; s < S; s++) {
+            auto it = slot.find(doc[(size_t)s]);
+            if (it == slot.end()) {
+                slot[doc[(size_t)s]] = docs.size();
+                docs.push_back(std::vector<int>());
+                docs.back().push_back((int)s);
+            } else {
+                docs[it->second].push_back((int)s);
+            }
+        }
+    } else {
+        docs.push_back(std::vector<int>());
+        for (int64_t s = 0; s < S; s++)
+            docs[0].push_back((int)s);
+    }
+    std::vector<int> gi, gqo, gqc, gko, gkc, qrows, krows, fw, dw, kw;
+    for (int64_t b = 0; b < B; b++)
+        for (size_t d = 0; d < docs.size(); d++) {
+            const int g = (int)gi.size();
+            gi.push_back((int)b);
+            gqo.push_back((int)qrows.size());
+            gko.push_back((int)krows.size());
+            for (int s : docs[d]) {
+                const int row = (int)(b * S + s);
+                qrows.push_back(row);
+                if (!a->kv || kv[(size_t)row]) krows.push_back(row);
+            }
+            gqc.push_back((int)qrows.size() - gqo.back());
+            gkc.push_back((int)krows.size() - gko.back());
+            for (int t = 0; t * TC_FQ < gqc.back(); t++)
+                fw.push_back(g), fw.push_back(t), dw.push_back(g), dw.push_back(t);
+            for (int t = 0; t * 64 < gkc.back(); t++)
+                kw.push_back(g), kw.push_back(t);
+        }
+    const int ng = (int)gi.size(), nq = (int)qrows.size(), nk = (int)krows.size();
+    if ((int64_t)fw.size() / 2 > INT32_MAX || a->heads > 65535)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld heads exceed the grid limits", op, (long long)a->heads);
+    std::vector<int> all;
+    auto put = [&](const std::vector<int> &v) {
+        size_t off = all.size();
+        all.insert(all.end(), v.begin(), v.end());
+        all.resize((all.size() + 3) & ~(size_t)3);
+        return off;
+    };
+    const size_t o_gi = put(gi), o_gqo = put(gqo), o_gqc = put(gqc), o_gko = put(gko), o_gkc = put(gkc);
+    const size_t o_qr = put(qrows), o_kr = put(krows), o_fw = put(fw), o_dw = put(dw), o_kw = put(kw);
+    size_t bytes = all.size() * sizeof(int);
+    const size_t o_bq = all.size(), n_bq = backward ? (size_t)a->heads * (size_t)(nq > 0 ? nq : 1) : 0;
+    const size_t o_bc = o_bq + n_bq, n_bc = backward ? (size_t)ng * (size_t)a->heads : 0;
+    bytes += (n_bq + n_bc) * sizeof(int);
+    H3S_TRY(h3c_ws_alloc(op, bytes > 0 ? bytes : 4, &P->ws));
+    int *base = (int *)P->ws;
+    cudaError_t e = cudaMemcpyAsync(base, all.data(), all.size() * sizeof(int), cudaMemcpyHostToDevice, H3K_STREAM);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(H3K_STREAM); /* the host vectors go out of scope */
+    if (e != cudaSuccess) {
+        h3c_ws_free(P->ws);
+        P->ws = NULL;
+        return h3s_fail(H3S_ERR_DEVICE, "%s: attention plan upload: %s", op, cudaGetErrorString(e));
+    }
+    P->G.ngroups = ng;
+    P->G.g_item = base + o_gi, P->G.g_qoff = base + o_gqo, P->G.g_qcnt = base + o_gqc;
+    P->G.g_koff = base + o_gko, P->G.g_kcnt = base + o_gkc;
+    P->G.qrows = base + o_qr, P->G.krows = base + o_kr;
+    P->G.total_q = nq;
+    P->G.bq = backward ? base + o_bq : NULL;
+    P->G.bq_cnt = backward ? base + o_bc : NULL;
+    P->nfwd = (int)fw.size() / 2, P->ndq = (int)dw.size() / 2, P->nkv = (int)kw.size() / 2;
+    P->fwork = base + o_fw, P->dqwork = base + o_dw, P->kvwork = base + o_kw;
+    (void)nk;
+    return H3S_OK;
+}
+
+#define TC_SMEM (192 * TC_LDS * 2)
+
+static h3s_status tc_smem_attr(const char *op) {
+    static int done = 0;
+    if (done) return H3S_OK;
+    const void *ks[3] = {(const void *)attn_tc_forward_kernel, (const void *)attn_tc_dq_kernel,
+                         (const void *)attn_tc_dkdv_kernel};
+    for (int i = 0; i < 3; i++) {
+        cudaError_t e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM);
+        if (e != cudaSuccess)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
+    }
+    done = 1;
+    return H3S_OK;
+}
+
+static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
+    H3S_TRY(tc_smem_attr(op));
+    tc_plan P;
+    H3S_TRY(tc_plan_build(op, a, 0, &P));
+    h3s_status st = H3S_OK;
+    if (P.nfwd > 0) {
+        tc_groups G = P.G;
+        G.work = P.fwork, G.nwork = P.nfwd;
+        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        st = h3c_launch_check(op);
+    }
+    h3c_ws_free(P.ws);
+    return st;
+}
+
+static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
+    H3S_TRY(tc_smem_attr(op));
+    const int64_t rows = a->B * a->S, W = a->heads * TC_D, pairs = rows * a->heads;
+    /* rows no one writes (masked keys, queries that take no part) are +0 */
+    if (a->dq) H3S_TRY(h3c_memset(op, a->dq, (size_t)(rows * W) * sizeof(float)));
+    if (a->dk) H3S_TRY(h3c_memset(op, a->dk, (size_t)(rows * W) * sizeof(float)));
+    if (a->dv) H3S_TRY(h3c_memset(op, a->dv, (size_t)(rows * W) * sizeof(float)));
+    tc_plan P;
+    H3S_TRY(tc_plan_build(op, a, 1, &P));
+    void *part = NULL;
+    h3s_status st = h3c_ws_alloc(op, (size_t)(pairs > 0 ? pairs : 1), &part);
+    if (st == H3S_OK) {
+        attn_tc_delta_kernel<<<h3k_blocks(pairs, 256), 256, 0, H3K_STREAM>>>(*a, pairs, (uint8_t *)part);
+        st = h3c_launch_check(op);
+    }
+    if (st == H3S_OK && P.G.ngroups > 0) {
+        attn_tc_compact_kernel<<<dim3((unsigned)P.G.ngroups, (unsigned)a->heads), 32, 0, H3K_STREAM>>>(
+            P.G, a->heads, (const uint8_t *)part, (int *)P.G.bq, (int *)P.G.bq_cnt);
+        st = h3c_launch_check(op);
+    }
+    if (st == H3S_OK && a->dq && P.ndq > 0) {
+        tc_groups G = P.G;
+        G.work = P.dqwork, G.nwork = P.ndq;
+        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        st = h3c_launch_check(op);
+    }
+    if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
+        tc_groups G = P.G;
+        G.work = P.kvwork, G.nwork = P.nkv;
+        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        st = h3c_launch_check(op);
+    }
+    if (part) h3c_ws_free(part);
+    h3c_ws_free(P.ws);
+    return st;
+}
+
+static h3s_status attn_grid(const char *op, const h3c_attn_args *a, dim3 *grid) {
+    int64_t bx = (a->S + AT_ROWS - 1) / AT_ROWS;
+    if (bx > 0x7fffffffLL || a->heads > 65535 || a->B > 65535)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld items x %lld heads exceed the grid limits", op, (long long)a->B,
+                        (long long)a->heads);
+    *grid = dim3((unsigned)bx, (unsigned)a->heads, (unsigned)a->B);
+    return H3S_OK;
+}
+
+#define AT_DISPATCH(KERNEL, D, ...)                                                                                    \
+    do {                                                                                                               \
+        if ((D) <= 16)                                                                                                 \
+            KERNEL<4><<<__VA_ARGS__>>>(*a);                                                                            \
+        else if ((D) <= 32)                                                                                            \
+            KERNEL<8><<<__VA_ARGS__>>>(*a);                                                                            \
+        else if ((D) <= 64)                                                                                            \
+            KERNEL<16><<<__VA_ARGS__>>>(*a);                                                                           \
+        else                                                                                                           \
+            KERNEL<32><<<__VA_ARGS__>>>(*a);                                                                           \
+    } while (0)
+
+/* Test hook: 1 = head_dim 128 through the two-pass CUDA-core kernels (the comparison baseline). */
+static int g_attn_reference = 0;
+extern "C" void h3c_attention_force_reference(int on) { g_attn_reference = on ? 1 : 0; }
+
+extern "C" h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a) {
+    if (a->D < 1 || a->D > 128)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: head_dim %lld is outside the CUDA kernels' range [1, 128]", op,
+                        (long long)a->D);
+    if (a->B <= 0 || a->S <= 0) return H3S_OK;
+    if (a->D == TC_D && !g_attn_reference) return tc_forward(op, a);
+    dim3 grid;
+    H3S_TRY(attn_grid(op, a, &grid));
+    AT_DISPATCH(attn_forward_kernel, a->D, grid, AT_THREADS, 0, H3K_STREAM);
+    return h3c_launch_check(op);
+}
+
+extern "C" h3s_status h3c_attention_backward(const char *op, const h3c_attn_args *a) {
+    if (a->D < 1 || a->D > 128)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: head_dim %lld is outside the CUDA kernels' range [1, 128]", op,
+                        (long long)a->D);
+    if (a->B <= 0 || a->S <= 0) return H3S_OK;
+    if (a->D == TC_D && !g_attn_reference) return tc_backward(op, a);
+    dim3 grid;
+    H3S_TRY(attn_grid(op, a, &grid));
+    const int64_t pairs = a->B * a->S * a->heads;
+    attn_delta_kernel<<<h3k_blocks(pairs, 256), 256, 0, H3K_STREAM>>>(*a, pairs);
+    H3S_TRY(h3c_launch_check(op));
+    if (a->dq) {
+        AT_DISPATCH(attn_dq_kernel, a->D, grid, AT_THREADS, 0, H3K_STREAM);
+        H3S_TRY(h3c_launch_check(op));
+    }
+    if (a->dk || a->dv) {
+        AT_DISPATCH(attn_dkdv_kernel, a->D, grid, AT_THREADS, 0, H3K_STREAM);
+        H3S_TRY(h3c_launch_check(op));
+    }
+    return H3S_OK;
+}
