@@ -91,40 +91,43 @@ __global__ void __launch_bounds__(FOLD_COLS)
 
 /* HEAD_DW partials: the same chain as fold_partial_kernel (one thread per column, the (row, head)
  * pairs of the tile in ascending order, each one step), with the contributions computed ahead
- * by the block's other 384 threads into a double-buffered shared-memory ring.  The chain
- * threads only add, so the loads of a tile's 256 x heads steps are in flight together instead
- * of one step at a time.  Same operations, same order: the same bits. */
-#define HD_CHAIN 128
-#define HD_THREADS 512
-#define HD_STEPS 32
+ * by the block's other 224 threads into a double-buffered shared-memory ring.  The chain
+ * warp only adds, so the loads of a tile's 256 x heads steps are in flight together instead
+ * of one step at a time, and a block takes 32 columns so that 4 x as many multiprocessors share a
+ * tile's loads.  Same operations, same order: the same bits. */
+#define HD_CHAIN 32    /* columns per block: one chain warp */
+#define HD_THREADS 256 /* the other seven warps compute contributions */
+#define HD_STEPS 64
 
 __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
     __shared__ float buf[2][HD_STEPS][HD_CHAIN];
     const int tid = threadIdx.x;
     const int64_t n0 = (int64_t)blockIdx.x * HD_CHAIN, tile = blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
-    const int64_t L = (m1 - m0) * a.heads; /* chain steps of this tile */
-    const int64_t nchunks = (L + HD_STEPS - 1) / HD_STEPS;
-    auto load = [&](int64_t k) { /* contributions of steps [k * HD_STEPS, +HD_STEPS) */
-                                 for (int e = tid - HD_CHAIN; e < HD_STEPS * HD_CHAIN; e += HD_THREADS - HD_CHAIN) {
-                                     const int j = e / HD_CHAIN, col = e % HD_CHAIN;
-                                     const int64_t st = k * HD_STEPS + j, n = n0 + col;
-                                     if (st >= L || n >= a.N) continue;
-                                     const int64_t m = m0 + st / a.heads, h = st % a.heads, c = h * a.head_dim + n;
-                                     const float xh =
-                                         h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + c]) * a.inv[m * a.heads + h];
-                                     buf[k & 1][j][col] = a.dy[m * a.ld_dy + c] * xh;
-                                 }
+    const int heads = (int)a.heads;
+    const int L = (int)(m1 - m0) * heads; /* chain steps of this tile (<= 256 x 65535) */
+    const int nchunks = (L + HD_STEPS - 1) / HD_STEPS;
+    auto load = [&](int k) { /* contributions of steps [k * HD_STEPS, +HD_STEPS) */
+                             for (int e = tid - HD_CHAIN; e < HD_STEPS * HD_CHAIN; e += HD_THREADS - HD_CHAIN) {
+                                 const int j = e / HD_CHAIN, col = e % HD_CHAIN;
+                                 const int st = k * HD_STEPS + j;
+                                 const int64_t n = n0 + col;
+                                 if (st >= L || n >= a.N) continue;
+                                 const int64_t m = m0 + st / heads, h = st % heads, c = h * a.head_dim + n;
+                                 const float xh =
+                                     h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + c]) * a.inv[m * a.heads + h];
+                                 buf[k & 1][j][col] = a.dy[m * a.ld_dy + c] * xh;
+                             }
     };
     if (tid >= HD_CHAIN && nchunks > 0) load(0);
     __syncthreads();
     float part = 0.0f;
-    for (int64_t k = 0; k < nchunks; k++) {
+    for (int k = 0; k < nchunks; k++) {
         if (tid >= HD_CHAIN) {
             if (k + 1 < nchunks) load(k + 1);
         } else {
-            const int64_t steps = L - k * HD_STEPS < HD_STEPS ? L - k * HD_STEPS : HD_STEPS;
-            for (int j = 0; j < (int)steps; j++) {
+            const int steps = L - k * HD_STEPS < HD_STEPS ? L - k * HD_STEPS : HD_STEPS;
+            for (int j = 0; j < steps; j++) {
                 const float c = buf[k & 1][j][tid];
                 part = (k == 0 && j == 0) ? c : part + c;
             }
@@ -158,7 +161,7 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
         H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
         has = (uint8_t *)ws + pbytes;
-        if (a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 && !g_fold_generic) {
+        if (a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 && !g_fold_generic && a->heads <= 65535) {
             dim3 grid((unsigned)((a->N + HD_CHAIN - 1) / HD_CHAIN), (unsigned)tiles);
             fold_head_dw_kernel<<<grid, HD_THREADS, 0, H3K_STREAM>>>(*a, partial, has);
         } else {
