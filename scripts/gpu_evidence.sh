@@ -44,7 +44,10 @@ CMAKE_V=$(cmake --version 2>/dev/null | head -1)
 GCC_V=$(gcc --version 2>/dev/null | head -1)
 # The device machine receives a copy of the working tree without .git: the caller may pass the
 # commit it copied (H3S_SOURCE_COMMIT, H3S_SOURCE_DIRTY).
-if git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+if [ -n "${H3S_SOURCE_COMMIT:-}" ]; then
+    COMMIT=$H3S_SOURCE_COMMIT
+    DIRTY=${H3S_SOURCE_DIRTY:-0}
+elif git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
     COMMIT=$(git -C "$SRC" rev-parse HEAD)
     DIRTY=$(git -C "$SRC" status --porcelain 2>/dev/null | grep -cv '^??')
 else

@@ -36,7 +36,10 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head 
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 NVCC=$(nvcc --version 2>/dev/null | tail -2 | tr '\n' ' ')
 GCC_V=$(gcc --version 2>/dev/null | head -1)
-if git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
+if [ -n "${H3S_SOURCE_COMMIT:-}" ]; then
+    COMMIT=$H3S_SOURCE_COMMIT
+    DIRTY=${H3S_SOURCE_DIRTY:-0}
+elif git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
     COMMIT=$(git -C "$SRC" rev-parse HEAD)
 else
     COMMIT=${H3S_SOURCE_COMMIT:-unknown}
