@@ -280,6 +280,19 @@ static int apply_threads(const opt *opts, int nopts) {
     return 0;
 }
 
+/* --grad-operands bf16|split: how dy enters the tensor cores in the CUDA backward (the CPU backend
+ * always multiplies the exact F32 dy). */
+static int apply_grad_operands(const opt *opts, int nopts) {
+    const char *g = get(opts, nopts, "--grad-operands");
+    if (!g) return 0;
+    h3s_grad_operands mode;
+    if (h3s_grad_operands_parse(g, &mode) != H3S_OK || h3s_set_grad_operands(mode) != H3S_OK) {
+        fail_line("--grad-operands must be bf16 or split, got '%s'", g);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_device(const opt *opts, int nopts, h3s_backend_kind *kind) {
     const char *d = get(opts, nopts, "--device");
     *kind = H3S_BACKEND_CPU;
@@ -644,13 +657,15 @@ static int cmd_grad(int argc, char **argv) {
                {"--cotangent", "CT.safetensors", 1, "upstream gradients: sample and audio_sample, F32", NULL},
                {"--out", "GRADS.safetensors", 1, "input gradients and one gradient per parameter, F32", NULL},
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+               {"--grad-operands", "bf16|split", 0,
+                "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
                {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *ct, *out;
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
-        need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n))
+        need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
     if (check_output(out, model, inputs, ct)) return check_output_code;
     loaded l;
@@ -817,6 +832,8 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--out", "REPORT.json", 1, "report: every comparison of every step", NULL},
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
                {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
+               {"--grad-operands", "bf16|split", 0,
+                "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
                {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL},
                {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
@@ -826,7 +843,8 @@ static int cmd_trajectory(int argc, char **argv) {
     const char *out;
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
-    if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n)) return EXIT_USAGE;
+    if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
+        return EXIT_USAGE;
     static const uint64_t default_seeds[3] = {11, 22, 33};
     uint64_t *seeds = NULL;
     int64_t nseeds = 3, steps = 4, batch = 4;
@@ -954,6 +972,8 @@ static int cmd_replay(int argc, char **argv) {
         {"--out", "REPORT.json", 1, "per-node report: SHA-256, repeat, batch, error against FP64", NULL},
         {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
         {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
+        {"--grad-operands", "bf16|split", 0,
+         "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
         {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
         {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL}};
     int n = sizeof o / sizeof o[0];
@@ -961,7 +981,7 @@ static int cmd_replay(int argc, char **argv) {
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
-        parse_device(o, n, &kind) || apply_threads(o, n))
+        parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
     if (check_output(out, model, inputs, NULL)) return check_output_code;
     h3s_weights *w = NULL;
