@@ -121,7 +121,7 @@ else
 fi
 
 # ---- progress: stderr only; quick stages silent by default, every stage with --verbose, none with --quiet
-"$CLI" forward --model "$m" --inputs "$in" --out "$dir/o1.safetensors" >"$dir/o1.out" 2>"$dir/o1.err"
+H3S_PROGRESS_AFTER=60 "$CLI" forward --model "$m" --inputs "$in" --out "$dir/o1.safetensors" >"$dir/o1.out" 2>"$dir/o1.err"
 [ -s "$dir/o1.err" ] && bad "a quick forward printed progress: $(cat "$dir/o1.err")" || ok
 "$CLI" forward --model "$m" --inputs "$in" --out "$dir/o2.safetensors" --verbose >"$dir/o2.out" 2>"$dir/o2.err"
 for stage in "loading model" "reading and validating" "forward" "writing"; do
