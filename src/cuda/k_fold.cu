@@ -90,53 +90,88 @@ __global__ void __launch_bounds__(FOLD_COLS)
 }
 
 /* HEAD_DW partials: the same chain as fold_partial_kernel (one thread per column, the (row, head)
- * pairs of the tile in ascending order, each one step), with the contributions computed ahead
- * by the block's other 224 threads into a double-buffered shared-memory ring.  The chain
- * warp only adds, so the loads of a tile's 256 x heads steps are in flight together instead
- * of one step at a time, and a block takes 32 columns so that 4 x as many multiprocessors share a
- * tile's loads.  Same operations, same order: the same bits. */
-#define HD_CHAIN 32    /* columns per block: one chain warp */
-#define HD_THREADS 256 /* the other seven warps compute contributions */
-#define HD_STEPS 64
+ * pairs of the tile in ascending order, each one step: c = dy * (x * inv), part = c for the first
+ * step, part = part + c after), with the data streamed ahead.  A block takes 32 columns of one
+ * 256-row tile; its four warps copy whole rows (dy and x of every head for these columns, and the
+ * row's inverse norms) into a ring of HD_SLOTS shared-memory slots with cp.async, HD_SLOTS - 1 rows
+ * ahead of the chain, which warp 0 runs from shared memory.  Same operations, same order: the same
+ * bits (tested against the generic kernel). */
+#define HD_COLS 32
+#define HD_THREADS 128
+#define HD_SLOTS 8
+
+__device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+__device__ __forceinline__ void hd_cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
 
 __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
-    __shared__ float buf[2][HD_STEPS][HD_CHAIN];
+    extern __shared__ __align__(16) float hd_smem[];
+    const int H = (int)a.heads;
+    /* slot layout: dy [H][32] F32, inv [H] F32 (padded to 4), x [H][32] BF16 */
+    const int slot_floats = H * HD_COLS + ((H + 3) & ~3) + H * HD_COLS / 2;
     const int tid = threadIdx.x;
-    const int64_t n0 = (int64_t)blockIdx.x * HD_CHAIN, tile = blockIdx.y;
+    const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
-    const int heads = (int)a.heads;
-    const int L = (int)(m1 - m0) * heads; /* chain steps of this tile (<= 256 x 65535) */
-    const int nchunks = (L + HD_STEPS - 1) / HD_STEPS;
-    auto load = [&](int k) { /* contributions of steps [k * HD_STEPS, +HD_STEPS) */
-                             for (int e = tid - HD_CHAIN; e < HD_STEPS * HD_CHAIN; e += HD_THREADS - HD_CHAIN) {
-                                 const int j = e / HD_CHAIN, col = e % HD_CHAIN;
-                                 const int st = k * HD_STEPS + j;
-                                 const int64_t n = n0 + col;
-                                 if (st >= L || n >= a.N) continue;
-                                 const int64_t m = m0 + st / heads, h = st % heads, c = h * a.head_dim + n;
-                                 const float xh =
-                                     h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + c]) * a.inv[m * a.heads + h];
-                                 buf[k & 1][j][col] = a.dy[m * a.ld_dy + c] * xh;
-                             }
+    const int rows = (int)(m1 - m0);
+    auto issue = [&](int r) { /* copies of row m0 + r into slot r % HD_SLOTS, one commit group */
+                              if (r < rows) {
+                                  float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
+                                  float *sdy = sl, *sinv = sl + H * HD_COLS;
+                                  uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
+                                  const int64_t m = m0 + r;
+                                  for (int e = tid; e < H * 13; e += HD_THREADS) {
+                                      const int h = e / 13, j = e % 13;
+                                      const int64_t c = (int64_t)h * a.head_dim + n0;
+                                      if (j < 8)
+                                          hd_cp16(sdy + h * HD_COLS + j * 4, a.dy + m * a.ld_dy + c + j * 4);
+                                      else if (j < 12)
+                                          hd_cp16(sx + h * HD_COLS + (j - 8) * 8,
+                                                  (const uint16_t *)a.x + m * a.ld_x + c + (j - 8) * 8);
+                                      else
+                                          hd_cp4(sinv + h, a.inv + m * a.heads + h);
+                                  }
+                              }
+                              asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    if (tid >= HD_CHAIN && nchunks > 0) load(0);
-    __syncthreads();
+    for (int r = 0; r < HD_SLOTS - 1; r++)
+        issue(r);
     float part = 0.0f;
-    for (int k = 0; k < nchunks; k++) {
-        if (tid >= HD_CHAIN) {
-            if (k + 1 < nchunks) load(k + 1);
-        } else {
-            const int steps = L - k * HD_STEPS < HD_STEPS ? L - k * HD_STEPS : HD_STEPS;
-            for (int j = 0; j < steps; j++) {
-                const float c = buf[k & 1][j][tid];
-                part = (k == 0 && j == 0) ? c : part + c;
+    for (int r = 0; r < rows; r++) {
+        issue(r + HD_SLOTS - 1);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_SLOTS - 1) : "memory"); /* row r has landed */
+        __syncthreads();
+        if (tid < HD_COLS) {
+            const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
+            const float *sdy = sl, *sinv = sl + H * HD_COLS;
+            const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
+            for (int h = 0; h < H; h++) {
+                const float xh = h3k_bf2f(sx[h * HD_COLS + tid]) * sinv[h];
+                const float c = sdy[h * HD_COLS + tid] * xh;
+                part = (r == 0 && h == 0) ? c : part + c;
             }
         }
-        __syncthreads();
+        __syncthreads(); /* the slot is consumed before it is refilled */
     }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     const int64_t n = n0 + tid;
-    if (tid < HD_CHAIN && n < a.N) partial[tile * a.N + n] = part;
-    if (blockIdx.x == 0 && tid == 0) has[tile] = L > 0 ? 1 : 0;
+    if (tid < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
+    if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
+}
+
+/* Shared memory of fold_head_dw_kernel for `heads` heads; 0 when the shape does not suit it. */
+static size_t hd_smem_bytes(const h3c_fold_args *a) {
+    if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
+    if (((uintptr_t)a->dy | (uintptr_t)a->x) & 15u) return 0;
+    if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16 || (a->head_dim * 2) % 16) return 0;
+    const size_t slot =
+        (size_t)a->heads * HD_COLS * 4 + (size_t)((a->heads + 3) & ~3) * 4 + (size_t)a->heads * HD_COLS * 2;
+    return HD_SLOTS * slot <= 200 * 1024 ? HD_SLOTS * slot : 0;
 }
 
 static int g_fold_generic = 0; /* test hook: 1 = HEAD_DW through the generic partial kernel */
@@ -161,9 +196,20 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
         H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
         has = (uint8_t *)ws + pbytes;
-        if (a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 && !g_fold_generic && a->heads <= 65535) {
-            dim3 grid((unsigned)((a->N + HD_CHAIN - 1) / HD_CHAIN), (unsigned)tiles);
-            fold_head_dw_kernel<<<grid, HD_THREADS, 0, H3K_STREAM>>>(*a, partial, has);
+        const size_t hd_smem = a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 ? hd_smem_bytes(a) : 0;
+        if (hd_smem > 0 && !g_fold_generic) {
+            static int attr_set = 0;
+            if (!attr_set) {
+                cudaError_t e =
+                    cudaFuncSetAttribute(fold_head_dw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+                if (e != cudaSuccess) {
+                    h3c_ws_free(ws);
+                    return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
+                }
+                attr_set = 1;
+            }
+            dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)tiles);
+            fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem, H3K_STREAM>>>(*a, partial, has);
         } else {
             dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
             fold_partial_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, h3c_error_flag());

@@ -333,7 +333,7 @@ static void test_head_rmsnorm(void) {
 
     /* The dedicated HEAD_DW fold kernel equals the generic one bit for bit (release geometry:
      * 56 heads x 128, three 256-row tiles, the last one partial). */
-    const int64_t M2 = SZ(600, 300), H2 = SZ(56, 3), D2 = SZ(128, 24);
+    const int64_t M2 = SZ(600, 300), H2 = SZ(56, 3), D2 = SZ(128, 32);
     h3s_tensor x2 = gdev2(H3S_BF16, M2, H2 * D2), w2 = gdev1(H3S_BF16, D2), dy2 = gdev2(H3S_F32, M2, H2 * D2);
     gfill(&x2, 44, 2.0f), gfill(&w2, 45, 1.0f), gfill(&dy2, 46, 1.0f);
     h3s_tensor dwa = gdev1(H3S_F32, D2), dwb = gdev1(H3S_F32, D2);
