@@ -304,10 +304,7 @@ struct tc_groups {
 };
 
 __device__ __forceinline__ void tc_ldsm_x4(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(a));
+    h3k_ldmatrix_x4((uint32_t)__cvta_generic_to_shared(p), r0, r1, r2, r3);
 }
 
 __device__ __forceinline__ void tc_ldsm_x4_t(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
@@ -318,10 +315,7 @@ __device__ __forceinline__ void tc_ldsm_x4_t(const void *p, uint32_t &r0, uint32
 }
 
 __device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    h3k_mma_bf16(c, a, b0, b1);
 }
 
 __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {

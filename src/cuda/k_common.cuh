@@ -77,6 +77,21 @@ static inline unsigned h3k_blocks(int64_t n, int threads) {
     return (unsigned)b;
 }
 
+/* ldmatrix x4 (four 8x8 BF16 matrices, row addresses from the lanes) and the m16n8k16 BF16 MMA with
+ * FP32 accumulation, shared by the tensor-core kernels (linear.cu, attention.cu). */
+__device__ __forceinline__ void h3k_ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void h3k_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 #define H3K_STREAM ((cudaStream_t)h3c_stream())
 
 #endif

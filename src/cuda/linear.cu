@@ -58,19 +58,6 @@ __device__ __forceinline__ uint32_t pack2(uint16_t lo_half, uint16_t hi_half) {
     return (uint32_t)lo_half | ((uint32_t)hi_half << 16);
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* Register staging of one reduction step's global tiles. */
 template <int AM, int BM> struct tc_stage {
     uint4 a16[2];  /* A_BF16_RC: 2 chunks of 8 BF16 */
@@ -245,21 +232,22 @@ __global__ void __launch_bounds__(TC_THREADS, EPI == EPI_F32_FOLD ? 1 : 2) tc_ge
                 int row = wq * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3);
                 int col = ks * 16 + ((lane >> 3) & 1) * 8;
                 uint32_t addr = (uint32_t)__cvta_generic_to_shared(bs + row * TC_LD + col);
-                ldmatrix_x4(addr, bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
+                h3k_ldmatrix_x4(addr, bf[2 * np][0], bf[2 * np][1], bf[2 * np + 1][0], bf[2 * np + 1][1]);
             }
 #pragma unroll
             for (int mi = 0; mi < 4; mi++) {
                 int row = wp * 64 + mi * 16 + (lane & 15);
                 int col = ks * 16 + (lane >> 4) * 8;
                 uint32_t ah[4], al[4];
-                ldmatrix_x4((uint32_t)__cvta_generic_to_shared(ahi + row * TC_LD + col), ah[0], ah[1], ah[2], ah[3]);
+                h3k_ldmatrix_x4((uint32_t)__cvta_generic_to_shared(ahi + row * TC_LD + col), ah[0], ah[1], ah[2],
+                                ah[3]);
                 if (SPLIT)
-                    ldmatrix_x4((uint32_t)__cvta_generic_to_shared(alo + row * TC_LD + col), al[0], al[1], al[2],
-                                al[3]);
+                    h3k_ldmatrix_x4((uint32_t)__cvta_generic_to_shared(alo + row * TC_LD + col), al[0], al[1], al[2],
+                                    al[3]);
 #pragma unroll
                 for (int ni = 0; ni < 4; ni++) {
-                    mma_bf16(acc[mi][ni], ah, bf[ni][0], bf[ni][1]);
-                    if (SPLIT) mma_bf16(acc[mi][ni], al, bf[ni][0], bf[ni][1]);
+                    h3k_mma_bf16(acc[mi][ni], ah, bf[ni][0], bf[ni][1]);
+                    if (SPLIT) h3k_mma_bf16(acc[mi][ni], al, bf[ni][0], bf[ni][1]);
                 }
             }
         }
