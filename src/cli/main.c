@@ -14,11 +14,13 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "io/json.h"
 #include "io/modeldir.h"
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/params.h"
+#include "plot.h"
 #include "progress.h"
 #include "provenance.h"
 #include "report/report.h"
@@ -1034,6 +1036,83 @@ static int cmd_replay(int argc, char **argv) {
     return drift ? EXIT_DIFFER : 0;
 }
 
+/* ------------------------------------------------------------------ plot -------------- */
+
+/* A whole (small) file into memory. */
+static h3s_status read_small_file(const char *path, char **text, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return h3s_fail(H3S_ERR_IO, "cannot open %s", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        if (cap >= ((size_t)1 << 30)) {
+            free(buf);
+            fclose(f);
+            return h3s_fail(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
+        }
+        char *bigger = realloc(buf, cap * 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return h3s_fail(H3S_ERR_NOMEM, "out of memory reading %s", path);
+    if (err) {
+        free(buf);
+        return h3s_fail(H3S_ERR_IO, "cannot read %s", path);
+    }
+    *text = buf;
+    *len = n;
+    return H3S_OK;
+}
+
+static int cmd_plot(int argc, char **argv) {
+    opt o[] = {{"--report", "REPORT.json", 1, "a replay or trajectory report (also the first argument)", NULL},
+               {"--out", "FIG.png", 1, "figure to write: .png, .svg or .pdf", NULL}};
+    int n = sizeof o / sizeof o[0];
+    /* `h3strict plot REPORT.json --out FIG.png`: a first argument that is not an option names the report */
+    char **args = malloc(((size_t)argc + 2) * sizeof *args);
+    if (!args) return fail_line("out of memory"), EXIT_SYSTEM;
+    int nargs = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i == 2 && argv[i][0] != '-') args[nargs++] = "--report";
+        args[nargs++] = argv[i];
+    }
+    args[nargs] = NULL;
+    int parsed = parse_opts(nargs, args, o, n);
+    free(args);
+    if (parsed) return parsed > 0 ? 0 : EXIT_USAGE;
+    const char *report, *out;
+    if (need(o, n, "--report", &report) || need(o, n, "--out", &out)) return EXIT_USAGE;
+    if (!plot_available()) {
+        fail_line("this build has no plotting library (install libplplot-dev and plplot-driver-cairo, then configure "
+                  "again)");
+        return EXIT_SYSTEM;
+    }
+    if (check_output(out, NULL, report, NULL)) return check_output_code;
+    progress_stage(PHASE_READ, "reading %s", report);
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *doc = NULL;
+    h3s_status st = read_small_file(report, &text, &len);
+    if (st == H3S_OK) st = h3s_json_parse_strict(text, len, report, &doc);
+    free(text);
+    const char *kind = NULL;
+    if (st == H3S_OK) {
+        progress_stage(PHASE_WRITE, "drawing %s", out);
+        st = plot_report(doc, report, out, &kind);
+    }
+    cJSON_Delete(doc);
+    if (st != H3S_OK) return fail_status(st);
+    progress_end();
+    printf("wrote %s: %s report %s\n", out, kind, report);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ main -------------- */
 
 static const command commands[] = {
@@ -1049,6 +1128,9 @@ static const command commands[] = {
     {"replay", cmd_replay,
      "Per-node evidence: digests, repeat, batch invariance, error against FP64, first drift.\n"
      "Runs the batch forward and backward twice and item 0 alone (and the FP64 golden)."},
+    {"plot", cmd_plot,
+     "Draw a replay report (per-node error against FP64, first drift) or a trajectory report.\n"
+     "Drawn with PLplot; a build without it refuses with exit 4."},
     {"verify", cmd_verify, "Check a model directory, optionally every file's SHA-256 against a manifest."},
 };
 

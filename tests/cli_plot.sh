@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# h3strict plot: a replay report (with a planted drift) and a trajectory report drawn to PNG, SVG and PDF; the
+# figure depends on the report (the drift is drawn); bad reports and outputs exit with their class and leave no
+# file.  Skipped (77) in a build without PLplot, where the command must refuse with exit 4.
+set -u
+CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+bad() { fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+"$CLI" init --preset tiny --seed 5 --out "$dir/m" >/dev/null || bad "init"
+"$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors" >/dev/null || bad "inputs"
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/clean.json" --quiet >/dev/null ||
+    bad "replay"
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/drift.json" --quiet \
+    --plant-drift block.1.attention >/dev/null
+"$CLI" trajectory --seeds 11,22 --steps 2 --batch 2 --no-grad --out "$dir/traj.json" --quiet >/dev/null ||
+    bad "trajectory"
+
+"$CLI" plot "$dir/clean.json" --out "$dir/clean.png" >"$dir/out.txt" 2>"$dir/err.txt"
+rc=$?
+if [ $rc -eq 4 ] && grep -q 'no plotting library' "$dir/err.txt"; then
+    [ -e "$dir/clean.png" ] && bad "a refused plot wrote its file"
+    [ "$fails" -eq 0 ] || exit 1
+    echo "SKIP: this build has no plotting library (PLplot); the command refuses with exit 4 as documented"
+    exit 77
+fi
+[ $rc -eq 0 ] || bad "plot of a replay report exited $rc: $(cat "$dir/err.txt")"
+grep -q "^wrote $dir/clean.png: replay report" "$dir/out.txt" || bad "plot summary: $(cat "$dir/out.txt")"
+png_ok() { # file: PNG signature, IHDR 1200 x 700
+    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] &&
+        [ "$(od -An -tu1 -j16 -N8 "$1" | tr -s ' ' | sed 's/^ //')" = "0 0 4 176 0 0 2 188" ]
+}
+png_ok "$dir/clean.png" || bad "clean.png is not a 1200 x 700 PNG"
+"$CLI" plot --report="$dir/drift.json" --out "$dir/drift.png" >/dev/null || bad "plot of the drift report"
+png_ok "$dir/drift.png" || bad "drift.png is not a 1200 x 700 PNG"
+cmp -s "$dir/clean.png" "$dir/drift.png" && bad "the drift report drew the same figure as the clean one"
+"$CLI" plot "$dir/clean.json" --out "$dir/clean2.png" >/dev/null
+cmp -s "$dir/clean.png" "$dir/clean2.png" || bad "the same report drew two different figures"
+"$CLI" plot "$dir/traj.json" --out "$dir/traj.png" >"$dir/out.txt" || bad "plot of a trajectory report"
+grep -q 'trajectory report' "$dir/out.txt" || bad "trajectory plot summary: $(cat "$dir/out.txt")"
+png_ok "$dir/traj.png" || bad "traj.png is not a 1200 x 700 PNG"
+"$CLI" plot "$dir/drift.json" --out "$dir/drift.svg" >/dev/null && grep -q '<svg' "$dir/drift.svg" || bad "svg output"
+"$CLI" plot "$dir/drift.json" --out "$dir/drift.pdf" >/dev/null && [ "$(head -c 5 "$dir/drift.pdf")" = "%PDF-" ] ||
+    bad "pdf output"
+# classes: not a report (3), missing report (3), no --out (2), output in a missing directory (4)
+echo '{"hello": 1}' >"$dir/other.json"
+"$CLI" plot "$dir/other.json" --out "$dir/x.png" 2>/dev/null
+[ $? -eq 3 ] || bad "a JSON file that is not a report"
+"$CLI" plot "$dir/nope.json" --out "$dir/x.png" 2>/dev/null
+[ $? -eq 3 ] || bad "a missing report"
+"$CLI" plot "$dir/clean.json" 2>/dev/null
+[ $? -eq 2 ] || bad "plot without --out"
+"$CLI" plot "$dir/clean.json" --out "$dir/no/such/x.png" 2>/dev/null
+[ $? -eq 4 ] || bad "an output in a missing directory"
+[ -e "$dir/x.png" ] && bad "a failed plot left its output"
+find "$dir" -name '*.tmp-*' | grep -q . && bad "a temporary file was left behind"
+echo "cli_plot: $fails failed"
+[ "$fails" -eq 0 ]
