@@ -135,6 +135,11 @@ H3S_PROGRESS_AFTER=0 "$CLI" grad --model "$m" --inputs "$in" --cotangent "$dir/c
     --out "$dir/g.safetensors" >/dev/null 2>"$dir/g.err"
 grep -q '^h3strict grad: backward ...$' "$dir/g.err" && grep -q '^h3strict grad: backward: done in' "$dir/g.err" && ok ||
     bad "H3S_PROGRESS_AFTER=0 did not announce the backward: $(cat "$dir/g.err")"
+# a stage that knows its fraction (init counts the bytes written) estimates the time left
+H3S_PROGRESS_AFTER=0 H3S_PROGRESS_EVERY=0.1 "$CLI" init --preset small --seed 1 --out "$dir/small_p" >/dev/null \
+    2>"$dir/i.err"
+grep -qE '^h3strict init: writing small model \([0-9.]+ MiB\) to .*: [0-9]+ s so far, [0-9]+% done, about [0-9]+ s left$' \
+    "$dir/i.err" && ok || bad "init progress has no fraction and estimate: $(head -c 600 "$dir/i.err")"
 "$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/t.json" >"$dir/t.out" 2>"$dir/t.err"
 grep -qE '^h3strict trajectory: seed 11: step 1/1 .*\[[0-9.]+ s' "$dir/t.err" && ok || bad "trajectory progress: $(cat "$dir/t.err")"
 grep -q 'h3strict trajectory' "$dir/t.out" && bad "trajectory progress reached stdout" || ok

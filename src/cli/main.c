@@ -367,6 +367,11 @@ static double free_space_for(const char *path) {
 
 /* ------------------------------------------------------------------ init -------------- */
 
+static void init_progress(void *ctx, uint64_t done, uint64_t total) {
+    (void)ctx;
+    if (total) progress_fraction((double)done / (double)total);
+}
+
 static int cmd_init(int argc, char **argv) {
     opt o[] = {{"--preset", "tiny|small|h3-33b", 1, "tiny (tests), small (CPU benchmarks), h3-33b (released)", NULL},
                {"--layers", "N", 0, "number of transformer blocks (default: the preset's)", NULL},
@@ -403,7 +408,7 @@ static int cmd_init(int argc, char **argv) {
         return EXIT_SYSTEM;
     }
     progress_stage(PHASE_WRITE, "writing %s model (%s) to %s", preset, size, out);
-    st = h3s_model_init(preset, layers, seed, out);
+    st = h3s_model_init_config_progress(&c, seed, out, init_progress, NULL);
     if (st != H3S_OK) return fail_status(st);
     progress_end();
     printf("initialised %s model (hidden %lld, %lld x %lld heads, %lld blocks, %lld refiner) seed %llu in %s\n", preset,

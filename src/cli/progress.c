@@ -20,7 +20,8 @@ static struct {
     progress_phase phase;
     char label[256];
     double start, last_line;
-} g_stage = {.phase = PHASE_RUN};
+    double fraction; /* < 0: unknown */
+} g_stage = {.phase = PHASE_RUN, .fraction = -1};
 
 static double now_seconds(void) {
     struct timespec ts;
@@ -40,9 +41,13 @@ progress_phase progress_current_phase(void) {
 
 /* Called with g_lock held. */
 static void announce(double t) {
-    if (g_stage.announced)
-        fprintf(stderr, "h3strict %s: %s: %.0f s so far\n", g_command, g_stage.label, t - g_stage.start);
-    else if (t - g_stage.start < 0.05)
+    double el = t - g_stage.start, f = g_stage.fraction;
+    if (f > 0.005 && f < 1)
+        fprintf(stderr, "h3strict %s: %s: %.0f s so far, %.0f%% done, about %.0f s left\n", g_command, g_stage.label,
+                el, 100 * f, el / f * (1 - f));
+    else if (g_stage.announced)
+        fprintf(stderr, "h3strict %s: %s: %.0f s so far\n", g_command, g_stage.label, el);
+    else if (el < 0.05)
         fprintf(stderr, "h3strict %s: %s ...\n", g_command, g_stage.label);
     else
         fprintf(stderr, "h3strict %s: %s ... (%.1f s so far)\n", g_command, g_stage.label, t - g_stage.start);
@@ -75,11 +80,13 @@ void progress_start(const char *command, progress_level level) {
     g_command = command;
     g_level = level;
     g_t0 = now_seconds();
-    const char *after = getenv("H3S_PROGRESS_AFTER");
-    if (after && *after) {
+    const char *env[2] = {getenv("H3S_PROGRESS_AFTER"), getenv("H3S_PROGRESS_EVERY")};
+    double *dst[2] = {&g_after, &g_repeat};
+    for (int i = 0; i < 2; i++) {
+        if (!env[i] || !*env[i]) continue;
         char *end;
-        double v = strtod(after, &end);
-        if (!*end && v >= 0 && v < 1e6) g_after = v;
+        double v = strtod(env[i], &end);
+        if (!*end && v >= 0 && v < 1e6) *dst[i] = v;
     }
     if (level != PROGRESS_QUIET && !g_watching && pthread_create(&g_watcher, NULL, watch, NULL) == 0) g_watching = 1;
 }
@@ -105,8 +112,15 @@ void progress_stage(progress_phase phase, const char *fmt, ...) {
     g_stage.active = 1;
     g_stage.announced = 0;
     g_stage.phase = phase;
+    g_stage.fraction = -1;
     g_stage.start = now_seconds();
     if (g_level == PROGRESS_VERBOSE || (g_level == PROGRESS_NORMAL && g_after == 0)) announce(g_stage.start);
+    pthread_mutex_unlock(&g_lock);
+}
+
+void progress_fraction(double done) {
+    pthread_mutex_lock(&g_lock);
+    g_stage.fraction = done;
     pthread_mutex_unlock(&g_lock);
 }
 

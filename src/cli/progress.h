@@ -3,8 +3,9 @@
  * A command is a sequence of named stages (load the model, run forward, write the output, ...).  A stage that
  * is still running after H3S_PROGRESS_AFTER seconds (default 2) is announced with one line and reported again
  * with its elapsed time when it ends, so a quick command prints nothing (its one-line error contract holds) and
- * a long one is never silent for more than a few seconds.  --verbose announces every stage at once; --quiet
- * prints no progress at all.  The watcher is one thread that only reads the clock and prints. */
+ * a long one is never silent for more than a few seconds (H3S_PROGRESS_EVERY, default 30, between lines).  --verbose
+ * announces every stage at once; --quiet prints no progress at all.  The watcher is one thread that only reads the
+ * clock and prints. */
 #ifndef H3S_CLI_PROGRESS_H
 #define H3S_CLI_PROGRESS_H
 
@@ -19,6 +20,9 @@ typedef enum progress_phase { PHASE_READ = 0, PHASE_RUN = 1, PHASE_WRITE = 2 } p
 void progress_start(const char *command, progress_level level);
 /* End the current stage (if any) and begin a new one; the label says what the stage does. */
 void progress_stage(progress_phase phase, const char *fmt, ...) H3S_PRINTF(2, 3);
+/* The fraction of the current stage done, in [0, 1]: the stage's lines then show it and an estimate of the time
+ * left.  Cheap: meant to be called often. */
+void progress_fraction(double done);
 /* End the current stage. */
 void progress_end(void);
 /* A line inside the current stage (e.g. one trajectory step), printed at NORMAL and VERBOSE. */

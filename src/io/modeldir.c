@@ -632,7 +632,11 @@ h3s_status h3s_weights_create(const h3s_config *c, uint64_t seed, h3s_weights **
 }
 
 /* Stream every parameter into an incremental safetensors writer, a bounded chunk at a time. */
-static h3s_status write_init_weights(const char *path, const h3s_param_spec *specs, int64_t count, uint64_t seed) {
+static h3s_status write_init_weights(const char *path, const h3s_param_spec *specs, int64_t count, uint64_t seed,
+                                     h3s_init_progress_fn progress, void *progress_ctx) {
+    uint64_t total = 0, done = 0;
+    for (int64_t i = 0; i < count; i++)
+        total += (uint64_t)h3s_param_spec_numel(&specs[i]) * h3s_dtype_size(specs[i].dtype);
     h3s_st_entry *entries = h3s_calloc((size_t)count, sizeof *entries);
     if (!entries) return H3S_ERR_NOMEM;
     for (int64_t i = 0; i < count; i++) {
@@ -659,6 +663,8 @@ static h3s_status write_init_weights(const char *path, const h3s_param_spec *spe
             int64_t m = n - off < CHUNK ? n - off : CHUNK;
             init_values(&specs[i], seed, off, m, buf);
             st = h3s_st_writer_append(wr, buf, (size_t)m * esize);
+            done += (uint64_t)m * esize;
+            if (progress) progress(progress_ctx, done, total);
         }
     }
     free(buf);
@@ -742,6 +748,11 @@ static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
 }
 
 h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char *out_dir) {
+    return h3s_model_init_config_progress(c, seed, out_dir, NULL, NULL);
+}
+
+h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, const char *out_dir,
+                                          h3s_init_progress_fn progress, void *progress_ctx) {
     if (!c || !out_dir || !*out_dir) return h3s_fail(H3S_ERR_INVALID, "init: NULL config or output directory");
     h3s_param_spec *specs = NULL;
     int64_t count = 0;
@@ -796,7 +807,7 @@ h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char 
     char *tmp_cfg = path_join(tmp, H3S_MODEL_CONFIG_FILE);
     char *tmp_w = path_join(tmp, H3S_MODEL_WEIGHTS_FILE);
     if (!tmp_cfg || !tmp_w) st = H3S_ERR_NOMEM;
-    if (st == H3S_OK) st = write_init_weights(tmp_w, specs, count, seed);
+    if (st == H3S_OK) st = write_init_weights(tmp_w, specs, count, seed, progress, progress_ctx);
     if (st == H3S_OK) st = h3s_io_write_file_atomic(tmp_cfg, json, strlen(json));
     if (st == H3S_OK) {
         if (state != OUT_MODEL) {

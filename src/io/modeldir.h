@@ -50,6 +50,10 @@ void h3s_weights_free(h3s_weights *w); /* NULL is fine */
  * Anything else (other files, shards, a non-directory) is H3S_ERR_INVALID and nothing is touched. */
 h3s_status h3s_model_init(const char *preset, int64_t layers, uint64_t seed, const char *out_dir);
 h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char *out_dir);
+/* Same, calling progress(ctx, bytes written, total bytes) after every piece of the weights (about 4 MiB). */
+typedef void (*h3s_init_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, const char *out_dir,
+                                          h3s_init_progress_fn progress, void *progress_ctx);
 
 /* Verify: config.json and every weights file (every shard) open and validate, and the tensors match the parameter
  * table (as h3s_weights_load).  When manifest_path != NULL it is a JSON object {file: sha256hex}; a file is a path
