@@ -17,8 +17,18 @@ void provenance_add(provenance *p, const char *key, const char *fmt, ...) {
     snprintf(p->key[p->n], sizeof p->key[p->n], "%s", key);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->value[p->n], sizeof p->value[p->n], fmt, ap);
+    int len = vsnprintf(p->value[p->n], sizeof p->value[p->n], fmt, ap);
     va_end(ap);
+    /* a value longer than the slot (a very long path or command line) is never cut silently: it ends with a
+     * marker that says how much is missing */
+    if (len >= (int)sizeof p->value[p->n]) {
+        char mark[64];
+        int m = snprintf(mark, sizeof mark, "...(%d more bytes not recorded)", len - (int)sizeof p->value[p->n] + 1);
+        size_t at = sizeof p->value[p->n] - 1 - (size_t)m;
+        while (at > 0 && ((unsigned char)p->value[p->n][at] & 0xc0) == 0x80) /* not inside a UTF-8 sequence */
+            at--;
+        memcpy(p->value[p->n] + at, mark, (size_t)m + 1);
+    }
     /* metadata must be valid UTF-8 and one line: other bytes (say, of a path) become '?' */
     for (char *c = p->value[p->n]; *c; c++)
         if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) *c = '?';
