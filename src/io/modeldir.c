@@ -886,18 +886,38 @@ typedef struct {
     struct stat sb;
 } manifest_item;
 
-static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_path, text_buf *rep) {
+/* Read and check a manifest on its own (strict JSON, an object of relative paths to SHA-256 digests), before any
+ * model file is opened: a malformed manifest is refused without the cost of loading the model. */
+static h3s_status manifest_read(const char *manifest_path, cJSON **out) {
     char *text = NULL;
     size_t len;
     H3S_TRY(h3s_io_read_small_file(manifest_path, (size_t)H3S_ST_MAX_HEADER, &text, &len));
     cJSON *root = NULL;
-    h3s_status pst = h3s_json_parse_strict(text, len, manifest_path, &root);
+    h3s_status st = h3s_json_parse_strict(text, len, manifest_path, &root);
     free(text);
-    if (pst != H3S_OK) return h3s_fail_context(pst, "manifest");
+    if (st != H3S_OK) return h3s_fail_context(st, "manifest");
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return h3s_fail(H3S_ERR_FORMAT, "manifest %s: not a JSON object {file: sha256}", manifest_path);
     }
+    for (const cJSON *it = root->child; it && st == H3S_OK; it = it->next) {
+        if (!cJSON_IsString(it) || !is_sha256_hex(it->valuestring))
+            st = h3s_fail(H3S_ERR_FORMAT, "manifest %s: the value for '%s' is not a 64-digit SHA-256", manifest_path,
+                          it->string);
+        else if (!safe_relative_path(it->string))
+            st = h3s_fail(H3S_ERR_FORMAT, "manifest %s: '%s' is not a relative path inside the model", manifest_path,
+                          it->string);
+    }
+    if (st != H3S_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
+    *out = root;
+    return H3S_OK;
+}
+
+/* The manifest's files against the model (root from manifest_read, deleted here). */
+static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_path, cJSON *root, text_buf *rep) {
     h3s_status st = H3S_OK;
     int n = cJSON_GetArraySize(root);
     manifest_item *items = h3s_calloc((size_t)(n ? n : 1), sizeof *items);
@@ -908,23 +928,7 @@ static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_pat
     int k = 0;
     for (const cJSON *it = root->child; it; it = it->next, k++) {
         manifest_item *m = &items[k];
-        m->key = it->string;
-        if (!cJSON_IsString(it) || !is_sha256_hex(it->valuestring)) {
-            st = h3s_fail(H3S_ERR_FORMAT, "manifest %s: the value for '%s' is not a 64-digit SHA-256", manifest_path,
-                          it->string);
-            goto done;
-        }
-        if (!safe_relative_path(it->string)) {
-            st = h3s_fail(H3S_ERR_FORMAT, "manifest %s: '%s' is not a relative path inside the model", manifest_path,
-                          it->string);
-            goto done;
-        }
-        for (int j = 0; j < k; j++) {
-            if (strcmp(items[j].key, m->key) == 0) {
-                st = h3s_fail(H3S_ERR_FORMAT, "manifest %s: '%s' is listed twice", manifest_path, m->key);
-                goto done;
-            }
-        }
+        m->key = it->string; /* checked by manifest_read; strict JSON names every key once */
         m->want = it->valuestring;
         /* relative to the directory holding config.json, else to the directory the caller named */
         m->path = path_join(w->model_dir, m->key);
@@ -984,8 +988,14 @@ done:
 
 h3s_status h3s_model_verify(const char *dir, const char *manifest_path, char **report) {
     if (!dir) return h3s_fail(H3S_ERR_INVALID, "verify: NULL model directory");
+    cJSON *manifest = NULL;
+    if (manifest_path) H3S_TRY(manifest_read(manifest_path, &manifest));
     h3s_weights *w;
-    H3S_TRY(h3s_weights_load(dir, &w));
+    h3s_status lst = h3s_weights_load(dir, &w);
+    if (lst != H3S_OK) {
+        cJSON_Delete(manifest);
+        return lst;
+    }
     text_buf rep = {0};
     const h3s_config *c = &w->config;
     int64_t elements = 0;
@@ -1002,7 +1012,7 @@ h3s_status h3s_model_verify(const char *dir, const char *manifest_path, char **r
         tb_printf(&rep, "    %s: %lld tensors, %llu bytes, header valid\n", w->file_names[f],
                   (long long)h3s_st_count(w->files[f]), (unsigned long long)h3s_st_file_size(w->files[f]));
     h3s_status st = H3S_OK;
-    if (manifest_path) st = verify_manifest(w, manifest_path, &rep);
+    if (manifest) st = verify_manifest(w, manifest_path, manifest, &rep);
     if (st == H3S_OK) tb_printf(&rep, "verify: OK\n");
     if (st == H3S_OK && rep.oom) st = h3s_fail(H3S_ERR_NOMEM, "verify: out of memory writing the report");
     h3s_weights_free(w);
