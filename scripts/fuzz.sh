@@ -90,7 +90,7 @@ if [ -n "$json" ]; then
     {
         echo "{"
         echo "  \"source_commit\": \"$(git rev-parse HEAD)$(git diff --quiet HEAD -- src include tests/fuzz CMakeLists.txt || echo '+uncommitted')\","
-        echo "  \"command\": \"scripts/fuzz.sh -t $seconds${runs:+ -r $runs} -j $jobs -o $json ${*:-}\","
+        echo "  \"command\": \"scripts/fuzz.sh -t $seconds${runs:+ -r $runs} -j $jobs -o $json${*:+ $*}\","
         echo "  \"fuzzer\": \"libFuzzer ($(clang --version | head -n 1)), -fsanitize=fuzzer,address,undefined\","
         echo "  \"seconds_per_target_limit\": $seconds,"
         echo "  \"runs_per_target_limit\": ${runs:-null},"

@@ -241,7 +241,7 @@ static void test_nonfinite_cotangent(const h3s_config *c, h3s_model *m) {
 static void test_degenerate_masks(const h3s_config *c) {
     request q;
     make_request(c, 3, 40, 1, &q); /* padded to 40 rows: padding queries see no key, which is fine */
-    int64_t B = 3, S = q.lay.S, batch;
+    int64_t S = q.lay.S, batch;
     const int64_t *tags = q.lay.token_tags.data, *ti = q.lay.text_indices.data;
     uint8_t *mask = q.mask.data;
     CHECK(q.lay.n_pad > 0, "the layout has no padding rows");
@@ -256,11 +256,11 @@ static void test_degenerate_masks(const h3s_config *c) {
         first_live++;
     snprintf(want, sizeof want, "item 1 (row %lld", (long long)first_live);
     CHECK(strstr(h3s_last_error(), want), "message lacks '%s': %s", want, h3s_last_error());
-    /* the same through the model: nothing computed */
-    /* one live key left visible is enough */
-    mask[1 * S + q.lay.video_indices.shape[0] > 0 ? 1 * S + ((const int64_t *)q.lay.video_indices.data)[0] : 1 * S] = 1;
-    for (int64_t j = 0; j < q.lay.Nt; j++)
-        mask[1 * S + ti[j]] = 1;
+    /* one visible live key is enough for the blocks, one visible text key for the refiner */
+    int64_t v0 = ((const int64_t *)q.lay.video_indices.data)[0];
+    mask[1 * S + v0] = 1;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_validate(c, &q.in, &batch)); /* no text key yet */
+    mask[1 * S + ti[0]] = 1;
     CHECK_OK(h3s_inputs_validate(c, &q.in, &batch));
     /* item 2: every text row hidden, other live rows visible: the refiner's text queries see nothing */
     for (int64_t j = 0; j < q.lay.Nt; j++)
@@ -290,7 +290,6 @@ static void test_degenerate_masks(const h3s_config *c) {
     }
     h3s_model_free(m);
     h3s_weights_free(w);
-    (void)B;
     request_free(&q);
 }
 
