@@ -140,6 +140,15 @@ H3S_PROGRESS_AFTER=0 H3S_PROGRESS_EVERY=0.1 "$CLI" init --preset small --seed 1 
     2>"$dir/i.err"
 grep -qE '^h3strict init: writing small model \([0-9.]+ MiB\) to .*: [0-9]+ s so far, [0-9]+% done, about [0-9]+ s left$' \
     "$dir/i.err" && ok || bad "init progress has no fraction and estimate: $(head -c 600 "$dir/i.err")"
+# forward and backward count their nodes
+"$CLI" inputs --model "$dir/small_p" --seed 1 --frames 8 --latent-height 16 --latent-width 16 --text 64 --batch 2 \
+    --out "$dir/small_in.safetensors" >/dev/null
+"$CLI" cotangent --model "$dir/small_p" --inputs "$dir/small_in.safetensors" --seed 1 \
+    --out "$dir/small_ct.safetensors" >/dev/null
+H3S_PROGRESS_AFTER=0 H3S_PROGRESS_EVERY=0 "$CLI" grad --model "$dir/small_p" --inputs "$dir/small_in.safetensors" \
+    --cotangent "$dir/small_ct.safetensors" --out "$dir/small_g.safetensors" >/dev/null 2>"$dir/gp.err"
+grep -qE '^h3strict grad: backward: [0-9]+ s so far, [0-9]+% done, about [0-9]+ s left$' "$dir/gp.err" && ok ||
+    bad "the backward reports no fraction: $(head -c 600 "$dir/gp.err")"
 "$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/t.json" >"$dir/t.out" 2>"$dir/t.err"
 grep -qE '^h3strict trajectory: seed 11: step 1/1 .*\[[0-9.]+ s' "$dir/t.err" && ok || bad "trajectory progress: $(cat "$dir/t.err")"
 grep -q 'h3strict trajectory' "$dir/t.out" && bad "trajectory progress reached stdout" || ok

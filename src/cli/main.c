@@ -575,6 +575,32 @@ static void loaded_free(loaded *l) {
     h3s_weights_free(l->w);
 }
 
+/* Progress of a forward or backward pass: the model's node hook counts the nodes run (on the GPU, the nodes
+ * queued).  Both counts follow from the config (docs/strict.md section 4): the backward emits a gradient for
+ * every forward node but the rotary table and the sinusoid, three from each attention (q, k, v), then the
+ * parameter gradients, which are quick and not counted. */
+typedef struct node_counter {
+    int64_t done, total;
+} node_counter;
+
+static int64_t forward_nodes(const h3s_config *c) {
+    return 6 + 14 * c->num_refiner_layers + 2 + 17 * c->num_layers + 3;
+}
+
+static int64_t backward_nodes(const h3s_config *c) {
+    return forward_nodes(c) + 2 * (c->num_layers + c->num_refiner_layers) - 2;
+}
+
+static h3s_status count_node(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
+    (void)out, (void)batched, (void)rows_per_item;
+    node_counter *nc = ctx;
+    if (!strncmp(name, "param.", 6)) return H3S_OK;
+    nc->done++;
+    double f = (double)nc->done / (double)(nc->total > 0 ? nc->total : 1);
+    progress_fraction(f < 0.99 ? f : 0.99);
+    return H3S_OK;
+}
+
 static h3s_status load_all(const char *model, const char *inputs, h3s_backend_kind kind, loaded *l) {
     memset(l, 0, sizeof *l);
     progress_stage(PHASE_READ, "loading model %s", model);
@@ -611,7 +637,8 @@ static int cmd_forward(int argc, char **argv) {
     h3s_status st = load_all(model, inputs, kind, &l);
     h3s_tensor sample = {0}, audio = {0};
     if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
-    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, NULL, NULL, NULL, &sample, &audio);
+    node_counter nc = {0, st == H3S_OK ? forward_nodes(h3s_weights_config(l.w)) : 0};
+    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, count_node, &nc, NULL, &sample, &audio);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[2] = {{"sample", sample}, {"audio_sample", audio}};
@@ -687,9 +714,11 @@ static int cmd_grad(int argc, char **argv) {
     h3s_grads g;
     memset(&g, 0, sizeof g);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
-    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, NULL, NULL, &tape, &sample, &audio);
+    node_counter nc = {0, st == H3S_OK ? forward_nodes(h3s_weights_config(l.w)) : 0};
+    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, count_node, &nc, &tape, &sample, &audio);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "backward");
-    if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, NULL, NULL, &g);
+    node_counter bc = {0, st == H3S_OK ? backward_nodes(h3s_weights_config(l.w)) : 0};
+    if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, count_node, &bc, &g);
     if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
     if (st == H3S_OK) st = write_grads(out, &g, &l.prov);
     if (st == H3S_OK) progress_end();
