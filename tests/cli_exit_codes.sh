@@ -83,6 +83,18 @@ expect 2 inputs-over-memory "$CLI" inputs --model "$m" --seed 1 --frames 1677721
     --out "$dir/big.safetensors"
 grep -q "more than this machine's memory" "$dir/err.txt" && ok || bad "memory guard message: $(cat "$dir/err.txt")"
 [ -e "$dir/big.safetensors" ] && bad "a refused inputs request wrote its file" || ok
+# a backward whose estimated memory exceeds the machine's (here a 100 kB share) is refused; --force runs it
+H3S_MEMORY_LIMIT=100000 expect 2 grad-over-memory "$CLI" grad --model "$m" --inputs "$in" \
+    --cotangent "$dir/ct.safetensors" --out "$dir/gm.safetensors"
+grep -q 'this grad needs about .* more than the 97.7 KiB of memory' "$dir/err.txt" && ok ||
+    bad "memory estimate message: $(cat "$dir/err.txt")"
+[ -e "$dir/gm.safetensors" ] && bad "a refused grad wrote its output" || ok
+H3S_MEMORY_LIMIT=100000 expect 0 grad-over-memory-forced "$CLI" grad --model "$m" --inputs "$in" \
+    --cotangent "$dir/ct.safetensors" --out "$dir/gm.safetensors" --force --quiet
+H3S_MEMORY_LIMIT=100000 expect 2 replay-over-memory "$CLI" replay --model "$m" --inputs "$in" --out "$dir/rm.json"
+H3S_MEMORY_LIMIT=100000 expect 2 trajectory-over-memory "$CLI" trajectory --steps 1 --out "$dir/tm.json"
+H3S_MEMORY_LIMIT=100000 expect 0 trajectory-forward-only "$CLI" trajectory --steps 1 --no-grad --out "$dir/tm.json" \
+    --quiet
 # init checks the free space first; run only where the released geometry (61.7 GiB) cannot fit
 avail=$(df --output=avail -B1 "$dir" 2>/dev/null | tail -n 1 | tr -d ' ')
 if [ -n "$avail" ] && [ "$avail" -lt 60000000000 ]; then

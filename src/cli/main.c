@@ -322,9 +322,44 @@ static void format_bytes(double b, char *out, size_t size) {
     snprintf(out, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
 }
 
+/* The machine's memory, or H3S_MEMORY_LIMIT (bytes) where a smaller share is all a run may use. */
 static double physical_memory_bytes(void) {
+    const char *env = getenv("H3S_MEMORY_LIMIT");
+    if (env && *env) {
+        char *end;
+        double v = strtod(env, &end);
+        if (!*end && v > 0) return v;
+    }
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+/* Peak host memory of a forward + backward, estimated (docs/ARCHITECTURE.md, "The graph and its tape"): the BF16
+ * activations every block keeps per packed row for the backward (in device memory with --device cuda, which this
+ * does not check), the refiner's over the text rows, and the F32 gradient of every parameter (always on the host).
+ * Refused before anything runs when it exceeds the memory, unless --force. */
+static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_backend_kind kind, int64_t batch,
+                                 int64_t S, int64_t Nt, int golden, int force) {
+    const h3s_config *c = h3s_weights_config(w);
+    double hd = (double)c->num_attention_heads * (double)c->attention_head_dim;
+    double per_row = (6.0 * (double)c->hidden_size + 8.0 * hd + 3.0 * (double)c->ffn_dim) * 2 +
+                     2.0 * (double)c->num_attention_heads * 4;
+    double rows = (double)batch * ((double)S * (double)c->num_layers + (double)Nt * (double)c->num_refiner_layers);
+    double params = 0;
+    for (int64_t i = 0; i < h3s_weights_count(w); i++)
+        params += (double)h3s_tensor_numel(h3s_weights_at(w, i, NULL));
+    /* the FP64 golden keeps F64 activations (4x BF16), an F64 copy of the weights and F64 gradients */
+    double strict = (kind == H3S_BACKEND_CUDA ? 0 : rows * per_row) + params * 4;
+    double bytes = golden ? rows * per_row * 4 + params * 16 : strict;
+    double mem = physical_memory_bytes();
+    if (force || mem <= 0 || bytes <= mem) return 0;
+    char need[32], have[32];
+    format_bytes(bytes, need, sizeof need);
+    format_bytes(mem, have, sizeof have);
+    return fail_line("%s needs about %s (activations kept for the backward and F32 parameter gradients), more than "
+                     "the %s of memory; nothing run (--force runs it anyway)",
+                     what, need, have),
+           -1;
 }
 
 /* A request built in memory: refused when it exceeds the machine's memory, or `limit` without --force. */
@@ -690,6 +725,7 @@ static int cmd_grad(int argc, char **argv) {
                {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
                {"--cotangent", "CT.safetensors", 1, "upstream gradients: sample and audio_sample, F32", NULL},
                {"--out", "GRADS.safetensors", 1, "input gradients and one gradient per parameter, F32", NULL},
+               {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL},
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
                {"--grad-operands", "bf16|split", 0,
                 "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
@@ -706,6 +742,12 @@ static int cmd_grad(int argc, char **argv) {
     h3s_st_file *ctf = NULL;
     const h3s_tensor *ds = NULL, *da = NULL;
     h3s_status st = load_all(model, inputs, kind, &l);
+    if (st == H3S_OK &&
+        backward_memory_guard("this grad", l.w, kind, l.in.hidden_states.shape[0], l.in.token_tags.shape[0],
+                              l.in.text_indices.shape[0], 0, get(o, n, "--force") != NULL)) {
+        loaded_free(&l);
+        return EXIT_USAGE;
+    }
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
     if (st == H3S_OK) st = read_cotangent(ct, &ctf, &ds, &da);
     if (st == H3S_OK) st = provenance_add_file(&l.prov, "cotangent_sha256", ct);
@@ -874,7 +916,8 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
                {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
-               {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL}};
+               {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL},
+               {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *out;
     h3s_backend_kind kind;
@@ -942,6 +985,27 @@ static int cmd_trajectory(int argc, char **argv) {
         h3s_weights_free(w);
         return fail_status(st);
     }
+    h3s_layout_opts seeded_layout = {6, 2, 4, 6, 4, 1, 0, 0};
+    if (get(o, n, "--no-grad") == NULL) {
+        /* the training batch's backward is the peak */
+        int64_t S = 0, Nt = 0;
+        h3s_layout lay;
+        if (req_path) {
+            S = req.token_tags.shape[0];
+            Nt = req.text_indices.shape[0];
+        } else if (h3s_layout_build(&seeded_layout, h3s_weights_config(w)->patch_size[1],
+                                    h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
+            S = lay.S;
+            Nt = lay.Nt;
+            h3s_layout_free(&lay);
+        }
+        if (backward_memory_guard("this trajectory", w, kind, batch, S, Nt, 0, get(o, n, "--force") != NULL)) {
+            free(seeds);
+            h3s_st_close(req_file);
+            h3s_weights_free(w);
+            return EXIT_USAGE;
+        }
+    }
     h3s_trajectory_opts to;
     memset(&to, 0, sizeof to);
     to.seeds = seeds ? seeds : default_seeds;
@@ -949,7 +1013,7 @@ static int cmd_trajectory(int argc, char **argv) {
     to.steps = steps;
     to.batch = batch;
     to.backend = kind;
-    to.layout = (h3s_layout_opts){6, 2, 4, 6, 4, 1, 0, 0};
+    to.layout = seeded_layout;
     to.with_grad = get(o, n, "--no-grad") == NULL;
     to.request = req_path ? &req : NULL;
     to.condition_rows = cond_rows > 0 ? cond_rows : 0;
@@ -1011,7 +1075,8 @@ static int cmd_replay(int argc, char **argv) {
         {"--grad-operands", "bf16|split", 0,
          "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
         {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
-        {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL}};
+        {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL},
+        {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
@@ -1023,7 +1088,8 @@ static int cmd_replay(int argc, char **argv) {
     h3s_weights *w = NULL;
     h3s_st_file *f = NULL;
     h3s_inputs in;
-    int64_t batch;
+    memset(&in, 0, sizeof in);
+    int64_t batch = 0;
     cJSON *report = NULL;
     progress_stage(PHASE_READ, "loading model %s and %s", model, inputs);
     h3s_status st = h3s_weights_load(model, &w);
@@ -1036,6 +1102,12 @@ static int cmd_replay(int argc, char **argv) {
     if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
     if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
     int with_golden = get(o, n, "--no-golden") == NULL;
+    if (st == H3S_OK && backward_memory_guard("this replay", w, kind, batch, in.token_tags.shape[0],
+                                              in.text_indices.shape[0], with_golden, get(o, n, "--force") != NULL)) {
+        h3s_st_close(f);
+        h3s_weights_free(w);
+        return EXIT_USAGE;
+    }
     pass_counter pc = {0, with_golden ? 4 : 3, 0};
     if (st == H3S_OK) {
         h3s_replay_opts ro = {kind, 1234, with_golden, get(o, n, "--plant-drift"), progress_passes, &pc, 0};
