@@ -1,6 +1,7 @@
 /* h3strict: strict-mode (bitwise batch-invariant) MiniMax-H3 forward and backward.
  *
- * The one public header.  Every function that can fail returns h3s_status; on failure a
+ * The core of the public API (status, tensors, run options); the model, its passes and the sampler are in
+ * h3s_model.h and h3s_sample.h.  Every function that can fail returns h3s_status; on failure a
  * one-line message is available from h3s_last_error() (per thread) and nothing the caller
  * passed as an output has been written.
  */
@@ -14,7 +15,18 @@
 extern "C" {
 #endif
 
+#define H3S_VERSION_MAJOR 0
+#define H3S_VERSION_MINOR 1
+#define H3S_VERSION_PATCH 0
 #define H3S_VERSION_STRING "0.1.0"
+
+/* Marks the library's public API: the shared library is built with -fvisibility=hidden and exports
+ * exactly the functions declared with H3S_API in include/. */
+#if defined(__GNUC__) || defined(__clang__)
+#define H3S_API __attribute__((visibility("default")))
+#else
+#define H3S_API
+#endif
 
 typedef enum h3s_status {
     H3S_OK = 0,
@@ -31,14 +43,16 @@ typedef enum h3s_status {
 } h3s_status;
 
 /* Message of the last failure on this thread ("" if none). */
-const char *h3s_last_error(void);
-const char *h3s_status_name(h3s_status status);
-const char *h3s_version(void);
+H3S_API const char *h3s_last_error(void);
+H3S_API const char *h3s_status_name(h3s_status status);
+H3S_API const char *h3s_version(void);
+/* Release memory the library allocated for the caller as plain bytes (report text); NULL is fine. */
+H3S_API void h3s_free(void *p);
 
 typedef enum h3s_dtype { H3S_F64 = 0, H3S_F32 = 1, H3S_BF16 = 2, H3S_F16 = 3, H3S_I64 = 4, H3S_BOOL = 5 } h3s_dtype;
 
-size_t h3s_dtype_size(h3s_dtype dtype);
-const char *h3s_dtype_name(h3s_dtype dtype); /* safetensors spelling: "F32", "BF16", ... */
+H3S_API size_t h3s_dtype_size(h3s_dtype dtype);
+H3S_API const char *h3s_dtype_name(h3s_dtype dtype); /* safetensors spelling: "F32", "BF16", ... */
 
 #define H3S_MAX_DIMS 4
 
@@ -55,26 +69,26 @@ typedef struct h3s_tensor {
 } h3s_tensor;
 
 /* Allocate a zero-filled host tensor. */
-h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+H3S_API h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
 /* A borrowed view of existing host memory (no allocation, cannot fail). */
-h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
-void h3s_tensor_free(h3s_tensor *t);
-int64_t h3s_tensor_numel(const h3s_tensor *t);
-size_t h3s_tensor_nbytes(const h3s_tensor *t);
+H3S_API h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
+H3S_API void h3s_tensor_free(h3s_tensor *t);
+H3S_API int64_t h3s_tensor_numel(const h3s_tensor *t);
+H3S_API size_t h3s_tensor_nbytes(const h3s_tensor *t);
 /* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
  * the same number of elements.  Float -> BF16 rounds to nearest even. */
-h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
+H3S_API h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
 
 /* BF16 helpers: round to nearest even, NaN stays NaN (quiet), +-Inf stays +-Inf. */
-uint16_t h3s_bf16_from_f32(float x);
-float h3s_bf16_to_f32(uint16_t b);
+H3S_API uint16_t h3s_bf16_from_f32(float x);
+H3S_API float h3s_bf16_to_f32(uint16_t b);
 
 /* SHA-256 of a byte range as 64 lowercase hex digits + NUL. */
-h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
+H3S_API h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
 
 /* Number of OpenMP threads the library uses (0 = OpenMP default).  Results never depend on it. */
-void h3s_set_num_threads(int n);
-int h3s_get_num_threads(void);
+H3S_API void h3s_set_num_threads(int n);
+H3S_API int h3s_get_num_threads(void);
 
 /* How the F32 output gradient dy enters the tensor cores in the backward of a BF16 linear on
  * the CUDA backend (a run option; both are strict: one fixed order per output).
@@ -85,11 +99,11 @@ int h3s_get_num_threads(void);
  * The CPU backend always multiplies the exact F32 dy and ignores the option.  Shapes the
  * Hopper kernels cannot take (K or N not a multiple of 8) always use the split kernel. */
 typedef enum h3s_grad_operands { H3S_GRAD_OPERANDS_BF16 = 0, H3S_GRAD_OPERANDS_SPLIT = 1 } h3s_grad_operands;
-h3s_status h3s_set_grad_operands(h3s_grad_operands mode);
-h3s_grad_operands h3s_get_grad_operands(void);
+H3S_API h3s_status h3s_set_grad_operands(h3s_grad_operands mode);
+H3S_API h3s_grad_operands h3s_get_grad_operands(void);
 /* "bf16" or "split" -> the mode; H3S_ERR_INVALID otherwise. */
-h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode);
-const char *h3s_grad_operands_name(h3s_grad_operands mode);
+H3S_API h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode);
+H3S_API const char *h3s_grad_operands_name(h3s_grad_operands mode);
 
 #ifdef __cplusplus
 }

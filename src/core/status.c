@@ -246,3 +246,6 @@ h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode) {
 const char *h3s_grad_operands_name(h3s_grad_operands mode) {
     return mode == H3S_GRAD_OPERANDS_SPLIT ? "split" : "bf16";
 }
+
+/* Everything the library hands out as plain bytes comes from malloc (cJSON too: its hooks are never changed). */
+void h3s_free(void *p) { free(p); }

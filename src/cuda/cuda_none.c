@@ -6,9 +6,12 @@
 #include "cuda/cuda_extra.h"
 #include "cuda/cuda_ops.h"
 
-#define NO_CUDA(name)                                                                                                  \
-    h3s_fail(H3S_ERR_DEVICE, "%s: this build has no CUDA backend (configured without nvcc or with -DH3S_CUDA=OFF)",    \
-             name)
+/* Why the backend is absent, decided at configure time (CMakeLists.txt): "configured with -DH3S_CUDA=OFF" or
+ * "no CUDA compiler (nvcc) was found when the build was configured". */
+#ifndef H3S_NO_CUDA_REASON
+#define H3S_NO_CUDA_REASON "the build was configured without it"
+#endif
+#define NO_CUDA(name) h3s_fail(H3S_ERR_DEVICE, "%s: this build has no CUDA backend: %s", name, H3S_NO_CUDA_REASON)
 
 int h3s_cuda_available(void) {
     NO_CUDA("cuda");

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "h3s.h"
+#include "h3s_model.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -17,25 +18,7 @@
 #define H3S_MODEL_WEIGHTS_FILE "diffusion_pytorch_model.safetensors"
 #define H3S_MODEL_INDEX_FILE "diffusion_pytorch_model.safetensors.index.json"
 
-typedef struct h3s_weights h3s_weights;
-
-/* Read config.json, then the single weights file or every shard of the index (every shard named must exist and
- * hold exactly the tensors mapped to it; both a single file and an index present is an error).  Every tensor is
- * checked against h3s_param_specs: a missing or extra parameter (H3S_ERR_FORMAT), a wrong dtype (H3S_ERR_DTYPE) or
- * shape (H3S_ERR_SHAPE) is an error naming the tensor.  Weights stay in their checkpoint dtype, mmap'd, no copy. */
-h3s_status h3s_weights_load(const char *dir, h3s_weights **out);
-
-/* In-memory weights holding exactly the values h3s_model_init_config(c, seed, ...) writes (no file involved). */
-h3s_status h3s_weights_create(const h3s_config *c, uint64_t seed, h3s_weights **out);
-
-const h3s_config *h3s_weights_config(const h3s_weights *w);
-const h3s_tensor *h3s_weights_get(const h3s_weights *w, const char *name); /* NULL if absent */
-/* Parameters in the canonical order of h3s_param_specs: count, and the i-th (NULL if out of range). */
-int64_t h3s_weights_count(const h3s_weights *w);
-const h3s_tensor *h3s_weights_at(const h3s_weights *w, int64_t i, const char **name);
-/* The directory that holds config.json (dir itself or dir/transformer); NULL for in-memory weights. */
-const char *h3s_weights_dir(const h3s_weights *w);
-void h3s_weights_free(h3s_weights *w); /* NULL is fine */
+/* h3s_weights and its load / create / accessors / free are public (include/h3s_model.h). */
 
 /* Seeded init of a whole model directory: config.json + diffusion_pytorch_model.safetensors (parameters in the
  * canonical order).  Byte-reproducible: the same preset, layers and seed give identical files on every machine;
@@ -48,7 +31,7 @@ void h3s_weights_free(h3s_weights *w); /* NULL is fine */
  * else, config.json a valid MiniMax-H3 config); it is then swapped with the new one atomically (renameat2
  * RENAME_EXCHANGE; on file systems without it the two files are renamed into place one by one, each atomically).
  * Anything else (other files, shards, a non-directory) is H3S_ERR_INVALID and nothing is touched. */
-h3s_status h3s_model_init(const char *preset, int64_t layers, uint64_t seed, const char *out_dir);
+/* h3s_model_init(preset, layers, seed, out_dir) (public) is this for a named preset. */
 h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char *out_dir);
 /* Same, calling progress(ctx, bytes written, total bytes) after every piece of the weights (about 4 MiB). */
 typedef void (*h3s_init_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);

@@ -7,16 +7,9 @@
 #include <stdint.h>
 
 #include "h3s.h"
+#include "h3s_model.h"
 
-typedef struct h3s_config {
-    int64_t num_attention_heads, attention_head_dim, hidden_size, num_layers, num_refiner_layers, ffn_dim;
-    int64_t in_channels, audio_in_channels, patch_size[3], text_dim, freq_dim, time_embed_hidden_dim, time_embed_dim;
-    int64_t rope_freq_dim;
-    double rope_theta, norm_eps, qk_norm_eps, final_norm_eps;
-} h3s_config;
-
-/* Width of one packed video row: in_channels * pt * ph * pw (96 for the released model). */
-int64_t h3s_config_video_width(const h3s_config *c);
+/* h3s_config, h3s_config_video_width and h3s_config_preset are public (include/h3s_model.h). */
 
 /* Every size positive (num_refiner_layers may be 0), head_dim even, 6 * rope_freq_dim <= head_dim, freq_dim even,
  * theta and the epsilons finite and > 0, sizes small enough that every parameter's element count fits.
@@ -35,9 +28,5 @@ h3s_status h3s_config_load(const char *path, h3s_config *out);
 /* Pretty JSON with the diffusers key names (sorted, as diffusers writes them) and
  * "_class_name": "MiniMaxH3Transformer3DModel".  *out_text is malloc'd; the caller frees it. */
 h3s_status h3s_config_to_json(const h3s_config *c, char **out_text);
-
-/* Named presets: "h3-33b" (the released geometry), "small" (CPU benchmarks), "tiny" (tests, the built-in model).
- * layers = -1 keeps the preset's depth, otherwise it must be >= 1. */
-h3s_status h3s_config_preset(const char *name, int64_t layers, h3s_config *out);
 
 #endif

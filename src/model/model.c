@@ -23,6 +23,29 @@ const char *h3s_backend_name(h3s_backend_kind kind) {
     return "?";
 }
 
+h3s_status h3s_backend_parse(const char *name, h3s_backend_kind *kind) {
+    if (!name || !kind) return h3s_fail(H3S_ERR_INVALID, "backend_parse: NULL argument");
+    static const struct {
+        const char *name;
+        h3s_backend_kind kind;
+    } names[] = {{"cpu", H3S_BACKEND_CPU}, {"golden", H3S_BACKEND_GOLDEN}, {"cuda", H3S_BACKEND_CUDA}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(name, names[i].name)) {
+            *kind = names[i].kind;
+            return H3S_OK;
+        }
+    return h3s_fail(H3S_ERR_INVALID, "unknown backend '%s' (expected cpu, golden or cuda)", name);
+}
+
+h3s_status h3s_backend_check(h3s_backend_kind kind) {
+    switch (kind) {
+    case H3S_BACKEND_CPU:
+    case H3S_BACKEND_GOLDEN: return H3S_OK;
+    case H3S_BACKEND_CUDA: return h3s_cuda_available() ? H3S_OK : h3s_fail_context(H3S_ERR_DEVICE, "cuda backend");
+    }
+    return h3s_fail(H3S_ERR_INVALID, "backend_check: unknown backend %d", (int)kind);
+}
+
 struct h3s_model {
     h3s_config cfg;
     h3s_backend_kind kind;
@@ -32,7 +55,8 @@ struct h3s_model {
     h3s_dtype grad; /* gradients: F32 / F64 */
     int64_t nparams;
     h3s_param_spec *specs;
-    h3s_tensor *w; /* weights in the backend's form, spec order */
+    h3s_tensor *w;            /* weights in the backend's form, spec order */
+    h3s_weights *own_weights; /* h3s_model_load: the loaded weights, when m->w borrows them */
 };
 
 /* ------------------------------------------------------------------ tensors & arena ---- */
@@ -145,6 +169,7 @@ void h3s_model_free(h3s_model *m) {
     }
     free(m->w);
     free(m->specs);
+    h3s_weights_free(m->own_weights);
     free(m);
 }
 
@@ -196,6 +221,56 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
     return H3S_OK;
 }
 
+h3s_status h3s_model_load(const char *dir, h3s_backend_kind kind, unsigned flags, h3s_model **out) {
+    if (!dir || !out) return h3s_fail(H3S_ERR_INVALID, "model_load: NULL argument");
+    if (flags & ~H3S_LOAD_OWN_WEIGHTS) return h3s_fail(H3S_ERR_INVALID, "model_load: unknown flags 0x%x", flags);
+    if (kind != H3S_BACKEND_CPU && kind != H3S_BACKEND_GOLDEN && kind != H3S_BACKEND_CUDA)
+        return h3s_fail(H3S_ERR_INVALID, "model_load: unknown backend %d", (int)kind);
+    /* before the files are read: a missing backend is the first thing to say */
+    H3S_TRY(h3s_backend_check(kind));
+    h3s_weights *w = NULL;
+    H3S_TRY(h3s_weights_load(dir, &w));
+    h3s_model *m = NULL;
+    h3s_status st = h3s_model_create(w, kind, &m);
+    if (st != H3S_OK) {
+        h3s_weights_free(w);
+        return st;
+    }
+    if (kind != H3S_BACKEND_CPU) {
+        h3s_weights_free(w); /* every weight was copied */
+    } else if (flags & H3S_LOAD_OWN_WEIGHTS) {
+        for (int64_t i = 0; i < m->nparams && st == H3S_OK; i++) {
+            h3s_tensor copy;
+            st = h3s_tensor_alloc(&copy, m->w[i].dtype, m->w[i].ndim, m->w[i].shape);
+            if (st != H3S_OK) break;
+            memcpy(copy.data, m->w[i].data, h3s_tensor_nbytes(&copy));
+            m->w[i] = copy;
+        }
+        h3s_weights_free(w);
+        if (st != H3S_OK) {
+            h3s_model_free(m);
+            return h3s_fail_context(st, "model_load: copying the weights");
+        }
+    } else {
+        m->own_weights = w; /* m->w are views of its mappings */
+    }
+    *out = m;
+    return H3S_OK;
+}
+
+int64_t h3s_model_param_count(const h3s_model *m) { return m ? m->nparams : 0; }
+
+h3s_status h3s_model_param(const h3s_model *m, int64_t i, const char **name, h3s_tensor *view) {
+    if (!m || !view) return h3s_fail(H3S_ERR_INVALID, "model_param: NULL argument");
+    if (i < 0 || i >= m->nparams)
+        return h3s_fail(H3S_ERR_INDEX, "model_param: index %lld out of range [0, %lld)", (long long)i,
+                        (long long)m->nparams);
+    *view = m->w[i];
+    view->owns_data = 0;
+    if (name) *name = m->specs[i].name;
+    return H3S_OK;
+}
+
 static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) H3S_PRINTF(2, 3);
 static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) {
     char name[160];
@@ -241,6 +316,37 @@ h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in) {
         if (!known) return h3s_fail(H3S_ERR_FORMAT, "inputs: unexpected tensor '%s'", name);
     }
     return H3S_OK;
+}
+
+h3s_status h3s_inputs_read(const char *path, h3s_inputs *out) {
+    if (!path || !out) return h3s_fail(H3S_ERR_INVALID, "inputs_read: NULL argument");
+    h3s_st_file *f = NULL;
+    H3S_TRY(h3s_st_open(path, &f));
+    h3s_inputs views, own;
+    memset(&own, 0, sizeof own);
+    h3s_status st = h3s_inputs_from_file(f, &views);
+    h3s_tensor *src = &views.hidden_states, *dst = &own.hidden_states;
+    const int n = (int)(sizeof own / sizeof own.hidden_states);
+    for (int k = 0; st == H3S_OK && k < n; k++) {
+        if (k == n - 1 && !src[k].data) continue; /* no attention_mask */
+        st = h3s_tensor_alloc(&dst[k], src[k].dtype, src[k].ndim, src[k].shape);
+        if (st == H3S_OK && h3s_tensor_nbytes(&src[k])) memcpy(dst[k].data, src[k].data, h3s_tensor_nbytes(&src[k]));
+    }
+    h3s_st_close(f);
+    if (st != H3S_OK) {
+        h3s_inputs_free(&own);
+        return h3s_fail_context(st, "%s", path);
+    }
+    *out = own;
+    return H3S_OK;
+}
+
+void h3s_inputs_free(h3s_inputs *in) {
+    if (!in) return;
+    h3s_tensor *t = &in->hidden_states;
+    for (size_t k = 0; k < sizeof *in / sizeof in->hidden_states; k++)
+        if (t[k].owns_data) h3s_tensor_free(&t[k]);
+    memset(in, 0, sizeof *in);
 }
 
 static h3s_status check_float_input(const char *name, const h3s_tensor *t, int ndim, int allow_f64) {
@@ -808,6 +914,7 @@ typedef struct grad_ctx {
     h3s_tensor *pg; /* parameter gradients in backend memory, spec order */
     h3s_tensor *dtemb;
     h3s_tensor *d_hv, *d_ha, *d_enc; /* input gradients in backend memory */
+    const unsigned char *want;       /* NULL: every parameter gradient; else want[i] selects parameter i */
 } grad_ctx;
 
 static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) H3S_PRINTF(2, 3);
@@ -822,7 +929,8 @@ static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) {
         h3s_fail(H3S_ERR_FORMAT, "model: no parameter named %s", name);
         return NULL;
     }
-    return &g->pg[i];
+    /* not requested: the operator gets NULL and computes no such gradient */
+    return g->want && !g->want[i] ? NULL : &g->pg[i];
 }
 
 #define PG(...) pgrad(g, __VA_ARGS__)
@@ -1027,6 +1135,7 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
                                       PG("time_embedder.linear_1.bias"), PG("time_embedder.linear_2.weight"),
                                       PG("time_embedder.linear_2.bias")));
     for (int64_t i = 0; i < m->nparams; i++) {
+        if (g->want && !g->want[i]) continue;
         H3S_TRY(emit(r, &g->pg[i], 0, 0, "param.%s", m->specs[i].name));
     }
     g->d_hv = dhv;
@@ -1058,6 +1167,12 @@ static h3s_status host_shaped(const h3s_tensor *t, int ndim, const int64_t *shap
 
 h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
                               const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx, h3s_grads *out) {
+    return h3s_model_backward_select(m, tape, d_sample, d_audio_sample, NULL, hook, hook_ctx, out);
+}
+
+h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
+                                     const h3s_tensor *d_audio_sample, const unsigned char *want_params,
+                                     h3s_node_hook hook, void *hook_ctx, h3s_grads *out) {
     if (!m || !tape || !d_sample || !d_audio_sample || !out)
         return h3s_fail(H3S_ERR_INVALID, "model_backward: NULL argument");
     if (tape->m != m) return h3s_fail(H3S_ERR_INVALID, "model_backward: the tape belongs to another model");
@@ -1082,12 +1197,14 @@ h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_
     grad_ctx g;
     memset(&g, 0, sizeof g);
     g.r = (run_ctx){tape, hook, hook_ctx};
+    g.want = want_params;
     /* Backward temporaries live in their own arena so the forward tape stays reusable. */
     arena fwd = tape->ar;
     tape->ar = (arena){m, NULL, 0, 0};
     g.pg = h3s_calloc((size_t)m->nparams, sizeof *g.pg);
     h3s_status st = g.pg ? H3S_OK : H3S_ERR_NOMEM;
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
+        if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
         st = backend_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
     }
@@ -1103,6 +1220,12 @@ h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_
         if (!out->names || !out->params) st = H3S_ERR_NOMEM;
         for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
             memcpy(out->names[i], m->specs[i].name, sizeof out->names[i]);
+            if (want_params && !want_params[i]) {
+                out->params[i].dtype = m->grad; /* no data: not requested */
+                out->params[i].ndim = m->specs[i].ndim;
+                memcpy(out->params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
+                continue;
+            }
             st = to_host(&g.pg[i], &out->params[i]);
         }
     }

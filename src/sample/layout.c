@@ -599,3 +599,37 @@ h3s_status h3s_inputs_random(const h3s_layout *l, int64_t batch, uint64_t seed, 
     *encoder_hidden_states = ehs;
     return H3S_OK;
 }
+
+h3s_status h3s_inputs_seeded(const h3s_config *c, const h3s_layout_opts *lo, int64_t batch, uint64_t seed,
+                             float t_video, float t_audio, h3s_inputs *out) {
+    if (!c || !lo || !out) return h3s_fail(H3S_ERR_INVALID, "inputs_seeded: NULL argument");
+    if (batch < 1) return h3s_fail(H3S_ERR_INVALID, "inputs_seeded: batch must be at least 1");
+    H3S_TRY(h3s_config_validate(c));
+    h3s_layout lay;
+    H3S_TRY(h3s_layout_build(lo, c->patch_size[1], c->patch_size[2], &lay));
+    h3s_inputs in;
+    memset(&in, 0, sizeof in);
+    h3s_status st = h3s_inputs_random(&lay, batch, seed, h3s_config_video_width(c), c->audio_in_channels, c->text_dim,
+                                      &in.hidden_states, &in.audio_hidden_states, &in.encoder_hidden_states);
+    if (st == H3S_OK) st = h3s_layout_timesteps(&lay, t_video, t_audio, &in.timestep, &in.timestep_indices);
+    if (st == H3S_OK) {
+        /* the layout's tensors move into `in` */
+        in.token_tags = lay.token_tags;
+        in.position_ids = lay.position_ids;
+        in.video_indices = lay.video_indices;
+        in.audio_indices = lay.audio_indices;
+        in.text_indices = lay.text_indices;
+        memset(&lay.token_tags, 0, sizeof lay.token_tags);
+        memset(&lay.position_ids, 0, sizeof lay.position_ids);
+        memset(&lay.video_indices, 0, sizeof lay.video_indices);
+        memset(&lay.audio_indices, 0, sizeof lay.audio_indices);
+        memset(&lay.text_indices, 0, sizeof lay.text_indices);
+    }
+    h3s_layout_free(&lay);
+    if (st != H3S_OK) {
+        h3s_inputs_free(&in);
+        return st;
+    }
+    *out = in;
+    return H3S_OK;
+}

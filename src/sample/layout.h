@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "h3s.h"
+#include "h3s_sample.h"
 
 /* Row tags of the packed sequence (token_tags). */
 #define H3S_TAG_PAD (-1)
@@ -28,14 +29,7 @@
 /* Audio rows are two channel-major blocks of A rows each. */
 #define H3S_AUDIO_CHANNELS 2
 
-typedef struct h3s_layout_opts {
-    int64_t text_tokens;                 /* Nt */
-    int64_t frames;                      /* latent frames F of the target video */
-    int64_t latent_height, latent_width; /* must be divisible by the patch (2) */
-    int64_t audio_latents;               /* A: audio rows = 2 * A, channel-major */
-    int keyframe_first, keyframe_last;   /* fl2va keyframes; both 0 = t2va.  Both: "first" block packed first */
-    int64_t pad_to; /* 0 = no padding; else total S padded up to a multiple of pad_to with rows tagged -1 */
-} h3s_layout_opts;
+/* h3s_layout_opts is public (include/h3s_sample.h). */
 
 typedef struct h3s_layout {
     int64_t S, Nv, Na, Nt, T; /* packed rows, video rows (condition + target), audio rows, text rows, row groups */

@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 #include "h3s.h"
+#include "h3s_sample.h"
 
-#define H3S_VIDEO_SHIFT 12.0f
-#define H3S_AUDIO_SHIFT 3.0f
+/* H3S_VIDEO_SHIFT, H3S_AUDIO_SHIFT, h3s_schedule_sigmas, h3s_schedule_timesteps, h3s_euler_step and
+ * h3s_scale_noise are public (include/h3s_sample.h). */
+
 /* Keyframe conditioning level: condition rows are noised once to t = 0.999 and held there. */
 #define H3S_KEYFRAME_NOISE_AUG 0.999f
 
@@ -21,20 +23,8 @@
  * docs/numerics/layout_scheduler.md. */
 void h3s_torch_linspace_f32(float start, float end, int64_t n, float *out);
 
-/* sigmas = unique_consecutive(s*b / (1 + (s-1)*b)) in F32 with b = linspace(1, 0, n) in F32 (n grid points
- * incl. terminal 0); returns count.  sigmas_out has room for n.  n >= 2, shift > 0 and finite. */
-h3s_status h3s_schedule_sigmas(int64_t n, float shift, float *sigmas_out, int64_t *count_out);
-/* timesteps[i] = 1 - sigmas[i] (F32) for i < count - 1 (t = 1 is clean); returns count - 1 values. */
-h3s_status h3s_schedule_timesteps(const float *sigmas, int64_t count, float *timesteps_out);
-
-/* One Euler step on F32 rows: x0 = x + (1 - t) * v; r = sigma_next / sigma; x_next = r*x + (1 - r)*x0,
- * all F32 in that order.  x_next may alias x. */
-void h3s_euler_step(const float *x, const float *v, int64_t n, float t, float sigma, float sigma_next, float *x_next);
-
-/* Rectified-flow forward process (the scheduler's scale_noise): out = t*x0 + (1 - t)*noise in F32,
- * rounded after t*x0, after (1 - t), after (1 - t)*noise and after the sum.  out may alias x0 or noise. */
-void h3s_scale_noise(const float *x0, const float *noise, int64_t n, float t, float *out);
-/* One element of h3s_scale_noise (same roundings; the header is compiled with -ffp-contract=off too). */
+/* One element of h3s_scale_noise: out = t*x0 + (1 - t)*noise in F32, rounded after t*x0, after (1 - t), after
+ * (1 - t)*noise and after the sum (the header is compiled with -ffp-contract=off too). */
 static inline float h3s_scale_noise1(float x0, float noise, float t) {
     const float one_minus_t = 1.0f - t;
     const float a = t * x0;

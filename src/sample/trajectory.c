@@ -286,3 +286,23 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     *report = doc;
     return H3S_OK;
 }
+
+h3s_status h3s_trajectory(const h3s_weights *w, const h3s_trajectory_opts *o, char **report_json,
+                          h3s_trajectory_totals *totals) {
+    if (!w || !o || !totals) return h3s_fail(H3S_ERR_INVALID, "trajectory: NULL argument");
+    cJSON *doc = NULL;
+    h3s_trajectory_totals tot;
+    H3S_TRY(h3s_trajectory_run(w, o, &doc, &tot));
+    char *text = NULL;
+    if (report_json) {
+        text = cJSON_Print(doc);
+        if (!text) {
+            cJSON_Delete(doc);
+            return h3s_fail(H3S_ERR_NOMEM, "trajectory: out of memory printing the report");
+        }
+    }
+    cJSON_Delete(doc);
+    if (report_json) *report_json = text;
+    *totals = tot;
+    return H3S_OK;
+}

@@ -1,0 +1,168 @@
+/* h3strict public API: the MiniMax-H3 transformer -- configuration, weights, a model resident on a backend,
+ * forward, backward with a choice of gradients, node hooks.
+ *
+ * Ownership: every handle (h3s_weights, h3s_model, h3s_tape) is created by one call and released by its _free
+ * (NULL is accepted); tensors that a call allocates for the caller (outputs, gradients) are owned by the caller
+ * and released with h3s_tensor_free / h3s_grads_free.  Input tensors are borrowed for the duration of the call.
+ * Every call that can fail returns h3s_status, leaves a one-line message for h3s_last_error() and writes none of
+ * its outputs.  A model may be used by one thread at a time; different models may run concurrently on the CPU.
+ * Results never depend on the thread count (h3s_set_num_threads), the batch size or an item's slot in the batch
+ * (docs/strict.md). */
+#ifndef H3S_PUBLIC_MODEL_H
+#define H3S_PUBLIC_MODEL_H
+
+#include "h3s.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ configuration
+ * The diffusers config.json of MiniMaxH3Transformer3DModel (docs/model.md section 1). */
+typedef struct h3s_config {
+    int64_t num_attention_heads, attention_head_dim, hidden_size, num_layers, num_refiner_layers, ffn_dim;
+    int64_t in_channels, audio_in_channels, patch_size[3], text_dim, freq_dim, time_embed_hidden_dim, time_embed_dim;
+    int64_t rope_freq_dim;
+    double rope_theta, norm_eps, qk_norm_eps, final_norm_eps;
+} h3s_config;
+
+/* Width of one packed video row: in_channels * pt * ph * pw (96 for the released model). */
+H3S_API int64_t h3s_config_video_width(const h3s_config *c);
+/* Named presets: "h3-33b" (the released geometry), "small", "tiny" (the built-in test model).  layers = -1 keeps
+ * the preset's depth, otherwise it must be >= 1. */
+H3S_API h3s_status h3s_config_preset(const char *name, int64_t layers, h3s_config *out);
+
+/* ------------------------------------------------------------------ weights */
+typedef struct h3s_weights h3s_weights;
+
+/* Load a model directory in diffusers layout (config.json and diffusion_pytorch_model.safetensors, or shards
+ * listed by diffusion_pytorch_model.safetensors.index.json), or a pipeline snapshot whose transformer/ subfolder
+ * is one.  Every tensor is checked against the parameter table (a missing, extra, mis-shaped or mis-typed tensor
+ * is an error naming it).  The tensors stay in their checkpoint dtype, mapped read-only from the files. */
+H3S_API h3s_status h3s_weights_load(const char *dir, h3s_weights **out);
+/* In-memory weights of a config, seeded exactly as h3s_model_init writes them (no file involved). */
+H3S_API h3s_status h3s_weights_create(const h3s_config *c, uint64_t seed, h3s_weights **out);
+H3S_API void h3s_weights_free(h3s_weights *w);
+H3S_API const h3s_config *h3s_weights_config(const h3s_weights *w);
+/* The tensor of a checkpoint name (borrowed, valid while w lives); NULL if absent. */
+H3S_API const h3s_tensor *h3s_weights_get(const h3s_weights *w, const char *name);
+/* Parameters in canonical order (the order PyTorch registers them): count, and the i-th with its name
+ * (borrowed); NULL if i is out of range. */
+H3S_API int64_t h3s_weights_count(const h3s_weights *w);
+H3S_API const h3s_tensor *h3s_weights_at(const h3s_weights *w, int64_t i, const char **name);
+/* The directory holding config.json (the directory given or its transformer/); NULL for in-memory weights. */
+H3S_API const char *h3s_weights_dir(const h3s_weights *w);
+
+/* Write a seeded model directory (config.json + diffusion_pytorch_model.safetensors) of a preset, atomically;
+ * byte-reproducible from (preset, layers, seed).  See docs/cli.md, `h3strict init`. */
+H3S_API h3s_status h3s_model_init(const char *preset, int64_t layers, uint64_t seed, const char *out_dir);
+
+/* ------------------------------------------------------------------ backends */
+typedef enum h3s_backend_kind {
+    H3S_BACKEND_CPU = 0,    /* strict CPU: BF16 activations, F32 accumulation and gradients */
+    H3S_BACKEND_GOLDEN = 1, /* FP64 reference of the same graph */
+    H3S_BACKEND_CUDA = 2    /* strict CUDA (sm_90a): weights and activations in device memory */
+} h3s_backend_kind;
+/* "cpu-strict", "cpu-golden-f64", "cuda-strict". */
+H3S_API const char *h3s_backend_name(h3s_backend_kind kind);
+/* "cpu", "golden" or "cuda" -> the kind; H3S_ERR_INVALID otherwise. */
+H3S_API h3s_status h3s_backend_parse(const char *name, h3s_backend_kind *kind);
+/* H3S_OK when this build and machine can run the backend; else H3S_ERR_DEVICE with the reason (no CUDA backend
+ * in this build and why, no GPU, an architecture the build does not contain). */
+H3S_API h3s_status h3s_backend_check(h3s_backend_kind kind);
+
+/* ------------------------------------------------------------------ inputs
+ * The forward arguments under their diffusers names, host tensors, contiguous row-major (docs/cli.md). */
+typedef struct h3s_inputs {
+    h3s_tensor hidden_states;         /* [B, Nv, video_width] F32 or BF16 */
+    h3s_tensor audio_hidden_states;   /* [B, Na, audio_in_channels] F32 or BF16 */
+    h3s_tensor encoder_hidden_states; /* [B, Nt, text_dim] F32 or BF16 */
+    h3s_tensor timestep;              /* [T] F32, BF16 or F64 */
+    h3s_tensor timestep_indices;      /* [S] I64 */
+    h3s_tensor token_tags;            /* [S] I64 */
+    h3s_tensor position_ids;          /* [S, 3] F64 or F32 */
+    h3s_tensor video_indices;         /* [Nv] I64 */
+    h3s_tensor audio_indices;         /* [Na] I64 */
+    h3s_tensor text_indices;          /* [Nt] I64 */
+    h3s_tensor attention_mask;        /* optional [B, S] or [B, 1, 1, S] BOOL; data == NULL when absent */
+} h3s_inputs;
+
+/* Read an inputs file (safetensors with the tensors above under their names, as `h3strict inputs` writes): every
+ * tensor is copied into memory `out` owns (release with h3s_inputs_free).  Unknown or missing tensors are errors;
+ * the values are checked by the forward (or h3s_inputs_validate). */
+H3S_API h3s_status h3s_inputs_read(const char *path, h3s_inputs *out);
+/* Release the tensors an h3s_inputs owns (those with owns_data set); the struct is zeroed.  NULL is fine. */
+H3S_API void h3s_inputs_free(h3s_inputs *in);
+
+/* Check every shape, dtype and index of `in` against the config (what every forward checks first); B out. */
+H3S_API h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_t *batch);
+
+/* ------------------------------------------------------------------ node hooks
+ * Called after every node, in execution order (forward, then backward), with the node's name (docs/strict.md
+ * section 4; backward nodes "<node>.grad", parameter gradients "param.<checkpoint name>") and its output, which
+ * may live in device memory (out->device).  `batched` is 1 when the rows are [B * rows_per_item] (item 0 is the
+ * first rows_per_item rows), 0 for tensors without a batch axis.  The tensor is borrowed for the call and must
+ * not be modified; returning non-OK aborts the pass with that status. */
+typedef h3s_status (*h3s_node_hook)(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item);
+
+/* ------------------------------------------------------------------ the resident model */
+typedef struct h3s_model h3s_model;
+
+/* Load flags. */
+#define H3S_LOAD_OWN_WEIGHTS 1u /* copy the CPU weights into memory the model owns (writable, see h3s_model_param) */
+
+/* Load a model directory (as h3s_weights_load) and make it resident on a backend: CPU weights stay mapped from
+ * the files (or are copied with H3S_LOAD_OWN_WEIGHTS), golden weights are F64 copies, CUDA weights are uploaded
+ * once.  The model owns everything it loaded. */
+H3S_API h3s_status h3s_model_load(const char *dir, h3s_backend_kind kind, unsigned flags, h3s_model **out);
+/* A model over weights the caller keeps: on the CPU backend the model borrows the weights' memory, so `w` must
+ * outlive the model; other backends copy. */
+H3S_API h3s_status h3s_model_create(const h3s_weights *w, h3s_backend_kind kind, h3s_model **out);
+H3S_API void h3s_model_free(h3s_model *m);
+H3S_API const h3s_config *h3s_model_config(const h3s_model *m);
+H3S_API h3s_backend_kind h3s_model_backend(const h3s_model *m);
+/* The resident parameters in canonical order: count, and a borrowed view of the i-th (host memory, or device
+ * memory when view->device is 1), with its checkpoint name, shape and dtype.  The memory is the one every pass
+ * reads: writing to it between passes (an optimizer step) changes the model; that is allowed only for CPU models
+ * loaded with H3S_LOAD_OWN_WEIGHTS and for CUDA models, and never while a pass runs or a tape from before the
+ * write is still to be used by h3s_model_backward. */
+H3S_API int64_t h3s_model_param_count(const h3s_model *m);
+H3S_API h3s_status h3s_model_param(const h3s_model *m, int64_t i, const char **name, h3s_tensor *view);
+
+/* The activations a forward keeps for its backward. */
+typedef struct h3s_tape h3s_tape;
+H3S_API void h3s_tape_free(h3s_tape *t);
+
+/* Forward.  sample [B, Nv, video_width] and audio_sample [B, Na, audio_in_channels] are allocated by the call as
+ * host tensors (F32 strict, F64 golden) owned by the caller.  hook may be NULL.  When tape != NULL the
+ * activations are kept for h3s_model_backward (the caller frees *tape); the inputs are copied where needed, so
+ * they may be released after the call. */
+H3S_API h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                                     h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
+
+/* Gradients: the three input gradients and one entry per parameter, in canonical order.  A parameter whose
+ * gradient was not requested has params[i].data == NULL (no memory, no computation). */
+typedef struct h3s_grads {
+    h3s_tensor hidden_states, audio_hidden_states, encoder_hidden_states; /* shapes of the inputs */
+    int64_t count;
+    char (*names)[160];
+    h3s_tensor *params; /* host tensors, F32 strict / F64 golden, checkpoint shapes */
+} h3s_grads;
+H3S_API void h3s_grads_free(h3s_grads *g);
+
+/* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite), every
+ * parameter gradient.  The tape is not consumed: it may be used again, then freed. */
+H3S_API h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
+                                      const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx,
+                                      h3s_grads *out);
+/* The same with a choice of parameter gradients: want_params[i] non-zero requests parameter i (canonical order,
+ * h3s_model_param_count entries); NULL requests all.  The three input gradients are always returned.  A
+ * requested gradient has exactly the bits h3s_model_backward gives it. */
+H3S_API h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
+                                             const h3s_tensor *d_audio_sample, const unsigned char *want_params,
+                                             h3s_node_hook hook, void *hook_ctx, h3s_grads *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# `cmake --install` into a temporary prefix: the libraries (versioned soname), the public headers, the CLI,
+# h3strict.pc and the CMake package; a three-line C program built with `pkg-config --cflags --libs h3strict` and
+# one built through find_package(h3strict) load a model through the installed library; the shared library
+# exports the public API and nothing else.
+set -u
+BUILD=${H3S_BUILD_DIR:?H3S_BUILD_DIR must name the build directory}
+SRC=${H3S_SOURCE_DIR:?H3S_SOURCE_DIR must name the source directory}
+CC=${H3S_C_COMPILER:-cc}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fails=0
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+cmake --install "$BUILD" --prefix "$dir/prefix" >"$dir/install.log" 2>&1 || { cat "$dir/install.log"; echo "FAIL: cmake --install"; exit 1; }
+P=$dir/prefix
+lib=$(find "$P" -name 'libh3strict.so.*.*.*' -type f | head -n 1)
+[ -n "$lib" ] || bad "no versioned libh3strict.so installed"
+for f in include/h3s.h include/h3s_model.h include/h3s_sample.h bin/h3strict; do
+    [ -e "$P/$f" ] || bad "$f not installed"
+done
+[ -n "$(find "$P" -name libh3strict.a)" ] || bad "no static library installed"
+[ -n "$(find "$P" -name h3strictConfig.cmake)" ] || bad "no CMake package config installed"
+pc=$(find "$P" -name h3strict.pc | head -n 1)
+[ -n "$pc" ] || { bad "no h3strict.pc installed"; exit 1; }
+soname=$(objdump -p "$lib" 2>/dev/null | awk '/SONAME/ {print $2}')
+[ "$soname" = "libh3strict.so.0" ] || bad "soname is '$soname', expected libh3strict.so.0"
+
+# exported symbols: every one declared in the installed headers, and the internals hidden
+nm -D --defined-only "$lib" | awk '$2 ~ /^[TDB]$/ {print $3}' | sort >"$dir/exported"
+cat "$P"/include/h3s*.h | grep -o 'h3s_[a-z0-9_]*(' | tr -d '(' | sort -u >"$dir/declared"
+extra=$(comm -23 "$dir/exported" "$dir/declared")
+[ -z "$extra" ] || bad "exported but not in the public headers: $(echo $extra | head -c 400)"
+for sym in h3s_model_load h3s_model_forward h3s_model_backward_select h3s_trajectory h3s_last_error; do
+    grep -qx "$sym" "$dir/exported" || bad "$sym is not exported"
+done
+for sym in h3s_linear_forward h3s_fail h3s_st_open h3s_trajectory_run; do
+    grep -qx "$sym" "$dir/exported" && bad "internal $sym is exported"
+done
+
+"$P/bin/h3strict" init --preset tiny --seed 5 --out "$dir/tiny" --quiet >/dev/null || bad "installed CLI: init"
+
+# the three-line program, through pkg-config
+cat >"$dir/prog.c" <<'CEOF'
+#include <h3s_model.h>
+#include <stdio.h>
+int main(int argc, char **argv) { h3s_model *m = NULL; if (argc < 2 || h3s_model_load(argv[1], H3S_BACKEND_CPU, 0, &m) != H3S_OK) return fprintf(stderr, "%s\n", h3s_last_error()), 1; printf("h3strict %s: %lld parameters\n", h3s_version(), (long long)h3s_model_param_count(m)); h3s_model_free(m); return 0; }
+CEOF
+flags=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs h3strict) || bad "pkg-config --cflags --libs h3strict"
+# shellcheck disable=SC2086
+if "$CC" -std=c11 -Wall -Werror "$dir/prog.c" -o "$dir/prog" $flags; then
+    out=$(LD_LIBRARY_PATH=$(dirname "$lib") "$dir/prog" "$dir/tiny") || bad "prog failed: $out"
+    [ "$out" = "h3strict $(LD_LIBRARY_PATH=$(dirname "$lib") "$P/bin/h3strict" --version | awk '{print $2}'): 52 parameters" ] ||
+        [ "$out" = "h3strict 0.1.0: 52 parameters" ] || bad "prog printed '$out'"
+    # the program uses the installed library, not the build tree's
+    ldd_out=$(LD_LIBRARY_PATH=$(dirname "$lib") ldd "$dir/prog" | grep libh3strict)
+    case "$ldd_out" in *"$P"*) ;; *) bad "prog resolves libh3strict outside the prefix: $ldd_out" ;; esac
+    LD_LIBRARY_PATH=$(dirname "$lib") "$dir/prog" "$dir/nothing" 2>"$dir/err" && bad "prog accepted a missing model"
+    grep -q . "$dir/err" || bad "no message for a missing model"
+else
+    bad "the three-line program does not compile against the installed tree ($flags)"
+fi
+
+# the same through find_package(h3strict)
+mkdir -p "$dir/cm"
+cp "$dir/prog.c" "$dir/cm/prog.c"
+cat >"$dir/cm/CMakeLists.txt" <<'CEOF'
+cmake_minimum_required(VERSION 3.20)
+project(h3s_consumer C)
+find_package(h3strict 0.1 REQUIRED)
+add_executable(prog prog.c)
+target_link_libraries(prog PRIVATE h3strict::h3strict)
+CEOF
+if cmake -S "$dir/cm" -B "$dir/cm/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_COMPILER="$CC" >"$dir/cm.log" 2>&1 &&
+    cmake --build "$dir/cm/build" >>"$dir/cm.log" 2>&1; then
+    out=$("$dir/cm/build/prog" "$dir/tiny") || bad "find_package program failed: $out"
+    case "$out" in *": 52 parameters") ;; *) bad "find_package program printed '$out'" ;; esac
+else
+    cat "$dir/cm.log"
+    bad "find_package(h3strict) consumer does not build"
+fi
+
+[ "$fails" -eq 0 ] || { echo "install_tree: $fails failure(s)"; exit 1; }
+echo "install_tree: OK (prefix layout, soname $soname, $(wc -l <"$dir/exported") exported symbols, pkg-config and find_package consumers)"

@@ -1,0 +1,345 @@
+/* The public C API (include/h3s*.h), linked against the shared library: this file may call only what the
+ * library exports.  Load (model directory and pipeline snapshot), resident parameters, forward, backward with a
+ * choice of gradients, node hooks, seeded and file inputs, the scheduler, the dual trajectory, fail-closed
+ * errors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h3s.h"
+#include "h3s_model.h"
+#include "h3s_sample.h"
+
+static int checks = 0, failures = 0;
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        checks++;                                                                                                      \
+        if (!(cond)) {                                                                                                 \
+            failures++;                                                                                                \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
+    } while (0)
+#define CHECK_OK(expr)                                                                                                 \
+    do {                                                                                                               \
+        h3s_status s_ = (expr);                                                                                        \
+        CHECK(s_ == H3S_OK, "%s -> %s: %s", #expr, h3s_status_name(s_), h3s_last_error());                             \
+    } while (0)
+#define CHECK_FAILS(want, expr)                                                                                        \
+    do {                                                                                                               \
+        h3s_status s_ = (expr);                                                                                        \
+        CHECK(s_ == (want), "%s -> %s (%s), expected %s", #expr, h3s_status_name(s_), h3s_last_error(),                \
+              h3s_status_name(want));                                                                                  \
+        CHECK(h3s_last_error()[0] != '\0', "%s left no message", #expr);                                               \
+    } while (0)
+
+static int same_bytes(const h3s_tensor *a, const h3s_tensor *b) {
+    if (!a->data || !b->data || a->dtype != b->dtype || h3s_tensor_nbytes(a) != h3s_tensor_nbytes(b)) return 0;
+    return memcmp(a->data, b->data, h3s_tensor_nbytes(a)) == 0;
+}
+
+/* item 0 of a [B, ...] tensor against a [1, ...] tensor, bitwise */
+static int item0_equal(const h3s_tensor *batched, const h3s_tensor *alone) {
+    size_t n = h3s_tensor_nbytes(alone);
+    return batched->data && alone->data && memcmp(batched->data, alone->data, n) == 0;
+}
+
+typedef struct hook_log {
+    int forward_nodes, backward_nodes, saw_attention, saw_param_grad, fail_at;
+    int64_t param_grads;
+} hook_log;
+
+static h3s_status hook(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
+    hook_log *l = ctx;
+    (void)batched;
+    (void)rows_per_item;
+    if (strstr(name, ".grad") || !strncmp(name, "param.", 6)) {
+        l->backward_nodes++;
+        if (!strncmp(name, "param.", 6)) l->param_grads++;
+    } else {
+        l->forward_nodes++;
+    }
+    if (!strcmp(name, "block.0.attention") && out->data) l->saw_attention = 1;
+    if (l->fail_at && l->forward_nodes == l->fail_at) return H3S_ERR_MISMATCH;
+    return H3S_OK;
+}
+
+static const h3s_layout_opts LAYOUT = {6, 2, 4, 6, 4, 0, 0, 0}; /* `h3strict inputs` defaults */
+
+int main(void) {
+    char dir[] = "/tmp/h3s_test_api_XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char model_dir[512], snap_dir[512], snap_tr[512];
+    snprintf(model_dir, sizeof model_dir, "%s/m", dir);
+    snprintf(snap_dir, sizeof snap_dir, "%s/snap", dir);
+    snprintf(snap_tr, sizeof snap_tr, "%s/snap/transformer", dir);
+
+    CHECK(!strcmp(h3s_version(), H3S_VERSION_STRING), "version %s", h3s_version());
+
+    /* backends */
+    h3s_backend_kind kind;
+    CHECK_OK(h3s_backend_parse("cuda", &kind));
+    CHECK(kind == H3S_BACKEND_CUDA, "cuda parses to %d", (int)kind);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_backend_parse("tpu", &kind));
+    CHECK_OK(h3s_backend_check(H3S_BACKEND_CPU));
+    const char *cuda_built = getenv("H3S_CUDA_BUILT");
+    if (cuda_built && !strcmp(cuda_built, "OFF")) {
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_backend_check(H3S_BACKEND_CUDA));
+        const char *e = h3s_last_error();
+        CHECK(strstr(e, "this build has no CUDA backend: ") &&
+                  (strstr(e, "configured with -DH3S_CUDA=OFF") || strstr(e, "no CUDA compiler (nvcc) was found")),
+              "the no-CUDA message names its cause: %s", e);
+        h3s_model *none = NULL;
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_load(dir, H3S_BACKEND_CUDA, 0, &none));
+        CHECK(none == NULL, "no model on failure");
+    }
+
+    /* load: a model directory and a pipeline snapshot holding transformer/ */
+    CHECK_OK(h3s_model_init("tiny", -1, 5, model_dir));
+    mkdir(snap_dir, 0700);
+    CHECK_OK(h3s_model_init("tiny", -1, 5, snap_tr));
+    h3s_model *m = NULL, *snap = NULL, *own = NULL;
+    CHECK_OK(h3s_model_load(model_dir, H3S_BACKEND_CPU, 0, &m));
+    CHECK_OK(h3s_model_load(snap_dir, H3S_BACKEND_CPU, 0, &snap));
+    CHECK_OK(h3s_model_load(model_dir, H3S_BACKEND_CPU, H3S_LOAD_OWN_WEIGHTS, &own));
+    if (!m || !snap || !own) {
+        fprintf(stderr, "cannot go on without the models\n");
+        return 1;
+    }
+    const h3s_config *c = h3s_model_config(m);
+    CHECK(c->hidden_size == 48 && c->num_layers == 2, "tiny config: hidden %lld layers %lld", (long long)c->hidden_size,
+          (long long)c->num_layers);
+    CHECK(h3s_model_backend(m) == H3S_BACKEND_CPU, "backend");
+    const int64_t np = h3s_model_param_count(m);
+    CHECK(np == 52 && h3s_model_param_count(snap) == np, "52 parameters, got %lld", (long long)np);
+    int views_equal = 1, own_distinct = 1;
+    for (int64_t i = 0; i < np; i++) {
+        const char *n1 = NULL, *n2 = NULL;
+        h3s_tensor v1, v2;
+        CHECK_OK(h3s_model_param(m, i, &n1, &v1));
+        CHECK_OK(h3s_model_param(own, i, &n2, &v2));
+        views_equal &= !strcmp(n1, n2) && same_bytes(&v1, &v2) && !v1.owns_data && v1.device == 0;
+        own_distinct &= v1.data != v2.data;
+    }
+    CHECK(views_equal, "parameter views: same names and bytes in the mapped and the owned model");
+    CHECK(own_distinct, "H3S_LOAD_OWN_WEIGHTS gives the model its own memory");
+    const char *pname = NULL;
+    h3s_tensor pv;
+    CHECK_OK(h3s_model_param(m, 0, &pname, &pv));
+    CHECK(!strcmp(pname, "proj_in.weight") && pv.dtype == H3S_F32 && pv.ndim == 2 && pv.shape[1] == 96 / 4,
+          "param 0 is proj_in.weight [48, 24] F32 (tiny: 6 channels x 4), got %s", pname);
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_model_param(m, np, &pname, &pv));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_load(model_dir, H3S_BACKEND_CPU, 8u, &snap));
+    h3s_model *bad = NULL;
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_load(dir, H3S_BACKEND_CPU, 0, &bad));
+    CHECK(bad == NULL, "no model on failure");
+
+    /* forward: batch 3 and batch 1 of the same seeded request */
+    h3s_inputs in3, in1;
+    CHECK_OK(h3s_inputs_seeded(c, &LAYOUT, 3, 7, 0.25f, 0.6f, &in3));
+    CHECK_OK(h3s_inputs_seeded(c, &LAYOUT, 1, 7, 0.25f, 0.6f, &in1));
+    int64_t B = 0;
+    CHECK_OK(h3s_inputs_validate(c, &in3, &B));
+    CHECK(B == 3, "batch %lld", (long long)B);
+    hook_log log = {0};
+    h3s_tape *tape3 = NULL, *tape1 = NULL;
+    h3s_tensor s3, a3, s1, a1, s_own, a_own, s_snap, a_snap;
+    CHECK_OK(h3s_model_forward(m, &in3, hook, &log, &tape3, &s3, &a3));
+    CHECK(log.forward_nodes > 40 && log.saw_attention, "hook saw %d forward nodes", log.forward_nodes);
+    CHECK_OK(h3s_model_forward(m, &in1, NULL, NULL, &tape1, &s1, &a1));
+    CHECK(item0_equal(&s3, &s1) && item0_equal(&a3, &a1), "item 0 of batch 3 equals batch 1, bitwise");
+    CHECK_OK(h3s_model_forward(own, &in1, NULL, NULL, NULL, &s_own, &a_own));
+    CHECK_OK(h3s_model_forward(snap, &in1, NULL, NULL, NULL, &s_snap, &a_snap));
+    CHECK(same_bytes(&s_own, &s1) && same_bytes(&a_own, &a1), "owned weights give the same bits");
+    CHECK(same_bytes(&s_snap, &s1) && same_bytes(&a_snap, &a1), "the snapshot's transformer/ gives the same bits");
+
+    /* writing an owned parameter changes the next forward; writing it back restores the bits */
+    h3s_tensor bias;
+    int64_t bias_i = -1;
+    for (int64_t i = 0; i < np; i++) {
+        const char *n = NULL;
+        CHECK_OK(h3s_model_param(own, i, &n, &bias));
+        if (!strcmp(n, "proj_out.bias")) {
+            bias_i = i;
+            break;
+        }
+    }
+    CHECK(bias_i >= 0 && bias.dtype == H3S_F32, "proj_out.bias found");
+    if (bias_i >= 0) {
+        float *bw = bias.data, saved = bw[0];
+        bw[0] = saved + 1.0f;
+        h3s_tensor s2, a2;
+        CHECK_OK(h3s_model_forward(own, &in1, NULL, NULL, NULL, &s2, &a2));
+        CHECK(!same_bytes(&s2, &s1), "a changed weight changes the sample");
+        h3s_tensor_free(&s2);
+        h3s_tensor_free(&a2);
+        bw[0] = saved;
+        CHECK_OK(h3s_model_forward(own, &in1, NULL, NULL, NULL, &s2, &a2));
+        CHECK(same_bytes(&s2, &s1) && same_bytes(&a2, &a1), "restored weight, restored bits");
+        h3s_tensor_free(&s2);
+        h3s_tensor_free(&a2);
+    }
+
+    /* a hook that fails aborts the pass with its status and writes no output */
+    hook_log stop = {0};
+    stop.fail_at = 5;
+    h3s_tensor s_x = {0}, a_x = {0};
+    CHECK(h3s_model_forward(m, &in1, hook, &stop, NULL, &s_x, &a_x) == H3S_ERR_MISMATCH, "hook status returned");
+    CHECK(s_x.data == NULL && a_x.data == NULL, "no output after an aborted pass");
+
+    /* bad input: a wrong dtype is refused, nothing written */
+    h3s_inputs wrong = in1;
+    wrong.hidden_states.dtype = H3S_I64;
+    h3s_tensor s_w = {0}, a_w = {0};
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_model_forward(m, &wrong, NULL, NULL, NULL, &s_w, &a_w));
+    CHECK(s_w.data == NULL && a_w.data == NULL, "no output on a refused input");
+    wrong = in1;
+    ((int64_t *)wrong.video_indices.data)[0] += 1000;
+    CHECK_FAILS(H3S_ERR_INDEX, h3s_model_forward(m, &wrong, NULL, NULL, NULL, &s_w, &a_w));
+    ((int64_t *)wrong.video_indices.data)[0] -= 1000;
+
+    /* backward: every gradient, then a choice; requested ones carry the same bits, the others none */
+    h3s_tensor ct_s, ct_a;
+    CHECK_OK(h3s_tensor_alloc(&ct_s, H3S_F32, s1.ndim, s1.shape));
+    CHECK_OK(h3s_tensor_alloc(&ct_a, H3S_F32, a1.ndim, a1.shape));
+    for (int64_t i = 0; i < h3s_tensor_numel(&ct_s); i++)
+        ((float *)ct_s.data)[i] = (float)((i * 37) % 11 - 5) / 8.0f;
+    for (int64_t i = 0; i < h3s_tensor_numel(&ct_a); i++)
+        ((float *)ct_a.data)[i] = (float)((i * 13) % 7 - 3) / 4.0f;
+    h3s_grads all, some, again;
+    hook_log blog = {0};
+    CHECK_OK(h3s_model_backward(m, tape1, &ct_s, &ct_a, hook, &blog, &all));
+    CHECK(all.count == np && blog.param_grads == np, "every parameter gradient (%lld emitted)",
+          (long long)blog.param_grads);
+    unsigned char *want = calloc((size_t)np, 1);
+    int64_t nwant = 0;
+    for (int64_t i = 0; i < np; i++) {
+        const char *n = all.names[i];
+        if (!strcmp(n, "proj_out.weight") || !strcmp(n, "transformer_blocks.1.attn.to_q.weight") ||
+            !strcmp(n, "time_embedder.linear_1.bias") || !strcmp(n, "token_refiner.final_norm.weight")) {
+            want[i] = 1;
+            nwant++;
+        }
+    }
+    CHECK(nwant == 4, "four parameters chosen");
+    hook_log slog = {0};
+    CHECK_OK(h3s_model_backward_select(m, tape1, &ct_s, &ct_a, want, hook, &slog, &some));
+    CHECK(slog.param_grads == nwant, "only the chosen parameter gradients are emitted (%lld)",
+          (long long)slog.param_grads);
+    int chosen_equal = 1, others_empty = 1, nonzero = 0;
+    for (int64_t i = 0; i < np; i++) {
+        if (want[i]) {
+            chosen_equal &= same_bytes(&some.params[i], &all.params[i]);
+            for (int64_t k = 0; k < h3s_tensor_numel(&all.params[i]); k++)
+                nonzero |= ((const float *)all.params[i].data)[k] != 0.0f;
+        } else {
+            others_empty &= some.params[i].data == NULL && some.params[i].ndim == all.params[i].ndim &&
+                            some.params[i].shape[0] == all.params[i].shape[0];
+        }
+    }
+    CHECK(chosen_equal && nonzero, "chosen gradients bitwise equal to the full backward's (and not all zero)");
+    CHECK(others_empty, "gradients not chosen: no data, checkpoint shape");
+    CHECK(same_bytes(&some.hidden_states, &all.hidden_states) &&
+              same_bytes(&some.audio_hidden_states, &all.audio_hidden_states) &&
+              same_bytes(&some.encoder_hidden_states, &all.encoder_hidden_states),
+          "input gradients unchanged by the choice");
+    CHECK_OK(h3s_model_backward(m, tape1, &ct_s, &ct_a, NULL, NULL, &again));
+    int repeat = 1;
+    for (int64_t i = 0; i < np; i++)
+        repeat &= same_bytes(&again.params[i], &all.params[i]);
+    CHECK(repeat && same_bytes(&again.hidden_states, &all.hidden_states), "the tape is reusable: same bits again");
+    h3s_tensor bad_ct;
+    int64_t bad_shape[3] = {2, s1.shape[1], s1.shape[2]};
+    CHECK_OK(h3s_tensor_alloc(&bad_ct, H3S_F32, 3, bad_shape));
+    h3s_grads none;
+    memset(&none, 0, sizeof none);
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_model_backward(m, tape1, &bad_ct, &ct_a, NULL, NULL, &none));
+    CHECK(none.params == NULL && none.hidden_states.data == NULL, "no gradients on a refused cotangent");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(own, tape1, &ct_s, &ct_a, NULL, NULL, &none));
+
+    /* inputs read from a file `h3strict inputs` wrote are the seeded inputs, tensor for tensor */
+    const char *cli = getenv("H3S_CLI");
+    if (cli) {
+        char cmd[2048], path[600];
+        snprintf(path, sizeof path, "%s/in.safetensors", dir);
+        snprintf(cmd, sizeof cmd, "'%s' inputs --model '%s' --seed 7 --batch 3 --out '%s' --quiet >/dev/null", cli,
+                 model_dir, path);
+        CHECK(system(cmd) == 0, "%s", cmd);
+        h3s_inputs rd;
+        CHECK_OK(h3s_inputs_read(path, &rd));
+        const h3s_tensor *x = &rd.hidden_states, *y = &in3.hidden_states;
+        int equal = 1;
+        for (int k = 0; k < 10; k++)
+            equal &= same_bytes(&x[k], &y[k]);
+        CHECK(equal && rd.attention_mask.data == NULL, "h3s_inputs_read == h3s_inputs_seeded for the same request");
+        h3s_inputs_free(&rd);
+        h3s_inputs none_in;
+        CHECK_FAILS(H3S_ERR_IO, h3s_inputs_read(snap_dir, &none_in));
+    }
+
+    /* scheduler */
+    float sig[9], ts[8];
+    int64_t count = 0;
+    CHECK_OK(h3s_schedule_sigmas(9, H3S_VIDEO_SHIFT, sig, &count));
+    CHECK(count == 9 && sig[0] == 1.0f && sig[count - 1] == 0.0f, "sigmas: %lld from 1 to 0", (long long)count);
+    CHECK_OK(h3s_schedule_timesteps(sig, count, ts));
+    CHECK(ts[0] == 0.0f && ts[1] == 1.0f - sig[1], "timesteps = 1 - sigmas");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_schedule_sigmas(1, H3S_VIDEO_SHIFT, sig, &count));
+    float x[2] = {1.0f, -2.0f}, v[2] = {0.5f, 0.25f}, xn[2];
+    h3s_euler_step(x, v, 2, ts[1], sig[1], sig[2], xn);
+    CHECK(xn[0] != x[0] && xn[1] != x[1], "an Euler step moves the latents");
+
+    /* the dual trajectory on the model's weights */
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(model_dir, &w));
+    if (w) {
+        uint64_t seeds[1] = {11};
+        h3s_trajectory_opts o;
+        memset(&o, 0, sizeof o);
+        o.seeds = seeds;
+        o.nseeds = 1;
+        o.steps = 2;
+        o.batch = 3;
+        o.backend = H3S_BACKEND_CPU;
+        o.layout = LAYOUT;
+        o.with_grad = 1;
+        h3s_trajectory_totals tot;
+        char *json = NULL;
+        CHECK_OK(h3s_trajectory(w, &o, &json, &tot));
+        CHECK(tot.comparisons == 8 && tot.differing == 0 && tot.gradient_comparisons == 6 &&
+                  tot.gradient_differing == 0,
+              "trajectory: %lld/%lld differ, gradients %lld/%lld", (long long)tot.differing, (long long)tot.comparisons,
+              (long long)tot.gradient_differing, (long long)tot.gradient_comparisons);
+        CHECK(json && strstr(json, "\"summary\""), "trajectory report as JSON text");
+        h3s_free(json);
+        o.batch = 1;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
+        h3s_weights_free(w);
+    }
+
+    free(want);
+    h3s_grads_free(&all);
+    h3s_grads_free(&some);
+    h3s_grads_free(&again);
+    h3s_tensor *outs[] = {&s3, &a3, &s1, &a1, &s_own, &a_own, &s_snap, &a_snap, &ct_s, &ct_a, &bad_ct};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+        h3s_tensor_free(outs[i]);
+    h3s_tape_free(tape3);
+    h3s_tape_free(tape1);
+    h3s_inputs_free(&in3);
+    h3s_inputs_free(&in1);
+    h3s_model_free(m);
+    h3s_model_free(snap);
+    h3s_model_free(own);
+    char rm[600];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    printf("test_api: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
