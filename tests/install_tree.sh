@@ -7,6 +7,7 @@ set -u
 BUILD=${H3S_BUILD_DIR:?H3S_BUILD_DIR must name the build directory}
 SRC=${H3S_SOURCE_DIR:?H3S_SOURCE_DIR must name the source directory}
 CC=${H3S_C_COMPILER:-cc}
+XFLAGS=${H3S_CONSUMER_FLAGS:-} # a sanitizer build's library: its consumers use the same runtime
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fails=0
@@ -48,7 +49,7 @@ int main(int argc, char **argv) { h3s_model *m = NULL; if (argc < 2 || h3s_model
 CEOF
 flags=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs h3strict) || bad "pkg-config --cflags --libs h3strict"
 # shellcheck disable=SC2086
-if "$CC" -std=c11 -Wall -Werror "$dir/prog.c" -o "$dir/prog" $flags; then
+if "$CC" -std=c11 -Wall -Werror $XFLAGS "$dir/prog.c" -o "$dir/prog" $flags; then
     out=$(LD_LIBRARY_PATH=$(dirname "$lib") "$dir/prog" "$dir/tiny") || bad "prog failed: $out"
     [ "$out" = "h3strict $(LD_LIBRARY_PATH=$(dirname "$lib") "$P/bin/h3strict" --version | awk '{print $2}'): 52 parameters" ] ||
         [ "$out" = "h3strict 0.1.0: 52 parameters" ] || bad "prog printed '$out'"
@@ -71,7 +72,8 @@ find_package(h3strict 0.1 REQUIRED)
 add_executable(prog prog.c)
 target_link_libraries(prog PRIVATE h3strict::h3strict)
 CEOF
-if cmake -S "$dir/cm" -B "$dir/cm/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_COMPILER="$CC" >"$dir/cm.log" 2>&1 &&
+if cmake -S "$dir/cm" -B "$dir/cm/build" -DCMAKE_PREFIX_PATH="$P" -DCMAKE_C_COMPILER="$CC" \
+    -DCMAKE_C_FLAGS="$XFLAGS" -DCMAKE_EXE_LINKER_FLAGS="$XFLAGS" >"$dir/cm.log" 2>&1 &&
     cmake --build "$dir/cm/build" >>"$dir/cm.log" 2>&1; then
     out=$("$dir/cm/build/prog" "$dir/tiny") || bad "find_package program failed: $out"
     case "$out" in *": 52 parameters") ;; *) bad "find_package program printed '$out'" ;; esac

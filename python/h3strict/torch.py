@@ -1,0 +1,407 @@
+"""PyTorch binding: the strict MiniMax-H3 transformer as a torch.nn.Module with autograd.
+
+    from h3strict.torch import StrictTransformer
+    model = StrictTransformer.from_pretrained("path/to/transformer", device="cpu", threads=2)
+    out = model(hidden_states=..., audio_hidden_states=..., ...)   # diffusers' forward arguments
+    (out.sample.square().sum() + out.audio_sample.sum()).backward()
+
+What crosses without a copy: the parameters are torch.nn.Parameters over the library's resident weights (CPU:
+the model's own memory; CUDA: device memory), named as the checkpoint names them; the input tensors are read in
+place when they are contiguous CPU tensors of a dtype the library takes; the outputs and gradients are the
+library's own buffers, released when the last torch tensor over them goes.  Anything else is refused with an
+exception naming the argument and the explicit conversion to make (no silent copy, no silent cast).
+
+Gradients: `loss.backward()` runs the library's strict backward for the parameters that require grad (the others
+cost nothing) and for the inputs that require grad.  torch keeps a parameter's .grad in the parameter's dtype, so
+a BF16 parameter receives its F32 gradient rounded once to BF16 (round to nearest even); the exact F32 gradients
+of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32` (name -> tensor).  The input
+gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the same way).
+"""
+
+import ctypes
+import json
+import os
+from types import SimpleNamespace
+
+import torch
+
+from . import _lib
+from ._lib import H3StrictError, H3StrictInputError, Inputs, Tensor, check, lib
+
+__all__ = ["StrictTransformer", "StrictTransformerOutput", "scheduler", "trajectory", "H3StrictError",
+           "H3StrictInputError"]
+
+_TORCH_DTYPE = {_lib.F64: torch.float64, _lib.F32: torch.float32, _lib.BF16: torch.bfloat16,
+                _lib.F16: torch.float16, _lib.I64: torch.int64, _lib.BOOL: torch.bool}
+_H3S_DTYPE = {v: k for k, v in _TORCH_DTYPE.items()}
+_FLOAT_IN = (torch.float32, torch.bfloat16)
+# argument -> dtypes the library reads in place
+_INPUT_DTYPES = {
+    "hidden_states": _FLOAT_IN, "audio_hidden_states": _FLOAT_IN, "encoder_hidden_states": _FLOAT_IN,
+    "timestep": (torch.float32, torch.bfloat16, torch.float64), "timestep_indices": (torch.int64,),
+    "token_tags": (torch.int64,), "position_ids": (torch.float64, torch.float32), "video_indices": (torch.int64,),
+    "audio_indices": (torch.int64,), "text_indices": (torch.int64,), "attention_mask": (torch.bool,),
+}
+_DEVICES = {"cpu": _lib.BACKEND_CPU, "cuda": _lib.BACKEND_CUDA}
+
+
+# ------------------------------------------------------------------ memory shared with the library
+
+class _OwnedTensor:
+    """A host tensor the library allocated for us; freed when the last torch view of it is gone."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __del__(self):
+        lib.h3s_tensor_free(ctypes.byref(self.t))
+
+
+class _OwnedGrads:
+    def __init__(self, g):
+        self.g = g
+
+    def __del__(self):
+        lib.h3s_grads_free(ctypes.byref(self.g))
+
+
+class _CudaArray:
+    """__cuda_array_interface__ over device memory the library owns (BF16 travels as int16, then viewed)."""
+
+    def __init__(self, ptr, shape, typestr, owner):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+                                         "version": 2, "strides": None}
+        self._owner = owner
+
+
+def _shape(t):
+    return tuple(t.shape[d] for d in range(t.ndim))
+
+
+def _view(t, owner):
+    """A torch tensor over the memory of the library tensor `t` (no copy); `owner` stays alive with it."""
+    dtype, shape = _TORCH_DTYPE[t.dtype], _shape(t)
+    numel = 1
+    for s in shape:
+        numel *= s
+    if t.device:
+        typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.float64: "<f8"}[dtype]
+        out = torch.as_tensor(_CudaArray(t.data, shape, typestr, owner), device="cuda")
+        return out.view(torch.bfloat16) if dtype == torch.bfloat16 else out
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    buf = (ctypes.c_uint8 * nbytes).from_address(t.data)
+    buf._owner = owner  # the buffer, hence every tensor over it, keeps the owner alive
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+
+def _as_library_tensor(name, x, optional=False):
+    """The library's view of a torch tensor (its memory, no copy), or a clear refusal."""
+    if x is None:
+        if optional:
+            return Tensor()
+        raise TypeError(f"{name}: required, got None")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    allowed = _INPUT_DTYPES[name]
+    if x.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise TypeError(f"{name}: dtype {str(x.dtype).replace('torch.', '')} is not read by the library (expected "
+                        f"{names}); convert it explicitly, e.g. {name}.to(torch.{names.split(', ')[0]})")
+    if x.device.type != "cpu":
+        raise ValueError(f"{name}: the library reads its inputs from host memory and this tensor is on {x.device}; "
+                         f"pass {name}.cpu() explicitly")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: not contiguous (strides {tuple(x.stride())}); pass {name}.contiguous() explicitly")
+    if x.dim() > _lib.MAX_DIMS or x.dim() == 0:
+        raise ValueError(f"{name}: {x.dim()} dims, expected 1 to {_lib.MAX_DIMS}")
+    t = Tensor()
+    t.dtype = _H3S_DTYPE[x.dtype]
+    t.ndim = x.dim()
+    for d, s in enumerate(x.shape):
+        t.shape[d] = s
+    t.data = x.data_ptr() if x.numel() else None
+    return t
+
+
+class _Tape:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        if self.handle:
+            lib.h3s_tape_free(self.handle)
+            self.handle = None
+
+
+class _Handle:
+    """Owns the h3s_model; every parameter tensor keeps it alive, so the weights outlive their last view."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __del__(self):
+        if self.handle:
+            lib.h3s_model_free(self.handle)
+            self.handle = None
+
+
+class _Model:
+    """The library's resident model (h3s_model) and torch views of its parameters."""
+
+    def __init__(self, path, device, threads):
+        if device not in _DEVICES:
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        if threads is not None:
+            if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+                raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+        self.device = device
+        self.path = os.fspath(path)
+        h = ctypes.c_void_p()
+        flags = _lib.LOAD_OWN_WEIGHTS if device == "cpu" else 0  # writable weights: an optimizer may step them
+        check(lib.h3s_model_load(self.path.encode(), _DEVICES[device], flags, ctypes.byref(h)))
+        self.owner = _Handle(h)
+        self.handle = h
+        if threads is not None:
+            lib.h3s_set_num_threads(threads)
+        self.config = lib.h3s_model_config(h).contents
+        self.params = []
+        for i in range(lib.h3s_model_param_count(h)):
+            name, t = ctypes.c_char_p(), Tensor()
+            check(lib.h3s_model_param(h, i, ctypes.byref(name), ctypes.byref(t)))
+            self.params.append((name.value.decode(), _view(t, self.owner)))
+
+
+# ------------------------------------------------------------------ autograd
+
+_ARG_NAMES = ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep", "timestep_indices",
+              "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices", "attention_mask")
+_FIRST_PARAM = 3 + len(_ARG_NAMES)  # forward(ctx, module, core, need_tape, *args, *params)
+
+
+def _cotangent(name, g, like):
+    if g is None:
+        g = torch.zeros(like.shape, dtype=torch.float32)
+    if g.dtype != torch.float32 or g.device.type != "cpu" or not g.is_contiguous():
+        g = g.to(device="cpu", dtype=torch.float32).contiguous()  # autograd's own buffer: ours to convert
+    t = Tensor()
+    t.dtype, t.ndim = _lib.F32, g.dim()
+    for d, s in enumerate(g.shape):
+        t.shape[d] = s
+    t.data = g.data_ptr() if g.numel() else None
+    return t, g
+
+
+class _StrictFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, module, core, need_tape, *args):
+        inputs = args[:len(_ARG_NAMES)]
+        params = args[len(_ARG_NAMES):]
+        c_in = Inputs()
+        for name, x in zip(_ARG_NAMES, inputs):
+            setattr(c_in, name, _as_library_tensor(name, x, optional=name == "attention_mask"))
+        tape = ctypes.c_void_p()
+        s, a = Tensor(), Tensor()
+        check(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), _lib.NULL_HOOK, None,
+                                    ctypes.byref(tape) if need_tape else None, ctypes.byref(s), ctypes.byref(a)))
+        ctx.module, ctx.core = module, core
+        ctx.tape = _Tape(tape) if need_tape else None
+        ctx.input_dtypes = tuple(x.dtype for x in inputs[:3])
+        ctx.sample_shape, ctx.audio_shape = _shape(s), _shape(a)
+        ctx.save_for_backward(*params)  # an in-place change before backward is then refused by autograd
+        return _view(s, _OwnedTensor(s)), _view(a, _OwnedTensor(a))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_sample, d_audio):
+        ctx.saved_tensors  # noqa: B018 -- raises if a parameter was modified in place since the forward
+        if ctx.tape is None:
+            raise RuntimeError("h3strict: this forward kept no activations (it ran without grad)")
+        core = ctx.core
+        need = ctx.needs_input_grad
+        need_params = need[_FIRST_PARAM:]
+        want = (ctypes.c_ubyte * len(need_params))(*[1 if n else 0 for n in need_params])
+        ds, keep_s = _cotangent("sample", d_sample, torch.empty(ctx.sample_shape))
+        da, keep_a = _cotangent("audio_sample", d_audio, torch.empty(ctx.audio_shape))
+        g = _lib.Grads()
+        check(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
+                                            _lib.NULL_HOOK, None, ctypes.byref(g)))
+        owner = _OwnedGrads(g)
+        input_grads = []
+        for k, field in enumerate(("hidden_states", "audio_hidden_states", "encoder_hidden_states")):
+            if need[3 + k]:
+                v = _view(getattr(g, field), owner)
+                input_grads.append(v if ctx.input_dtypes[k] == torch.float32 else v.to(ctx.input_dtypes[k]))
+            else:
+                input_grads.append(None)
+        grads_f32, param_grads = {}, []
+        for i, (name, p) in enumerate(core.params):
+            if not need_params[i]:
+                param_grads.append(None)
+                continue
+            v = _view(g.params[i], owner)
+            grads_f32[name] = v
+            param_grads.append(v if p.dtype == torch.float32 else v.to(p.dtype))
+        ctx.module.grads_f32 = grads_f32
+        return (None, None, None, *input_grads, *([None] * (len(_ARG_NAMES) - 3)), *param_grads)
+
+
+# ------------------------------------------------------------------ the module
+
+class StrictTransformerOutput(SimpleNamespace):
+    """What the forward returns with return_dict=True: .sample [B, Nv, video width], .audio_sample [B, Na, C]."""
+
+    def to_tuple(self):
+        return (self.sample, self.audio_sample)
+
+    def __getitem__(self, i):
+        return self.to_tuple()[i]
+
+
+class _Node(torch.nn.Module):
+    """A plain container, so parameter names are the checkpoint's ("transformer_blocks.0.attn.to_q.weight")."""
+
+
+class StrictTransformer(torch.nn.Module):
+    """MiniMax-H3 (diffusers MiniMaxH3Transformer3DModel's forward) computed by the strict library."""
+
+    def __init__(self, core):
+        super().__init__()
+        self._core = core
+        self.grads_f32 = {}
+        for name, tensor in core.params:
+            *path, leaf = name.split(".")
+            node = self
+            for part in path:
+                child = node._modules.get(part)
+                if child is None:
+                    child = _Node()
+                    node.add_module(part, child)
+                node = child
+            node.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=True))
+        self._param_list = [self.get_parameter(name) for name, _ in core.params]
+        cfg = core.config
+        self.config = SimpleNamespace(**{f: (tuple(getattr(cfg, f)) if f == "patch_size" else getattr(cfg, f))
+                                         for f, _ in cfg._fields_})
+
+    @classmethod
+    def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None):
+        """Load a model directory in diffusers layout, or a pipeline snapshot holding transformer/.
+
+        device: "cpu" (strict CPU backend; the weights are copied once into memory the model owns, so an
+        optimizer may update the parameters in place) or "cuda" (weights uploaded once; inputs stay host
+        tensors).  threads: OpenMP threads for the whole process (None keeps the current setting; results never
+        depend on it).  grad_operands: "bf16" or "split" (the CUDA backward's dy operands; see the README)."""
+        if grad_operands is not None:
+            mode = ctypes.c_int()
+            check(lib.h3s_grad_operands_parse(str(grad_operands).encode(), ctypes.byref(mode)))
+            check(lib.h3s_set_grad_operands(mode.value))
+        return cls(_Model(path, device, threads))
+
+    @property
+    def device(self):
+        return torch.device(self._core.device)
+
+    def _apply(self, fn, *args, **kwargs):
+        raise RuntimeError("StrictTransformer's parameters are the library's resident weights: they cannot be "
+                           "moved or cast (.to/.cuda/.half ...); load with from_pretrained(path, device=...)")
+
+    def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
+                token_tags, position_ids, video_indices, audio_indices, text_indices, attention_mask=None,
+                return_dict=True):
+        args = (hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices, token_tags,
+                position_ids, video_indices, audio_indices, text_indices, attention_mask)
+        need_tape = torch.is_grad_enabled() and (
+            any(p.requires_grad for p in self._param_list) or
+            any(isinstance(x, torch.Tensor) and x.requires_grad for x in args[:3]))
+        sample, audio_sample = _StrictFunction.apply(self, self._core, need_tape, *args, *self._param_list)
+        if not return_dict:
+            return (sample, audio_sample)
+        return StrictTransformerOutput(sample=sample, audio_sample=audio_sample)
+
+
+# ------------------------------------------------------------------ scheduler and trajectory
+
+def _f32_cpu(name, x):
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device.type != "cpu" \
+            or not x.is_contiguous():
+        raise TypeError(f"{name}: expected a contiguous float32 CPU tensor")
+    return x
+
+
+class _Scheduler:
+    """The rectified-flow Euler scheduler of MiniMax-H3 (F32, the reference's rounding points)."""
+
+    VIDEO_SHIFT = 12.0
+    AUDIO_SHIFT = 3.0
+
+    @staticmethod
+    def sigmas(steps, shift=12.0):
+        """The sigma grid of `steps` Euler steps (steps + 1 points down to 0; unique_consecutive may shorten it)."""
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive int, got {steps!r}")
+        out = torch.empty(steps + 1, dtype=torch.float32)
+        count = ctypes.c_int64()
+        check(lib.h3s_schedule_sigmas(steps + 1, float(shift), out.data_ptr(), ctypes.byref(count)))
+        return out[:count.value].clone()
+
+    @staticmethod
+    def timesteps(sigmas):
+        """1 - sigmas[:-1] (t = 1 is clean)."""
+        sigmas = _f32_cpu("sigmas", sigmas)
+        out = torch.empty(max(sigmas.numel() - 1, 0), dtype=torch.float32)
+        check(lib.h3s_schedule_timesteps(sigmas.data_ptr(), sigmas.numel(), out.data_ptr()))
+        return out
+
+    @staticmethod
+    def step(x, velocity, t, sigma, sigma_next):
+        """One Euler step: x0 = x + (1 - t) * v; r = sigma_next / sigma; r*x + (1 - r)*x0 (a new tensor)."""
+        x, velocity = _f32_cpu("x", x), _f32_cpu("velocity", velocity)
+        if x.shape != velocity.shape:
+            raise ValueError(f"x {tuple(x.shape)} and velocity {tuple(velocity.shape)} differ in shape")
+        out = torch.empty_like(x)
+        lib.h3s_euler_step(x.data_ptr(), velocity.data_ptr(), x.numel(), float(t), float(sigma), float(sigma_next),
+                           out.data_ptr())
+        return out
+
+
+scheduler = _Scheduler()
+
+
+def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, device="cpu", inputs=None,
+               condition_rows=0, shift_video=0.0, shift_audio=0.0):
+    """The dual trajectory (rollout alone vs item 0 of a training batch, compared bitwise at every Euler step) on
+    the model at `path`.  inputs: None for seeded requests, or a dict of CPU tensors under the forward's argument
+    names (the user's own request; item 0 is the rollout's).  Returns the report (a dict: "summary" holds
+    comparisons / differing / gradient_comparisons / gradient_differing)."""
+    if device not in _DEVICES:
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("at least one seed")
+    w = ctypes.c_void_p()
+    check(lib.h3s_weights_load(os.fspath(path).encode(), ctypes.byref(w)))
+    try:
+        o = _lib.TrajectoryOpts()
+        seed_arr = (ctypes.c_uint64 * len(seeds))(*seeds)
+        o.seeds, o.nseeds, o.steps, o.batch = seed_arr, len(seeds), int(steps), int(batch)
+        o.backend, o.with_grad = _DEVICES[device], 1 if with_grad else 0
+        o.layout = _lib.LayoutOpts(6, 2, 4, 6, 4, 0, 0, 0)  # `h3strict trajectory`'s seeded layout
+        o.shift_video, o.shift_audio = float(shift_video), float(shift_audio)
+        if inputs is not None:
+            req = Inputs()
+            for name in _ARG_NAMES:
+                setattr(req, name, _as_library_tensor(name, inputs.get(name), optional=name == "attention_mask"))
+            o.request = ctypes.pointer(req)
+            o.condition_rows = int(condition_rows)
+        text = ctypes.c_void_p()
+        tot = _lib.TrajectoryTotals()
+        check(lib.h3s_trajectory(w, ctypes.byref(o), ctypes.byref(text), ctypes.byref(tot)))
+        try:
+            report = json.loads(ctypes.string_at(text.value).decode())
+        finally:
+            lib.h3s_free(text)
+        return report
+    finally:
+        lib.h3s_weights_free(w)

@@ -1,0 +1,260 @@
+"""h3strict.torch against the CLI on the tiny model: forward bits equal `h3strict forward`, autograd gradients
+bitwise equal `h3strict grad` (inputs and every parameter), item 0 of batch 3 equals batch 1, parameters that do
+not require grad get none, parameters share the library's memory, bad tensors raise clear exceptions and leave
+nothing written.  The CLI is $H3S_CLI, else `h3strict` on PATH (the package installs it)."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+
+import pytest
+import torch
+
+import h3strict
+from h3strict.torch import H3StrictError, H3StrictInputError, StrictTransformer, scheduler, trajectory
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+_ST_DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "BOOL": torch.bool,
+              "BF16": torch.bfloat16}
+ARGS = ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep", "timestep_indices",
+        "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices")
+
+
+def read_safetensors(path):
+    """name -> torch tensor (a copy), in file order; and the header."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, e in header.items():
+        a, b = e["data_offsets"]
+        buf = bytearray(raw[8 + n + a:8 + n + b])
+        t = torch.frombuffer(buf, dtype=_ST_DTYPES[e["dtype"]]) if buf else torch.empty(0, dtype=_ST_DTYPES[e["dtype"]])
+        out[name] = t.reshape(e["shape"])
+    return out
+
+
+def bits_equal(a, b):
+    """Bitwise equality (so -0.0 != 0.0 and NaNs compare by payload)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    view = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}.get(a.dtype)
+    return torch.equal(a.view(view), b.view(view)) if view else torch.equal(a, b)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    path = os.environ.get("H3S_CLI") or shutil.which("h3strict")
+    if not path:
+        pytest.fail("no h3strict CLI: set H3S_CLI or install the package (pip install .), which installs it")
+    return path
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory, cli):
+    d = tmp_path_factory.mktemp("h3s")
+
+    def run(*args):
+        subprocess.run([cli, *map(str, args)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    run("init", "--preset", "tiny", "--seed", 5, "--out", d / "m")
+    os.makedirs(d / "snap")
+    run("init", "--preset", "tiny", "--seed", 5, "--out", d / "snap" / "transformer")
+    for b in (1, 2, 3):
+        run("inputs", "--model", d / "m", "--seed", 7, "--batch", b, "--out", d / f"in{b}.safetensors")
+    run("cotangent", "--model", d / "m", "--inputs", d / "in2.safetensors", "--seed", 3, "--out", d / "ct.safetensors")
+    run("forward", "--model", d / "m", "--inputs", d / "in2.safetensors", "--out", d / "out.safetensors")
+    run("grad", "--model", d / "m", "--inputs", d / "in2.safetensors", "--cotangent", d / "ct.safetensors",
+        "--out", d / "grads.safetensors")
+    return d
+
+
+def inputs(work, b):
+    return read_safetensors(work / f"in{b}.safetensors")
+
+
+@pytest.fixture(scope="module")
+def model(work):
+    return StrictTransformer.from_pretrained(work / "m", device="cpu", threads=2)
+
+
+def test_forward_bits_equal_cli(model, work):
+    expect = read_safetensors(work / "out.safetensors")
+    with torch.no_grad():
+        out = model(**inputs(work, 2))
+    assert bits_equal(out.sample, expect["sample"])
+    assert bits_equal(out.audio_sample, expect["audio_sample"])
+    sample, audio = model(**inputs(work, 2), return_dict=False)
+    assert bits_equal(sample, expect["sample"]) and bits_equal(audio, expect["audio_sample"])
+
+
+def test_gradients_bitwise_equal_cli(model, work):
+    x = inputs(work, 2)
+    for k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
+        x[k].requires_grad_(True)
+    ct = read_safetensors(work / "ct.safetensors")
+    expect = read_safetensors(work / "grads.safetensors")
+    model.zero_grad(set_to_none=True)
+    out = model(**x)
+    torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    for k in ("hidden_states", "audio_hidden_states", "encoder_hidden_states"):
+        assert bits_equal(x[k].grad, expect[k]), k
+    names = [n for n, _ in model.named_parameters()]
+    assert names == [n for n in expect if n not in x], "parameter names and order are the checkpoint's"
+    for name, p in model.named_parameters():
+        exact = model.grads_f32[name]
+        assert bits_equal(exact, expect[name]), name
+        if p.dtype == torch.float32:
+            assert bits_equal(p.grad, expect[name]), name
+        else:  # torch keeps .grad in the parameter's dtype: the exact gradient rounded once
+            assert p.grad.dtype == p.dtype and bits_equal(p.grad, expect[name].to(p.dtype)), name
+
+
+def test_item0_of_batch3_equals_batch1(model, work):
+    outs, grads = [], []
+    for b in (3, 1):
+        x = inputs(work, b)
+        x["hidden_states"].requires_grad_(True)
+        out = model(**x)
+        (out.sample.square().sum() + out.audio_sample.sum()).backward()
+        outs.append(out)
+        grads.append((x["hidden_states"].grad, model.grads_f32["proj_out.weight"]))
+    assert bits_equal(outs[0].sample[:1], outs[1].sample)
+    assert bits_equal(outs[0].audio_sample[:1], outs[1].audio_sample)
+    assert bits_equal(grads[0][0][:1], grads[1][0]), "item 0's input gradient"
+    assert not bits_equal(outs[0].sample[1:2], outs[1].sample), "items 1.. are other requests"
+
+
+def test_frozen_parameters_get_no_gradient(model, work):
+    chosen = {"proj_out.weight", "transformer_blocks.1.attn.to_q.weight", "token_refiner.final_norm.weight"}
+    expect = read_safetensors(work / "grads.safetensors")
+    ct = read_safetensors(work / "ct.safetensors")
+    try:
+        for name, p in model.named_parameters():
+            p.requires_grad_(name in chosen)
+            p.grad = None
+        out = model(**inputs(work, 2))
+        torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+        assert set(model.grads_f32) == chosen
+        for name, p in model.named_parameters():
+            if name in chosen:
+                assert bits_equal(model.grads_f32[name], expect[name]), name
+            else:
+                assert p.grad is None, name
+        for p in model.parameters():
+            p.requires_grad_(False)
+        x = inputs(work, 2)
+        x["hidden_states"].requires_grad_(True)
+        out = model(**x)
+        torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+        assert model.grads_f32 == {} and bits_equal(x["hidden_states"].grad, expect["hidden_states"])
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+            p.grad = None
+
+
+def test_parameters_share_the_library_memory(model, work):
+    expect = read_safetensors(work / "out.safetensors")
+    bias = model.get_parameter("proj_out.bias")
+    assert bias.dtype == torch.float32 and bias.shape == (24,)
+    with torch.no_grad():
+        saved = bias.clone()
+        bias.add_(1.0)  # an optimizer-style in-place step
+        moved = model(**inputs(work, 2)).sample
+        bias.copy_(saved)
+        back = model(**inputs(work, 2)).sample
+    assert not bits_equal(moved, expect["sample"]), "the library reads the parameter's memory"
+    assert bits_equal(back, expect["sample"])
+    with pytest.raises(RuntimeError, match="cannot be moved or cast"):
+        model.to(torch.float64)
+
+
+def test_in_place_change_between_forward_and_backward_is_refused(model, work):
+    out = model(**inputs(work, 2))
+    p = model.get_parameter("proj_out.bias")
+    with torch.no_grad():
+        p.add_(0.0)  # bumps the version counter
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sample.sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def test_snapshot_directory_loads(work):
+    snap = StrictTransformer.from_pretrained(work / "snap", device="cpu")
+    expect = read_safetensors(work / "out.safetensors")
+    with torch.no_grad():
+        assert bits_equal(snap(**inputs(work, 2)).sample, expect["sample"])
+
+
+@pytest.mark.parametrize("name,bad,exc,match", [
+    ("hidden_states", lambda t: t.double(), TypeError, "hidden_states: dtype float64"),
+    ("video_indices", lambda t: t.int(), TypeError, "video_indices: dtype int32"),
+    ("hidden_states", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2), ValueError, "not contiguous"),
+    ("hidden_states", lambda t: t.to("meta"), ValueError, "host memory"),
+    ("hidden_states", lambda t: t[..., :-1].contiguous(), H3StrictInputError, "hidden_states"),
+    ("audio_hidden_states", lambda t: t[:1].contiguous(), H3StrictInputError, "audio_hidden_states|batch"),
+    ("video_indices", lambda t: t + 1000, H3StrictInputError, "video_indices"),
+    ("token_tags", lambda t: t * 0 + 7, H3StrictInputError, "token_tags"),
+    ("position_ids", lambda t: [1, 2], TypeError, "expected a torch.Tensor"),
+])
+def test_bad_tensors_raise_and_write_nothing(model, work, name, bad, exc, match):
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    x = inputs(work, 2)
+    x[name] = bad(x[name])
+    with pytest.raises(exc, match=match):
+        model(**x)
+    for n, p in model.named_parameters():
+        assert bits_equal(p.detach(), before[n]), n
+    with torch.no_grad():
+        again = model(**inputs(work, 2)).sample
+    assert bits_equal(again, read_safetensors(work / "out.safetensors")["sample"])
+
+
+def test_library_errors_are_clear(work):
+    with pytest.raises(H3StrictError, match="nothing: No such file"):
+        StrictTransformer.from_pretrained(work / "nothing")
+    with pytest.raises(ValueError, match="device must be"):
+        StrictTransformer.from_pretrained(work / "m", device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(H3StrictError, match="CUDA|GPU"):
+            StrictTransformer.from_pretrained(work / "m", device="cuda")
+    assert h3strict.__version__ == "0.1.0"
+
+
+def test_scheduler_and_rollout_vs_training(model, work):
+    sig = scheduler.sigmas(4, shift=12.0)
+    assert sig[0].item() == 1.0 and sig[-1].item() == 0.0 and sig.dtype == torch.float32
+    ts = scheduler.timesteps(sig)
+    assert bits_equal(ts, (1 - sig[:-1]))
+    # a rollout (batch 1) and the same request inside a training batch of 3, two Euler steps each
+    lat = {}
+    for b in (1, 3):
+        x = inputs(work, b)
+        v, a = x["hidden_states"], x["audio_hidden_states"]
+        with torch.no_grad():
+            for i in range(2):
+                x["hidden_states"], x["audio_hidden_states"] = v, a
+                out = model(**x)
+                v = scheduler.step(v, out.sample, ts[i].item(), sig[i].item(), sig[i + 1].item())
+                a = scheduler.step(a, out.audio_sample, ts[i].item(), sig[i].item(), sig[i + 1].item())
+        lat[b] = (v, a)
+    assert bits_equal(lat[3][0][:1], lat[1][0]) and bits_equal(lat[3][1][:1], lat[1][1])
+    report = trajectory(work / "m", seeds=(11,), steps=2, batch=3, with_grad=True)
+    s = report["summary"]
+    assert (s["comparisons"], s["differing"], s["gradient_comparisons"], s["gradient_differing"]) == (8, 0, 6, 0)
+    own = trajectory(work / "m", seeds=(11,), steps=1, batch=2, with_grad=False, inputs=inputs(work, 2))
+    assert own["summary"]["comparisons"] == 4 and own["summary"]["differing"] == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_forward_item0_invariant(work):
+    m = StrictTransformer.from_pretrained(work / "m", device="cuda")
+    assert m.get_parameter("proj_out.weight").device.type == "cuda"
+    with torch.no_grad():
+        o3, o1 = m(**inputs(work, 3)), m(**inputs(work, 1))
+    assert bits_equal(o3.sample[:1], o1.sample) and bits_equal(o3.audio_sample[:1], o1.audio_sample)
