@@ -28,8 +28,8 @@ import torch
 from . import _lib
 from ._lib import H3StrictError, H3StrictInputError, Inputs, Tensor, check, lib
 
-__all__ = ["StrictTransformer", "StrictTransformerOutput", "scheduler", "trajectory", "H3StrictError",
-           "H3StrictInputError"]
+__all__ = ["StrictTransformer", "StrictTransformerOutput", "scheduler", "trajectory", "load_inputs",
+           "H3StrictError", "H3StrictInputError"]
 
 _TORCH_DTYPE = {_lib.F64: torch.float64, _lib.F32: torch.float32, _lib.BF16: torch.bfloat16,
                 _lib.F16: torch.float16, _lib.I64: torch.int64, _lib.BOOL: torch.bool}
@@ -299,6 +299,17 @@ class StrictTransformer(torch.nn.Module):
             check(lib.h3s_set_grad_operands(mode.value))
         return cls(_Model(path, device, threads))
 
+    def seeded_inputs(self, batch=1, seed=0, t_video=0.25, t_audio=0.6, text_tokens=6, frames=2,
+                      latent_height=4, latent_width=6, audio_latents=4):
+        """A seeded request on the packed t2va layout, as a dict of the forward's arguments: exactly the tensors
+        `h3strict inputs --seed SEED --batch BATCH` writes for this model.  Item b depends on (seed, b) only, so
+        item 0 is the same request in a batch of any size."""
+        lo = _lib.LayoutOpts(text_tokens, frames, latent_height, latent_width, audio_latents, 0, 0, 0)
+        c_in = Inputs()
+        check(lib.h3s_inputs_seeded(ctypes.byref(self._core.config), ctypes.byref(lo), int(batch), int(seed),
+                                    float(t_video), float(t_audio), ctypes.byref(c_in)))
+        return _inputs_dict(c_in)
+
     @property
     def device(self):
         return torch.device(self._core.device)
@@ -319,6 +330,30 @@ class StrictTransformer(torch.nn.Module):
         if not return_dict:
             return (sample, audio_sample)
         return StrictTransformerOutput(sample=sample, audio_sample=audio_sample)
+
+
+class _OwnedInputs:
+    def __init__(self, c_in):
+        self.c_in = c_in
+
+    def __del__(self):
+        lib.h3s_inputs_free(ctypes.byref(self.c_in))
+
+
+def _inputs_dict(c_in):
+    owner = _OwnedInputs(c_in)
+    out = {name: _view(getattr(c_in, name), owner) for name in _ARG_NAMES[:-1]}
+    if c_in.attention_mask.data:
+        out["attention_mask"] = _view(c_in.attention_mask, owner)
+    return out
+
+
+def load_inputs(path):
+    """An inputs file (safetensors under the forward's argument names, as `h3strict inputs` writes) as a dict of
+    CPU tensors to pass to StrictTransformer's forward."""
+    c_in = Inputs()
+    check(lib.h3s_inputs_read(os.fspath(path).encode(), ctypes.byref(c_in)))
+    return _inputs_dict(c_in)
 
 
 # ------------------------------------------------------------------ scheduler and trajectory

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import h3strict
-from h3strict.torch import H3StrictError, H3StrictInputError, StrictTransformer, scheduler, trajectory
+from h3strict.torch import H3StrictError, H3StrictInputError, StrictTransformer, load_inputs, scheduler, trajectory
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 _ST_DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "BOOL": torch.bool,
@@ -156,6 +156,18 @@ def test_frozen_parameters_get_no_gradient(model, work):
         for p in model.parameters():
             p.requires_grad_(True)
             p.grad = None
+
+
+def test_seeded_and_loaded_inputs_are_the_cli_files(model, work):
+    for b in (1, 3):
+        want = inputs(work, b)
+        for got in (model.seeded_inputs(batch=b, seed=7), load_inputs(work / f"in{b}.safetensors")):
+            assert list(got) == list(ARGS)
+            for k in ARGS:
+                assert bits_equal(got[k], want[k]), (b, k)
+    assert not bits_equal(model.seeded_inputs(batch=1, seed=8)["hidden_states"], inputs(work, 1)["hidden_states"])
+    with pytest.raises(H3StrictError, match="nothing"):
+        load_inputs(work / "nothing.safetensors")
 
 
 def test_parameters_share_the_library_memory(model, work):
