@@ -263,6 +263,39 @@ int main(void) {
     CHECK(none.params == NULL && none.hidden_states.data == NULL, "no gradients on a refused cotangent");
     CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(own, tape1, &ct_s, &ct_a, NULL, NULL, &none));
 
+    /* the CUDA backend, where this build and machine have it: resident weights in device memory, the same
+     * invariance and gradient choice */
+    if (h3s_backend_check(H3S_BACKEND_CUDA) == H3S_OK) {
+        h3s_model *g = NULL;
+        CHECK_OK(h3s_model_load(model_dir, H3S_BACKEND_CUDA, 0, &g));
+        if (g) {
+            h3s_tensor gv;
+            CHECK_OK(h3s_model_param(g, 0, NULL, &gv));
+            CHECK(gv.device == 1 && gv.data != NULL, "CUDA parameters live in device memory");
+            h3s_tensor gs3, ga3, gs1, ga1;
+            h3s_tape *gt = NULL;
+            CHECK_OK(h3s_model_forward(g, &in3, NULL, NULL, NULL, &gs3, &ga3));
+            CHECK_OK(h3s_model_forward(g, &in1, NULL, NULL, &gt, &gs1, &ga1));
+            CHECK(item0_equal(&gs3, &gs1) && item0_equal(&ga3, &ga1), "CUDA: item 0 of batch 3 equals batch 1");
+            h3s_grads gall, gsome;
+            CHECK_OK(h3s_model_backward(g, gt, &ct_s, &ct_a, NULL, NULL, &gall));
+            CHECK_OK(h3s_model_backward_select(g, gt, &ct_s, &ct_a, want, NULL, NULL, &gsome));
+            int geq = 1;
+            for (int64_t i = 0; i < np; i++)
+                geq &= want[i] ? same_bytes(&gsome.params[i], &gall.params[i]) : gsome.params[i].data == NULL;
+            CHECK(geq && same_bytes(&gsome.hidden_states, &gall.hidden_states), "CUDA: chosen gradients, same bits");
+            h3s_grads_free(&gall);
+            h3s_grads_free(&gsome);
+            h3s_tape_free(gt);
+            h3s_tensor *gouts[] = {&gs3, &ga3, &gs1, &ga1};
+            for (size_t i = 0; i < 4; i++)
+                h3s_tensor_free(gouts[i]);
+            h3s_model_free(g);
+        }
+    } else {
+        printf("test_api: CUDA part skipped: %s\n", h3s_last_error());
+    }
+
     /* inputs read from a file `h3strict inputs` wrote are the seeded inputs, tensor for tensor */
     const char *cli = getenv("H3S_CLI");
     if (cli) {
