@@ -242,7 +242,8 @@ class _StrictFunction(torch.autograd.Function):
                 continue
             v = _view(g.params[i], owner)
             grads_f32[name] = v
-            param_grads.append(v if p.dtype == torch.float32 else v.to(p.dtype))
+            # .grad lives where the parameter does, in its dtype (CUDA: the host gradient is copied to the device)
+            param_grads.append(v if p.dtype == torch.float32 and p.device.type == "cpu" else v.to(p.device, p.dtype))
         ctx.module.grads_f32 = grads_f32
         return (None, None, None, *input_grads, *([None] * (len(_ARG_NAMES) - 3)), *param_grads)
 

@@ -264,9 +264,25 @@ def test_scheduler_and_rollout_vs_training(model, work):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
-def test_cuda_forward_item0_invariant(work):
+def test_cuda_bits_equal_cli_cuda(work, cli):
+    for name, extra in (("out_cuda", []), ("grads_cuda", ["--cotangent", work / "ct.safetensors"])):
+        cmd = "forward" if name == "out_cuda" else "grad"
+        subprocess.run([cli, cmd, "--device", "cuda", "--model", work / "m", "--inputs", work / "in2.safetensors",
+                        *extra, "--out", work / f"{name}.safetensors"], check=True, stdout=subprocess.DEVNULL)
     m = StrictTransformer.from_pretrained(work / "m", device="cuda")
     assert m.get_parameter("proj_out.weight").device.type == "cuda"
+    x = inputs(work, 2)
+    x["hidden_states"].requires_grad_(True)
+    out = m(**x)
+    expect = read_safetensors(work / "out_cuda.safetensors")
+    assert bits_equal(out.sample, expect["sample"]) and bits_equal(out.audio_sample, expect["audio_sample"])
+    ct = read_safetensors(work / "ct.safetensors")
+    torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    g = read_safetensors(work / "grads_cuda.safetensors")
+    assert bits_equal(x["hidden_states"].grad, g["hidden_states"])
+    for name, p in m.named_parameters():
+        assert bits_equal(m.grads_f32[name], g[name]), name
+        assert p.grad.device == p.device and bits_equal(p.grad.cpu(), g[name].to(p.dtype)), name
     with torch.no_grad():
         o3, o1 = m(**inputs(work, 3)), m(**inputs(work, 1))
     assert bits_equal(o3.sample[:1], o1.sample) and bits_equal(o3.audio_sample[:1], o1.audio_sample)
