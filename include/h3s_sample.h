@@ -67,6 +67,9 @@ typedef struct h3s_trajectory_opts {
     const h3s_inputs *request;
     int64_t condition_rows;
     float shift_video, shift_audio; /* scheduler shifts; 0 = the pipeline's 12 (video) and 3 (audio) */
+    /* Optional, with request: the training batch goes on with this file's items (the same layout: equal tags,
+     * positions and index lists) after the request's own, before any seeded one. */
+    const h3s_inputs *batch_inputs;
 } h3s_trajectory_opts;
 
 /* Totals of a run (also in the report's "summary"). */

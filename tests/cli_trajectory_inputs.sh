@@ -25,6 +25,9 @@ run "$CLI" trajectory --model "$m" --inputs="$dir/req12.safetensors" --seeds 11 
     --out "$dir/req12.json" --quiet || bad "trajectory --inputs (seed 12 request) exited $?"
 run "$CLI" trajectory --model "$m" --inputs "$dir/req11.safetensors" --seeds 11 --steps 2 --batch 3 \
     --condition-rows 0 --out "$dir/req11_nocond.json" --quiet || bad "--condition-rows 0 exited $?"
+run "$CLI" inputs --model "$m" --seed 12 --keyframes first --batch 2 --out "$dir/batch12.safetensors" || bad "inputs b"
+run "$CLI" trajectory --model "$m" --inputs "$dir/req11.safetensors" --batch-inputs "$dir/batch12.safetensors" \
+    --seeds 11 --steps 2 --batch 3 --out "$dir/req11_b12.json" --quiet || bad "--batch-inputs exited $?"
 run "$CLI" trajectory --model "$m" --seeds 11 --steps 2 --batch 3 --shift-video 1 --shift-audio=1 \
     --out "$dir/shift1.json" --quiet || bad "--shift-video exited $?"
 "$PY" - "$dir" <<'PYEOF' || fails=$((fails + 1))
@@ -36,8 +39,8 @@ def load(n):
 def digests(r):
     return [(name, c["sha256_alone"], c["sha256_batch"]) for st in r["seeds"][0]["steps"]
             for grp in ("comparisons", "gradients") for name, c in sorted(st.get(grp, {}).items())]
-seeded, req11, req12, nocond, shift1 = (load(n) for n in ("seeded.json", "req11.json", "req12.json",
-                                                          "req11_nocond.json", "shift1.json"))
+seeded, req11, req12, nocond, shift1, b12 = (load(n) for n in ("seeded.json", "req11.json", "req12.json",
+                                                               "req11_nocond.json", "shift1.json", "req11_b12.json"))
 bad = []
 if len(digests(seeded)) != 14:
     bad.append(f"seeded report holds {len(digests(seeded))} digests, expected 14")
@@ -53,6 +56,15 @@ if digests(nocond) == digests(req11):
     bad.append("holding no condition rows fixed changed nothing")
 if shift1["shift_video"] != 1 or shift1["seeds"][0]["steps"][1]["t_video"] == seeded["seeds"][0]["steps"][1]["t_video"]:
     bad.append("--shift-video 1 did not change the video timesteps")
+# the batch file's requests fill the training batch: the rollout is unchanged, the batch is not
+alone = lambda r: [a for _, a, _ in digests(r)]
+batch = lambda r: [b for _, _, b in digests(r)]
+if alone(b12) != alone(seeded):
+    bad.append("--batch-inputs changed the rollout")
+if any(x == y for x, y in zip(batch(b12), batch(seeded))):
+    bad.append("--batch-inputs did not change the training batch")
+if "batch file" not in b12["requests"]:
+    bad.append("the report does not say a batch file was used")
 for b in bad:
     print("FAIL:", b)
 sys.exit(1 if bad else 0)
@@ -69,6 +81,12 @@ run "$CLI" trajectory --model "$m" --inputs "$dir/req11.safetensors" --condition
 [ $? -eq 2 ] || bad "--condition-rows 1000: $(cat "$dir/err.txt")"
 run "$CLI" trajectory --condition-rows 1 --steps 1 --out "$dir/x.json"
 [ $? -eq 2 ] || bad "--condition-rows without --inputs: $(cat "$dir/err.txt")"
+run "$CLI" trajectory --batch-inputs "$dir/batch12.safetensors" --steps 1 --out "$dir/x.json"
+[ $? -eq 2 ] || bad "--batch-inputs without --inputs: $(cat "$dir/err.txt")"
+run "$CLI" inputs --model "$m" --seed 12 --batch 2 --out "$dir/batch_t2va.safetensors"
+run "$CLI" trajectory --model "$m" --inputs "$dir/req11.safetensors" --batch-inputs "$dir/batch_t2va.safetensors" \
+    --steps 1 --out "$dir/x.json"
+[ $? -eq 3 ] || bad "a batch file of another layout: $(cat "$dir/err.txt")"
 [ -e "$dir/x.json" ] && bad "a refused trajectory wrote its report"
 echo "cli_trajectory_inputs: $fails failed"
 [ "$fails" -eq 0 ]

@@ -73,7 +73,8 @@ class TrajectoryOpts(ctypes.Structure):
                 ("batch", ctypes.c_int64), ("backend", ctypes.c_int), ("layout", LayoutOpts),
                 ("with_grad", ctypes.c_int), ("progress", PROGRESS_FN), ("progress_ctx", ctypes.c_void_p),
                 ("request", ctypes.POINTER(Inputs)), ("condition_rows", ctypes.c_int64),
-                ("shift_video", ctypes.c_float), ("shift_audio", ctypes.c_float)]
+                ("shift_video", ctypes.c_float), ("shift_audio", ctypes.c_float),
+                ("batch_inputs", ctypes.POINTER(Inputs))]
 
 
 class TrajectoryTotals(ctypes.Structure):

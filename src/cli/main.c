@@ -915,6 +915,8 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL},
                {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
+               {"--batch-inputs", "B.safetensors", 0,
+                "with --inputs: the training batch goes on with this file's items", NULL},
                {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
                {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL},
                {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
@@ -941,7 +943,9 @@ static int cmd_trajectory(int argc, char **argv) {
         parse_i64("--condition-rows", get(o, n, "--condition-rows"), 0, (int64_t)1 << 40, &cond_rows))
         return EXIT_USAGE;
     if (cond_rows >= 0 && !req_path) return fail_line("--condition-rows needs --inputs"), EXIT_USAGE;
-    if (check_output(out, model, req_path, NULL)) return check_output_code;
+    const char *batch_path = get(o, n, "--batch-inputs");
+    if (batch_path && !req_path) return fail_line("--batch-inputs needs --inputs"), EXIT_USAGE;
+    if (check_output(out, model, req_path, batch_path)) return check_output_code;
     if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), &seeds, &nseeds)) {
         free(seeds);
         return EXIT_USAGE;
@@ -971,17 +975,32 @@ static int cmd_trajectory(int argc, char **argv) {
         if (st == H3S_OK && cond_rows < 0) cond_rows = h3s_layout_condition_rows(&req);
         if (st == H3S_OK) nseeds = 1;
     }
+    h3s_st_file *batch_file = NULL;
+    h3s_inputs others;
+    memset(&others, 0, sizeof others);
+    if (st == H3S_OK && batch_path) {
+        int64_t others_batch = 0;
+        progress_stage(PHASE_READ, "reading and validating %s", batch_path);
+        st = h3s_st_open(batch_path, &batch_file);
+        if (st == H3S_OK) st = h3s_inputs_from_file(batch_file, &others);
+        if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &others, &others_batch);
+        if (st == H3S_OK && others.attention_mask.data)
+            st = h3s_fail(H3S_ERR_UNSUPPORTED, "%s: trajectory --batch-inputs does not take an attention_mask yet",
+                          batch_path);
+    }
     if (st == H3S_OK && req_path && cond_rows > req.video_indices.shape[0]) {
         fail_line("--condition-rows %lld: %s has %lld video rows", (long long)cond_rows, req_path,
                   (long long)req.video_indices.shape[0]);
         free(seeds);
         h3s_st_close(req_file);
+        h3s_st_close(batch_file);
         h3s_weights_free(w);
         return EXIT_USAGE;
     }
     if (st != H3S_OK) {
         free(seeds);
         h3s_st_close(req_file);
+        h3s_st_close(batch_file);
         h3s_weights_free(w);
         return fail_status(st);
     }
@@ -1002,6 +1021,7 @@ static int cmd_trajectory(int argc, char **argv) {
         if (backward_memory_guard("this trajectory", w, kind, batch, S, Nt, 0, get(o, n, "--force") != NULL)) {
             free(seeds);
             h3s_st_close(req_file);
+            h3s_st_close(batch_file);
             h3s_weights_free(w);
             return EXIT_USAGE;
         }
@@ -1016,6 +1036,7 @@ static int cmd_trajectory(int argc, char **argv) {
     to.layout = seeded_layout;
     to.with_grad = get(o, n, "--no-grad") == NULL;
     to.request = req_path ? &req : NULL;
+    to.batch_inputs = batch_path ? &others : NULL;
     to.condition_rows = cond_rows > 0 ? cond_rows : 0;
     to.shift_video = shift_v;
     to.shift_audio = shift_a;
@@ -1044,11 +1065,13 @@ static int cmd_trajectory(int argc, char **argv) {
         provenance_add_backend(&prov, kind);
         st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
         if (st == H3S_OK && req_path) st = provenance_add_file(&prov, "inputs_sha256", req_path);
+        if (st == H3S_OK && batch_path) st = provenance_add_file(&prov, "batch_inputs_sha256", batch_path);
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
         if (st == H3S_OK) st = h3s_json_write_file(out, report);
     }
     cJSON_Delete(report);
     h3s_st_close(req_file);
+    h3s_st_close(batch_file);
     h3s_weights_free(w);
     free(seeds);
     if (st != H3S_OK) return fail_status(st);

@@ -115,15 +115,32 @@ static h3s_status to_f32(const h3s_tensor *src, h3s_tensor *dst) {
     return st;
 }
 
-/* Overwrite the first `items` items of dst ([B, N, W] F32) with those of src ([B', N, W] F32). */
-static void copy_items(const h3s_tensor *src, int64_t items, h3s_tensor *dst) {
+/* Overwrite items [at, at + items) of dst ([B, N, W] F32) with the first `items` items of src ([B', N, W] F32). */
+static void copy_items(const h3s_tensor *src, int64_t items, h3s_tensor *dst, int64_t at) {
     size_t per_item = (size_t)(src->shape[1] * src->shape[2]) * sizeof(float);
-    memcpy(dst->data, src->data, per_item * (size_t)items);
+    memcpy((char *)dst->data + per_item * (size_t)at, src->data, per_item * (size_t)items);
+}
+
+/* Both files describe the same packed sequence: equal index lists, tags and positions (as F64). */
+static h3s_status same_layout(const h3s_layout *a, const h3s_layout *b) {
+    const h3s_tensor *ta[5] = {&a->token_tags, &a->position_ids, &a->video_indices, &a->audio_indices,
+                               &a->text_indices};
+    const h3s_tensor *tb[5] = {&b->token_tags, &b->position_ids, &b->video_indices, &b->audio_indices,
+                               &b->text_indices};
+    const char *names[5] = {"token_tags", "position_ids", "video_indices", "audio_indices", "text_indices"};
+    for (int i = 0; i < 5; i++)
+        if (h3s_tensor_nbytes(ta[i]) != h3s_tensor_nbytes(tb[i]) ||
+            memcmp(ta[i]->data, tb[i]->data, h3s_tensor_nbytes(ta[i])))
+            return h3s_fail(H3S_ERR_SHAPE,
+                            "trajectory: the batch file's %s differ from the request's (one layout for "
+                            "the whole batch)",
+                            names[i]);
+    return H3S_OK;
 }
 
 /* The user's request: item 0 alone for the rollout, and its items (then seeded ones) for the training batch. */
-static h3s_status lanes_from_request(const h3s_inputs *req, const h3s_layout *lay, uint64_t seed, const h3s_config *c,
-                                     lane *roll, lane *train) {
+static h3s_status lanes_from_request(const h3s_inputs *req, const h3s_inputs *others, const h3s_layout *lay,
+                                     uint64_t seed, const h3s_config *c, lane *roll, lane *train) {
     h3s_tensor f[3];
     memset(f, 0, sizeof f);
     const h3s_tensor *src[3] = {&req->hidden_states, &req->audio_hidden_states, &req->encoder_hidden_states};
@@ -139,12 +156,24 @@ static h3s_status lanes_from_request(const h3s_inputs *req, const h3s_layout *la
         int64_t shape[3] = {1, f[i].shape[1], f[i].shape[2]};
         st = h3s_tensor_alloc(rt[i], H3S_F32, 3, shape);
         if (st == H3S_OK) {
-            copy_items(&f[i], 1, rt[i]);
-            copy_items(&f[i], items, tt[i]);
+            copy_items(&f[i], 1, rt[i], 0);
+            copy_items(&f[i], items, tt[i], 0);
         }
     }
     for (int i = 0; i < 3; i++)
         h3s_tensor_free(&f[i]);
+    if (st != H3S_OK || !others || items == train->batch) return st;
+    /* then the batch file's items */
+    const h3s_tensor *osrc[3] = {&others->hidden_states, &others->audio_hidden_states, &others->encoder_hidden_states};
+    int64_t more =
+        others->hidden_states.shape[0] < train->batch - items ? others->hidden_states.shape[0] : train->batch - items;
+    for (int i = 0; st == H3S_OK && i < 3; i++) {
+        h3s_tensor g;
+        memset(&g, 0, sizeof g);
+        st = to_f32(osrc[i], &g);
+        if (st == H3S_OK) copy_items(&g, more, tt[i], items);
+        h3s_tensor_free(&g);
+    }
     return st;
 }
 
@@ -160,7 +189,7 @@ static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s
     int64_t Wv = h3s_config_video_width(c);
     h3s_status st;
     if (o->request) {
-        st = lanes_from_request(o->request, lay, seed, c, &roll, &train);
+        st = lanes_from_request(o->request, o->batch_inputs, lay, seed, c, &roll, &train);
     } else {
         st = h3s_inputs_random(lay, 1, seed, Wv, c->audio_in_channels, c->text_dim, &roll.hv, &roll.ha, &roll.enc);
         if (st == H3S_OK)
@@ -231,6 +260,10 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
         return h3s_fail(H3S_ERR_INVALID, "trajectory: shifts must be positive (0 = the pipeline's)");
     float shift_v = o->shift_video > 0 ? o->shift_video : 12.0f, shift_a = o->shift_audio > 0 ? o->shift_audio : 3.0f;
     h3s_layout lay;
+    if (o->batch_inputs && !o->request)
+        return h3s_fail(H3S_ERR_INVALID, "trajectory: a batch file needs a request file");
+    if (o->batch_inputs && o->batch_inputs->attention_mask.data)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "trajectory: a batch file with an attention_mask is not supported yet");
     if (o->request)
         H3S_TRY(h3s_layout_from_inputs(o->request, o->condition_rows, &lay));
     else
@@ -239,6 +272,12 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     float *sig_v = h3s_malloc((size_t)n, sizeof(float)), *sig_a = h3s_malloc((size_t)n, sizeof(float));
     h3s_model *m = NULL;
     h3s_status st = sig_v && sig_a ? H3S_OK : H3S_ERR_NOMEM;
+    if (st == H3S_OK && o->batch_inputs) {
+        h3s_layout other;
+        st = h3s_layout_from_inputs(o->batch_inputs, 0, &other);
+        if (st == H3S_OK) st = same_layout(&lay, &other);
+        h3s_layout_free(&other);
+    }
     if (st == H3S_OK) st = h3s_schedule_sigmas(n, shift_v, sig_v, &count_v);
     if (st == H3S_OK) st = h3s_schedule_sigmas(n, shift_a, sig_a, &count_a);
     /* unique_consecutive may shorten a grid; both modalities step together */
@@ -254,8 +293,11 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     cJSON_AddNumberToObject(lo, "condition_rows", (double)lay.n_condition);
     cJSON_AddNumberToObject(lo, "audio_rows", (double)lay.Na);
     cJSON_AddNumberToObject(lo, "text_rows", (double)lay.Nt);
-    cJSON_AddStringToObject(doc, "requests",
-                            o->request ? "the user's request (item 0), its further items, then seeded" : "seeded");
+    const char *requests = !o->request       ? "seeded"
+                           : o->batch_inputs ? "the user's request (item 0), its further items, the batch file's, then "
+                                               "seeded"
+                                             : "the user's request (item 0), its further items, then seeded";
+    cJSON_AddStringToObject(doc, "requests", requests);
     cJSON_AddNumberToObject(doc, "shift_video", shift_v);
     cJSON_AddNumberToObject(doc, "shift_audio", shift_a);
     cJSON *seeds = cJSON_AddArrayToObject(doc, "seeds");
