@@ -18,13 +18,19 @@ run_ok() { # name, command...
     local name=$1; shift
     if timeout 120 "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then ok; else bad "$name exited $? : $(cat "$dir/err.txt")"; fi
 }
+# exit status of the last refusal must be `code` (docs/cli.md: 2 bad usage, 3 bad input file)
+code_is() { # name, code
+    if [ "$last_rc" -eq "$2" ]; then ok; else bad "$1 exited $last_rc, expected $2"; fi
+}
 # refuse: non-zero exit, one stderr line matching `pattern`, `protected` unchanged (compared with a copy taken
 # before), no temporary file anywhere under $dir
 refuse() { # name, protected-file-or-"", pattern, command...
     local name=$1 protected=$2 pattern=$3; shift 3
     [ -n "$protected" ] && cp -P "$protected" "$dir/.before" 2>/dev/null
-    if timeout 20 "$@" >"$dir/out.txt" 2>"$dir/err.txt"; then bad "$name succeeded"; return; fi
+    timeout 20 "$@" >"$dir/out.txt" 2>"$dir/err.txt"
     local rc=$?
+    last_rc=$rc
+    if [ "$rc" -eq 0 ]; then bad "$name succeeded"; return; fi
     [ "$rc" -eq 124 ] && { bad "$name hung"; return; }
     if [ "$(wc -l <"$dir/err.txt")" -ne 1 ]; then bad "$name printed $(wc -l <"$dir/err.txt") stderr lines"; else ok; fi
     if grep -q -- "$pattern" "$dir/err.txt"; then ok; else bad "$name: message lacks '$pattern': $(cat "$dir/err.txt")"; fi
@@ -48,6 +54,7 @@ ln -s "$dir" "$dir/dirlink"
 
 # ---- 1. an output that is an input or lies in the model directory
 refuse fwd-out-is-model "$W" "model directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$W"
+code_is fwd-out-is-model 2
 refuse fwd-out-is-inputs "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$IN"
 refuse fwd-out-dotdot "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/sub/../in.safetensors"
 refuse fwd-out-via-link "$IN" "input file" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/dirlink/in.safetensors"
@@ -72,6 +79,7 @@ ln -s nowhere "$dir/dangling.json"
 refuse out-dangling-symlink "$dir/dangling.json" "symbolic link" "$CLI" trajectory --steps 1 --seeds 1 --out "$dir/dangling.json" --quiet
 mkfifo "$dir/fifo"
 refuse out-fifo "" "FIFO" "$CLI" trajectory --steps 1 --seeds 1 --out "$dir/fifo" --quiet
+code_is out-fifo 2
 if [ -p "$dir/fifo" ]; then ok; else bad "the FIFO was replaced"; fi
 refuse inputs-fifo "" "regular file" "$CLI" forward --model "$dir/m" --inputs "$dir/fifo" --out "$dir/o.safetensors"
 refuse out-directory "" "directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/sub"
@@ -95,9 +103,11 @@ poison(sys.argv[1], sys.argv[1])
 poison(sys.argv[2], sys.argv[3], "sample")
 PY
 refuse verify-nan-weights "" "NaN" "$CLI" verify --model "$dir/nan"
+code_is verify-nan-weights 3
 refuse forward-nan-weights "" "NaN" "$CLI" forward --model "$dir/nan" --inputs "$IN" --out "$dir/o.safetensors"
 [ -e "$dir/o.safetensors" ] && bad "forward with NaN weights wrote an output" || ok
 refuse grad-nan-cotangent "" "not finite" "$CLI" grad --model "$dir/m" --inputs "$IN" --cotangent "$dir/ct_nan.safetensors" --out "$dir/g.safetensors"
+code_is grad-nan-cotangent 3
 [ -e "$dir/g.safetensors" ] && bad "grad with a NaN cotangent wrote gradients" || ok
 
 # ---- 4. an attention mask that hides every key of item 1's queries
@@ -114,6 +124,7 @@ b[at:at + S] = bytes(S)
 open(sys.argv[1], "wb").write(bytes(b))
 PY
 refuse forward-empty-mask "" "item 1" "$CLI" forward --model "$dir/m" --inputs "$dir/inm.safetensors" --out "$dir/om2.safetensors"
+code_is forward-empty-mask 3
 
 # ---- 5. option strings are never cut: 40 seeds run 40 seeds; a long bogus --keyframes is refused
 seeds=$(seq -s, 1000000000001 1000000000040)
@@ -152,6 +163,7 @@ cfg="$dir/j/config.json"
 cp "$cfg" "$dir/cfg.orig"
 { cat "$dir/cfg.orig"; echo '{"x": 1}'; } >"$cfg"
 refuse config-trailing "" "after the JSON value" "$CLI" verify --model "$dir/j"
+code_is config-trailing 3
 { cat "$dir/cfg.orig"; printf '\x1c'; } >"$cfg"
 refuse config-control "" "control byte 0x1c" "$CLI" verify --model "$dir/j"
 sed 's/MiniMaxH3Transformer3DModel/WanTransformer3DModel/' "$dir/cfg.orig" >"$cfg"
@@ -176,6 +188,7 @@ body = ", ".join('"%s": "shard-1.safetensors"' % k for k in names + names[:1])
 open(os.path.join(d, w + ".index.json"), "w").write('{"metadata": {}, "weight_map": {%s}}' % body)
 PY
 refuse index-repeated "" "more than once" "$CLI" verify --model "$dir/j"
+code_is index-repeated 3
 
 echo "cli_reliability: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]

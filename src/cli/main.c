@@ -701,6 +701,14 @@ static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_te
     }
     if (es->tensor.dtype != H3S_F32 || ea->tensor.dtype != H3S_F32)
         return h3s_fail(H3S_ERR_DTYPE, "cotangent %s: 'sample' and 'audio_sample' must be F32", path);
+    /* checked again by the backward; here it is still a bad input file (exit 3), not a bad run */
+    const h3s_st_entry *both[2] = {es, ea};
+    for (int k = 0; k < 2; k++) {
+        int64_t bad = h3s_tensor_first_nonfinite(&both[k]->tensor);
+        if (bad >= 0)
+            return h3s_fail(H3S_ERR_INVALID, "cotangent %s: %s[%lld] is not finite", path, both[k]->name,
+                            (long long)bad);
+    }
     *ds = &es->tensor;
     *da = &ea->tensor;
     return H3S_OK;
