@@ -66,6 +66,9 @@ def work(tmp_path_factory, cli):
     run("init", "--preset", "tiny", "--seed", 5, "--out", d / "snap" / "transformer")
     for b in (1, 2, 3):
         run("inputs", "--model", d / "m", "--seed", 7, "--batch", b, "--out", d / f"in{b}.safetensors")
+    run("inputs", "--model", d / "m", "--seed", 7, "--batch", 2, "--pad-to", 32, "--attention-mask",
+        "--out", d / "in_mask.safetensors")
+    run("forward", "--model", d / "m", "--inputs", d / "in_mask.safetensors", "--out", d / "out_mask.safetensors")
     run("cotangent", "--model", d / "m", "--inputs", d / "in2.safetensors", "--seed", 3, "--out", d / "ct.safetensors")
     run("forward", "--model", d / "m", "--inputs", d / "in2.safetensors", "--out", d / "out.safetensors")
     run("grad", "--model", d / "m", "--inputs", d / "in2.safetensors", "--cotangent", d / "ct.safetensors",
@@ -90,6 +93,17 @@ def test_forward_bits_equal_cli(model, work):
     assert bits_equal(out.audio_sample, expect["audio_sample"])
     sample, audio = model(**inputs(work, 2), return_dict=False)
     assert bits_equal(sample, expect["sample"]) and bits_equal(audio, expect["audio_sample"])
+
+
+def test_attention_mask_and_padding_equal_cli(model, work):
+    x = read_safetensors(work / "in_mask.safetensors")
+    assert x["attention_mask"].dtype == torch.bool and not bool(x["attention_mask"].all())
+    expect = read_safetensors(work / "out_mask.safetensors")
+    with torch.no_grad():
+        out = model(**x)
+        plain = model(**inputs(work, 2))
+    assert bits_equal(out.sample, expect["sample"]) and bits_equal(out.audio_sample, expect["audio_sample"])
+    assert bits_equal(out.sample, plain.sample), "padding rows hidden by the mask change no live row"
 
 
 def test_gradients_bitwise_equal_cli(model, work):
