@@ -193,6 +193,30 @@ def _cotangent(name, g, like):
     return t, g
 
 
+class _HookCall:
+    """The module's node_hook as the library's h3s_node_hook; an exception in it aborts the pass and is re-raised."""
+
+    def __init__(self, fn):
+        self.fn, self.error = fn, None
+
+        def call(ctx, name, out, batched, rows_per_item):
+            try:
+                t = out.contents
+                view = None if t.device else _view(t, None)  # host tensors only; device ones are passed as None
+                self.fn(name.decode(), view, bool(batched), int(rows_per_item))
+                return _lib.OK
+            except BaseException as e:  # noqa: BLE001 -- carried across the C frames, re-raised by run()
+                self.error = e
+                return _lib.ERR_INVALID
+
+        self.c_fn = _lib.NODE_HOOK(call) if fn is not None else _lib.NULL_HOOK
+
+    def run(self, status):
+        if self.error is not None:
+            raise self.error
+        check(status)
+
+
 class _StrictFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, module, core, need_tape, *args):
@@ -203,8 +227,9 @@ class _StrictFunction(torch.autograd.Function):
             setattr(c_in, name, _as_library_tensor(name, x, optional=name == "attention_mask"))
         tape = ctypes.c_void_p()
         s, a = Tensor(), Tensor()
-        check(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), _lib.NULL_HOOK, None,
-                                    ctypes.byref(tape) if need_tape else None, ctypes.byref(s), ctypes.byref(a)))
+        hook = _HookCall(module.node_hook)
+        hook.run(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), hook.c_fn, None,
+                                       ctypes.byref(tape) if need_tape else None, ctypes.byref(s), ctypes.byref(a)))
         ctx.module, ctx.core = module, core
         ctx.tape = _Tape(tape) if need_tape else None
         ctx.input_dtypes = tuple(x.dtype for x in inputs[:3])
@@ -225,8 +250,9 @@ class _StrictFunction(torch.autograd.Function):
         ds, keep_s = _cotangent("sample", d_sample, torch.empty(ctx.sample_shape))
         da, keep_a = _cotangent("audio_sample", d_audio, torch.empty(ctx.audio_shape))
         g = _lib.Grads()
-        check(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
-                                            _lib.NULL_HOOK, None, ctypes.byref(g)))
+        hook = _HookCall(ctx.module.node_hook)
+        hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
+                                               hook.c_fn, None, ctypes.byref(g)))
         owner = _OwnedGrads(g)
         input_grads = []
         for k, field in enumerate(("hidden_states", "audio_hidden_states", "encoder_hidden_states")):
@@ -271,6 +297,11 @@ class StrictTransformer(torch.nn.Module):
         super().__init__()
         self._core = core
         self.grads_f32 = {}
+        # Called after every node of a pass, in execution order, as node_hook(name, tensor, batched, rows_per_item)
+        # (names: docs/strict.md section 4; backward "<node>.grad" and "param.<name>").  The tensor is a view of
+        # the library's buffer, valid during the call only (clone it to keep it), None for device memory.  An
+        # exception aborts the pass and propagates.
+        self.node_hook = None
         for name, tensor in core.params:
             *path, leaf = name.split(".")
             node = self

@@ -184,6 +184,38 @@ def test_seeded_and_loaded_inputs_are_the_cli_files(model, work):
         load_inputs(work / "nothing.safetensors")
 
 
+def test_node_hook_sees_every_node_and_can_abort(model, work):
+    seen = []
+    model.node_hook = lambda name, t, batched, rows: seen.append((name, t.clone(), batched, rows))
+    try:
+        x = inputs(work, 2)
+        model.get_parameter("proj_out.weight").requires_grad_(True)
+        for name, p in model.named_parameters():
+            p.requires_grad_(name == "proj_out.weight")
+        out = model(**x)
+        names = [n for n, *_ in seen]
+        assert names[0] == "rope_table" and "block.1.attention" in names and names[-1] == "audio_proj_out"
+        assert bits_equal(seen[-1][1].reshape(out.audio_sample.shape), out.audio_sample)
+        assert seen[-1][2] is True and seen[-1][3] == out.audio_sample.shape[1]
+        seen.clear()
+        out.sample.sum().backward()
+        names = [n for n, *_ in seen]
+        assert "block.0.attention.grad_q" in names and [n for n in names if n.startswith("param.")] == [
+            "param.proj_out.weight"]
+
+        def boom(name, t, batched, rows):
+            if name == "block.0.q_proj":
+                raise KeyError("stop here")
+        model.node_hook = boom
+        with pytest.raises(KeyError, match="stop here"):
+            model(**x)
+    finally:
+        model.node_hook = None
+        for p in model.parameters():
+            p.requires_grad_(True)
+            p.grad = None
+
+
 def test_parameters_share_the_library_memory(model, work):
     expect = read_safetensors(work / "out.safetensors")
     bias = model.get_parameter("proj_out.bias")

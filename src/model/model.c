@@ -41,7 +41,8 @@ h3s_status h3s_backend_check(h3s_backend_kind kind) {
     switch (kind) {
     case H3S_BACKEND_CPU:
     case H3S_BACKEND_GOLDEN: return H3S_OK;
-    case H3S_BACKEND_CUDA: return h3s_cuda_available() ? H3S_OK : h3s_fail_context(H3S_ERR_DEVICE, "cuda backend");
+    /* h3s_cuda_available leaves the reason ("cuda: this build has no CUDA backend: ...", "cuda: no CUDA GPU ...") */
+    case H3S_BACKEND_CUDA: return h3s_cuda_available() ? H3S_OK : H3S_ERR_DEVICE;
     }
     return h3s_fail(H3S_ERR_INVALID, "backend_check: unknown backend %d", (int)kind);
 }
