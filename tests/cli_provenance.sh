@@ -17,6 +17,8 @@ set -e
 "$CLI" forward --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/out.safetensors" --threads 1 >/dev/null
 "$CLI" grad --model "$dir/m" --inputs "$dir/in.safetensors" --cotangent "$dir/ct.safetensors" \
     --out "$dir/g.safetensors" --threads=2 >/dev/null
+"$CLI" grad --model "$dir/m" --inputs "$dir/in.safetensors" --cotangent "$dir/ct.safetensors" \
+    --out "$dir/g_split.safetensors" --grad-operands split >/dev/null
 "$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/replay.json" --no-golden --quiet >/dev/null
 "$CLI" trajectory --model "$dir/m" --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/traj.json" --quiet >/dev/null
 "$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/traj_builtin.json" --quiet >/dev/null
@@ -40,7 +42,7 @@ def sha(name):
         return hashlib.sha256(f.read()).hexdigest()
 version = version_line.split()[-1]
 common = ["h3strict_version", "source_commit", "command", "model", "model_config_sha256"]
-computed = ["backend", "device", "threads"]
+computed = ["backend", "device", "threads", "grad_operands"]
 want = {
     "in.safetensors": common + ["seed"],
     "ct.safetensors": common + ["inputs_sha256", "seed"],
@@ -76,6 +78,8 @@ check(got["g.safetensors"].get("threads") == "2", f"grad --threads=2 recorded {g
 check(got["out.safetensors"].get("backend") == "cpu-strict", "backend")
 check("--threads 1" in got["out.safetensors"].get("command", ""), "forward: the command line is not recorded")
 check(got["in.safetensors"].get("seed") == "7", "inputs: seed")
+check(meta("g_split.safetensors").get("grad_operands") == "split", "grad --grad-operands split not recorded")
+check(got["g.safetensors"].get("grad_operands") != "split", "the default grad operands recorded as split")
 for f in fails:
     print("FAIL:", f)
 print(f"cli_provenance: {len(want)} files, {len(fails)} failed")

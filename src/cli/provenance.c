@@ -71,6 +71,7 @@ void provenance_add_backend(provenance *p, h3s_backend_kind kind) {
     provenance_add(p, "backend", "%s", h3s_backend_name(kind));
     provenance_add(p, "device", "%s", dev);
     provenance_add(p, "threads", "%d", h3s_get_num_threads());
+    provenance_add(p, "grad_operands", "%s", h3s_grad_operands_name(h3s_get_grad_operands()));
 }
 
 h3s_status provenance_add_model(provenance *p, const char *model, const h3s_config *c) {

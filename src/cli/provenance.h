@@ -23,7 +23,7 @@ typedef struct provenance {
 /* h3strict_version, source_commit, command. */
 void provenance_init(provenance *p, const char *command_line);
 void provenance_add(provenance *p, const char *key, const char *fmt, ...) H3S_PRINTF(3, 4);
-/* backend, device, threads */
+/* backend, device, threads, grad_operands (how the backward rounds its operands: it decides gradient bits) */
 void provenance_add_backend(provenance *p, h3s_backend_kind kind);
 /* model (as given) and model_config_sha256 (SHA-256 of the canonical config.json text) */
 h3s_status provenance_add_model(provenance *p, const char *model, const h3s_config *c);
