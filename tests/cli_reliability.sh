@@ -130,15 +130,19 @@ code_is forward-empty-mask 3
 seeds=$(seq -s, 1000000000001 1000000000040)
 run_ok seeds-40 "$CLI" trajectory --seeds "$seeds" --steps 1 --no-grad --quiet --out "$dir/t40.json"
 if grep -q '(40 seeds x 1 steps x 4)' "$dir/out.txt"; then ok; else bad "40 seeds: $(tail -n 1 "$dir/out.txt")"; fi
-# the recorded command line is whole; where a value is longer than its provenance slot it says so
-seeds=$(seq -s, 1000000000001 1000000000100)
-run_ok seeds-100 "$CLI" trajectory --seeds "$seeds" --steps 1 --no-grad --quiet --out "$dir/t100.json"
-if python3 - "$dir/t100.json" "$seeds" <<'PY'
+# the recorded command line is whole; where a value is longer than its provenance slot it says so (a model
+# under a 1250-byte path: cheap to run, long to record)
+deep="$dir"
+for i in 1 2 3 4 5; do deep="$deep/$(printf "p$i%.0s" $(seq 1 120))"; done
+mkdir -p "$deep" && cp -r "$dir/m" "$deep/m"
+run_ok long-model-path "$CLI" trajectory --model "$deep/m" --seeds 1 --steps 1 --no-grad --quiet --out "$dir/tl.json"
+if python3 - "$dir/tl.json" "$deep/m" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert sys.argv[2] in d["command"], "report command cut"
-c = d.get("provenance", {}).get("command", sys.argv[2])
-assert sys.argv[2] in c or "more bytes not recorded" in c, "provenance command cut silently: " + c[-80:]
+for key in ("command", "model"):
+    v = d.get("provenance", {}).get(key, sys.argv[2])
+    assert sys.argv[2] in v or "more bytes not recorded" in v, "provenance %s cut silently: %s" % (key, v[-80:])
 PY
 then ok; else bad "a long command line was cut"; fi
 # 63 characters of valid tokens, then BOGUS: a 64-byte buffer kept exactly the valid part
