@@ -5,7 +5,7 @@
  * (NULL is accepted); tensors that a call allocates for the caller (outputs, gradients) are owned by the caller
  * and released with h3s_tensor_free / h3s_grads_free.  Input tensors are borrowed for the duration of the call.
  * Every call that can fail returns h3s_status, leaves a one-line message for h3s_last_error() and writes none of
- * its outputs.  A model may be used by one thread at a time; different models may run concurrently on the CPU.
+ * its outputs.  A model may be used by one thread at a time (the run options of h3s.h are process-wide).
  * Results never depend on the thread count (h3s_set_num_threads), the batch size or an item's slot in the batch
  * (docs/strict.md). */
 #ifndef H3S_PUBLIC_MODEL_H
