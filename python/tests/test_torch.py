@@ -69,6 +69,8 @@ def work(tmp_path_factory, cli):
     run("inputs", "--model", d / "m", "--seed", 7, "--batch", 2, "--pad-to", 32, "--attention-mask",
         "--out", d / "in_mask.safetensors")
     run("forward", "--model", d / "m", "--inputs", d / "in_mask.safetensors", "--out", d / "out_mask.safetensors")
+    run("init", "--preset", "tiny", "--seed", 6, "--out", d / "m6")
+    run("forward", "--model", d / "m6", "--inputs", d / "in2.safetensors", "--out", d / "out6.safetensors")
     run("cotangent", "--model", d / "m", "--inputs", d / "in2.safetensors", "--seed", 3, "--out", d / "ct.safetensors")
     run("forward", "--model", d / "m", "--inputs", d / "in2.safetensors", "--out", d / "out.safetensors")
     run("grad", "--model", d / "m", "--inputs", d / "in2.safetensors", "--cotangent", d / "ct.safetensors",
@@ -230,6 +232,22 @@ def test_parameters_share_the_library_memory(model, work):
     assert bits_equal(back, expect["sample"])
     with pytest.raises(RuntimeError, match="cannot be moved or cast"):
         model.to(torch.float64)
+
+
+def test_load_state_dict_writes_the_library_weights(model, work):
+    """Syncing trained weights into a rollout model: load_state_dict copies into the library's memory."""
+    other = StrictTransformer.from_pretrained(work / "m6")
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        model.load_state_dict(other.state_dict())
+        with torch.no_grad():
+            out = model(**inputs(work, 2))
+        expect = read_safetensors(work / "out6.safetensors")
+        assert bits_equal(out.sample, expect["sample"]) and bits_equal(out.audio_sample, expect["audio_sample"])
+    finally:
+        model.load_state_dict(saved)
+    with torch.no_grad():
+        assert bits_equal(model(**inputs(work, 2)).sample, read_safetensors(work / "out.safetensors")["sample"])
 
 
 def test_in_place_change_between_forward_and_backward_is_refused(model, work):
