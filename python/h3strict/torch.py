@@ -193,6 +193,14 @@ def _cotangent(name, g, like):
     return t, g
 
 
+def _order_after_torch(core):
+    """CUDA: the library runs on a stream of its own, so whatever torch queued (an optimizer step writing the
+    weights) must be done before a pass starts.  The library synchronises its stream before returning, so torch
+    may read what it wrote at once."""
+    if core.device == "cuda":
+        torch.cuda.synchronize()
+
+
 class _HookCall:
     """The module's node_hook as the library's h3s_node_hook; an exception in it aborts the pass and is re-raised."""
 
@@ -228,6 +236,7 @@ class _StrictFunction(torch.autograd.Function):
         tape = ctypes.c_void_p()
         s, a = Tensor(), Tensor()
         hook = _HookCall(module.node_hook)
+        _order_after_torch(core)
         hook.run(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), hook.c_fn, None,
                                        ctypes.byref(tape) if need_tape else None, ctypes.byref(s), ctypes.byref(a)))
         ctx.module, ctx.core = module, core
@@ -251,6 +260,7 @@ class _StrictFunction(torch.autograd.Function):
         da, keep_a = _cotangent("audio_sample", d_audio, torch.empty(ctx.audio_shape))
         g = _lib.Grads()
         hook = _HookCall(ctx.module.node_hook)
+        _order_after_torch(core)
         hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
                                                hook.c_fn, None, ctypes.byref(g)))
         owner = _OwnedGrads(g)
