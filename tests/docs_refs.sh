@@ -3,18 +3,9 @@
 # that is in the tree. A reference is resolved against the citing file's directory, then the repository root; a
 # bare file name may also name the one tracked file of that name elsewhere. Addresses (https://...) are not
 # references into the tree.
-#
-# Short names that older comments use for the contract documents resolve to their files here; the table must
-# name files that exist, and the check fails for any other name it cannot find.
 set -u
 SRC=${H3S_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$SRC" || exit 1
-declare -A alias=(
-    [STRICT.md]=docs/strict.md
-    [H3_MODEL.md]=docs/model.md
-    [CLI.md]=docs/cli.md
-    [DESIGN.md]=docs/ARCHITECTURE.md
-)
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     mapfile -t files < <(git ls-files)
 else
@@ -30,12 +21,6 @@ done
 
 fails=0
 refs=0
-for name in "${!alias[@]}"; do
-    if [ ! -f "${alias[$name]}" ]; then
-        echo "FAIL: $name stands for ${alias[$name]}, which is not in the tree"
-        fails=$((fails + 1))
-    fi
-done
 for f in "${files[@]}"; do
     [ -f "$f" ] || continue
     dir=$(dirname "$f")
@@ -45,7 +30,6 @@ for f in "${files[@]}"; do
         refs=$((refs + 1))
         r=${ref#./}
         if [ -f "$dir/$r" ] || [ -f "$r" ]; then continue; fi
-        if [ -n "${alias[$r]+x}" ]; then continue; fi
         if [[ $r != */* ]] && [ "${base_count[$r]:-0}" -eq 1 ]; then continue; fi
         echo "FAIL: $f cites $ref, which is not in the tree"
         fails=$((fails + 1))

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The provider side of bench/bench_gpu_block.c: one MiniMax-H3 transformer block in plain PyTorch bf16, computed the
-way diffusers' MiniMaxH3TransformerBlock computes it (H3_MODEL.md section 3.7), timed forward and forward+backward
+way diffusers' MiniMaxH3TransformerBlock computes it (docs/model.md section 3.7), timed forward and forward+backward
 with CUDA events, plus the provider's own repeatability and batch invariance.  Not part of CI (it needs torch and a
 GPU); bench/provider/run_gpu_bench.sh runs it next to the strict side.
 
@@ -116,7 +116,7 @@ def main():
     ).to(dev)
 
     def rope_table(position_ids, freq_dim, theta=10000.0):
-        # H3_MODEL.md 3.1: f32 angles (t, h, w) x inv_freq, concatenated, then with themselves; cos and sin
+        # docs/model.md 3.1: f32 angles (t, h, w) x inv_freq, concatenated, then with themselves; cos and sin
         inv_freq = 1.0 / (theta ** (torch.arange(0, 2 * freq_dim, 2, dtype=torch.float32, device=dev) / (2 * freq_dim)))
         ang = position_ids.to(torch.float32)[:, :, None] * inv_freq[None, None, :]  # [S, 3, F]
         ang = ang.reshape(ang.shape[0], 3 * freq_dim)  # t block, h block, w block

@@ -1,4 +1,4 @@
-/* The canonical cross-row reduction on the GPU (STRICT.md section 3, ops/fold.h).
+/* The canonical cross-row reduction on the GPU (docs/strict.md section 3, ops/fold.h).
  *
  * Two kernels, no atomics:
  *   1. partial: one block per (column block of 128, 256-row tile, table row); each thread owns

@@ -12,7 +12,7 @@
  *     about 16 significant bits (relative error <= 2^-17), the products stay exact in FP32.
  *   - dw reduces over rows: the accumulator is restarted at every 256-row tile and the tile
  *     partials are added to a running total in ascending tile order (the canonical fold of
- *     STRICT.md section 3) in registers; no workspace, no atomics, no split-K.
+ *     docs/strict.md section 3) in registers; no workspace, no atomics, no split-K.
  * A second kernel does the F32 linear with CUDA-core FMAs only (never TF32): per output one
  * __fmaf_rn chain from +0 in ascending reduction order, the CPU's strict F32 chain. */
 #include "cuda/k_common.cuh"
@@ -370,7 +370,7 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
  * engine.  Operands are K-major (r contiguous) or MN-major (p or q contiguous, the "transpose"
  * bit of wgmma): the layout moves data, not arithmetic.  FOLD restarts the accumulator every
  * 256 reduction rows and adds the tile partial to a running total in ascending tile order
- * (STRICT.md section 3), in registers. */
+ * (docs/strict.md section 3), in registers. */
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

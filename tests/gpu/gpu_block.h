@@ -1,4 +1,4 @@
-/* One MiniMax-H3 transformer block composed from its 17 nodes (STRICT.md section 4) through the
+/* One MiniMax-H3 transformer block composed from its 17 nodes (docs/strict.md section 4) through the
  * public operators on device tensors, forward and backward.  Shared by tests/gpu/test_gpu_block.c
  * (batch invariance and repeat) and bench/bench_gpu_block.c (timing against the PyTorch provider).
  *

@@ -51,7 +51,7 @@ static h3s_tensor hview_rows(const h3s_tensor *t, int64_t r0, int64_t n) {
 
 /* The provider's precision for a gradient of a BF16 linear: dy rounded to BF16, the product
  * accumulated (here in FP64, which only makes the provider look better), the result rounded to
- * BF16.  A strict BF16-operand gradient must be at least as accurate (STRICT.md 1.4). */
+ * BF16.  A strict BF16-operand gradient must be at least as accurate (docs/strict.md 1.4). */
 static h3s_tensor provider_grad(const h3s_tensor *dy, const h3s_tensor *w, const h3s_tensor *x, int want_dw) {
     const int64_t M = dy->shape[0], N = dy->shape[1], K = want_dw ? x->shape[1] : w->shape[1];
     h3s_tensor out = want_dw ? h3t_alloc2(H3S_F64, N, K) : h3t_alloc2(H3S_F64, M, K);
@@ -419,7 +419,7 @@ static void make_masks(const attn_case *c, h3s_tensor *doc, h3s_tensor *kv) {
 /* The provider's precision for the attention backward (flash kernels in BF16), emulated in FP64:
  * dout rounded to BF16, bf16(P) and bf16(dS) into the products, dq/dk/dv rounded to BF16; out
  * and stats as given (the same the golden uses).  The tensor-core path must be at least as
- * accurate (STRICT.md 1.4). */
+ * accurate (docs/strict.md 1.4). */
 static void provider_attention_grads(const attn_case *c, const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
                                      const h3s_tensor *o, const h3s_tensor *st, const h3s_tensor *dout,
                                      const h3s_tensor *doc, const h3s_tensor *kv, h3s_tensor *dq, h3s_tensor *dk,
