@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "cuda/cuda_extra.h"
 #include "io/modeldir.h"
 
 #ifndef H3S_SOURCE_COMMIT
@@ -64,9 +65,13 @@ static void cpu_name(char *out, size_t size) {
 
 void provenance_add_backend(provenance *p, h3s_backend_kind kind) {
     char dev[300];
-    if (kind == H3S_BACKEND_CUDA)
-        snprintf(dev, sizeof dev, "cuda: device 0");
-    else
+    if (kind == H3S_BACKEND_CUDA) {
+        char desc[256];
+        if (h3s_cuda_describe(desc, sizeof desc) == H3S_OK)
+            snprintf(dev, sizeof dev, "cuda: %s", desc);
+        else
+            snprintf(dev, sizeof dev, "cuda: device 0 (not described: %s)", h3s_last_error());
+    } else
         cpu_name(dev, sizeof dev);
     provenance_add(p, "backend", "%s", h3s_backend_name(kind));
     provenance_add(p, "device", "%s", dev);
