@@ -39,6 +39,15 @@ for sym in h3s_linear_forward h3s_fail h3s_st_open h3s_trajectory_run; do
     grep -qx "$sym" "$dir/exported" && bad "internal $sym is exported"
 done
 
+# every installed header stands alone, in C and (extern "C") in C++
+for h in h3s.h h3s_model.h h3s_sample.h; do
+    printf '#include <%s>\nint main(void) { return 0; }\n' "$h" >"$dir/hdr.c"
+    "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I"$P/include" "$dir/hdr.c" || bad "$h does not compile alone (C11)"
+    if command -v c++ >/dev/null 2>&1; then
+        c++ -Wall -Wextra -Werror -fsyntax-only -x c++ -I"$P/include" "$dir/hdr.c" || bad "$h does not compile in C++"
+    fi
+done
+
 "$P/bin/h3strict" init --preset tiny --seed 5 --out "$dir/tiny" --quiet >/dev/null || bad "installed CLI: init"
 
 # the three-line program, through pkg-config
