@@ -3,7 +3,8 @@
  * device copies of host index tensors.
  *
  * Strict mode refuses a device this build has no native code for: the kernels are compiled
- * for sm_90 only (CMakeLists.txt), and a build that also embeds PTX would let the driver
+ * for sm_90a only (the Hopper-specific target that wgmma and setmaxnreg need; CMakeLists.txt,
+ * no PTX), and a build that also embeds PTX would let the driver
  * JIT-compile it for another architecture, with other instruction selection.  So the check
  * asks the runtime which binary a kernel would load (cudaFuncGetAttributes) and requires its
  * architecture to equal the device's compute capability exactly. */
@@ -62,14 +63,14 @@ static void init_locked(void) {
     e = cudaFuncGetAttributes(&attr, h3k_probe_kernel);
     if (e != cudaSuccess) {
         snprintf(g_reason, sizeof g_reason,
-                 "device %d (%s, compute capability %d.%d) cannot load this build's kernels (built for sm_%d): %s",
+                 "device %d (%s, compute capability %d.%d) cannot load this build's kernels (built for sm_%da): %s",
                  g_device, g_prop.name, g_prop.major, g_prop.minor, H3C_BUILT_ARCH, cudaGetErrorString(e));
         cudaGetLastError();
         return;
     }
     if (attr.binaryVersion != cc || cc != H3C_BUILT_ARCH) {
         snprintf(g_reason, sizeof g_reason,
-                 "device %d (%s) has compute capability %d.%d but this build contains native kernels for sm_%d only "
+                 "device %d (%s) has compute capability %d.%d but this build contains native kernels for sm_%da only "
                  "(loaded binary: sm_%d); strict mode refuses an architecture it was not built for",
                  g_device, g_prop.name, g_prop.major, g_prop.minor, H3C_BUILT_ARCH, attr.binaryVersion);
         return;
@@ -384,7 +385,7 @@ extern "C" h3s_status h3s_cuda_describe(char *buf, size_t size) {
     int drv = 0, rt = 0;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    snprintf(buf, size, "%s, sm_%d%d, %d SMs, %.1f GiB, driver API %d.%d, runtime %d.%d, kernels built for sm_%d",
+    snprintf(buf, size, "%s, sm_%d%d, %d SMs, %.1f GiB, driver API %d.%d, runtime %d.%d, kernels built for sm_%da",
              g_prop.name, g_prop.major, g_prop.minor, g_prop.multiProcessorCount,
              (double)g_prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), drv / 1000, (drv % 1000) / 10, rt / 1000,
              (rt % 1000) / 10, H3C_BUILT_ARCH);
