@@ -15,63 +15,96 @@
 
 #define FOLD_COLS 128
 
+template <int MODE>
 __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m, int64_t n, int64_t row_index) {
-    switch (a.mode) {
-    case H3C_FOLD_COPY: return a.dy[m * a.ld_dy + n];
-    case H3C_FOLD_RMS_DW: {
+    if (MODE == H3C_FOLD_COPY) return a.dy[m * a.ld_dy + n];
+    if (MODE == H3C_FOLD_RMS_DW) {
         float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
         float s =
             a.table ? 1.0f + h3k_bf2f(((const uint16_t *)a.table)[row_index * a.ld_table + a.scale_off + n]) : 1.0f;
         float g = a.dy[m * a.ld_dy + n] * s;
         return g * xh;
     }
-    case H3C_FOLD_RMS_DSCALE: {
+    if (MODE == H3C_FOLD_RMS_DSCALE) {
         float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
         float wk = a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
         return a.dy[m * a.ld_dy + n] * (xh * wk);
     }
-    case H3C_FOLD_PRODUCT: return a.dy[m * a.ld_dy + n] * h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]);
-    default: return 0.0f;
-    }
+    if (MODE == H3C_FOLD_PRODUCT) return a.dy[m * a.ld_dy + n] * h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]);
+    return 0.0f;
 }
 
+/* Partial kernel for the one-value-per-(row, column) modes.  The chain is the definition above
+ * (rows ascending, the first contributing row's value, then part + c); only the loads are
+ * batched: FOLD_BATCH rows' contributions are computed (all loads in flight together) before
+ * they enter the chain one by one, in row order.  Same operations, same order, same bits. */
+#define FOLD_BATCH 16
+
+template <int MODE>
 __global__ void __launch_bounds__(FOLD_COLS)
     fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has, int64_t rows_out, int *flag) {
     const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x;
     const int64_t tile = blockIdx.y, r = blockIdx.z;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
+    const bool col = n < a.N;
     float part = 0.0f;
     bool have = false;
-    for (int64_t m = m0; m < m1; m++) {
-        int64_t row_index = 0;
-        if (a.index) {
-            row_index = a.index[m];
-            if (row_index < 0 || row_index >= a.index_limit) {
-                if (threadIdx.x == 0) h3k_report_index(flag, a.code, row_index);
-                continue;
-            }
-            if (a.indexed && row_index != r) continue;
-        }
-        if (n < a.N) {
-            float c;
-            if (a.mode == H3C_FOLD_HEAD_DW) {
-                /* the (row, head) pairs of row m, heads ascending, each one chain step */
-                for (int64_t h = 0; h < a.heads; h++) {
-                    int64_t col = h * a.head_dim + n;
-                    float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + col]) * a.inv[m * a.heads + h];
-                    c = a.dy[m * a.ld_dy + col] * xh;
-                    part = have ? part + c : c;
-                    have = true;
+    for (int64_t mb = m0; mb < m1; mb += FOLD_BATCH) {
+        float c[FOLD_BATCH];
+        bool use[FOLD_BATCH];
+#pragma unroll
+        for (int j = 0; j < FOLD_BATCH; j++) {
+            const int64_t m = mb + j;
+            use[j] = false;
+            c[j] = 0.0f;
+            if (m >= m1) continue;
+            int64_t row_index = 0;
+            if (a.index) {
+                row_index = a.index[m];
+                if (row_index < 0 || row_index >= a.index_limit) {
+                    if (threadIdx.x == 0) h3k_report_index(flag, a.code, row_index);
+                    continue;
                 }
-                continue;
+                if (a.indexed && row_index != r) continue;
             }
-            c = fold_contrib(a, m, n, row_index);
-            part = have ? part + c : c;
+            use[j] = true;
+            if (col) c[j] = fold_contrib<MODE>(a, m, n, row_index);
+        }
+#pragma unroll
+        for (int j = 0; j < FOLD_BATCH; j++) {
+            if (!use[j]) continue;
+            part = have ? part + c[j] : c[j];
+            have = true;
+        }
+    }
+    if (col) partial[(tile * rows_out + r) * a.N + n] = part;
+    if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
+}
+
+/* HEAD_DW partials, generic form (the reference the streamed kernel below is tested against):
+ * one thread per column, the (row, head) pairs of the tile in ascending order, each one step. */
+__global__ void __launch_bounds__(FOLD_COLS)
+    fold_head_dw_generic_kernel(h3c_fold_args a, float *partial, uint8_t *has, int *flag) {
+    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x;
+    const int64_t tile = blockIdx.y;
+    const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
+    float part = 0.0f;
+    bool have = false;
+    (void)flag;
+    for (int64_t m = m0; m < m1; m++) {
+        if (n < a.N) {
+            for (int64_t h = 0; h < a.heads; h++) {
+                int64_t col = h * a.head_dim + n;
+                float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + col]) * a.inv[m * a.heads + h];
+                float c = a.dy[m * a.ld_dy + col] * xh;
+                part = have ? part + c : c;
+                have = true;
+            }
         }
         have = true;
     }
-    if (n < a.N) partial[(tile * rows_out + r) * a.N + n] = part;
-    if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
+    if (n < a.N) partial[tile * a.N + n] = part;
+    if (blockIdx.x == 0 && threadIdx.x == 0) has[tile] = m1 > m0 ? 1 : 0;
 }
 
 __global__ void __launch_bounds__(FOLD_COLS)
@@ -196,7 +229,11 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
         H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
         has = (uint8_t *)ws + pbytes;
-        const size_t hd_smem = a->mode == H3C_FOLD_HEAD_DW && !a->index && rows_out == 1 ? hd_smem_bytes(a) : 0;
+        const size_t hd_smem = a->mode == H3C_FOLD_HEAD_DW ? hd_smem_bytes(a) : 0;
+        if (a->mode == H3C_FOLD_HEAD_DW && (a->index || rows_out != 1)) {
+            h3c_ws_free(ws);
+            return h3s_fail(H3S_ERR_INVALID, "%s: the per-head fold takes no index", op);
+        }
         if (hd_smem > 0 && !g_fold_generic) {
             static int attr_set = 0;
             if (!attr_set) {
@@ -212,7 +249,29 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
             fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem, H3K_STREAM>>>(*a, partial, has);
         } else {
             dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
-            fold_partial_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, h3c_error_flag());
+            int *flag = h3c_error_flag();
+            switch (a->mode) {
+            case H3C_FOLD_COPY:
+                fold_partial_kernel<H3C_FOLD_COPY>
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                break;
+            case H3C_FOLD_RMS_DW:
+                fold_partial_kernel<H3C_FOLD_RMS_DW>
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                break;
+            case H3C_FOLD_RMS_DSCALE:
+                fold_partial_kernel<H3C_FOLD_RMS_DSCALE>
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                break;
+            case H3C_FOLD_PRODUCT:
+                fold_partial_kernel<H3C_FOLD_PRODUCT>
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                break;
+            case H3C_FOLD_HEAD_DW:
+                fold_head_dw_generic_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, flag);
+                break;
+            default: h3c_ws_free(ws); return h3s_fail(H3S_ERR_INVALID, "%s: unknown fold mode %d", op, a->mode);
+            }
         }
         h3s_status st = h3c_launch_check(op);
         if (st != H3S_OK) {
