@@ -322,27 +322,28 @@ __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
     return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
 }
 
-/* Gather `count` BF16 rows (this head's 128 columns) into a [rows][TC_LDS] tile; rows past
- * `count` are zero. */
-__device__ __forceinline__ void tc_gather_bf16(uint16_t *tile, int rows, const uint16_t *src, const int *rowidx,
-                                               int count, int64_t W, int64_t col0) {
+/* Gather `count` BF16 rows (this head's 128 columns) into a [rows][TC_LDS] tile with asynchronous
+ * 16-byte copies (cp.async; the caller commits the group); rows past `count` are zero, written
+ * directly.  Visible after tc_wait + __syncthreads. */
+__device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tc_gather_async(uint16_t *tile, int rows, const uint16_t *src, const int *rowidx,
+                                                int count, int64_t W, int64_t col0) {
     for (int e = threadIdx.x; e < rows * 16; e += TC_THREADS) {
         const int r = e >> 4, c = (e & 15) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (r < count) v = *(const uint4 *)(src + (int64_t)rowidx[r] * W + col0 + c);
-        *(uint4 *)(tile + r * TC_LDS + c) = v;
+        if (r < count)
+            tc_cp16(tile + r * TC_LDS + c, src + (int64_t)rowidx[r] * W + col0 + c);
+        else
+            *(uint4 *)(tile + r * TC_LDS + c) = make_uint4(0, 0, 0, 0);
     }
 }
 
-/* The same for F32 rows, rounded once to BF16. */
-__device__ __forceinline__ void tc_gather_f32(uint16_t *tile, int rows, const float *src, const int *rowidx, int count,
-                                              int64_t W, int64_t col0) {
-    for (int e = threadIdx.x; e < rows * 32; e += TC_THREADS) {
-        const int r = e >> 5, c = (e & 31) * 4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < count) v = *(const float4 *)(src + (int64_t)rowidx[r] * W + col0 + c);
-        *(uint2 *)(tile + r * TC_LDS + c) = make_uint2(tc_pack(v.x, v.y), tc_pack(v.z, v.w));
-    }
+__device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tc_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* acc[16 x (8 NT)] += A (16 x 128 from a [rows][TC_LDS] tile at row a0) . B^T where B's rows are
@@ -404,24 +405,38 @@ __device__ __forceinline__ float tc_quad_max(float v) {
 
 __global__ void __launch_bounds__(TC_THREADS) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
     extern __shared__ __align__(16) uint16_t tc_smem[];
-    uint16_t *Qs = tc_smem, *Ks = Qs + TC_FQ * TC_LDS, *Vs = Ks + TC_FK * TC_LDS;
+    /* Q, then two buffers of (K, V): the copies of key tile i + 1 fly while tile i is computed */
+    uint16_t *Qs = tc_smem, *KV = Qs + TC_FQ * TC_LDS;
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_FQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qcnt = min(G.g_qcnt[g] - t0, TC_FQ), kcnt = G.g_kcnt[g];
     const int *qrows = G.qrows + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    tc_gather_bf16(Qs, TC_FQ, (const uint16_t *)a.q, qrows, qcnt, W, col0);
+    auto issue_kv = [&](int k0, int buf) {
+        uint16_t *Kb = KV + buf * 2 * TC_FK * TC_LDS, *Vb = Kb + TC_FK * TC_LDS;
+        const int kn = min(kcnt - k0, TC_FK);
+        tc_gather_async(Kb, TC_FK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async(Vb, TC_FK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+    };
+    tc_gather_async(Qs, TC_FQ, (const uint16_t *)a.q, qrows, qcnt, W, col0);
+    if (kcnt > 0) issue_kv(0, 0);
+    tc_commit();
     float o[TC_D / 8][4];
 #pragma unroll
     for (int i = 0; i < TC_D / 8; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int k0 = 0; k0 < kcnt; k0 += TC_FK) {
+    for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_FK, it++) {
         const int kn = min(kcnt - k0, TC_FK);
+        if (k0 + TC_FK < kcnt) {
+            issue_kv(k0 + TC_FK, (it + 1) & 1);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
         __syncthreads();
-        tc_gather_bf16(Ks, TC_FK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_bf16(Vs, TC_FK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
-        __syncthreads();
+        const uint16_t *Ks = KV + (it & 1) * 2 * TC_FK * TC_LDS, *Vs = Ks + TC_FK * TC_LDS;
         float s[TC_FK / 8][4];
 #pragma unroll
         for (int i = 0; i < TC_FK / 8; i++)
@@ -464,7 +479,9 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_forward_kernel(h3c_attn_ar
         uint32_t pa[TC_FK / 16][4];
         tc_to_a<TC_FK / 8>(s, pa);
         tc_pv<TC_FK / 16>(o, pa, Vs, lane);
+        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
+    tc_wait<0>();
     /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -485,17 +502,31 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_forward_kernel(h3c_attn_ar
     }
 }
 
-/* delta[row, h] (as attn_delta_kernel) and the participation flag: l > 0 and a non-zero dout row. */
-__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part) {
+/* delta[row, h] (as attn_delta_kernel: the FMA chain over d ascending), the participation flag
+ * (l > 0 and a non-zero dout row), and dout rounded once to BF16 (the tensor cores' operand, the
+ * rounding the gathers used to do per tile), 8 channels per vector load. */
+__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part, uint16_t *gb) {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t row = p / a.heads, h = p % a.heads, W = a.heads * a.D;
-        const uint16_t *o = (const uint16_t *)a.out_in + row * W + h * a.D;
-        const float *g = a.dout + row * W + h * a.D;
+        const int64_t off = p * TC_D; /* (row, head) p: row * W + h * D with W = heads * D */
+        const uint4 *o4 = (const uint4 *)((const uint16_t *)a.out_in + off);
+        const float4 *g4 = (const float4 *)(a.dout + off);
+        uint4 *b4 = (uint4 *)(gb + off);
         float acc = 0.0f;
         bool nz = false;
-        for (int64_t d = 0; d < a.D; d++) {
-            acc = __fmaf_rn(g[d], h3k_bf2f(o[d]), acc);
-            nz = nz || g[d] != 0.0f;
+#pragma unroll 2
+        for (int c = 0; c < TC_D / 8; c++) {
+            const float4 x0 = g4[2 * c], x1 = g4[2 * c + 1];
+            const uint4 ov = o4[c];
+            const float gv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const uint16_t ob = (uint16_t)(e & 1 ? ow[e >> 1] >> 16 : ow[e >> 1] & 0xffffu);
+                acc = __fmaf_rn(gv[e], h3k_bf2f(ob), acc);
+                nz = nz || gv[e] != 0.0f;
+            }
+            b4[c] =
+                make_uint4(tc_pack(gv[0], gv[1]), tc_pack(gv[2], gv[3]), tc_pack(gv[4], gv[5]), tc_pack(gv[6], gv[7]));
         }
         a.delta_out[p] = acc;
         part[p] = nz && a.stats_in[p * 2 + 1] > 0.0f;
@@ -519,9 +550,10 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
 }
 
 /* dq for one tile of a group's participating queries (of head h), over the group's key tiles. */
-__global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G) {
+__global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
     extern __shared__ __align__(16) uint16_t tc_smem[];
-    uint16_t *Qs = tc_smem, *Gs = Qs + 64 * TC_LDS, *Ks = Gs + 64 * TC_LDS, *Vs = Ks + TC_BK * TC_LDS;
+    /* Q, bf16(dout), then two buffers of (K, V) */
+    uint16_t *Qs = tc_smem, *Gs = Qs + 64 * TC_LDS, *KV = Gs + 64 * TC_LDS;
     __shared__ float qm[64], qinv[64], qdel[64];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
@@ -530,8 +562,16 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    tc_gather_bf16(Qs, 64, (const uint16_t *)a.q, qrows, qn, W, col0);
-    tc_gather_f32(Gs, 64, a.dout, qrows, qn, W, col0);
+    auto issue_kv = [&](int k0, int buf) {
+        uint16_t *Kb = KV + buf * 2 * TC_BK * TC_LDS, *Vb = Kb + TC_BK * TC_LDS;
+        const int kn = min(kcnt - k0, TC_BK);
+        tc_gather_async(Kb, TC_BK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async(Vb, TC_BK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+    };
+    tc_gather_async(Qs, 64, (const uint16_t *)a.q, qrows, qn, W, col0);
+    tc_gather_async(Gs, 64, gb, qrows, qn, W, col0);
+    if (kcnt > 0) issue_kv(0, 0);
+    tc_commit();
     if (threadIdx.x < 64) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
@@ -543,12 +583,17 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
 #pragma unroll
     for (int i = 0; i < TC_D / 8; i++)
         dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
-    for (int k0 = 0; k0 < kcnt; k0 += TC_BK) {
+    for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_BK, it++) {
         const int kn = min(kcnt - k0, TC_BK);
+        if (k0 + TC_BK < kcnt) {
+            issue_kv(k0 + TC_BK, (it + 1) & 1);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
+        }
         __syncthreads();
-        tc_gather_bf16(Ks, TC_BK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_bf16(Vs, TC_BK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
-        __syncthreads();
+        const uint16_t *Ks = KV + (it & 1) * 2 * TC_BK * TC_LDS, *Vs = Ks + TC_BK * TC_LDS;
         float s[TC_BK / 8][4], dp[TC_BK / 8][4];
 #pragma unroll
         for (int i = 0; i < TC_BK / 8; i++)
@@ -570,7 +615,9 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
         uint32_t da[TC_BK / 16][4];
         tc_to_a<TC_BK / 8>(s, da);
         tc_pv<TC_BK / 16>(dq, da, Ks, lane);
+        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
+    tc_wait<0>();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = warp * 16 + (lane >> 2) + 8 * r;
@@ -583,35 +630,62 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
 }
 
 /* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h). */
-__global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G) {
+__global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
     extern __shared__ __align__(16) uint16_t tc_smem[];
-    uint16_t *Ks = tc_smem, *Vs = Ks + 64 * TC_LDS, *Qs = Vs + 64 * TC_LDS, *Gs = Qs + TC_BQ * TC_LDS;
-    __shared__ float qm[TC_BQ], qinv[TC_BQ], qdel[TC_BQ];
+    /* K, V, then two buffers of (Q, bf16(dout)) and of the queries' (m, l) and delta */
+    uint16_t *Ks = tc_smem, *Vs = Ks + 64 * TC_LDS, *QG = Vs + 64 * TC_LDS;
+    __shared__ __align__(16) float2 qml_buf[2][TC_BQ];
+    __shared__ __align__(16) float qdel_buf[2][TC_BQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int kn = min(G.g_kcnt[g] - t0, 64);
     const int *krows = G.krows + G.g_koff[g] + t0, *qrows = G.bq + h * G.total_q + G.g_qoff[g];
     const int qcnt = G.bq_cnt[g * a.heads + h];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    tc_gather_bf16(Ks, 64, (const uint16_t *)a.k, krows, kn, W, col0);
-    tc_gather_bf16(Vs, 64, (const uint16_t *)a.v, krows, kn, W, col0);
+    auto issue_q = [&](int q0, int buf) {
+        uint16_t *Qb = QG + buf * 2 * TC_BQ * TC_LDS, *Gb = Qb + TC_BQ * TC_LDS;
+        const int qn = min(qcnt - q0, TC_BQ);
+        tc_gather_async(Qb, TC_BQ, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
+        tc_gather_async(Gb, TC_BQ, gb, qrows + q0, qn, W, col0);
+        if (threadIdx.x < TC_BQ) {
+            const int i = threadIdx.x;
+            if (i < qn) {
+                const int64_t row = qrows[q0 + i];
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(
+                                 (uint32_t)__cvta_generic_to_shared(&qml_buf[buf][i])),
+                             "l"(a.stats_in + (row * a.heads + h) * 2)
+                             : "memory");
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                                 (uint32_t)__cvta_generic_to_shared(&qdel_buf[buf][i])),
+                             "l"(a.delta + row * a.heads + h)
+                             : "memory");
+            } else {
+                qml_buf[buf][i] = make_float2(0.0f, 1.0f);
+                qdel_buf[buf][i] = 0.0f;
+            }
+        }
+    };
+    tc_gather_async(Ks, 64, (const uint16_t *)a.k, krows, kn, W, col0);
+    tc_gather_async(Vs, 64, (const uint16_t *)a.v, krows, kn, W, col0);
+    if (qcnt > 0) issue_q(0, 0);
+    tc_commit();
     float dk[TC_D / 8][4], dv[TC_D / 8][4];
 #pragma unroll
     for (int i = 0; i < TC_D / 8; i++)
         dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
-    for (int q0 = 0; q0 < qcnt; q0 += TC_BQ) {
+    for (int q0 = 0, it = 0; q0 < qcnt; q0 += TC_BQ, it++) {
         const int qn = min(qcnt - q0, TC_BQ);
-        __syncthreads();
-        tc_gather_bf16(Qs, TC_BQ, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
-        tc_gather_f32(Gs, TC_BQ, a.dout, qrows + q0, qn, W, col0);
-        if (threadIdx.x < TC_BQ) {
-            const int i = threadIdx.x;
-            const int64_t row = i < qn ? qrows[q0 + i] : 0;
-            qm[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
-            qinv[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2 + 1] : 1.0f;
-            qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
+        if (q0 + TC_BQ < qcnt) {
+            issue_q(q0 + TC_BQ, (it + 1) & 1);
+            tc_commit();
+            tc_wait<1>();
+        } else {
+            tc_wait<0>();
         }
         __syncthreads();
+        const uint16_t *Qs = QG + (it & 1) * 2 * TC_BQ * TC_LDS, *Gs = Qs + TC_BQ * TC_LDS;
+        const float2 *qml = qml_buf[it & 1];
+        const float *qdel = qdel_buf[it & 1];
         /* transposed scores: rows are this warp's 16 keys, columns the tile's queries */
         float st[TC_BQ / 8][4], dpt[TC_BQ / 8][4];
 #pragma unroll
@@ -627,7 +701,7 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
                 const int qi = nt * 8 + (lane & 3) * 2 + (e & 1), kj = warp * 16 + (lane >> 2) + 8 * (e >> 1);
                 float p = 0.0f, ds = 0.0f;
                 if (qi < qn && kj < kn) {
-                    p = expf(st[nt][e] * a.scale - qm[qi]) / qinv[qi];
+                    p = expf(st[nt][e] * a.scale - qml[qi].x) / qml[qi].y;
                     ds = p * (dpt[nt][e] - qdel[qi]);
                 }
                 st[nt][e] = p;
@@ -638,7 +712,9 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
         tc_to_a<TC_BQ / 8>(dst_, da);
         tc_pv<TC_BQ / 16>(dv, pa, Gs, lane);
         tc_pv<TC_BQ / 16>(dk, da, Qs, lane);
+        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
+    tc_wait<0>();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int kj = warp * 16 + (lane >> 2) + 8 * r;
@@ -765,15 +841,20 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     return H3S_OK;
 }
 
-#define TC_SMEM (192 * TC_LDS * 2)
+/* dynamic shared memory: forward Q + 2 x (K, V) of 64 rows; dq Q, G + 2 x (K, V) of 32 rows;
+ * dk/dv K, V + 2 x (Q, G) of 32 rows */
+#define TC_SMEM_FWD ((TC_FQ + 4 * TC_FK) * TC_LDS * 2)
+#define TC_SMEM_DQ ((128 + 4 * TC_BK) * TC_LDS * 2)
+#define TC_SMEM_KV ((128 + 4 * TC_BQ) * TC_LDS * 2)
 
 static h3s_status tc_smem_attr(const char *op) {
     static int done = 0;
     if (done) return H3S_OK;
     const void *ks[3] = {(const void *)attn_tc_forward_kernel, (const void *)attn_tc_dq_kernel,
                          (const void *)attn_tc_dkdv_kernel};
+    const int bytes[3] = {TC_SMEM_FWD, TC_SMEM_DQ, TC_SMEM_KV};
     for (int i = 0; i < 3; i++) {
-        cudaError_t e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM);
+        cudaError_t e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes[i]);
         if (e != cudaSuccess)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
     }
@@ -781,7 +862,23 @@ static h3s_status tc_smem_attr(const char *op) {
     return H3S_OK;
 }
 
+/* The tensor-core kernels move rows in 16-byte pieces: every row operand must start on 16 bytes
+ * (row strides are multiples of 256 bytes at head_dim 128). */
+static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backward) {
+    uintptr_t u = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v;
+    if (backward)
+        u |= (uintptr_t)a->out_in | (uintptr_t)a->dout | (uintptr_t)a->dq | (uintptr_t)a->dk | (uintptr_t)a->dv;
+    else
+        u |= (uintptr_t)a->out;
+    if (u & 15u)
+        return h3s_fail(H3S_ERR_UNSUPPORTED,
+                        "%s: an attention operand is not 16-byte aligned; the tensor-core kernels need aligned rows",
+                        op);
+    return H3S_OK;
+}
+
 static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
+    H3S_TRY(tc_aligned(op, a, 0));
     H3S_TRY(tc_smem_attr(op));
     tc_plan P;
     H3S_TRY(tc_plan_build(op, a, 0, &P));
@@ -789,7 +886,8 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     if (P.nfwd > 0) {
         tc_groups G = P.G;
         G.work = P.fwork, G.nwork = P.nfwd;
-        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_THREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a,
+                                                                                                                    G);
         st = h3c_launch_check(op);
     }
     h3c_ws_free(P.ws);
@@ -797,6 +895,7 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
 }
 
 static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
+    H3S_TRY(tc_aligned(op, a, 1));
     H3S_TRY(tc_smem_attr(op));
     const int64_t rows = a->B * a->S, W = a->heads * TC_D, pairs = rows * a->heads;
     /* rows no one writes (masked keys, queries that take no part) are +0 */
@@ -805,30 +904,35 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (a->dv) H3S_TRY(h3c_memset(op, a->dv, (size_t)(rows * W) * sizeof(float)));
     tc_plan P;
     H3S_TRY(tc_plan_build(op, a, 1, &P));
-    void *part = NULL;
-    h3s_status st = h3c_ws_alloc(op, (size_t)(pairs > 0 ? pairs : 1), &part);
+    /* one workspace: bf16(dout) [rows, W], then the participation flags [pairs] */
+    void *ws = NULL;
+    const size_t gb_bytes = ((size_t)(rows * W) * 2 + 255) & ~(size_t)255;
+    h3s_status st = h3c_ws_alloc(op, gb_bytes + (size_t)(pairs > 0 ? pairs : 1), &ws);
+    uint16_t *gb = (uint16_t *)ws;
+    uint8_t *part = ws ? (uint8_t *)ws + gb_bytes : NULL;
     if (st == H3S_OK) {
-        attn_tc_delta_kernel<<<h3k_blocks(pairs, 256), 256, 0, H3K_STREAM>>>(*a, pairs, (uint8_t *)part);
+        attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && P.G.ngroups > 0) {
         attn_tc_compact_kernel<<<dim3((unsigned)P.G.ngroups, (unsigned)a->heads), 32, 0, H3K_STREAM>>>(
-            P.G, a->heads, (const uint8_t *)part, (int *)P.G.bq, (int *)P.G.bq_cnt);
+            P.G, a->heads, part, (int *)P.G.bq, (int *)P.G.bq_cnt);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && a->dq && P.ndq > 0) {
         tc_groups G = P.G;
         G.work = P.dqwork, G.nwork = P.ndq;
-        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_THREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G, gb);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
-        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_THREADS, TC_SMEM, H3K_STREAM>>>(*a, G);
+        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_THREADS, TC_SMEM_KV, H3K_STREAM>>>(*a, G,
+                                                                                                               gb);
         st = h3c_launch_check(op);
     }
-    if (part) h3c_ws_free(part);
+    if (ws) h3c_ws_free(ws);
     h3c_ws_free(P.ws);
     return st;
 }

@@ -36,8 +36,11 @@ __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m,
 
 /* Partial kernel for the one-value-per-(row, column) modes.  The chain is the definition above
  * (rows ascending, the first contributing row's value, then part + c); only the loads are
- * batched: FOLD_BATCH rows' contributions are computed (all loads in flight together) before
- * they enter the chain one by one, in row order.  Same operations, same order, same bits. */
+ * batched.  Per batch of FOLD_BATCH rows: (1) the rows' table indices, checked without any
+ * store (a bad one is remembered and reported once, after the loop), (2) the contributions of
+ * the rows that take part, all loads in flight together, (3) the chain over them in row order.
+ * No store sits between the loads of a batch, so nothing forces them to wait for one another.
+ * Same operations, same order, same bits. */
 #define FOLD_BATCH 16
 
 template <int MODE>
@@ -48,28 +51,33 @@ __global__ void __launch_bounds__(FOLD_COLS)
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const bool col = n < a.N;
     float part = 0.0f;
-    bool have = false;
+    bool have = false, bad = false;
+    int64_t bad_value = 0;
     for (int64_t mb = m0; mb < m1; mb += FOLD_BATCH) {
-        float c[FOLD_BATCH];
+        int64_t ri[FOLD_BATCH];
         bool use[FOLD_BATCH];
 #pragma unroll
         for (int j = 0; j < FOLD_BATCH; j++) {
-            const int64_t m = mb + j;
-            use[j] = false;
-            c[j] = 0.0f;
-            if (m >= m1) continue;
-            int64_t row_index = 0;
-            if (a.index) {
-                row_index = a.index[m];
-                if (row_index < 0 || row_index >= a.index_limit) {
-                    if (threadIdx.x == 0) h3k_report_index(flag, a.code, row_index);
-                    continue;
-                }
-                if (a.indexed && row_index != r) continue;
-            }
-            use[j] = true;
-            if (col) c[j] = fold_contrib<MODE>(a, m, n, row_index);
+            ri[j] = 0;
+            if (a.index && mb + j < m1) ri[j] = a.index[mb + j];
         }
+#pragma unroll
+        for (int j = 0; j < FOLD_BATCH; j++) {
+            use[j] = mb + j < m1;
+            if (use[j] && a.index) {
+                if (ri[j] < 0 || ri[j] >= a.index_limit) {
+                    if (!bad) bad_value = ri[j];
+                    bad = true;
+                    use[j] = false;
+                } else if (a.indexed && ri[j] != r) {
+                    use[j] = false;
+                }
+            }
+        }
+        float c[FOLD_BATCH];
+#pragma unroll
+        for (int j = 0; j < FOLD_BATCH; j++)
+            c[j] = use[j] && col ? fold_contrib<MODE>(a, mb + j, n, ri[j]) : 0.0f;
 #pragma unroll
         for (int j = 0; j < FOLD_BATCH; j++) {
             if (!use[j]) continue;
@@ -77,6 +85,7 @@ __global__ void __launch_bounds__(FOLD_COLS)
             have = true;
         }
     }
+    if (bad && threadIdx.x == 0) h3k_report_index(flag, a.code, bad_value);
     if (col) partial[(tile * rows_out + r) * a.N + n] = part;
     if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
 }
@@ -122,15 +131,17 @@ __global__ void __launch_bounds__(FOLD_COLS)
     a.out[r * a.ldo + n] = have ? total : 0.0f;
 }
 
-/* HEAD_DW partials: the same chain as fold_partial_kernel (one thread per column, the (row, head)
- * pairs of the tile in ascending order, each one step: c = dy * (x * inv), part = c for the first
- * step, part = part + c after), with the data streamed ahead.  A block takes 32 columns of one
- * 256-row tile; its four warps copy whole rows (dy and x of every head for these columns, and the
- * row's inverse norms) into a ring of HD_SLOTS shared-memory slots with cp.async, HD_SLOTS - 1 rows
- * ahead of the chain, which warp 0 runs from shared memory.  Same operations, same order: the same
+/* HEAD_DW partials, streamed: the chain of fold_head_dw_generic_kernel (one chain per column,
+ * the (row, head) pairs of the tile in ascending order, each one step: c = dy * (x * inv),
+ * part = c for the first step, part = part + c after), split over two warps.  A block takes
+ * HD_COLS columns of one 256-row tile.  Both warps copy whole rows (dy and x of every head for
+ * these columns, and the row's inverse norms) into a ring of HD_SLOTS shared-memory slots with
+ * cp.async, HD_SLOTS - 1 rows ahead; warp 1 turns row r's data into its contributions c[h][col]
+ * (the same two products as the generic kernel) while warp 0 runs the chain over row r - 1's
+ * contributions, so the chain is only loads and adds.  Same operations, same order: the same
  * bits (tested against the generic kernel). */
-#define HD_COLS 32
-#define HD_THREADS 128
+#define HD_COLS 16
+#define HD_THREADS 64
 #define HD_SLOTS 8
 
 __device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
@@ -143,31 +154,45 @@ __device__ __forceinline__ void hd_cp4(void *dst, const void *src) {
                  : "memory");
 }
 
+/* floats of one ring slot: dy [H][HD_COLS] F32, inv [H] F32 (padded to 4), x [H][HD_COLS] BF16 */
+static __host__ __device__ __forceinline__ int hd_slot_floats(int H) {
+    return H * HD_COLS + ((H + 3) & ~3) + H * HD_COLS / 2;
+}
+
 __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
     extern __shared__ __align__(16) float hd_smem[];
     const int H = (int)a.heads;
-    /* slot layout: dy [H][32] F32, inv [H] F32 (padded to 4), x [H][32] BF16 */
-    const int slot_floats = H * HD_COLS + ((H + 3) & ~3) + H * HD_COLS / 2;
-    const int tid = threadIdx.x;
+    const int slot_floats = hd_slot_floats(H);
+    float *cbuf = hd_smem + HD_SLOTS * slot_floats; /* two [H][HD_COLS] contribution buffers */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0);
+    const bool inv16 = (H & 3) == 0; /* a row's H inverse norms are whole 16-byte chunks */
+    constexpr int DY_CH = HD_COLS / 4, X_CH = HD_COLS / 8, PER_HEAD = DY_CH + X_CH;
     auto issue = [&](int r) { /* copies of row m0 + r into slot r % HD_SLOTS, one commit group */
                               if (r < rows) {
                                   float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
                                   float *sdy = sl, *sinv = sl + H * HD_COLS;
                                   uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
                                   const int64_t m = m0 + r;
-                                  for (int e = tid; e < H * 13; e += HD_THREADS) {
-                                      const int h = e / 13, j = e % 13;
+                                  const int n_inv = inv16 ? H / 4 : H;
+                                  for (int e = tid; e < H * PER_HEAD + n_inv; e += HD_THREADS) {
+                                      if (e >= H * PER_HEAD) {
+                                          const int i = e - H * PER_HEAD;
+                                          if (inv16)
+                                              hd_cp16(sinv + 4 * i, a.inv + m * a.heads + 4 * i);
+                                          else
+                                              hd_cp4(sinv + i, a.inv + m * a.heads + i);
+                                          continue;
+                                      }
+                                      const int h = e / PER_HEAD, j = e % PER_HEAD;
                                       const int64_t c = (int64_t)h * a.head_dim + n0;
-                                      if (j < 8)
+                                      if (j < DY_CH)
                                           hd_cp16(sdy + h * HD_COLS + j * 4, a.dy + m * a.ld_dy + c + j * 4);
-                                      else if (j < 12)
-                                          hd_cp16(sx + h * HD_COLS + (j - 8) * 8,
-                                                  (const uint16_t *)a.x + m * a.ld_x + c + (j - 8) * 8);
                                       else
-                                          hd_cp4(sinv + h, a.inv + m * a.heads + h);
+                                          hd_cp16(sx + h * HD_COLS + (j - DY_CH) * 8,
+                                                  (const uint16_t *)a.x + m * a.ld_x + c + (j - DY_CH) * 8);
                                   }
                               }
                               asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -175,36 +200,48 @@ __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args 
     for (int r = 0; r < HD_SLOTS - 1; r++)
         issue(r);
     float part = 0.0f;
-    for (int r = 0; r < rows; r++) {
+    for (int r = 0; r <= rows; r++) {
         issue(r + HD_SLOTS - 1);
         asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_SLOTS - 1) : "memory"); /* row r has landed */
         __syncthreads();
-        if (tid < HD_COLS) {
-            const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
-            const float *sdy = sl, *sinv = sl + H * HD_COLS;
-            const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
-            for (int h = 0; h < H; h++) {
-                const float xh = h3k_bf2f(sx[h * HD_COLS + tid]) * sinv[h];
-                const float c = sdy[h * HD_COLS + tid] * xh;
-                part = (r == 0 && h == 0) ? c : part + c;
+        if (warp == 1) {
+            if (r < rows) { /* contributions of row r */
+                const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
+                const float *sdy = sl, *sinv = sl + H * HD_COLS;
+                const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
+                float *cb = cbuf + (r & 1) * H * HD_COLS;
+                for (int e = lane; e < H * HD_COLS; e += 32) {
+                    const float xh = h3k_bf2f(sx[e]) * sinv[e / HD_COLS];
+                    cb[e] = sdy[e] * xh;
+                }
             }
+        } else if (r >= 1 && lane < HD_COLS) { /* the chain over row r - 1 */
+            const float *cb = cbuf + ((r - 1) & 1) * H * HD_COLS + lane;
+            int h = 0;
+            if (r == 1) {
+                part = cb[0];
+                h = 1;
+            }
+#pragma unroll 8
+            for (; h < H; h++)
+                part = part + cb[h * HD_COLS];
         }
-        __syncthreads(); /* the slot is consumed before it is refilled */
+        __syncthreads(); /* slot r and buffer (r - 1) & 1 are consumed before they are refilled */
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    const int64_t n = n0 + tid;
-    if (tid < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
+    const int64_t n = n0 + lane;
+    if (warp == 0 && lane < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
     if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
 }
 
 /* Shared memory of fold_head_dw_kernel for `heads` heads; 0 when the shape does not suit it. */
 static size_t hd_smem_bytes(const h3c_fold_args *a) {
     if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
-    if (((uintptr_t)a->dy | (uintptr_t)a->x) & 15u) return 0;
+    if (((uintptr_t)a->dy | (uintptr_t)a->x | (uintptr_t)a->inv) & 15u) return 0;
     if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16 || (a->head_dim * 2) % 16) return 0;
-    const size_t slot =
-        (size_t)a->heads * HD_COLS * 4 + (size_t)((a->heads + 3) & ~3) * 4 + (size_t)a->heads * HD_COLS * 2;
-    return HD_SLOTS * slot <= 200 * 1024 ? HD_SLOTS * slot : 0;
+    const size_t bytes =
+        (size_t)HD_SLOTS * (size_t)hd_slot_floats((int)a->heads) * 4 + 2 * (size_t)a->heads * HD_COLS * 4;
+    return bytes <= 200 * 1024 ? bytes : 0;
 }
 
 static int g_fold_generic = 0; /* test hook: 1 = HEAD_DW through the generic partial kernel */
