@@ -284,11 +284,13 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
  * Nothing depends on B, on the number of multiprocessors or on scheduling. */
 
 #define TC_D 128
-#define TC_LDS 136 /* smem row stride in BF16: 128 + 8 keeps ldmatrix conflict-free */
-#define TC_FQ 64   /* forward: queries per CTA (4 warps x 16) */
-#define TC_FK 64   /* forward: keys per tile */
-#define TC_BQ 32   /* backward: queries per tile (dk/dv) */
-#define TC_BK 32   /* backward: keys per tile (dq) */
+#define TC_LDS 136      /* smem row stride in BF16: 128 + 8 keeps ldmatrix conflict-free */
+#define TC_FQ 128       /* forward: queries per CTA (8 warps x 16) */
+#define TC_FTHREADS 256 /* forward: threads per CTA */
+#define TC_DQ 64        /* backward: queries per CTA (dq) */
+#define TC_FK 64        /* forward: keys per tile */
+#define TC_BQ 32        /* backward: queries per tile (dk/dv) */
+#define TC_BK 32        /* backward: keys per tile (dq) */
 #define TC_THREADS 128
 
 struct tc_groups {
@@ -332,7 +334,7 @@ __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
 
 __device__ __forceinline__ void tc_gather_async(uint16_t *tile, int rows, const uint16_t *src, const int *rowidx,
                                                 int count, int64_t W, int64_t col0) {
-    for (int e = threadIdx.x; e < rows * 16; e += TC_THREADS) {
+    for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
         const int r = e >> 4, c = (e & 15) * 8;
         if (r < count)
             tc_cp16(tile + r * TC_LDS + c, src + (int64_t)rowidx[r] * W + col0 + c);
@@ -403,7 +405,7 @@ __device__ __forceinline__ float tc_quad_max(float v) {
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-__global__ void __launch_bounds__(TC_THREADS) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
+__global__ void __launch_bounds__(TC_FTHREADS) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
     extern __shared__ __align__(16) uint16_t tc_smem[];
     /* Q, then two buffers of (K, V): the copies of key tile i + 1 fly while tile i is computed */
     uint16_t *Qs = tc_smem, *KV = Qs + TC_FQ * TC_LDS;
@@ -555,9 +557,9 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
     /* Q, bf16(dout), then two buffers of (K, V) */
     uint16_t *Qs = tc_smem, *Gs = Qs + 64 * TC_LDS, *KV = Gs + 64 * TC_LDS;
     __shared__ float qm[64], qinv[64], qdel[64];
-    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
-    const int qn = min(G.bq_cnt[g * a.heads + h] - t0, 64);
+    const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
     if (qn <= 0) return;
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
@@ -799,7 +801,9 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
             gqc.push_back((int)qrows.size() - gqo.back());
             gkc.push_back((int)krows.size() - gko.back());
             for (int t = 0; t * TC_FQ < gqc.back(); t++)
-                fw.push_back(g), fw.push_back(t), dw.push_back(g), dw.push_back(t);
+                fw.push_back(g), fw.push_back(t);
+            for (int t = 0; t * TC_DQ < gqc.back(); t++)
+                dw.push_back(g), dw.push_back(t);
             for (int t = 0; t * 64 < gkc.back(); t++)
                 kw.push_back(g), kw.push_back(t);
         }
@@ -886,8 +890,8 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     if (P.nfwd > 0) {
         tc_groups G = P.G;
         G.work = P.fwork, G.nwork = P.nfwd;
-        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_THREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a,
-                                                                                                                    G);
+        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_FTHREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a,
+                                                                                                                     G);
         st = h3c_launch_check(op);
     }
     h3c_ws_free(P.ws);

@@ -133,15 +133,15 @@ __global__ void __launch_bounds__(FOLD_COLS)
 
 /* HEAD_DW partials, streamed: the chain of fold_head_dw_generic_kernel (one chain per column,
  * the (row, head) pairs of the tile in ascending order, each one step: c = dy * (x * inv),
- * part = c for the first step, part = part + c after), split over two warps.  A block takes
- * HD_COLS columns of one 256-row tile.  Both warps copy whole rows (dy and x of every head for
+ * part = c for the first step, part = part + c after), split over four warps.  A block takes
+ * HD_COLS columns of one 256-row tile.  All warps copy whole rows (dy and x of every head for
  * these columns, and the row's inverse norms) into a ring of HD_SLOTS shared-memory slots with
- * cp.async, HD_SLOTS - 1 rows ahead; warp 1 turns row r's data into its contributions c[h][col]
+ * cp.async, HD_SLOTS - 1 rows ahead; warps 1-3 turn row r's data into its contributions c[h][col]
  * (the same two products as the generic kernel) while warp 0 runs the chain over row r - 1's
  * contributions, so the chain is only loads and adds.  Same operations, same order: the same
  * bits (tested against the generic kernel). */
 #define HD_COLS 16
-#define HD_THREADS 64
+#define HD_THREADS 128
 #define HD_SLOTS 8
 
 __device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
@@ -204,13 +204,14 @@ __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args 
         issue(r + HD_SLOTS - 1);
         asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_SLOTS - 1) : "memory"); /* row r has landed */
         __syncthreads();
-        if (warp == 1) {
+        if (warp >= 1) {
             if (r < rows) { /* contributions of row r */
                 const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
                 const float *sdy = sl, *sinv = sl + H * HD_COLS;
                 const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
                 float *cb = cbuf + (r & 1) * H * HD_COLS;
-                for (int e = lane; e < H * HD_COLS; e += 32) {
+#pragma unroll 4
+                for (int e = tid - 32; e < H * HD_COLS; e += HD_THREADS - 32) {
                     const float xh = h3k_bf2f(sx[e]) * sinv[e / HD_COLS];
                     cb[e] = sdy[e] * xh;
                 }

@@ -578,9 +578,8 @@ template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
-                                         int64_t q0, int c, const args &g) {
+                                         int64_t q0, int c, const args &g, int64_t base) {
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
-    if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int t = threadIdx.x & 127;
     float acc[ACC];
     constexpr int TR = C::FOLD ? ACC : 1; /* the running fold total */
@@ -591,12 +590,15 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
 #pragma unroll
     for (int i = 0; i < TR; i++)
         tot[i] = 0.0f;
-    int64_t released = 0; /* reduction blocks [0, released) have given their stage back */
+    /* Reduction blocks are counted over all the tiles this CTA has run (base = the blocks of the
+     * earlier tiles): the ring stage and the barrier phase follow the global count. */
+    int64_t released = base; /* blocks [.., released) have given their stage back */
     /* One reduction block: four k16 steps in ascending r into acc.  A chain starts (its first
      * step ignores the accumulator) at r = 0, and with FOLD at every 256-row tile. */
     auto issue = [&](int64_t kb) {
-        const int s = (int)(kb % STAGES);
-        mbar_wait(&full[s], (unsigned)((kb / STAGES) & 1));
+        const int64_t gk = base + kb;
+        const int s = (int)(gk % STAGES);
+        mbar_wait(&full[s], (unsigned)((gk / STAGES) & 1));
         const uint32_t sa = smem_u32(smem + s * C::STAGE) + c * 8192; /* this warpgroup's 64 rows of A */
         const uint32_t sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
         const int chain_start = C::FOLD ? ((kb * BK) % H3S_FOLD_TILE == 0) : (kb == 0);
@@ -609,12 +611,13 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         }
         wg_commit();
     };
-    auto release = [&](int64_t done) { /* blocks before `done` have completed */
-                                       if (t == 0)
-                                           for (; released < done; released++)
-                                               mbar_arrive(&empty[released % STAGES]);
-                                       else
-                                           released = done;
+    auto release = [&](int64_t done_local) { /* blocks before `done_local` have completed */
+                                             const int64_t done = base + done_local;
+                                             if (t == 0)
+                                                 for (; released < done; released++)
+                                                     mbar_arrive(&empty[released % STAGES]);
+                                             else
+                                                 released = done;
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
@@ -641,6 +644,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
     wg_wait<0>();
     reg_fence<ACC>(acc);
+    release(nk); /* every stage of this tile is free for the producer's next tile */
 
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
     const int w = t >> 5, lane = t & 31;
@@ -685,14 +689,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     uint64_t *full = (uint64_t *)(smem + STAGES * C::STAGE);
     uint64_t *empty = full + STAGES;
 
-    /* Output tile of this CTA: grouped raster order (16 tile-rows at a time) for L2 reuse.  It
-     * decides only which CTA computes a tile, never what the tile computes. */
-    const int64_t GROUP = 16;
-    const int64_t id = blockIdx.x, per_group = GROUP * g.tiles_q;
-    const int64_t gid = id / per_group, first_p = gid * GROUP;
-    const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
-    const int64_t in = id - gid * per_group;
-    const int64_t p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
+    /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
+     * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
+     * computes a tile and when, never what the tile computes. */
+    const int64_t GROUP = 16, ntiles = g.tiles_p * g.tiles_q;
+    auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) {
+        const int64_t per_group = GROUP * g.tiles_q;
+        const int64_t gid = id / per_group, first_p = gid * GROUP;
+        const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
+        const int64_t in = id - gid * per_group;
+        p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
+    };
     const int64_t nk = (g.R + BK - 1) / BK;
 
     const int wgi = threadIdx.x / 128;
@@ -708,30 +715,41 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
-            for (int64_t kb = 0; kb < nk; kb++) {
-                const int s = (int)(kb % STAGES);
-                mbar_wait(&empty[s], (unsigned)((kb / STAGES) & 1) ^ 1u);
-                mbar_expect_tx(&full[s], C::STAGE);
-                uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
-                const int r0 = (int)(kb * BK);
-                if (C::AMN) {
+            int64_t gk = 0; /* reduction blocks issued over all this CTA's tiles */
+            for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+                int64_t p0, q0;
+                tile_origin(id, p0, q0);
+                for (int64_t kb = 0; kb < nk; kb++, gk++) {
+                    const int s = (int)(gk % STAGES);
+                    mbar_wait(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
+                    mbar_expect_tx(&full[s], C::STAGE);
+                    uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
+                    const int r0 = (int)(kb * BK);
+                    if (C::AMN) {
 #pragma unroll
-                    for (int i = 0; i < BM / 64; i++)
-                        tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
-                } else {
-                    tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
-                }
-                if (C::BMN) {
+                        for (int i = 0; i < BM / 64; i++)
+                            tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                    } else {
+                        tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                    }
+                    if (C::BMN) {
 #pragma unroll
-                    for (int i = 0; i < BN / 64; i++)
-                        tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
-                } else {
-                    tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                        for (int i = 0; i < BN / 64; i++)
+                            tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                    } else {
+                        tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                    }
                 }
             }
         }
     } else {
-        consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g);
+        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        int64_t base = 0;
+        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x, base += nk) {
+            int64_t p0, q0;
+            tile_origin(id, p0, q0);
+            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base);
+        }
     }
 #endif
 }
@@ -825,7 +843,18 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
-    wg_gemm<C><<<(unsigned)tiles, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+    /* persistent: at most as many CTAs as fit on the device at once (the tile -> CTA mapping
+     * changes no result) */
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
+    }
+    const int64_t slots = (int64_t)sms * C::MINB;
+    const int64_t grid = tiles < slots ? tiles : slots;
+    wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     return h3c_launch_check(op);
 }
 

@@ -331,9 +331,10 @@ static void test_head_rmsnorm(void) {
     h3s_tensor alld[] = {xd, wd, dyd, yd, dxd, dwd};
     free_all(alld, 6, 1);
 
-    /* The streamed HEAD_DW fold kernel equals the generic one and the CPU's strict fold bit for
-     * bit: release geometry (56 heads x 128, three 256-row tiles, the last one partial) and an odd
-     * one (6 heads x 48: inverse norms copied one by one, two tiles). */
+    /* The streamed HEAD_DW fold kernel equals the generic one bit for bit: release geometry (56
+     * heads x 128, three 256-row tiles, the last one partial) and an odd one (6 heads x 48: inverse
+     * norms copied one by one, two tiles).  (Not the CPU's bits: the GPU's per-head inverse norm
+     * is a warp-order sum, docs/numerics/cuda.md.) */
     const int64_t geo[2][3] = {{SZ(600, 300), SZ(56, 3), SZ(128, 32)}, {SZ(300, 270), 6, 48}};
     for (int gi = 0; gi < 2; gi++) {
         const int64_t M2 = geo[gi][0], H2 = geo[gi][1], D2 = geo[gi][2];
@@ -344,17 +345,12 @@ static void test_head_rmsnorm(void) {
         CHECK_OK(h3s_head_rmsnorm_backward(&x2, H2, &w2, 1e-5, &dy2, NULL, &dwa));
         h3c_fold_force_generic(0);
         CHECK_OK(h3s_head_rmsnorm_backward(&x2, H2, &w2, 1e-5, &dy2, NULL, &dwb));
-        h3s_tensor ha = gdown(&dwa), xh = gdown(&x2), wh = gdown(&w2), dyh = gdown(&dy2);
-        h3s_tensor dwc2 = h3t_alloc1(H3S_F32, D2);
-        CHECK_OK(h3s_head_rmsnorm_backward(&xh, H2, &wh, 1e-5, &dyh, NULL, &dwc2));
-        const int same = gequal(&dwb, &ha), cpu = gequal(&dwb, &dwc2);
+        h3s_tensor ha = gdown(&dwa);
+        const int same = gequal(&dwb, &ha);
         CHECK(same, "head_rmsnorm dw: the streamed fold kernel differs from the generic one");
-        CHECK(cpu, "head_rmsnorm dw: the streamed fold kernel differs from the CPU strict fold");
-        printf("  head_rmsnorm dw M=%lld heads=%lld D=%lld: streamed fold kernel %s the generic one, %s the CPU\n",
-               (long long)M2, (long long)H2, (long long)D2, same ? "bit-identical to" : "DIFFERS from",
-               cpu ? "bit-identical to" : "DIFFERS from");
-        h3s_tensor hosts[] = {ha, xh, wh, dyh, dwc2};
-        free_all(hosts, 5, 0);
+        printf("  head_rmsnorm dw M=%lld heads=%lld D=%lld: streamed fold kernel %s the generic one\n", (long long)M2,
+               (long long)H2, (long long)D2, same ? "bit-identical to" : "DIFFERS from");
+        h3s_tensor_free(&ha);
         h3s_tensor alld2[] = {x2, w2, dy2, dwa, dwb};
         free_all(alld2, 5, 1);
     }
