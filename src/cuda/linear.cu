@@ -843,8 +843,11 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
-    /* persistent: at most as many CTAs as fit on the device at once (the tile -> CTA mapping
-     * changes no result) */
+    /* A short reduction (at most 32 blocks of 64, e.g. wgrad at M <= 2048) runs on a persistent
+     * grid, at most as many CTAs as fit on the device at once, so that a tile's epilogue overlaps
+     * the next tile's loads; a long one runs one CTA per tile, whose waves start in step and share
+     * the operand panels in L2 (measured: a persistent grid loses that at long reductions).  The
+     * tile -> CTA mapping changes no result. */
     static int sms = 0;
     if (!sms) {
         int dev = 0;
@@ -853,7 +856,8 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
             return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
     }
     const int64_t slots = (int64_t)sms * C::MINB;
-    const int64_t grid = tiles < slots ? tiles : slots;
+    const int64_t nk = (R + BK - 1) / BK;
+    const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
     wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     return h3c_launch_check(op);
 }
