@@ -35,59 +35,73 @@ __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m,
 }
 
 /* Partial kernel for the one-value-per-(row, column) modes.  The chain is the definition above
- * (rows ascending, the first contributing row's value, then part + c); only the loads are
- * batched.  Per batch of FOLD_BATCH rows: (1) the rows' table indices, checked without any
- * store (a bad one is remembered and reported once, after the loop), (2) the contributions of
- * the rows that take part, all loads in flight together, (3) the chain over them in row order.
- * No store sits between the loads of a batch, so nothing forces them to wait for one another.
- * Same operations, same order, same bits. */
+ * (rows ascending, the first contributing row's value, then part + c).  The block first lists the
+ * tile's contributing rows in shared memory (index read and checked once per row, not once per
+ * column; a bad index is reported once and its row skipped), in ascending order, then runs the
+ * chain over that list in batches of FOLD_BATCH rows whose loads are all in flight together.
+ * Same contributions, same order: the same bits. */
 #define FOLD_BATCH 16
 
 template <int MODE>
 __global__ void __launch_bounds__(FOLD_COLS)
     fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has, int64_t rows_out, int *flag) {
-    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + threadIdx.x;
+    __shared__ int list[H3S_FOLD_TILE];   /* contributing rows, tile-relative, ascending */
+    __shared__ int rix[H3S_FOLD_TILE];    /* their table row index */
+    __shared__ uint8_t ok[H3S_FOLD_TILE]; /* row takes part */
+    __shared__ int idx_sm[H3S_FOLD_TILE];
+    __shared__ int count;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + tid;
     const int64_t tile = blockIdx.y, r = blockIdx.z;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
-    const bool col = n < a.N;
-    float part = 0.0f;
-    bool have = false, bad = false;
-    int64_t bad_value = 0;
-    for (int64_t mb = m0; mb < m1; mb += FOLD_BATCH) {
-        int64_t ri[FOLD_BATCH];
-        bool use[FOLD_BATCH];
-#pragma unroll
-        for (int j = 0; j < FOLD_BATCH; j++) {
-            ri[j] = 0;
-            if (a.index && mb + j < m1) ri[j] = a.index[mb + j];
-        }
-#pragma unroll
-        for (int j = 0; j < FOLD_BATCH; j++) {
-            use[j] = mb + j < m1;
-            if (use[j] && a.index) {
-                if (ri[j] < 0 || ri[j] >= a.index_limit) {
-                    if (!bad) bad_value = ri[j];
-                    bad = true;
-                    use[j] = false;
-                } else if (a.indexed && ri[j] != r) {
-                    use[j] = false;
-                }
+    const int rows = (int)(m1 - m0);
+    for (int i = tid; i < H3S_FOLD_TILE; i += FOLD_COLS) {
+        bool take = i < rows;
+        int ri = 0;
+        if (take && a.index) {
+            const int64_t v = a.index[m0 + i];
+            if (v < 0 || v >= a.index_limit) {
+                if (blockIdx.x == 0) h3k_report_index(flag, a.code, v);
+                take = false;
+            } else {
+                ri = (int)v;
+                if (a.indexed && v != r) take = false;
             }
         }
-        float c[FOLD_BATCH];
-#pragma unroll
-        for (int j = 0; j < FOLD_BATCH; j++)
-            c[j] = use[j] && col ? fold_contrib<MODE>(a, mb + j, n, ri[j]) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < FOLD_BATCH; j++) {
-            if (!use[j]) continue;
-            part = have ? part + c[j] : c[j];
-            have = true;
-        }
+        ok[i] = take ? 1 : 0;
+        idx_sm[i] = ri;
     }
-    if (bad && threadIdx.x == 0) h3k_report_index(flag, a.code, bad_value);
-    if (col) partial[(tile * rows_out + r) * a.N + n] = part;
-    if (blockIdx.x == 0 && threadIdx.x == 0) has[tile * rows_out + r] = have ? 1 : 0;
+    __syncthreads();
+    if (tid < 32) { /* order-preserving compaction, 32 rows per step */
+        int c = 0;
+        for (int i0 = 0; i0 < H3S_FOLD_TILE; i0 += 32) {
+            const bool f = ok[i0 + lane] != 0;
+            const unsigned bal = __ballot_sync(0xffffffffu, f);
+            if (f) {
+                const int at = c + __popc(bal & ((1u << lane) - 1u));
+                list[at] = i0 + lane;
+                rix[at] = idx_sm[i0 + lane];
+            }
+            c += __popc(bal);
+        }
+        if (lane == 0) count = c;
+    }
+    __syncthreads();
+    const int cnt = count;
+    float part = 0.0f;
+    if (n < a.N) {
+        for (int j0 = 0; j0 < cnt; j0 += FOLD_BATCH) {
+            float c[FOLD_BATCH];
+#pragma unroll
+            for (int u = 0; u < FOLD_BATCH; u++)
+                c[u] = j0 + u < cnt ? fold_contrib<MODE>(a, m0 + list[j0 + u], n, rix[j0 + u]) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < FOLD_BATCH; u++)
+                if (j0 + u < cnt) part = j0 + u == 0 ? c[u] : part + c[u];
+        }
+        partial[(tile * rows_out + r) * a.N + n] = part;
+    }
+    if (blockIdx.x == 0 && tid == 0) has[tile * rows_out + r] = cnt > 0 ? 1 : 0;
 }
 
 /* HEAD_DW partials, generic form (the reference the streamed kernel below is tested against):
@@ -169,30 +183,30 @@ __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args 
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0);
     const bool inv16 = (H & 3) == 0; /* a row's H inverse norms are whole 16-byte chunks */
-    constexpr int DY_CH = HD_COLS / 4, X_CH = HD_COLS / 8, PER_HEAD = DY_CH + X_CH;
+    constexpr int DY_CH = HD_COLS / 4, X_CH = HD_COLS / 8;
+    const int hd = (int)a.head_dim, n_inv = inv16 ? H / 4 : H;
     auto issue = [&](int r) { /* copies of row m0 + r into slot r % HD_SLOTS, one commit group */
                               if (r < rows) {
                                   float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
                                   float *sdy = sl, *sinv = sl + H * HD_COLS;
                                   uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
                                   const int64_t m = m0 + r;
-                                  const int n_inv = inv16 ? H / 4 : H;
-                                  for (int e = tid; e < H * PER_HEAD + n_inv; e += HD_THREADS) {
-                                      if (e >= H * PER_HEAD) {
-                                          const int i = e - H * PER_HEAD;
-                                          if (inv16)
-                                              hd_cp16(sinv + 4 * i, a.inv + m * a.heads + 4 * i);
-                                          else
-                                              hd_cp4(sinv + i, a.inv + m * a.heads + i);
-                                          continue;
-                                      }
-                                      const int h = e / PER_HEAD, j = e % PER_HEAD;
-                                      const int64_t c = (int64_t)h * a.head_dim + n0;
-                                      if (j < DY_CH)
-                                          hd_cp16(sdy + h * HD_COLS + j * 4, a.dy + m * a.ld_dy + c + j * 4);
+                                  const float *dyr = a.dy + m * a.ld_dy + n0;
+                                  const uint16_t *xr = (const uint16_t *)a.x + m * a.ld_x + n0;
+                                  const float *ir = a.inv + m * a.heads;
+                                  for (int e = tid; e < H * DY_CH; e += HD_THREADS) {
+                                      const int h = e / DY_CH, j = e % DY_CH;
+                                      hd_cp16(sdy + h * HD_COLS + j * 4, dyr + h * hd + j * 4);
+                                  }
+                                  for (int e = tid; e < H * X_CH; e += HD_THREADS) {
+                                      const int h = e / X_CH, j = e % X_CH;
+                                      hd_cp16(sx + h * HD_COLS + j * 8, xr + h * hd + j * 8);
+                                  }
+                                  for (int e = tid; e < n_inv; e += HD_THREADS) {
+                                      if (inv16)
+                                          hd_cp16(sinv + 4 * e, ir + 4 * e);
                                       else
-                                          hd_cp16(sx + h * HD_COLS + (j - DY_CH) * 8,
-                                                  (const uint16_t *)a.x + m * a.ld_x + c + (j - DY_CH) * 8);
+                                          hd_cp4(sinv + e, ir + e);
                                   }
                               }
                               asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -775,6 +775,11 @@ typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 2> fwd_c2;
 typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_c0;
 typedef cfg<128, 192, 5, 0, 1, EPI_F32, 0> dgrad_c1;
 typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
+/* 64 x 64 tiles, one CTA per multiprocessor with a 13-stage ring: for M <= 64 when the output has
+ * too few tiles to fill the device (the AdaLN projection's dgrad: 2688 / 64 = 42 tiles, each
+ * streaming a long slice of the weight), so that more of the weight is in flight per CTA. */
+typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
+typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_fn = NULL;
@@ -867,7 +872,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 3; }
+extern "C" int h3c_gemm_config_count(void) { return 4; }
 
 extern "C" h3s_status h3c_gemm_force_config(int config) {
     if (config < -1 || config >= h3c_gemm_config_count())
@@ -889,14 +894,15 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
 }
 
 /* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192, 2 = 64 x 64 with two CTAs
- * per multiprocessor, for M <= 64.  Between 0 and 1 the choice counts waves of 132 tiles (a
+ * per multiprocessor, for M <= 64, 3 = 64 x 64 with a deep ring, for M <= 64 when the output has
+ * fewer than 132 column tiles.  Between 0 and 1 the choice counts waves of 132 tiles (a
  * constant of the build, the H100/H200 SXM multiprocessor count, never read from the device)
  * and takes the one with less estimated time, a 128 x 192 tile costed at 0.9 of a 128 x 256
  * one (measured: the narrower tile runs at a lower rate).  The choice depends on (M, Q) only, and every configuration
  * gives the same bits (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
-    if (M <= 64) return 2;
+    if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
     const int64_t rows = (M + 127) / 128;
     const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
     const double c0 = (double)((t0 + 131) / 132), c1 = 0.9 * (double)((t1 + 131) / 132);
@@ -912,7 +918,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     switch (pick_config(M, N)) {
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
-    default: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
+    case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
+    default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
 
@@ -935,7 +942,8 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     switch (pick_config(M, K)) {
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    default: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }
 
