@@ -91,10 +91,14 @@ __global__ void __launch_bounds__(FOLD_COLS)
     float part = 0.0f;
     if (n < a.N) {
         for (int j0 = 0; j0 < cnt; j0 += FOLD_BATCH) {
+            /* every load of the batch unconditional (past the list's end: its last row again, not
+             * used), so that they are all issued before the first add waits on one */
             float c[FOLD_BATCH];
 #pragma unroll
-            for (int u = 0; u < FOLD_BATCH; u++)
-                c[u] = j0 + u < cnt ? fold_contrib<MODE>(a, m0 + list[j0 + u], n, rix[j0 + u]) : 0.0f;
+            for (int u = 0; u < FOLD_BATCH; u++) {
+                const int j = min(j0 + u, cnt - 1);
+                c[u] = fold_contrib<MODE>(a, m0 + list[j], n, rix[j]);
+            }
 #pragma unroll
             for (int u = 0; u < FOLD_BATCH; u++)
                 if (j0 + u < cnt) part = j0 + u == 0 ? c[u] : part + c[u];
@@ -219,25 +223,44 @@ __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args 
         asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_SLOTS - 1) : "memory"); /* row r has landed */
         __syncthreads();
         if (warp >= 1) {
-            if (r < rows) { /* contributions of row r */
+            if (r < rows) { /* contributions of row r: loads of four elements first, then math, then stores */
                 const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
                 const float *sdy = sl, *sinv = sl + H * HD_COLS;
                 const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
                 float *cb = cbuf + (r & 1) * H * HD_COLS;
-#pragma unroll 4
-                for (int e = tid - 32; e < H * HD_COLS; e += HD_THREADS - 32) {
-                    const float xh = h3k_bf2f(sx[e]) * sinv[e / HD_COLS];
-                    cb[e] = sdy[e] * xh;
+                const int total = H * HD_COLS, last = total - 1;
+                for (int e0 = tid - 32; e0 < total; e0 += 4 * (HD_THREADS - 32)) {
+                    uint16_t xv[4];
+                    float iv[4], dv[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const int e = min(e0 + u * (HD_THREADS - 32), last);
+                        xv[u] = sx[e], iv[u] = sinv[e / HD_COLS], dv[u] = sdy[e];
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const int e = e0 + u * (HD_THREADS - 32);
+                        const float xh = h3k_bf2f(xv[u]) * iv[u];
+                        if (e < total) cb[e] = dv[u] * xh;
+                    }
                 }
             }
-        } else if (r >= 1 && lane < HD_COLS) { /* the chain over row r - 1 */
+        } else if (r >= 1 && lane < HD_COLS) { /* the chain over row r - 1: eight loads, then eight adds */
             const float *cb = cbuf + ((r - 1) & 1) * H * HD_COLS + lane;
             int h = 0;
             if (r == 1) {
                 part = cb[0];
                 h = 1;
             }
-#pragma unroll 8
+            for (; h + 8 <= H; h += 8) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    v[u] = cb[(h + u) * HD_COLS];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    part = part + v[u];
+            }
             for (; h < H; h++)
                 part = part + cb[h * HD_COLS];
         }
