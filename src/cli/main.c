@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/hash.h"
+#include "dist/comm.h"
+#include "h3s_dist.h"
 #include "io/json.h"
 #include "io/modeldir.h"
 #include "io/safetensors.h"
@@ -35,6 +38,20 @@
 
 static const char *g_cmd = "h3strict";
 static char *g_command_line; /* malloc'd once per run, whole (never cut) */
+
+/* Parallel runs (--sp, --tp under mpirun, docs/cli.md): the world, and this process's rank.  Rank 0 alone prints
+ * and writes; a failure is agreed between the ranks and printed once, by rank 0. */
+static h3s_comm *g_comm;
+static int g_rank, g_sp = 1, g_tp = 1;
+
+/* The rank mpirun gave this process (0 when not launched by it), known before MPI starts. */
+static int launcher_env(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return -1;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end || x < 0 || x > 1000000 ? -1 : (int)x;
+}
 
 /* The command line as typed, for reports ("every figure is reproduced by one command"). */
 static void remember_command_line(int argc, char **argv) {
@@ -67,7 +84,7 @@ static int fail_line(const char *fmt, ...) {
     if (msg) vsnprintf(msg, (size_t)n + 1, fmt, ap);
     va_end(ap);
     char *esc = msg ? h3s_escape_dup(msg) : NULL;
-    fprintf(stderr, "h3strict %s: %s\n", g_cmd, esc ? esc : "(out of memory formatting the message)");
+    if (g_rank == 0) fprintf(stderr, "h3strict %s: %s\n", g_cmd, esc ? esc : "(out of memory formatting the message)");
     free(esc);
     free(msg);
     return EXIT_USAGE;
@@ -105,9 +122,13 @@ static int fail_status(h3s_status st) {
  * what it reads, or to replace a link, device, FIFO or directory); an unresolvable directory a system one.
  * Returns 0, or -1 with the exit code in check_output_code. */
 static int check_output_code; /* the exit code of the last refusal */
+/* In a parallel run every rank's status is agreed here (a rank that failed alone makes every rank fail, its message
+ * printed once); elsewhere the status passes through. */
+static h3s_status agree(h3s_status st) { return g_comm ? h3s_comm_agree(g_comm, st, NULL) : st; }
+
 static int check_output(const char *out, const char *model_dir, const char *in1, const char *in2) {
     const char *inputs[2] = {in1, in2}, *dirs[1] = {model_dir};
-    h3s_status st = h3s_io_check_output(out, inputs, 2, dirs, 1);
+    h3s_status st = agree(h3s_io_check_output(out, inputs, 2, dirs, 1));
     if (st == H3S_OK) return 0;
     fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
     check_output_code = st == H3S_ERR_INVALID ? EXIT_USAGE : EXIT_SYSTEM;
@@ -209,7 +230,7 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
             return fail_line("missing required option %s %s (see h3strict %s --help)", opts[k].name, opts[k].arg,
                              g_cmd),
                    -1;
-    g_level = quiet ? PROGRESS_QUIET : verbose ? PROGRESS_VERBOSE : PROGRESS_NORMAL;
+    g_level = quiet || g_rank > 0 ? PROGRESS_QUIET : verbose ? PROGRESS_VERBOSE : PROGRESS_NORMAL;
     progress_start(g_cmd, g_level);
     return 0;
 }
@@ -280,6 +301,126 @@ static int apply_threads(const opt *opts, int nopts) {
     if (parse_i64("--threads", t, 1, 1024, &n)) return -1;
     h3s_set_num_threads((int)n);
     return 0;
+}
+
+/* --sp A --tp B: run the passes over the ranks mpirun started (A x B of them; docs/cli.md "Parallel runs").  Without
+ * them, or with 1 x 1, a process launched alone runs alone; a process that mpirun started as one of several ranks
+ * must be told how to split (every rank would otherwise compute and write the same file).  Returns 0, or the exit
+ * code of a refusal. */
+static int apply_parallel(const opt *opts, int nopts, h3s_backend_kind kind) {
+    int64_t sp = 1, tp = 1;
+    if (get(opts, nopts, "--sp") && parse_i64("--sp", get(opts, nopts, "--sp"), 1, 4096, &sp)) return EXIT_USAGE;
+    if (get(opts, nopts, "--tp") && parse_i64("--tp", get(opts, nopts, "--tp"), 1, 4096, &tp)) return EXIT_USAGE;
+    int world = launcher_env("OMPI_COMM_WORLD_SIZE");
+    if (world < 1) world = 1;
+    if (sp * tp == 1 && world == 1) return 0;
+    if (kind != H3S_BACKEND_CPU) {
+        fail_line("--sp %lld --tp %lld: parallel runs use the strict CPU backend only (--device cpu)", (long long)sp,
+                  (long long)tp);
+        return EXIT_SYSTEM;
+    }
+    if (!h3s_comm_mpi_built()) {
+        h3s_comm_mpi_world(NULL, NULL, &g_comm); /* leaves the reason */
+        fail_line("--sp %lld --tp %lld: %s", (long long)sp, (long long)tp, h3s_last_error());
+        return EXIT_SYSTEM;
+    }
+    if (sp * tp != world) {
+        if (world == 1)
+            fail_line("--sp %lld x --tp %lld needs %lld ranks: run it under mpirun -np %lld", (long long)sp,
+                      (long long)tp, (long long)(sp * tp), (long long)(sp * tp));
+        else
+            fail_line(
+                "mpirun started %d ranks but --sp %lld x --tp %lld = %lld (give --sp and --tp whose product is %d)",
+                world, (long long)sp, (long long)tp, (long long)(sp * tp), world);
+        return EXIT_USAGE;
+    }
+    h3s_status st = h3s_comm_mpi_world(NULL, NULL, &g_comm);
+    if (st != H3S_OK) {
+        fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
+        return EXIT_SYSTEM;
+    }
+    g_rank = h3s_comm_rank(g_comm);
+    st = agree(h3s_set_parallel(g_comm, (int)sp, (int)tp));
+    if (st != H3S_OK) {
+        fail_line("%s (%s)", h3s_last_error(), h3s_status_name(st));
+        return st == H3S_ERR_UNSUPPORTED ? EXIT_SYSTEM : EXIT_USAGE;
+    }
+    g_sp = (int)sp;
+    g_tp = (int)tp;
+    return 0;
+}
+
+/* A parallel run needs the same bytes on every rank: this rank's digest of `what` against rank 0's.  Outside a
+ * parallel run, H3S_OK. */
+static h3s_status same_on_every_rank(const char *what, const char hex[65]) {
+    if (!g_comm) return H3S_OK;
+    int n = h3s_comm_size(g_comm);
+    char *all = h3s_malloc((size_t)n, 65);
+    size_t *v = h3s_malloc((size_t)n * 2, sizeof *v);
+    h3s_status st = all && v ? H3S_OK : H3S_ERR_NOMEM;
+    for (int r = 0; st == H3S_OK && r < n; r++) {
+        v[r] = 65;
+        v[n + r] = (size_t)r * 65;
+    }
+    if (st == H3S_OK) st = h3s_comm_allgatherv(g_comm, hex, all, v, v + n);
+    /* each rank judges its own bytes, so the agreed message names the rank that differs */
+    if (st == H3S_OK && memcmp(all + (size_t)g_rank * 65, all, 64))
+        st = h3s_fail(H3S_ERR_FORMAT, "%s differs from rank 0's (SHA-256 %.12s... against %.12s...)", what,
+                      all + (size_t)g_rank * 65, all);
+    free(all);
+    free(v);
+    return st;
+}
+
+/* SHA-256 over every weight's name and bytes, in canonical order. */
+static h3s_status weights_sha256(const h3s_weights *w, char hex[65]) {
+    h3s_sha256_ctx *ctx = NULL;
+    H3S_TRY(h3s_sha256_begin(&ctx));
+    h3s_status st = H3S_OK;
+    for (int64_t i = 0; st == H3S_OK && i < h3s_weights_count(w); i++) {
+        const char *name = NULL;
+        const h3s_tensor *t = h3s_weights_at(w, i, &name);
+        if (!t || !name) {
+            st = h3s_fail(H3S_ERR_INVALID, "weights: parameter %lld missing", (long long)i);
+            break;
+        }
+        st = h3s_sha256_update(ctx, name, strlen(name) + 1);
+        if (st == H3S_OK) st = h3s_sha256_update(ctx, t->data, h3s_tensor_nbytes(t));
+    }
+    h3s_status end = h3s_sha256_end(ctx, hex);
+    return st != H3S_OK ? st : end;
+}
+
+/* Every file a parallel run reads, checked equal on every rank (agreed: a rank with other bytes fails every rank). */
+static h3s_status same_inputs(const h3s_weights *w, const char *const *paths, const char *const *whats, int n) {
+    if (!g_comm) return H3S_OK;
+    char hex[65] = "";
+    h3s_status st = w ? weights_sha256(w, hex) : H3S_OK;
+    st = agree(st);
+    if (st == H3S_OK && w) st = agree(same_on_every_rank("model weights", hex));
+    for (int i = 0; st == H3S_OK && i < n; i++) {
+        if (!paths[i]) continue;
+        memset(hex, 0, sizeof hex);
+        st = agree(h3s_file_sha256_hex(paths[i], hex));
+        if (st == H3S_OK) st = agree(same_on_every_rank(whats[i], hex));
+    }
+    return st;
+}
+
+/* How a parallel run was cut (metadata only: the tensors do not depend on it). */
+static void add_parallel_provenance(provenance *p) {
+    if (g_comm) provenance_add(p, "parallel", "sp %d x tp %d (%d ranks, MPI)", g_sp, g_tp, h3s_comm_size(g_comm));
+}
+
+/* A pass failed on this rank while the others may wait for it inside a collective: say so and end every rank. */
+static int fail_parallel_pass(h3s_status st) {
+    int code = exit_code_for(st);
+    char *esc = h3s_escape_dup(h3s_last_error());
+    fprintf(stderr, "h3strict %s: rank %d: %s (%s)\n", g_cmd, g_rank, esc ? esc : "?", h3s_status_name(st));
+    free(esc);
+    fflush(stderr);
+    h3s_comm_abort(g_comm, code ? code : EXIT_SYSTEM);
+    return code;
 }
 
 /* --grad-operands bf16|split: how dy enters the tensor cores in the CUDA backward (the CPU backend
@@ -659,6 +800,8 @@ static int cmd_forward(int argc, char **argv) {
                {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
                {"--out", "OUT.safetensors", 1, "output file: sample and audio_sample, F32", NULL},
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
+               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
+               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
                {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
@@ -667,17 +810,29 @@ static int cmd_forward(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
         parse_device(o, n, &kind) || apply_threads(o, n))
         return EXIT_USAGE;
+    int prc = apply_parallel(o, n, kind);
+    if (prc) return prc;
     if (check_output(out, model, inputs, NULL)) return check_output_code;
     loaded l;
-    h3s_status st = load_all(model, inputs, kind, &l);
+    h3s_status st = agree(load_all(model, inputs, kind, &l));
+    const char *paths[1] = {inputs}, *whats[1] = {"inputs file"};
+    if (st == H3S_OK) st = same_inputs(l.w, paths, whats, 1);
     h3s_tensor sample = {0}, audio = {0};
-    if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
-    node_counter nc = {0, st == H3S_OK ? forward_nodes(h3s_weights_config(l.w)) : 0};
-    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, count_node, &nc, NULL, &sample, &audio);
+    if (st != H3S_OK) {
+        loaded_free(&l);
+        return fail_status(st);
+    }
+    add_parallel_provenance(&l.prov);
+    progress_stage(PHASE_RUN, "forward");
+    node_counter nc = {0, forward_nodes(h3s_weights_config(l.w))};
+    /* in a parallel run the progress hook would gather every node's rows: no hook */
+    st = h3s_model_forward(l.model, &l.in, g_comm ? NULL : count_node, &nc, NULL, &sample, &audio);
+    if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         h3s_st_entry e[2] = {{"sample", sample}, {"audio_sample", audio}};
-        st = h3s_st_write_meta(out, e, 2, provenance_meta(&l.prov), l.prov.n);
+        if (g_rank == 0) st = h3s_st_write_meta(out, e, 2, provenance_meta(&l.prov), l.prov.n);
+        st = agree(st);
     }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
@@ -737,6 +892,8 @@ static int cmd_grad(int argc, char **argv) {
                {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
                {"--grad-operands", "bf16|split", 0,
                 "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
+               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
+               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
                {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *ct, *out;
@@ -745,11 +902,13 @@ static int cmd_grad(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
         need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
+    int prc = apply_parallel(o, n, kind);
+    if (prc) return prc;
     if (check_output(out, model, inputs, ct)) return check_output_code;
     loaded l;
     h3s_st_file *ctf = NULL;
     const h3s_tensor *ds = NULL, *da = NULL;
-    h3s_status st = load_all(model, inputs, kind, &l);
+    h3s_status st = agree(load_all(model, inputs, kind, &l));
     if (st == H3S_OK &&
         backward_memory_guard("this grad", l.w, kind, l.in.hidden_states.shape[0], l.in.token_tags.shape[0],
                               l.in.text_indices.shape[0], 0, get(o, n, "--force") != NULL)) {
@@ -757,20 +916,28 @@ static int cmd_grad(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
-    if (st == H3S_OK) st = read_cotangent(ct, &ctf, &ds, &da);
-    if (st == H3S_OK) st = provenance_add_file(&l.prov, "cotangent_sha256", ct);
+    if (st == H3S_OK) st = agree(read_cotangent(ct, &ctf, &ds, &da));
+    if (st == H3S_OK) st = agree(provenance_add_file(&l.prov, "cotangent_sha256", ct));
+    const char *paths[2] = {inputs, ct}, *whats[2] = {"inputs file", "cotangent file"};
+    if (st == H3S_OK) st = same_inputs(l.w, paths, whats, 2);
+    if (st == H3S_OK) add_parallel_provenance(&l.prov);
     h3s_tensor sample = {0}, audio = {0};
     h3s_tape *tape = NULL;
     h3s_grads g;
     memset(&g, 0, sizeof g);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "forward");
     node_counter nc = {0, st == H3S_OK ? forward_nodes(h3s_weights_config(l.w)) : 0};
-    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, count_node, &nc, &tape, &sample, &audio);
+    int ran = st == H3S_OK;
+    if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, g_comm ? NULL : count_node, &nc, &tape, &sample, &audio);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "backward");
     node_counter bc = {0, st == H3S_OK ? backward_nodes(h3s_weights_config(l.w)) : 0};
-    if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, count_node, &bc, &g);
+    if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, g_comm ? NULL : count_node, &bc, &g);
+    if (ran && st != H3S_OK && g_comm) return fail_parallel_pass(st);
     if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
-    if (st == H3S_OK) st = write_grads(out, &g, &l.prov);
+    if (ran && st == H3S_OK) {
+        if (g_rank == 0) st = write_grads(out, &g, &l.prov);
+        st = agree(st);
+    }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
         printf("wrote %s: 3 input gradients and %lld parameter gradients (%s)\n", out, (long long)g.count,
@@ -927,6 +1094,8 @@ static int cmd_trajectory(int argc, char **argv) {
                 "with --inputs: the training batch goes on with this file's items", NULL},
                {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
                {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL},
+               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
+               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
                {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *out;
@@ -953,6 +1122,8 @@ static int cmd_trajectory(int argc, char **argv) {
     if (cond_rows >= 0 && !req_path) return fail_line("--condition-rows needs --inputs"), EXIT_USAGE;
     const char *batch_path = get(o, n, "--batch-inputs");
     if (batch_path && !req_path) return fail_line("--batch-inputs needs --inputs"), EXIT_USAGE;
+    int prc = apply_parallel(o, n, kind);
+    if (prc) return prc;
     if (check_output(out, model, req_path, batch_path)) return check_output_code;
     if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), &seeds, &nseeds)) {
         free(seeds);
@@ -996,6 +1167,9 @@ static int cmd_trajectory(int argc, char **argv) {
             st = h3s_fail(H3S_ERR_UNSUPPORTED, "%s: trajectory --batch-inputs does not take an attention_mask yet",
                           batch_path);
     }
+    st = agree(st);
+    const char *paths[2] = {req_path, batch_path}, *whats[2] = {"inputs file", "batch inputs file"};
+    if (st == H3S_OK) st = same_inputs(w, paths, whats, 2);
     if (st == H3S_OK && req_path && cond_rows > req.video_indices.shape[0]) {
         fail_line("--condition-rows %lld: %s has %lld video rows", (long long)cond_rows, req_path,
                   (long long)req.video_indices.shape[0]);
@@ -1063,6 +1237,7 @@ static int cmd_trajectory(int argc, char **argv) {
                        (long long)steps, (long long)batch);
     pc.start = progress_seconds();
     st = h3s_trajectory_run(w, &to, &report, &tot);
+    if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
@@ -1074,8 +1249,10 @@ static int cmd_trajectory(int argc, char **argv) {
         st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
         if (st == H3S_OK && req_path) st = provenance_add_file(&prov, "inputs_sha256", req_path);
         if (st == H3S_OK && batch_path) st = provenance_add_file(&prov, "batch_inputs_sha256", batch_path);
+        add_parallel_provenance(&prov);
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
-        if (st == H3S_OK) st = h3s_json_write_file(out, report);
+        if (st == H3S_OK && g_rank == 0) st = h3s_json_write_file(out, report);
+        st = agree(st);
     }
     cJSON_Delete(report);
     h3s_st_close(req_file);
@@ -1107,6 +1284,8 @@ static int cmd_replay(int argc, char **argv) {
          "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
         {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
         {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL},
+        {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
+        {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
         {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
@@ -1115,6 +1294,8 @@ static int cmd_replay(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
         parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
+    int prc = apply_parallel(o, n, kind);
+    if (prc) return prc;
     if (check_output(out, model, inputs, NULL)) return check_output_code;
     h3s_weights *w = NULL;
     h3s_st_file *f = NULL;
@@ -1132,6 +1313,10 @@ static int cmd_replay(int argc, char **argv) {
     provenance_add_backend(&prov, kind);
     if (st == H3S_OK) st = provenance_add_model(&prov, model, h3s_weights_config(w));
     if (st == H3S_OK) st = provenance_add_file(&prov, "inputs_sha256", inputs);
+    st = agree(st);
+    const char *paths[1] = {inputs}, *whats[1] = {"inputs file"};
+    if (st == H3S_OK) st = same_inputs(w, paths, whats, 1);
+    add_parallel_provenance(&prov);
     int with_golden = get(o, n, "--no-golden") == NULL;
     if (st == H3S_OK && backward_memory_guard("this replay", w, kind, batch, in.token_tags.shape[0],
                                               in.text_indices.shape[0], with_golden, get(o, n, "--force") != NULL)) {
@@ -1145,13 +1330,15 @@ static int cmd_replay(int argc, char **argv) {
         progress_stage(PHASE_RUN, "replaying %lld item(s) forward and backward", (long long)batch);
         pc.start = progress_seconds();
         st = h3s_replay(w, &in, &ro, &report);
+        if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
     }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
-        st = h3s_json_write_file(out, report);
+        if (g_rank == 0) st = h3s_json_write_file(out, report);
+        st = agree(st);
     }
     int drift = 0;
     if (st == H3S_OK) {
@@ -1324,8 +1511,19 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     g_cmd = c->name;
+    /* under mpirun, ranks other than 0 print nothing: rank 0 speaks for the run */
+    int launched_rank = launcher_env("OMPI_COMM_WORLD_RANK");
+    if (launched_rank > 0) {
+        g_rank = launched_rank;
+        if (!freopen("/dev/null", "w", stdout)) return EXIT_SYSTEM;
+    }
     remember_command_line(argc, argv);
     int rc = c->fn(argc, argv);
     progress_stop();
+    if (g_comm) {
+        h3s_set_parallel(NULL, 1, 1);
+        h3s_comm_free(g_comm);
+        g_comm = NULL;
+    }
     return rc;
 }

@@ -10,6 +10,8 @@
 
 #include "core/core.h"
 #include "cuda/cuda_ops.h"
+#include "dist/sp.h"
+#include "h3s_dist.h"
 #include "io/safetensors.h"
 #include "model/params.h"
 #include "ops/ops.h"
@@ -58,6 +60,11 @@ struct h3s_model {
     h3s_param_spec *specs;
     h3s_tensor *w;            /* weights in the backend's form, spec order */
     h3s_weights *own_weights; /* h3s_model_load: the loaded weights, when m->w borrows them */
+    /* parallel execution (h3s_model_set_parallel): comm == NULL runs in this process alone */
+    h3s_comm *comm;
+    int sp, tp;
+    int64_t *sp_sizes; /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
+    int64_t sp_nsizes;
 };
 
 /* ------------------------------------------------------------------ tensors & arena ---- */
@@ -170,9 +177,15 @@ void h3s_model_free(h3s_model *m) {
     }
     free(m->w);
     free(m->specs);
+    free(m->sp_sizes);
     h3s_weights_free(m->own_weights);
     free(m);
 }
+
+/* h3s_set_parallel: the communicator every strict CPU model created afterwards runs over (process-wide, like the
+ * thread count). */
+static h3s_comm *g_default_comm;
+static int g_default_sp = 1, g_default_tp = 1;
 
 h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
@@ -217,6 +230,13 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
         m->w[i].ndim = src->ndim;
         m->w[i].shape[0] = src->shape[0];
         if (src->ndim == 2) m->w[i].shape[1] = src->shape[1];
+    }
+    if (g_default_comm && kind == H3S_BACKEND_CPU) {
+        st = h3s_model_set_parallel(m, g_default_comm, g_default_sp, g_default_tp);
+        if (st != H3S_OK) {
+            h3s_model_free(m);
+            return st;
+        }
     }
     *out = m;
     return H3S_OK;
@@ -511,6 +531,11 @@ struct h3s_tape {
     h3s_tensor *cos_t, *sin_t, *hv, *ha, *enc, *video_emb, *audio_emb, *text_emb, *text_pre_final, *text_final, *packed,
         *feats, *mlp_hidden, *temb, *a_out, *table_out, *y, *yv, *ya, *x_last;
     block_acts *refiner, *blocks;
+    /* sequence parallel: this rank's slice of the packed rows, its rope tables and AdaLN rows (h3s_model_set_parallel)
+     */
+    int sp;
+    h3s_sp_plan plan;
+    h3s_tensor cos_l, sin_l, adaln_l;
 };
 
 void h3s_tape_free(h3s_tape *t) {
@@ -522,6 +547,9 @@ void h3s_tape_free(h3s_tape *t) {
         h3s_tensor_free(host[i]);
     free(t->refiner);
     free(t->blocks);
+    h3s_sp_plan_free(&t->plan);
+    h3s_tensor_free(&t->cos_l);
+    h3s_tensor_free(&t->sin_l);
     free(t);
 }
 
@@ -664,6 +692,200 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     return H3S_OK;
 }
 
+/* ------------------------------------------------------------------ sequence parallel -- */
+
+/* Rows [row0, row0 + n) of a 2-D host tensor, borrowed. */
+static h3s_tensor rows_view(const h3s_tensor *t, int64_t row0, int64_t n) {
+    int64_t shape[2] = {n, t->ndim == 2 ? t->shape[1] : 1};
+    size_t rb = (size_t)shape[1] * h3s_dtype_size(t->dtype);
+    return h3s_tensor_view((char *)t->data + (size_t)row0 * rb, t->dtype, 2, shape);
+}
+
+/* A node output held as this rank's slice: the hook sees the whole tensor (gathered, a copy), exactly what one
+ * process emits.  Without a hook nothing moves. */
+static h3s_status emit_rows(run_ctx *r, h3s_tensor *local, int64_t S, const char *fmt, ...) H3S_PRINTF(4, 5);
+static h3s_status emit_rows(run_ctx *r, h3s_tensor *local, int64_t S, const char *fmt, ...) {
+    if (!r->hook) return H3S_OK;
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    h3s_tensor full;
+    H3S_TRY(h3s_sp_allgather_rows(&r->tp->plan, local, &full));
+    h3s_status st = r->hook(r->hook_ctx, name, &full, 1, S);
+    h3s_tensor_free(&full);
+    return st;
+}
+
+/* The rows of every item this rank's slice touches (attention reads its whole document). */
+static h3s_status gather_items(const h3s_tape *tp, const h3s_tensor *local, h3s_tensor *out, int64_t *kv_lo) {
+    const h3s_sp_plan *p = &tp->plan;
+    int64_t *need = h3s_malloc((size_t)p->n * 2, sizeof *need);
+    if (!need) return H3S_ERR_NOMEM;
+    h3s_sp_item_ranges(p, tp->S, need, need + p->n);
+    *kv_lo = need[p->rank];
+    h3s_status st = h3s_sp_exchange_rows(p, local, need, need + p->n, out);
+    free(need);
+    return st;
+}
+
+/* One node's cross-row sums, computed per owned 256-row tile by the operator itself (a tile is a whole call: the
+ * operator's fold over one tile is that tile's partial). */
+typedef struct tile_op {
+    int kind; /* TILE_LINEAR, TILE_RESIDUAL, TILE_NORM, TILE_HEAD_NORM */
+    const h3s_tape *tp;
+    const h3s_tensor *w, *table6;
+    int64_t heads;
+    double eps;
+    int chunk, shift, scale, has_dw;
+} tile_op;
+enum { TILE_LINEAR, TILE_RESIDUAL, TILE_NORM, TILE_HEAD_NORM };
+
+static h3s_status tile_partial(void *ctx, int64_t row0, int64_t n, const h3s_tensor *in, h3s_tensor *parts) {
+    const tile_op *o = ctx;
+    h3s_tensor idx = o->tp->adaln_rows;
+    idx.data = (int64_t *)o->tp->adaln_rows.data + row0;
+    idx.shape[0] = n;
+    idx.owns_data = 0;
+    switch (o->kind) {
+    case TILE_LINEAR: return h3s_linear_backward(&in[0], o->w, &in[1], NULL, &parts[0], NULL);
+    case TILE_RESIDUAL: return h3s_residual_backward(&in[0], o->table6, &idx, o->chunk, &in[1], NULL, NULL, &parts[0]);
+    case TILE_NORM: {
+        h3s_modulation mod = {o->table6, &idx, o->shift, o->scale};
+        return h3s_rmsnorm_backward(&in[0], o->w, &mod, o->eps, &in[1], NULL, o->has_dw ? &parts[0] : NULL,
+                                    &parts[o->has_dw ? 1 : 0]);
+    }
+    case TILE_HEAD_NORM: return h3s_head_rmsnorm_backward(&in[0], o->heads, o->w, o->eps, &in[1], NULL, &parts[0]);
+    }
+    return h3s_fail(H3S_ERR_INVALID, "sp: unknown tile operator %d", o->kind);
+}
+
+static h3s_sp_sum whole_sum(h3s_tensor *dst) {
+    int64_t n = h3s_tensor_numel(dst);
+    return (h3s_sp_sum){dst, NULL, 1, n, 1, {0, 0}, n};
+}
+
+static h3s_sp_sum table_sum(const h3s_tape *tp, h3s_tensor *dtable6, int c0, int c1, int ncols) {
+    int64_t H = tp->m->cfg.hidden_size;
+    return (h3s_sp_sum){dtable6, tp->adaln_rows.data, tp->T * 3, 6 * H, ncols, {c0 * H, c1 * H}, H};
+}
+
+/* dW of a block linear: x [rows, K] and dy [rows, N] are this rank's slices. */
+static h3s_status sp_linear_dw(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                               h3s_tensor *dw) {
+    if (!dw) return H3S_OK;
+    tile_op o = {TILE_LINEAR, tp, w, NULL, 0, 0, 0, 0, 0, 0};
+    const h3s_tensor *in[2] = {x, dy};
+    h3s_sp_sum sum = whole_sum(dw);
+    return h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+}
+
+/* The slice of this pass: the plan over the B*S packed rows, and the per-row tables of the slice (rope rows
+ * expanded over the batch, AdaLN rows a view). */
+static h3s_status sp_prepare(h3s_tape *tp) {
+    h3s_model *m = tp->m;
+    const int64_t *sizes = NULL;
+    if (m->sp_sizes && m->sp_nsizes != m->sp)
+        return h3s_fail(H3S_ERR_INVALID, "sequence parallel: %lld slice sizes were set for %d ranks",
+                        (long long)m->sp_nsizes, m->sp);
+    sizes = m->sp_sizes;
+    H3S_TRY(h3s_sp_plan_make(m->comm, tp->B * tp->S, sizes, &tp->plan));
+    int64_t lo = h3s_sp_lo(&tp->plan), n = h3s_sp_rows(&tp->plan), Wr = tp->cos_t->shape[1];
+    int64_t shape[2] = {n, Wr};
+    H3S_TRY(h3s_tensor_alloc(&tp->cos_l, H3S_F32, 2, shape));
+    H3S_TRY(h3s_tensor_alloc(&tp->sin_l, H3S_F32, 2, shape));
+    for (int64_t i = 0; i < n; i++) {
+        int64_t src = (lo + i) % tp->S;
+        memcpy((float *)tp->cos_l.data + i * Wr, (const float *)tp->cos_t->data + src * Wr, (size_t)Wr * sizeof(float));
+        memcpy((float *)tp->sin_l.data + i * Wr, (const float *)tp->sin_t->data + src * Wr, (size_t)Wr * sizeof(float));
+    }
+    tp->adaln_l = tp->adaln_rows;
+    tp->adaln_l.owns_data = 0;
+    tp->adaln_l.data = (int64_t *)tp->adaln_rows.data + lo;
+    tp->adaln_l.shape[0] = n;
+    return H3S_OK;
+}
+
+static h3s_status block_forward_sp(run_ctx *r, int64_t i, h3s_tensor *x, block_acts *a, h3s_tensor **x_out) {
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    const char *pre = "transformer_blocks";
+    long long li = (long long)i;
+    int64_t S = tp->S, M = h3s_sp_rows(&tp->plan), lo = h3s_sp_lo(&tp->plan), H = c->hidden_size;
+    int64_t heads = c->num_attention_heads, HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    a->x_in = x;
+    NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
+    NEW(a->table, m->act, tp->T, 18 * H);
+    H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                         W("%s.%lld.adaln_proj.linear.bias", pre, li), a->a_silu, a->table));
+    H3S_TRY(emit(r, a->table, 0, 0, "block.%lld.adaln_projection", li));
+    h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H);
+    h3s_modulation mod1 = {&table6, &tp->adaln_l, 0, 1}, mod2 = {&table6, &tp->adaln_l, 3, 4};
+    NEW(a->n1, m->act, M, H);
+    H3S_TRY(h3s_rmsnorm_forward(x, W("%s.%lld.norm1.weight", pre, li), &mod1, c->norm_eps, a->n1));
+    H3S_TRY(emit_rows(r, a->n1, S, "block.%lld.norm1", li));
+    NEW(a->q, m->act, M, HD);
+    NEW(a->k, m->act, M, HD);
+    NEW(a->v, m->act, M, HD);
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_q.weight", pre, li), NULL, a->q));
+    H3S_TRY(emit_rows(r, a->q, S, "block.%lld.q_proj", li));
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_k.weight", pre, li), NULL, a->k));
+    H3S_TRY(emit_rows(r, a->k, S, "block.%lld.k_proj", li));
+    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_v.weight", pre, li), NULL, a->v));
+    H3S_TRY(emit_rows(r, a->v, S, "block.%lld.v_proj", li));
+    NEW(a->qn, m->act, M, HD);
+    NEW(a->kn, m->act, M, HD);
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, a->qn));
+    H3S_TRY(emit_rows(r, a->qn, S, "block.%lld.q_norm", li));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, a->kn));
+    H3S_TRY(emit_rows(r, a->kn, S, "block.%lld.k_norm", li));
+    NEW(a->qr, m->act, M, HD);
+    NEW(a->kr, m->act, M, HD);
+    H3S_TRY(h3s_rope_forward(a->qn, heads, &tp->cos_l, &tp->sin_l, a->qr));
+    H3S_TRY(emit_rows(r, a->qr, S, "block.%lld.rope_q", li));
+    H3S_TRY(h3s_rope_forward(a->kn, heads, &tp->cos_l, &tp->sin_l, a->kr));
+    H3S_TRY(emit_rows(r, a->kr, S, "block.%lld.rope_k", li));
+    NEW(a->att, m->act, M, HD);
+    NEW(a->stats, m->f32, M, heads * 2);
+    h3s_tensor stats3 = stats_view(a->stats, heads);
+    h3s_attn_mask mask = block_mask(tp, 0);
+    h3s_tensor kg = {0}, vg = {0};
+    int64_t kv_lo = 0, kv_lo2 = 0;
+    h3s_status st = gather_items(tp, a->kr, &kg, &kv_lo);
+    if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &kv_lo2);
+    if (st == H3S_OK)
+        st = h3s_attention_forward_rows(a->qr, &kg, &vg, tp->B, S, heads, &mask, lo, lo + M, kv_lo, a->att, &stats3);
+    h3s_tensor_free(&kg);
+    h3s_tensor_free(&vg);
+    H3S_TRY(st);
+    H3S_TRY(emit_rows(r, a->att, S, "block.%lld.attention", li));
+    NEW(a->o, m->act, M, H);
+    H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), NULL, a->o));
+    H3S_TRY(emit_rows(r, a->o, S, "block.%lld.o_proj", li));
+    NEW(a->x1, m->act, M, H);
+    H3S_TRY(h3s_residual_forward(x, a->o, &table6, &tp->adaln_l, 2, a->x1));
+    H3S_TRY(emit_rows(r, a->x1, S, "block.%lld.residual_attn", li));
+    NEW(a->n2, m->act, M, H);
+    H3S_TRY(h3s_rmsnorm_forward(a->x1, W("%s.%lld.norm2.weight", pre, li), &mod2, c->norm_eps, a->n2));
+    H3S_TRY(emit_rows(r, a->n2, S, "block.%lld.norm2", li));
+    NEW(a->u, m->act, M, 2 * F);
+    H3S_TRY(h3s_linear_forward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), NULL, a->u));
+    H3S_TRY(emit_rows(r, a->u, S, "block.%lld.ffn_gate_up", li));
+    NEW(a->h, m->act, M, F);
+    H3S_TRY(h3s_swiglu_forward(a->u, a->h));
+    H3S_TRY(emit_rows(r, a->h, S, "block.%lld.swiglu", li));
+    NEW(a->f, m->act, M, H);
+    H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), NULL, a->f));
+    H3S_TRY(emit_rows(r, a->f, S, "block.%lld.ffn_down", li));
+    NEW(a->x2, m->act, M, H);
+    H3S_TRY(h3s_residual_forward(a->x1, a->f, &table6, &tp->adaln_l, 5, a->x2));
+    H3S_TRY(emit_rows(r, a->x2, S, "block.%lld.residual_mlp", li));
+    *x_out = a->x2;
+    return H3S_OK;
+}
+
 /* Host index tensors shared by every node of a pass. */
 static h3s_status build_indices(h3s_tape *tp, const h3s_inputs *in) {
     int64_t B = tp->B, S = tp->S;
@@ -793,8 +1015,25 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(emit(r, tp->packed, 1, S, "pack"));
 
     x = tp->packed;
-    for (int64_t i = 0; i < c->num_layers; i++)
-        H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
+    if (tp->sp) {
+        /* this rank's slice through every block, then the whole residual stream again (a copy) */
+        H3S_TRY(sp_prepare(tp));
+        h3s_tensor xl = rows_view(tp->packed, h3s_sp_lo(&tp->plan), h3s_sp_rows(&tp->plan));
+        x = arena_adopt(&tp->ar, &xl);
+        if (!x) return H3S_ERR_NOMEM;
+        for (int64_t i = 0; i < c->num_layers; i++)
+            H3S_TRY(block_forward_sp(r, i, x, &tp->blocks[i], &x));
+        h3s_tensor full;
+        H3S_TRY(h3s_sp_allgather_rows(&tp->plan, x, &full));
+        x = arena_adopt(&tp->ar, &full);
+        if (!x) {
+            h3s_tensor_free(&full);
+            return H3S_ERR_NOMEM;
+        }
+    } else {
+        for (int64_t i = 0; i < c->num_layers; i++)
+            H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
+    }
     tp->x_last = x;
 
     /* output norm and heads */
@@ -884,6 +1123,7 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
     memcpy(tp->in_shape_v, in->hidden_states.shape, sizeof tp->in_shape_v);
     memcpy(tp->in_shape_a, in->audio_hidden_states.shape, sizeof tp->in_shape_a);
     memcpy(tp->in_shape_t, in->encoder_hidden_states.shape, sizeof tp->in_shape_t);
+    tp->sp = m->comm != NULL && m->sp > 1;
     tp->refiner = h3s_calloc((size_t)(m->cfg.num_refiner_layers + 1), sizeof *tp->refiner);
     tp->blocks = h3s_calloc((size_t)(m->cfg.num_layers + 1), sizeof *tp->blocks);
     if (!tp->refiner || !tp->blocks) {
@@ -1064,6 +1304,174 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     return H3S_OK;
 }
 
+/* A transformer block's backward on this rank's slice of the rows (h3s_model_set_parallel): row-wise gradients on
+ * the slice, attention over the gathered rows of the slice's items, every cross-row sum by owned tiles. */
+static h3s_status block_backward_sp(grad_ctx *g, int64_t i, block_acts *a, h3s_tensor *dx2, h3s_tensor **dx_out) {
+    run_ctx *r = &g->r;
+    h3s_tape *tp = r->tp;
+    h3s_model *m = tp->m;
+    const h3s_config *c = &m->cfg;
+    const char *pre = "transformer_blocks";
+    long long li = (long long)i;
+    int64_t S = tp->S, M = h3s_sp_rows(&tp->plan), lo = h3s_sp_lo(&tp->plan), H = c->hidden_size;
+    int64_t heads = c->num_attention_heads, HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    h3s_dtype gd = m->grad;
+    h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H), *dtable, dtable6;
+    h3s_modulation mod1 = {&table6, &tp->adaln_l, 0, 1}, mod2 = {&table6, &tp->adaln_l, 3, 4};
+    NEW(dtable, gd, tp->T, 18 * H);
+    dtable6 = view2(dtable, tp->T * 3, 6 * H);
+    const h3s_tensor *idx = &tp->adaln_l;
+    tile_op res = {TILE_RESIDUAL, tp, NULL, &table6, 0, 0, 0, 0, 0, 0};
+    h3s_sp_sum gate;
+
+    h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
+    h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
+    NEW(dx1a, gd, M, H);
+    NEW(df, gd, M, H);
+    H3S_TRY(h3s_residual_backward(a->f, &table6, idx, 5, dx2, dx1a, df, NULL));
+    {
+        const h3s_tensor *in[2] = {a->f, dx2};
+        res.chunk = 5;
+        gate = table_sum(tp, &dtable6, 5, 5, 1);
+        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res));
+    }
+    H3S_TRY(emit_rows(r, df, S, "block.%lld.residual_mlp.grad", li));
+    NEW(dh, gd, M, F);
+    const h3s_tensor *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
+    H3S_TRY(h3s_linear_backward(a->h, w2, df, dh, NULL, NULL));
+    H3S_TRY(sp_linear_dw(tp, a->h, w2, df, PG("%s.%lld.ff.net.2.weight", pre, li)));
+    H3S_TRY(emit_rows(r, dh, S, "block.%lld.ffn_down.grad", li));
+    NEW(du, gd, M, 2 * F);
+    H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
+    H3S_TRY(emit_rows(r, du, S, "block.%lld.swiglu.grad", li));
+    NEW(dn2, gd, M, H);
+    const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li);
+    H3S_TRY(h3s_linear_backward(a->n2, w0, du, dn2, NULL, NULL));
+    H3S_TRY(sp_linear_dw(tp, a->n2, w0, du, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+    H3S_TRY(emit_rows(r, dn2, S, "block.%lld.ffn_gate_up.grad", li));
+    NEW(dx1b, gd, M, H);
+    /* norm weight and the shift / scale chunks of the table: one set of tiles */
+    const h3s_tensor *wn2 = W("%s.%lld.norm2.weight", pre, li);
+    H3S_TRY(h3s_rmsnorm_backward(a->x1, wn2, &mod2, c->norm_eps, dn2, dx1b, NULL, NULL));
+    {
+        h3s_tensor *dw = PG("%s.%lld.norm2.weight", pre, li);
+        tile_op o = {TILE_NORM, tp, wn2, &table6, 0, c->norm_eps, 0, 3, 4, dw != NULL};
+        h3s_sp_sum sums[2];
+        int ns = 0;
+        if (dw) sums[ns++] = whole_sum(dw);
+        sums[ns++] = table_sum(tp, &dtable6, 3, 4, 2);
+        const h3s_tensor *in[2] = {a->x1, dn2};
+        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o));
+    }
+    NEW(dx1, gd, M, H);
+    H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
+    H3S_TRY(emit_rows(r, dx1, S, "block.%lld.norm2.grad", li));
+    NEW(dxa, gd, M, H);
+    NEW(dout_o, gd, M, H);
+    H3S_TRY(h3s_residual_backward(a->o, &table6, idx, 2, dx1, dxa, dout_o, NULL));
+    {
+        const h3s_tensor *in[2] = {a->o, dx1};
+        res.chunk = 2;
+        gate = table_sum(tp, &dtable6, 2, 2, 1);
+        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res));
+    }
+    H3S_TRY(emit_rows(r, dout_o, S, "block.%lld.residual_attn.grad", li));
+    NEW(datt, gd, M, HD);
+    const h3s_tensor *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
+    H3S_TRY(h3s_linear_backward(a->att, wo, dout_o, datt, NULL, NULL));
+    H3S_TRY(sp_linear_dw(tp, a->att, wo, dout_o, PG("%s.%lld.attn.to_out.0.weight", pre, li)));
+    H3S_TRY(emit_rows(r, datt, S, "block.%lld.o_proj.grad", li));
+    NEW(dqa, gd, M, HD);
+    NEW(dka, gd, M, HD);
+    NEW(dv, gd, M, HD);
+    {
+        /* the owner of a key row sums over every query of its item: queries, outputs, statistics and output
+         * gradients of the slice's items are gathered (copies) */
+        h3s_attn_mask mask = block_mask(tp, 0);
+        h3s_tensor qg = {0}, kg = {0}, vg = {0}, og = {0}, sg = {0}, dg = {0};
+        int64_t kv_lo = 0, l2 = 0;
+        h3s_status st = gather_items(tp, a->qr, &qg, &kv_lo);
+        if (st == H3S_OK) st = gather_items(tp, a->kr, &kg, &l2);
+        if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &l2);
+        if (st == H3S_OK) st = gather_items(tp, a->att, &og, &l2);
+        if (st == H3S_OK) st = gather_items(tp, a->stats, &sg, &l2);
+        if (st == H3S_OK) st = gather_items(tp, datt, &dg, &l2);
+        if (st == H3S_OK) {
+            h3s_tensor s3 = stats_view(&sg, heads);
+            st = h3s_attention_backward_rows(&qg, &kg, &vg, &og, &s3, tp->B, S, heads, &mask, &dg, lo, lo + M, kv_lo,
+                                             dqa, dka, dv);
+        }
+        h3s_tensor *gathered[6] = {&qg, &kg, &vg, &og, &sg, &dg};
+        for (int k = 0; k < 6; k++)
+            h3s_tensor_free(gathered[k]);
+        H3S_TRY(st);
+    }
+    H3S_TRY(emit_rows(r, dqa, S, "block.%lld.attention.grad_q", li));
+    H3S_TRY(emit_rows(r, dka, S, "block.%lld.attention.grad_k", li));
+    H3S_TRY(emit_rows(r, dv, S, "block.%lld.attention.grad_v", li));
+    NEW(dqn, gd, M, HD);
+    NEW(dkn, gd, M, HD);
+    H3S_TRY(h3s_rope_backward(heads, &tp->cos_l, &tp->sin_l, dqa, dqn));
+    H3S_TRY(emit_rows(r, dqn, S, "block.%lld.rope_q.grad", li));
+    H3S_TRY(h3s_rope_backward(heads, &tp->cos_l, &tp->sin_l, dka, dkn));
+    H3S_TRY(emit_rows(r, dkn, S, "block.%lld.rope_k.grad", li));
+    NEW(dq, gd, M, HD);
+    NEW(dk, gd, M, HD);
+    const char *qk[2] = {"q", "k"};
+    h3s_tensor *xs[2] = {a->q, a->k}, *dys[2] = {dqn, dkn}, *dxs[2] = {dq, dk};
+    for (int k = 0; k < 2; k++) {
+        const h3s_tensor *wn = W("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
+        H3S_TRY(h3s_head_rmsnorm_backward(xs[k], heads, wn, c->qk_norm_eps, dys[k], dxs[k], NULL));
+        h3s_tensor *dw = PG("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
+        if (dw) {
+            tile_op o = {TILE_HEAD_NORM, tp, wn, NULL, heads, c->qk_norm_eps, 0, 0, 0, 1};
+            h3s_sp_sum sum = whole_sum(dw);
+            const h3s_tensor *in[2] = {xs[k], dys[k]};
+            H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o));
+        }
+        H3S_TRY(emit_rows(r, dxs[k], S, "block.%lld.%s_norm.grad", li, qk[k]));
+    }
+    NEW(dn1, gd, M, H);
+    NEW(dn1k, gd, M, H);
+    NEW(dn1v, gd, M, H);
+    const char *proj[3] = {"q", "k", "v"};
+    h3s_tensor *dps[3] = {dq, dk, dv}, *dns[3] = {dn1, dn1k, dn1v};
+    for (int k = 0; k < 3; k++) {
+        const h3s_tensor *wp = W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]);
+        H3S_TRY(h3s_linear_backward(a->n1, wp, dps[k], dns[k], NULL, NULL));
+        H3S_TRY(sp_linear_dw(tp, a->n1, wp, dps[k], PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+        H3S_TRY(emit_rows(r, dns[k], S, "block.%lld.%s_proj.grad", li, proj[k]));
+    }
+    /* fixed order: (q + k) + v */
+    H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
+    H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
+    NEW(dxb, gd, M, H);
+    const h3s_tensor *wn1 = W("%s.%lld.norm1.weight", pre, li);
+    H3S_TRY(h3s_rmsnorm_backward(a->x_in, wn1, &mod1, c->norm_eps, dn1, dxb, NULL, NULL));
+    {
+        h3s_tensor *dw = PG("%s.%lld.norm1.weight", pre, li);
+        tile_op o = {TILE_NORM, tp, wn1, &table6, 0, c->norm_eps, 0, 0, 1, dw != NULL};
+        h3s_sp_sum sums[2];
+        int ns = 0;
+        if (dw) sums[ns++] = whole_sum(dw);
+        sums[ns++] = table_sum(tp, &dtable6, 0, 1, 2);
+        const h3s_tensor *in[2] = {a->x_in, dn1};
+        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o));
+    }
+    NEW(dx, gd, M, H);
+    H3S_TRY(h3s_grad_add(dxa, dxb, dx));
+    H3S_TRY(emit_rows(r, dx, S, "block.%lld.norm1.grad", li));
+    h3s_tensor *dtemb;
+    NEW(dtemb, gd, tp->T, c->time_embed_dim);
+    H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li), dtable,
+                                          dtemb, PG("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                          PG("%s.%lld.adaln_proj.linear.bias", pre, li)));
+    H3S_TRY(emit(r, dtemb, 0, 0, "block.%lld.adaln_projection.grad", li));
+    H3S_TRY(accumulate_dtemb(g, dtemb));
+    *dx_out = dx;
+    return H3S_OK;
+}
+
 static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const h3s_tensor *d_audio) {
     run_ctx *r = &g->r;
     h3s_tape *tp = r->tp;
@@ -1098,8 +1506,23 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
                                           PG("norm_out.linear.weight"), PG("norm_out.linear.bias")));
     H3S_TRY(accumulate_dtemb(g, dtemb_out));
 
-    for (int64_t i = c->num_layers - 1; i >= 0; i--)
-        H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
+    if (tp->sp) {
+        h3s_tensor dl = rows_view(dx, h3s_sp_lo(&tp->plan), h3s_sp_rows(&tp->plan));
+        dx = arena_adopt(&tp->ar, &dl);
+        if (!dx) return H3S_ERR_NOMEM;
+        for (int64_t i = c->num_layers - 1; i >= 0; i--)
+            H3S_TRY(block_backward_sp(g, i, &tp->blocks[i], dx, &dx));
+        h3s_tensor full;
+        H3S_TRY(h3s_sp_allgather_rows(&tp->plan, dx, &full));
+        dx = arena_adopt(&tp->ar, &full);
+        if (!dx) {
+            h3s_tensor_free(&full);
+            return H3S_ERR_NOMEM;
+        }
+    } else {
+        for (int64_t i = c->num_layers - 1; i >= 0; i--)
+            H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
+    }
     H3S_TRY(emit(r, dx, 1, S, "pack.grad"));
 
     h3s_tensor *dtext, *dvid, *daud;
@@ -1238,4 +1661,63 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     tape->ar = fwd;
     if (st != H3S_OK) h3s_grads_free(out);
     return st;
+}
+
+/* ------------------------------------------------------------------ parallel execution */
+
+h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: NULL model");
+    if (!comm) {
+        m->comm = NULL;
+        m->sp = m->tp = 1;
+        return H3S_OK;
+    }
+    if (sp < 1 || tp < 1)
+        return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: --sp %d and --tp %d must be at least 1", sp, tp);
+    if ((int64_t)sp * tp != comm->size)
+        return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: --sp %d x --tp %d = %lld ranks, but the world has %d", sp,
+                        tp, (long long)sp * tp, comm->size);
+    if (tp != 1)
+        return h3s_fail(H3S_ERR_UNSUPPORTED,
+                        "model_set_parallel: tensor parallelism (--tp %d) is not built yet; use --sp %d --tp 1", tp,
+                        comm->size);
+    if (m->kind != H3S_BACKEND_CPU)
+        return h3s_fail(H3S_ERR_UNSUPPORTED,
+                        "model_set_parallel: parallel execution runs on the strict CPU backend only "
+                        "(this model is %s)",
+                        h3s_backend_name(m->kind));
+    m->comm = comm;
+    m->sp = sp;
+    m->tp = tp;
+    return H3S_OK;
+}
+
+h3s_status h3s_set_parallel(h3s_comm *comm, int sp, int tp) {
+    if (!comm) {
+        g_default_comm = NULL;
+        g_default_sp = g_default_tp = 1;
+        return H3S_OK;
+    }
+    /* the same checks a model makes, on a model of no weights */
+    h3s_model probe;
+    memset(&probe, 0, sizeof probe);
+    probe.kind = H3S_BACKEND_CPU;
+    H3S_TRY(h3s_model_set_parallel(&probe, comm, sp, tp));
+    g_default_comm = comm;
+    g_default_sp = sp;
+    g_default_tp = tp;
+    return H3S_OK;
+}
+
+h3s_status h3s_model_set_sp_slices(h3s_model *m, const int64_t *sizes, int64_t n) {
+    if (!m || (n && !sizes) || n < 0) return h3s_fail(H3S_ERR_INVALID, "model_set_sp_slices: bad arguments");
+    free(m->sp_sizes);
+    m->sp_sizes = NULL;
+    m->sp_nsizes = 0;
+    if (!n) return H3S_OK;
+    m->sp_sizes = h3s_malloc((size_t)n, sizeof *sizes);
+    if (!m->sp_sizes) return H3S_ERR_NOMEM;
+    memcpy(m->sp_sizes, sizes, (size_t)n * sizeof *sizes);
+    m->sp_nsizes = n;
+    return H3S_OK;
 }

@@ -21,4 +21,9 @@
 struct h3s_st_file;
 h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in);
 
+/* Sequence-parallel slice sizes for the next passes of a parallel model: rank r holds sizes[r] packed rows (n must
+ * equal --sp and the sizes must sum to B*S, each >= 1, or the pass fails); n == 0 returns to the even split.  For
+ * tests of uneven cuts. */
+h3s_status h3s_model_set_sp_slices(h3s_model *m, const int64_t *sizes, int64_t n);
+
 #endif

@@ -51,6 +51,9 @@ typedef struct attn_geom {
     int64_t B, S, H, D, W; /* items, positions per item, heads, head dim, width = H * D */
     const int64_t *doc;    /* [S] or NULL */
     const uint8_t *kv;     /* [B, S] or NULL */
+    /* Row bases (0 for a whole call): packed row r of the query-side tensors (q; in the backward also out, stats,
+     * dout) is at r - qb, of k and v at r - kb, of the outputs at r - ob; qrows query-side rows are held. */
+    int64_t qb, kb, ob, qrows;
 } attn_geom;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -461,7 +464,7 @@ static void *take(carve *c, size_t count, size_t size) {
  * not even the sign of a zero. */
 static void query_terms(const attn_kernels *kn, const attn_geom *g, const uint16_t *out, const float *stats,
                         const float *dout, float *Dt, uint8_t *live) {
-    const int64_t units = g->B * g->S * g->H;
+    const int64_t units = g->qrows * g->H;
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < units; u++) {
         int64_t row = u / g->H, h = u % g->H;
@@ -515,7 +518,7 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rq = round_up(nq, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S : NULL;
     int64_t seen[ATTN_QB];
-    load_rows_bf16(q, W, row0 + i0, nq, rq, col, D, w->qf);
+    load_rows_bf16(q, W, row0 + i0 - g->qb, nq, rq, col, D, w->qf);
     for (int64_t i = 0; i < nq; i++) {
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
@@ -526,7 +529,7 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, NULL, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
+        kn->trans_bf16(k, W, row0 + j0 - g->kb, nk, pk, col, D, w->kt, ATTN_KT);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         for (int64_t i = 0; i < nq; i++) {
             const int32_t *l = w->lst + i * ATTN_KT;
@@ -544,8 +547,8 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, NULL, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
-        load_rows_bf16(v, W, row0 + j0, nk, nk, col, D, w->vr);
+        kn->trans_bf16(k, W, row0 + j0 - g->kb, nk, pk, col, D, w->kt, ATTN_KT);
+        load_rows_bf16(v, W, row0 + j0 - g->kb, nk, nk, col, D, w->vr);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         for (int64_t i = 0; i < nq; i++) {
             const int32_t *l = w->lst + i * ATTN_KT;
@@ -564,8 +567,8 @@ static void fwd_unit(const attn_kernels *kn, const attn_geom *g, float scale, co
         }
     }
     for (int64_t i = 0; i < nq; i++) {
-        uint16_t *o = out + (row0 + i0 + i) * W + col;
-        float *st = stats + ((row0 + i0 + i) * g->H + h) * 2;
+        uint16_t *o = out + (row0 + i0 + i - g->ob) * W + col;
+        float *st = stats + ((row0 + i0 + i - g->ob) * g->H + h) * 2;
         if (!seen[i]) {
             memset(o, 0, (size_t)D * sizeof(uint16_t));
             st[0] = 0.0f;
@@ -654,16 +657,16 @@ static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, con
                     float *dq, int64_t b, int64_t h, int64_t i0, int64_t nq, const bwd_ws *w) {
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rq = round_up(nq, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S : NULL;
-    load_rows_bf16(q, W, row0 + i0, nq, rq, col, D, w->qf);
-    load_rows_f32(dout, W, row0 + i0, nq, rq, col, D, w->gf);
-    load_query_terms(g, stats, Dt, live_t, row0 + i0, nq, h, w->m, w->l, w->Di, w->live);
+    load_rows_bf16(q, W, row0 + i0 - g->qb, nq, rq, col, D, w->qf);
+    load_rows_f32(dout, W, row0 + i0 - g->qb, nq, rq, col, D, w->gf);
+    load_query_terms(g, stats, Dt, live_t, row0 + i0 - g->qb, nq, h, w->m, w->l, w->Di, w->live);
     memset(w->acc, 0, (size_t)(nq * D) * sizeof(float));
     for (int64_t j0 = 0; j0 < S; j0 += ATTN_KT) {
         int64_t nk = min64(ATTN_KT, S - j0), pk = round_up(nk, 16);
         if (!build_lists(g->doc, i0, nq, w->live, j0, nk, kv ? kv + j0 : NULL, w->lst, ATTN_KT, w->cnt)) continue;
-        kn->trans_bf16(k, W, row0 + j0, nk, pk, col, D, w->kt, ATTN_KT);
-        kn->trans_bf16(v, W, row0 + j0, nk, pk, col, D, w->vt, ATTN_KT);
-        load_rows_bf16(k, W, row0 + j0, nk, nk, col, D, w->kr);
+        kn->trans_bf16(k, W, row0 + j0 - g->kb, nk, pk, col, D, w->kt, ATTN_KT);
+        kn->trans_bf16(v, W, row0 + j0 - g->kb, nk, pk, col, D, w->vt, ATTN_KT);
+        load_rows_bf16(k, W, row0 + j0 - g->kb, nk, nk, col, D, w->kr);
         kn->scores(w->qf, rq, D, w->kt, pk, ATTN_KT, w->sc, ATTN_KT);
         kn->scores(w->gf, rq, D, w->vt, pk, ATTN_KT, w->dp, ATTN_KT);
         for (int64_t i = 0; i < nq; i++) {
@@ -676,7 +679,7 @@ static void dq_unit(const attn_kernels *kn, const attn_geom *g, float scale, con
         }
     }
     for (int64_t i = 0; i < nq; i++) {
-        float *o = dq + (row0 + i0 + i) * W + col;
+        float *o = dq + (row0 + i0 + i - g->ob) * W + col;
         for (int64_t d = 0; d < D; d++)
             o[d] = scale * w->acc[i * D + d];
     }
@@ -687,22 +690,22 @@ static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, c
                       float *dk, float *dv, int64_t b, int64_t h, int64_t j0, int64_t nk, const bwd_ws *w) {
     const int64_t D = g->D, W = g->W, S = g->S, row0 = b * S, col = h * D, rk = round_up(nk, 4);
     const uint8_t *kv = g->kv ? g->kv + b * S + j0 : NULL;
-    load_rows_bf16(k, W, row0 + j0, nk, rk, col, D, w->kf);
-    if (dk) load_rows_bf16(v, W, row0 + j0, nk, rk, col, D, w->vf);
+    load_rows_bf16(k, W, row0 + j0 - g->kb, nk, rk, col, D, w->kf);
+    if (dk) load_rows_bf16(v, W, row0 + j0 - g->kb, nk, rk, col, D, w->vf);
     memset(w->dk, 0, (size_t)(nk * D) * sizeof(float));
     memset(w->dv, 0, (size_t)(nk * D) * sizeof(float));
     for (int64_t i0 = 0; i0 < S; i0 += ATTN_QT) {
         int64_t nq = min64(ATTN_QT, S - i0), pq = round_up(nq, 16);
-        load_query_terms(g, stats, Dt, live_t, row0 + i0, nq, h, w->mq, w->lq, w->Dq, w->liveq);
+        load_query_terms(g, stats, Dt, live_t, row0 + i0 - g->qb, nq, h, w->mq, w->lq, w->Dq, w->liveq);
         if (!build_lists(g->doc, j0, nk, kv, i0, nq, w->liveq, w->lst, ATTN_QT, w->cnt)) continue;
-        kn->trans_bf16(q, W, row0 + i0, nq, pq, col, D, w->qt, ATTN_QT);
+        kn->trans_bf16(q, W, row0 + i0 - g->qb, nq, pq, col, D, w->qt, ATTN_QT);
         kn->scores(w->kf, rk, D, w->qt, pq, ATTN_QT, w->sc, ATTN_QT);
         if (dk) {
-            kn->trans_f32(dout, W, row0 + i0, nq, pq, col, D, w->gt, ATTN_QT);
-            load_rows_bf16(q, W, row0 + i0, nq, nq, col, D, w->qr);
+            kn->trans_f32(dout, W, row0 + i0 - g->qb, nq, pq, col, D, w->gt, ATTN_QT);
+            load_rows_bf16(q, W, row0 + i0 - g->qb, nq, nq, col, D, w->qr);
             kn->scores(w->vf, rk, D, w->gt, pq, ATTN_QT, w->dp, ATTN_QT);
         }
-        if (dv) load_rows_f32(dout, W, row0 + i0, nq, nq, col, D, w->gr);
+        if (dv) load_rows_f32(dout, W, row0 + i0 - g->qb, nq, nq, col, D, w->gr);
         for (int64_t j = 0; j < nk; j++) {
             int32_t n = w->cnt[j];
             if (!n) continue;
@@ -715,11 +718,11 @@ static void dkdv_unit(const attn_kernels *kn, const attn_geom *g, float scale, c
     }
     for (int64_t j = 0; j < nk; j++) {
         if (dk) {
-            float *o = dk + (row0 + j0 + j) * W + col;
+            float *o = dk + (row0 + j0 + j - g->ob) * W + col;
             for (int64_t d = 0; d < D; d++)
                 o[d] = scale * w->dk[j * D + d];
         }
-        if (dv) memcpy(dv + (row0 + j0 + j) * W + col, w->dv + j * D, (size_t)D * sizeof(float));
+        if (dv) memcpy(dv + (row0 + j0 + j - g->ob) * W + col, w->dv + j * D, (size_t)D * sizeof(float));
     }
 }
 
@@ -892,6 +895,8 @@ static h3s_status check_common(const char *op, const h3s_tensor *q, const h3s_te
     g->W = width;
     g->doc = NULL;
     g->kv = NULL;
+    g->qb = g->kb = g->ob = 0;
+    g->qrows = rows;
     if (mask && mask->doc) {
         int64_t dims[1] = {g->S};
         H3S_TRY(h3s_check_shape(op, "mask.doc", mask->doc, H3S_I64, 1, dims));
@@ -934,6 +939,106 @@ static h3s_status check_no_overlap(const char *op, const h3s_tensor *const *outs
     return H3S_OK;
 }
 
+/* ------------------------------------------------------------------ strict drivers ---- */
+
+/* Work units over the packed rows [lo, hi): (item, head, block) with blocks of `blk` consecutive positions of the
+ * item starting at the item's first row inside [lo, hi).  A unit's rows are computed start to end by one thread
+ * and no position's result depends on which others share its block, so any cut gives the same bits. */
+typedef struct unit_grid {
+    int64_t b0, nb, nblk, blk, lo, hi;
+} unit_grid;
+
+static unit_grid make_grid(const attn_geom *g, int64_t lo, int64_t hi, int64_t blk) {
+    unit_grid u = {0, 0, 0, blk, lo, hi};
+    if (hi <= lo) return u;
+    u.b0 = lo / g->S;
+    u.nb = (hi - 1) / g->S - u.b0 + 1;
+    u.nblk = (g->S + blk - 1) / blk;
+    return u;
+}
+
+/* Unit x of the grid: item b, head h, first position i0 and count n (n == 0: an empty unit). */
+static void grid_unit(const attn_geom *g, const unit_grid *u, int64_t x, int64_t *b, int64_t *h, int64_t *i0,
+                      int64_t *n) {
+    *b = u->b0 + x / (g->H * u->nblk);
+    *h = (x / u->nblk) % g->H;
+    int64_t base = *b * g->S, s_lo = u->lo > base ? u->lo - base : 0, s_hi = u->hi - base < g->S ? u->hi - base : g->S;
+    *i0 = s_lo + (x % u->nblk) * u->blk;
+    *n = *i0 < s_hi ? min64(u->blk, s_hi - *i0) : 0;
+}
+
+static h3s_status strict_forward(const char *op, const attn_geom *g, const uint16_t *q, const uint16_t *k,
+                                 const uint16_t *v, uint16_t *out, float *stats, int64_t lo, int64_t hi) {
+    const attn_kernels *kn = attn_pick_kernels();
+    const float scale = (float)(1.0 / sqrt((double)g->D));
+    fwd_ws lay;
+    size_t per = fwd_ws_layout(&lay, NULL, g->D);
+    int nt = omp_get_max_threads();
+    char *ws = h3s_malloc((size_t)nt, per);
+    if (!ws) return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
+    const unit_grid grid = make_grid(g, lo, hi, ATTN_QB);
+    const int64_t units = grid.nb * g->H * grid.nblk;
+#pragma omp parallel num_threads(nt)
+    {
+        fwd_ws w;
+        fwd_ws_layout(&w, ws + (size_t)omp_get_thread_num() * per, g->D);
+        /* Any schedule gives the same bits: a unit is computed start to end by one thread. */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < units; u++) {
+            int64_t b, h, i0, n;
+            grid_unit(g, &grid, u, &b, &h, &i0, &n);
+            if (n) fwd_unit(kn, g, scale, q, k, v, out, stats, b, h, i0, n, &w);
+        }
+    }
+    free(ws);
+    return H3S_OK;
+}
+
+static h3s_status strict_backward(const char *op, const attn_geom *g, const uint16_t *q, const uint16_t *k,
+                                  const uint16_t *v, const uint16_t *out, const float *stats, const float *dout,
+                                  float *pdq, float *pdk, float *pdv, int64_t lo, int64_t hi) {
+    const attn_kernels *kn = attn_pick_kernels();
+    const float scale = (float)(1.0 / sqrt((double)g->D));
+    bwd_ws lay;
+    size_t per = bwd_ws_layout(&lay, NULL, g->D);
+    int nt = omp_get_max_threads();
+    char *ws = h3s_malloc((size_t)nt, per);
+    if (!ws) return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
+    const unit_grid gq = make_grid(g, lo, hi, ATTN_QB), gk = make_grid(g, lo, hi, ATTN_KB);
+    const int64_t uq = pdq ? gq.nb * g->H * gq.nblk : 0, uk = (pdk || pdv) ? gk.nb * g->H * gk.nblk : 0;
+    /* D_i and the live flag of every (query-side row, head): rows * heads * 5 bytes */
+    float *Dt = h3s_malloc((size_t)(g->qrows * g->H), sizeof(float));
+    uint8_t *live_t = Dt ? h3s_malloc((size_t)(g->qrows * g->H), 1) : NULL;
+    if (!live_t) {
+        free(Dt);
+        free(ws);
+        return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        bwd_ws w;
+        bwd_ws_layout(&w, ws + (size_t)omp_get_thread_num() * per, g->D);
+        query_terms(kn, g, out, stats, dout, Dt, live_t); /* ends with a barrier */
+        /* dq units (by query) and dk/dv units (by key) write disjoint outputs; any schedule
+         * gives the same bits. */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < uq + uk; u++) {
+            int64_t b, h, i0, n;
+            if (u < uq) {
+                grid_unit(g, &gq, u, &b, &h, &i0, &n);
+                if (n) dq_unit(kn, g, scale, q, k, v, stats, Dt, live_t, dout, pdq, b, h, i0, n, &w);
+            } else {
+                grid_unit(g, &gk, u - uq, &b, &h, &i0, &n);
+                if (n) dkdv_unit(kn, g, scale, q, k, v, stats, Dt, live_t, dout, pdk, pdv, b, h, i0, n, &w);
+            }
+        }
+    }
+    free(live_t);
+    free(Dt);
+    free(ws);
+    return H3S_OK;
+}
+
 /* ------------------------------------------------------------------ entry points ------ */
 
 h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
@@ -961,28 +1066,7 @@ h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const
         golden_forward(&g, q->data, k->data, v->data, out->data, stats->data);
         return H3S_OK;
     }
-    const attn_kernels *kn = attn_pick_kernels();
-    const float scale = (float)(1.0 / sqrt((double)g.D));
-    fwd_ws lay;
-    size_t per = fwd_ws_layout(&lay, NULL, g.D);
-    int nt = omp_get_max_threads();
-    char *ws = h3s_malloc((size_t)nt, per);
-    if (!ws) return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
-    const int64_t nqb = (g.S + ATTN_QB - 1) / ATTN_QB, units = g.B * g.H * nqb;
-#pragma omp parallel num_threads(nt)
-    {
-        fwd_ws w;
-        fwd_ws_layout(&w, ws + (size_t)omp_get_thread_num() * per, g.D);
-        /* Any schedule gives the same bits: a unit is computed start to end by one thread. */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < units; u++) {
-            int64_t b = u / (g.H * nqb), h = (u / nqb) % g.H, i0 = (u % nqb) * ATTN_QB;
-            fwd_unit(kn, &g, scale, q->data, k->data, v->data, out->data, stats->data, b, h, i0,
-                     min64(ATTN_QB, g.S - i0), &w);
-        }
-    }
-    free(ws);
-    return H3S_OK;
+    return strict_forward(op, &g, q->data, k->data, v->data, out->data, stats->data, 0, rows);
 }
 
 h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, const h3s_tensor *out,
@@ -1016,46 +1100,119 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
                         dk ? dk->data : NULL, dv ? dv->data : NULL);
         return H3S_OK;
     }
-    const attn_kernels *kn = attn_pick_kernels();
-    const float scale = (float)(1.0 / sqrt((double)g.D));
-    bwd_ws lay;
-    size_t per = bwd_ws_layout(&lay, NULL, g.D);
-    int nt = omp_get_max_threads();
-    char *ws = h3s_malloc((size_t)nt, per);
-    if (!ws) return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
-    const int64_t nqb = (g.S + ATTN_QB - 1) / ATTN_QB, nkb = (g.S + ATTN_KB - 1) / ATTN_KB;
-    const int64_t uq = dq ? g.B * g.H * nqb : 0, uk = (dk || dv) ? g.B * g.H * nkb : 0;
-    float *pdq = dq ? dq->data : NULL, *pdk = dk ? dk->data : NULL, *pdv = dv ? dv->data : NULL;
-    /* D_i and the live flag of every (row, head): rows * heads * 5 bytes */
-    float *Dt = h3s_malloc((size_t)(rows * g.H), sizeof(float));
-    uint8_t *live_t = Dt ? h3s_malloc((size_t)(rows * g.H), 1) : NULL;
-    if (!live_t) {
-        free(Dt);
-        free(ws);
-        return h3s_fail_context(H3S_ERR_NOMEM, "%s: workspace", op);
+    return strict_backward(op, &g, q->data, k->data, v->data, out->data, stats->data, dout->data, dq ? dq->data : NULL,
+                           dk ? dk->data : NULL, dv ? dv->data : NULL, 0, rows);
+}
+
+/* ------------------------------------------------------------------ row slices -------- */
+
+/* The geometry of a slice call: rows [lo, hi) of the packed [batch * seq] axis, the key side [kv_lo, kv_lo + nk)
+ * covering every item a row of the slice belongs to. */
+static h3s_status check_slice(const char *op, const h3s_tensor *q, int64_t batch, int64_t seq, int64_t heads,
+                              const h3s_attn_mask *mask, int64_t lo, int64_t hi, int64_t kv_lo, int64_t nk,
+                              attn_geom *g) {
+    if (!q) return h3s_fail(H3S_ERR_INVALID, "%s: q is NULL", op);
+    if (q->device || q->dtype != H3S_BF16)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: row slices run on the strict CPU backend only (BF16 host tensors)",
+                        op);
+    H3S_TRY(h3s_check_tensor(op, "q", q, H3S_BF16, 2));
+    if (batch <= 0 || seq <= 0 || heads <= 0)
+        return h3s_fail(H3S_ERR_INVALID, "%s: batch %lld, seq %lld, heads %lld must be positive", op, (long long)batch,
+                        (long long)seq, (long long)heads);
+    int64_t width = q->shape[1];
+    if (width == 0 || width % heads)
+        return h3s_fail(H3S_ERR_SHAPE, "%s: width %lld is not a positive multiple of heads = %lld", op,
+                        (long long)width, (long long)heads);
+    if (lo < 0 || hi <= lo || hi > batch * seq)
+        return h3s_fail(H3S_ERR_INDEX, "%s: rows [%lld, %lld) are not a non-empty range of [0, %lld)", op,
+                        (long long)lo, (long long)hi, (long long)(batch * seq));
+    int64_t first = lo / seq * seq, last = ((hi - 1) / seq + 1) * seq;
+    if (kv_lo < 0 || nk < 0 || kv_lo > first || kv_lo + nk < last || kv_lo + nk > batch * seq)
+        return h3s_fail(H3S_ERR_INDEX,
+                        "%s: key rows [%lld, %lld) do not cover the items [%lld, %lld) of rows [%lld, %lld) inside "
+                        "[0, %lld)",
+                        op, (long long)kv_lo, (long long)(kv_lo + nk), (long long)first, (long long)last, (long long)lo,
+                        (long long)hi, (long long)(batch * seq));
+    *g = (attn_geom){batch, seq, heads, width / heads, width, NULL, NULL, 0, kv_lo, lo, 0};
+    if (mask && mask->doc) {
+        int64_t dims[1] = {seq};
+        H3S_TRY(h3s_check_shape(op, "mask.doc", mask->doc, H3S_I64, 1, dims));
+        if (mask->doc->device) return h3s_fail(H3S_ERR_INVALID, "%s: mask.doc must be a host tensor", op);
+        g->doc = (const int64_t *)mask->doc->data;
     }
-#pragma omp parallel num_threads(nt)
-    {
-        bwd_ws w;
-        bwd_ws_layout(&w, ws + (size_t)omp_get_thread_num() * per, g.D);
-        query_terms(kn, &g, out->data, stats->data, dout->data, Dt, live_t); /* ends with a barrier */
-        /* dq units (by query) and dk/dv units (by key) write disjoint outputs; any schedule
-         * gives the same bits. */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t u = 0; u < uq + uk; u++) {
-            if (u < uq) {
-                int64_t b = u / (g.H * nqb), h = (u / nqb) % g.H, i0 = (u % nqb) * ATTN_QB;
-                dq_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdq, b, h, i0,
-                        min64(ATTN_QB, g.S - i0), &w);
-            } else {
-                int64_t x = u - uq, b = x / (g.H * nkb), h = (x / nkb) % g.H, j0 = (x % nkb) * ATTN_KB;
-                dkdv_unit(kn, &g, scale, q->data, k->data, v->data, stats->data, Dt, live_t, dout->data, pdk, pdv, b, h,
-                          j0, min64(ATTN_KB, g.S - j0), &w);
-            }
-        }
+    if (mask && mask->key_valid) {
+        int64_t dims[2] = {batch, seq};
+        H3S_TRY(h3s_check_shape(op, "mask.key_valid", mask->key_valid, H3S_BOOL, 2, dims));
+        if (mask->key_valid->device) return h3s_fail(H3S_ERR_INVALID, "%s: mask.key_valid must be a host tensor", op);
+        g->kv = (const uint8_t *)mask->key_valid->data;
     }
-    free(live_t);
-    free(Dt);
-    free(ws);
     return H3S_OK;
+}
+
+static h3s_status check_host(const char *op, const h3s_tensor *const *t, const char *const *names, int n) {
+    for (int i = 0; i < n; i++)
+        if (t[i] && t[i]->device)
+            return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %s is a device tensor; row slices run on the CPU only", op,
+                            names[i]);
+    return H3S_OK;
+}
+
+h3s_status h3s_attention_forward_rows(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
+                                      int64_t seq, int64_t heads, const h3s_attn_mask *mask, int64_t row_lo,
+                                      int64_t row_hi, int64_t kv_lo, h3s_tensor *out, h3s_tensor *stats) {
+    static const char *op = "attention_forward_rows";
+    attn_geom g;
+    if (!k || !v || !out || !stats) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
+    H3S_TRY(check_slice(op, q, batch, seq, heads, mask, row_lo, row_hi, kv_lo, k->shape[0], &g));
+    const int64_t nq = row_hi - row_lo, nk = k->shape[0];
+    H3S_TRY(check_same(op, "q", q, H3S_BF16, nq, g.W));
+    H3S_TRY(check_same(op, "k", k, H3S_BF16, nk, g.W));
+    H3S_TRY(check_same(op, "v", v, H3S_BF16, nk, g.W));
+    H3S_TRY(check_same(op, "out", out, H3S_BF16, nq, g.W));
+    int64_t sdims[3] = {nq, heads, 2};
+    H3S_TRY(h3s_check_shape(op, "stats", stats, H3S_F32, 3, sdims));
+    const h3s_tensor *all[] = {q, k, v, out, stats};
+    const char *names[] = {"q", "k", "v", "out", "stats"};
+    H3S_TRY(check_host(op, all, names, 5));
+    const h3s_tensor *outs[] = {out, stats};
+    const char *out_names[] = {"out", "stats"};
+    H3S_TRY(check_no_overlap(op, outs, out_names, 2, all, names, 3));
+    g.qb = row_lo;
+    g.ob = row_lo;
+    g.kb = kv_lo;
+    g.qrows = nq;
+    return strict_forward(op, &g, q->data, k->data, v->data, out->data, stats->data, row_lo, row_hi);
+}
+
+h3s_status h3s_attention_backward_rows(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
+                                       const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t seq,
+                                       int64_t heads, const h3s_attn_mask *mask, const h3s_tensor *dout, int64_t row_lo,
+                                       int64_t row_hi, int64_t kv_lo, h3s_tensor *dq, h3s_tensor *dk, h3s_tensor *dv) {
+    static const char *op = "attention_backward_rows";
+    attn_geom g;
+    if (!k || !v || !out || !stats || !dout) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
+    H3S_TRY(check_slice(op, q, batch, seq, heads, mask, row_lo, row_hi, kv_lo, q->shape[0], &g));
+    const int64_t nq = row_hi - row_lo, nk = q->shape[0];
+    H3S_TRY(check_same(op, "k", k, H3S_BF16, nk, g.W));
+    H3S_TRY(check_same(op, "v", v, H3S_BF16, nk, g.W));
+    H3S_TRY(check_same(op, "out", out, H3S_BF16, nk, g.W));
+    H3S_TRY(check_same(op, "dout", dout, H3S_F32, nk, g.W));
+    int64_t sdims[3] = {nk, heads, 2};
+    H3S_TRY(h3s_check_shape(op, "stats", stats, H3S_F32, 3, sdims));
+    if (dq) H3S_TRY(check_same(op, "dq", dq, H3S_F32, nq, g.W));
+    if (dk) H3S_TRY(check_same(op, "dk", dk, H3S_F32, nq, g.W));
+    if (dv) H3S_TRY(check_same(op, "dv", dv, H3S_F32, nq, g.W));
+    const h3s_tensor *all[] = {q, k, v, out, stats, dout, dq, dk, dv};
+    const char *names[] = {"q", "k", "v", "out", "stats", "dout", "dq", "dk", "dv"};
+    H3S_TRY(check_host(op, all, names, 9));
+    const h3s_tensor *outs[] = {dq, dk, dv};
+    const char *out_names[] = {"dq", "dk", "dv"};
+    H3S_TRY(check_no_overlap(op, outs, out_names, 3, all, names, 6));
+    if (!dq && !dk && !dv) return H3S_OK;
+    g.qb = kv_lo;
+    g.kb = kv_lo;
+    g.ob = row_lo;
+    g.qrows = nk;
+    return strict_backward(op, &g, q->data, k->data, v->data, out->data, stats->data, dout->data, dq ? dq->data : NULL,
+                           dk ? dk->data : NULL, dv ? dv->data : NULL, row_lo, row_hi);
 }

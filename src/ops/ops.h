@@ -88,6 +88,19 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
                                   const h3s_tensor *stats, int64_t batch, int64_t heads, const h3s_attn_mask *mask,
                                   const h3s_tensor *dout, h3s_tensor *dq, h3s_tensor *dk, h3s_tensor *dv);
 
+/* Sequence-parallel slices of the same computation (strict CPU only).  The slice is the packed rows
+ * [row_lo, row_hi) of [batch * seq]; the key side holds the rows [kv_lo, kv_lo + k rows), which must cover every
+ * item (seq rows) that a row of the slice belongs to.  Forward: q, out and stats hold the slice's rows.  Backward:
+ * q, k, v, out, stats and dout hold the key-side rows; dq, dk and dv the slice's rows.  Every row gets exactly the
+ * bits the whole-tensor call gives it (the same per-row chains; work units only start at the slice). */
+h3s_status h3s_attention_forward_rows(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
+                                      int64_t seq, int64_t heads, const h3s_attn_mask *mask, int64_t row_lo,
+                                      int64_t row_hi, int64_t kv_lo, h3s_tensor *out, h3s_tensor *stats);
+h3s_status h3s_attention_backward_rows(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
+                                       const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t seq,
+                                       int64_t heads, const h3s_attn_mask *mask, const h3s_tensor *dout, int64_t row_lo,
+                                       int64_t row_hi, int64_t kv_lo, h3s_tensor *dq, h3s_tensor *dk, h3s_tensor *dv);
+
 /* ---------------------------------------------------------------- residual -----------
  * out = r + gate[index[m]] * y  (gate = chunk `gate_chunk` of table [R, C*H]);
  * table == NULL: out = r + y.  r, y, out activation dtype. */

@@ -1,0 +1,53 @@
+/* h3strict public API: communicators and parallel execution (docs/ARCHITECTURE.md, "Sequence- and tensor-parallel
+ * execution").
+ *
+ * A communicator only moves bytes between ranks (all-gather, all-to-all, broadcast): it never adds.  A model given
+ * a communicator runs owner-computes: every output element is computed by one rank with exactly the operations and
+ * order of one process, so the results are byte-identical to a single-process run whatever the world size.
+ * Every rank makes the same calls in the same order (forward, backward, node hooks set or not set alike). */
+#ifndef H3S_PUBLIC_DIST_H
+#define H3S_PUBLIC_DIST_H
+
+#include "h3s.h"
+#include "h3s_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct h3s_comm h3s_comm;
+
+/* 1 when this build has the MPI communicator (found at configure time), 0 otherwise. */
+H3S_API int h3s_comm_mpi_built(void);
+/* The MPI world as a communicator.  Initialises MPI when nobody has (then h3s_comm_free finalises it); argc/argv
+ * may be NULL.  A build without MPI returns H3S_ERR_UNSUPPORTED saying so. */
+H3S_API h3s_status h3s_comm_mpi_world(int *argc, char ***argv, h3s_comm **out);
+H3S_API void h3s_comm_free(h3s_comm *c);
+H3S_API int h3s_comm_rank(const h3s_comm *c);
+H3S_API int h3s_comm_size(const h3s_comm *c);
+
+/* Collective agreement on a status: every rank passes its own (and leaves its message in h3s_last_error when it is
+ * not H3S_OK).  Returns H3S_OK when every rank passed H3S_OK; otherwise every rank returns the status of the
+ * lowest failing rank, whose message becomes the error message ("rank R: message"), and *failed_rank (may be NULL)
+ * names that rank.  A communication failure is H3S_ERR_DEVICE. */
+H3S_API h3s_status h3s_comm_agree(h3s_comm *c, h3s_status local, int *failed_rank);
+/* End every rank of the communicator now with exit code `code` (MPI_Abort): for a failure inside a collective
+ * pass, after which the other ranks could wait forever. */
+H3S_API void h3s_comm_abort(h3s_comm *c, int code);
+
+/* Run the model's passes over `comm` as sp sequence-parallel ranks x tp tensor-parallel ranks (sp * tp must equal
+ * the communicator's size; tp must be 1 in this version).  Every rank holds the whole model and the same inputs;
+ * each computes its slice of the packed rows of every transformer block and every rank returns the same,
+ * complete outputs and gradients, byte-identical to the model without a communicator.  Strict CPU models only.
+ * comm == NULL returns the model to single-process execution.  The communicator must outlive its use. */
+H3S_API h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp);
+
+/* The same for every strict CPU model created from now on in this process (h3s_model_create, h3s_model_load, and
+ * the models that h3s_trajectory and the replay create), as the thread count is process-wide.  Models of other
+ * backends run whole on every rank.  comm == NULL ends it. */
+H3S_API h3s_status h3s_set_parallel(h3s_comm *comm, int sp, int tp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

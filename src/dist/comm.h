@@ -1,0 +1,29 @@
+/* The communicator: a world of ranks that moves bytes (include/h3s_dist.h).  One implementation per transport:
+ * comm_mpi.c (Open MPI, host memory), comm_none.c in builds without MPI.  Every function here is collective: each
+ * rank of the communicator calls it with matching sizes.  Sizes are in bytes. */
+#ifndef H3S_DIST_COMM_H
+#define H3S_DIST_COMM_H
+
+#include <stddef.h>
+
+#include "h3s_dist.h"
+
+struct h3s_comm {
+    int rank, size;
+    int finalize; /* 1: this communicator initialised MPI and finalises it when freed */
+    void *impl;   /* transport state */
+};
+
+/* recv = the concatenation over ranks r of counts[r] bytes at displs[r]; this rank sends counts[rank] bytes. */
+h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs);
+/* This rank sends scounts[r] bytes from send + sdispls[r] to rank r and receives rcounts[r] bytes from rank r into
+ * recv + rdispls[r]. */
+h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                              const size_t *rcounts, const size_t *rdispls);
+/* Point to point: nbytes to rank `to` / from rank `from` (tag 0, in order). */
+h3s_status h3s_comm_send(h3s_comm *c, const void *buf, size_t nbytes, int to);
+h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from);
+/* nbytes at buf from rank root to every rank. */
+h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root);
+
+#endif

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Parallel runs at the CLI (docs/cli.md, "Parallel runs"): forward, grad, trajectory and replay under mpirun with
+# --sp A --tp B write files whose tensors (and reports, less the command line and provenance) are byte-identical
+# to the single process's, on the tiny preset with 312 packed rows (two 256-row tiles, the second starting inside
+# a slice) and with padding rows and an attention mask; a rank with a bad or different input file makes every rank
+# exit non-zero with one line and no output; a world that does not match --sp x --tp is refused.
+set -u
+CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+if [ "${H3S_MPI_BUILT:-OFF}" != "ON" ]; then
+    echo "SKIP: this build has no MPI communicator (configure found no Open MPI)"
+    exit 77
+fi
+MPIEXEC=${H3S_MPIEXEC:-$(command -v mpirun || true)}
+if [ -z "$MPIEXEC" ]; then
+    echo "SKIP: no mpirun"
+    exit 77
+fi
+command -v python3 >/dev/null || { echo "SKIP: python3 is needed to compare the files"; exit 77; }
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+export H3S_PROGRESS_AFTER=600 OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# under the sanitizers: ASan's checks stay, LeakSanitizer cannot attribute Open MPI's unloaded components (test_sp)
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+mpi() { "$MPIEXEC" --oversubscribe "$@"; }
+fails=0
+checks=0
+ok() { checks=$((checks + 1)); }
+bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+
+# tensors of two safetensors files (metadata aside), or two JSON reports less command and provenance
+cat >"$dir/same.py" <<'PY'
+import json, struct, sys
+def tensors(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return h, b[8 + n:]
+def report(p):
+    d = json.load(open(p))
+    for k in ("command", "provenance"):
+        d.pop(k, None)
+    return d
+a, b = sys.argv[1], sys.argv[2]
+x, y = (report(a), report(b)) if a.endswith(".json") else (tensors(a), tensors(b))
+if x != y:
+    print("differ:", a, b)
+    sys.exit(1)
+PY
+same() { if python3 "$dir/same.py" "$1" "$2"; then ok; else bad "$3: $2 differs from $1"; fi; }
+
+cd "$dir" || exit 1
+"$CLI" init --preset tiny --seed 5 --out tiny >/dev/null || { echo "FAIL: init"; exit 1; }
+"$CLI" inputs --model tiny --seed 7 --batch 12 --out in.safetensors >/dev/null || exit 1
+"$CLI" inputs --model tiny --seed 9 --batch 3 --pad-to 16 --attention-mask --out pad.safetensors >/dev/null || exit 1
+"$CLI" inputs --model tiny --seed 8 --batch 12 --out other.safetensors >/dev/null || exit 1
+for f in in pad; do
+    "$CLI" cotangent --model tiny --inputs $f.safetensors --seed 3 --out ct_$f.safetensors >/dev/null || exit 1
+    "$CLI" forward --model tiny --inputs $f.safetensors --out fwd_$f.safetensors --quiet >/dev/null || exit 1
+    "$CLI" grad --model tiny --inputs $f.safetensors --cotangent ct_$f.safetensors --out grad_$f.safetensors \
+        --quiet >/dev/null || exit 1
+done
+"$CLI" trajectory --out traj.json --seeds 11 --steps 2 --batch 3 --quiet >/dev/null
+[ -s traj.json ] || exit 1
+"$CLI" replay --model tiny --inputs in.safetensors --out replay.json --quiet >/dev/null || exit 1
+
+for grid in "2 1" "3 1" "4 1"; do
+    set -- $grid
+    sp=$1 tp=$2 np=$(($1 * $2)) tag="sp$1tp$2"
+    for f in in pad; do
+        if mpi -np $np "$CLI" forward --model tiny --inputs $f.safetensors --out fwd_$f.$tag.safetensors --sp $sp \
+            --tp $tp --quiet >/dev/null 2>err.txt; then
+            same fwd_$f.safetensors fwd_$f.$tag.safetensors "forward $f --sp $sp --tp $tp"
+        else bad "forward $f --sp $sp --tp $tp: $(cat err.txt)"; fi
+        if mpi -np $np "$CLI" grad --model tiny --inputs $f.safetensors --cotangent ct_$f.safetensors \
+            --out grad_$f.$tag.safetensors --sp $sp --tp $tp --quiet >/dev/null 2>err.txt; then
+            same grad_$f.safetensors grad_$f.$tag.safetensors "grad $f --sp $sp --tp $tp"
+        else bad "grad $f --sp $sp --tp $tp: $(cat err.txt)"; fi
+    done
+    if mpi -np $np "$CLI" trajectory --out traj.$tag.json --seeds 11 --steps 2 --batch 3 --sp $sp --tp $tp \
+        --quiet >out.txt 2>err.txt; then
+        same traj.json traj.$tag.json "trajectory --sp $sp --tp $tp"
+        # rank 0 alone prints the summary
+        if [ "$(grep -c '^strict:' out.txt)" -eq 1 ]; then ok; else bad "trajectory printed $(grep -c '^strict:' out.txt) summaries"; fi
+    else bad "trajectory --sp $sp --tp $tp: $(cat err.txt)"; fi
+    if mpi -np $np "$CLI" replay --model tiny --inputs in.safetensors --out replay.$tag.json --sp $sp --tp $tp \
+        --quiet >/dev/null 2>err.txt; then
+        same replay.json replay.$tag.json "replay --sp $sp --tp $tp"
+    else bad "replay --sp $sp --tp $tp: $(cat err.txt)"; fi
+done
+
+# A failing rank: each rank's exit status is recorded by a shell around it (so mpirun does not end the others
+# first); every one must be non-zero, one line on stderr in all, no output.
+fail_case() { # name, expected message pattern, rank-0 inputs, rank-1 inputs, extra args...
+    local name=$1 pattern=$2 in0=$3 in1=$4; shift 4
+    rm -f rc.* o.safetensors
+    mpi -np 1 sh -c '"$@"; echo $? > rc.$OMPI_COMM_WORLD_RANK' sh "$CLI" forward --model tiny --inputs "$in0" \
+        --out o.safetensors --quiet "$@" : -np 1 sh -c '"$@"; echo $? > rc.$OMPI_COMM_WORLD_RANK' sh "$CLI" forward \
+        --model tiny --inputs "$in1" --out o.safetensors --quiet "$@" >out.txt 2>err.txt
+    for r in 0 1; do
+        if [ -s rc.$r ] && [ "$(cat rc.$r)" -ne 0 ]; then ok; else bad "$name: rank $r exited $(cat rc.$r 2>/dev/null)"; fi
+    done
+    local lines; lines=$(wc -l <err.txt)
+    if [ "$lines" -eq 1 ] && grep -qE "$pattern" err.txt; then ok; else bad "$name: stderr was: $(cat err.txt)"; fi
+    if [ -e o.safetensors ]; then bad "$name left an output"; else ok; fi
+    if find . -name '.*.tmp-*' | grep -q .; then bad "$name left a temporary file"; else ok; fi
+}
+head -c 100 in.safetensors >bad.safetensors
+fail_case "bad file on rank 1" '^h3strict forward: rank 1: bad.safetensors: .*' in.safetensors bad.safetensors --sp 2
+if [ "$(cat rc.1)" = 3 ] && [ "$(cat rc.0)" = 3 ]; then ok; else bad "a bad input file exits 3 on every rank"; fi
+fail_case "bad file on rank 0" '^h3strict forward: rank 0: bad.safetensors: ' bad.safetensors in.safetensors --sp 2
+fail_case "other inputs on rank 1" "^h3strict forward: rank 1: inputs file differs from rank 0's" in.safetensors \
+    other.safetensors --sp 2
+fail_case "world of 2, --sp 3" '^h3strict forward: mpirun started 2 ranks but --sp 3 x --tp 1 = 3' in.safetensors \
+    in.safetensors --sp 3
+
+# without mpirun, --sp 2 is refused (usage, exit 2) with one line
+"$CLI" forward --model tiny --inputs in.safetensors --out o.safetensors --sp 2 >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q 'needs 2 ranks: run it under mpirun -np 2' err.txt; then ok
+else bad "--sp 2 alone exited $rc: $(cat err.txt)"; fi
+[ -e o.safetensors ] && bad "--sp 2 alone wrote an output"
+
+echo "cli_parallel: $checks checks, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,204 @@
+/* Sequence-parallel execution is byte-equal to one process (docs/strict.md, contract 3; docs/ARCHITECTURE.md).
+ *
+ * Run plainly, the test launches itself under mpirun at 2, 3 and 4 ranks (--oversubscribe, one thread per rank).
+ * Each rank runs every case twice, alone (no communicator) and as one slice of the world, and compares the
+ * outputs, the input gradients, every parameter gradient and the SHA-256 of every node the hook sees (forward and
+ * backward, in order), byte for byte.  Cases: the tiny preset (one 256-row tile: every rank but the first sends
+ * its rows to the tile's owner), a batch of 12 (two tiles, the second starting inside a slice), padding rows with
+ * an attention mask, a second configuration of odd sizes, and explicit uneven slices (one row; a slice ending one
+ * row before a tile boundary).  A build without MPI prints SKIP. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "h3s_dist.h"
+#include "model_util.h"
+
+typedef struct node_log {
+    int64_t n, cap;
+    char (*names)[200];
+    char (*sha)[65];
+} node_log;
+
+static h3s_status log_node(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
+    (void)batched, (void)rows_per_item;
+    node_log *l = ctx;
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 256;
+        void *a = realloc(l->names, (size_t)cap * sizeof *l->names), *b = a ? realloc(l->sha, (size_t)cap * 65) : NULL;
+        if (a) l->names = a;
+        if (!b) return H3S_ERR_NOMEM;
+        l->sha = b;
+        l->cap = cap;
+    }
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
+    H3S_TRY(h3s_sha256_hex(out->data, h3s_tensor_nbytes(out), l->sha[l->n]));
+    l->n++;
+    return H3S_OK;
+}
+
+static void node_log_free(node_log *l) {
+    free(l->names);
+    free(l->sha);
+    memset(l, 0, sizeof *l);
+}
+
+static void run_logged(h3s_model *m, const h3s_inputs *in, run *r, node_log *log) {
+    memset(r, 0, sizeof *r);
+    h3s_tape *tape = NULL;
+    CHECK_OK(h3s_model_forward(m, in, log_node, log, &tape, &r->sample, &r->audio));
+    if (!tape) return;
+    h3s_tensor ds, da;
+    CHECK_OK(h3s_cotangent_random(r->sample.shape[0], r->sample.shape[1], r->sample.shape[2], r->audio.shape[1],
+                                  r->audio.shape[2], 99, &ds, &da));
+    CHECK_OK(h3s_model_backward(m, tape, &ds, &da, log_node, log, &r->grads));
+    h3s_tensor_free(&ds);
+    h3s_tensor_free(&da);
+    h3s_tape_free(tape);
+}
+
+/* One case on this rank: alone, then as a slice of the world; everything compared. */
+static void compare_case(h3s_comm *comm, const char *label, const h3s_config *c, int64_t batch, int64_t pad_to,
+                         int with_mask, const int64_t *sizes) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_create(c, 17, &w));
+    if (!w) return;
+    request q;
+    make_request(c, batch, pad_to, with_mask, &q);
+    h3s_model *alone = NULL, *par = NULL;
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &alone));
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &par));
+    CHECK_OK(h3s_model_set_parallel(par, comm, comm->size, 1));
+    if (sizes) CHECK_OK(h3s_model_set_sp_slices(par, sizes, comm->size));
+    run ra, rp;
+    node_log la = {0}, lp = {0};
+    run_logged(alone, &q.in, &ra, &la);
+    run_logged(par, &q.in, &rp, &lp);
+    CHECK(runs_equal(&ra, &rp), "[%s, rank %d of %d] outputs or gradients differ from one process", label, comm->rank,
+          comm->size);
+    CHECK(la.n == lp.n && la.n > 0, "[%s] %lld nodes alone, %lld in parallel", label, (long long)la.n, (long long)lp.n);
+    int64_t first = -1;
+    for (int64_t i = 0; i < la.n && i < lp.n && first < 0; i++)
+        if (strcmp(la.names[i], lp.names[i]) || strcmp(la.sha[i], lp.sha[i])) first = i;
+    CHECK(first < 0, "[%s, rank %d] first differing node: %s (parallel: %s)", label, comm->rank,
+          first >= 0 ? la.names[first] : "", first >= 0 ? lp.names[first] : "");
+    /* the comparison can fail: one flipped bit of one parameter gradient is seen */
+    if (rp.grads.count > 0 && rp.grads.params[rp.grads.count - 1].data) {
+        ((unsigned char *)rp.grads.params[rp.grads.count - 1].data)[0] ^= 1;
+        CHECK(!runs_equal(&ra, &rp), "[%s] a flipped gradient bit went unseen", label);
+    }
+    run_free(&ra);
+    run_free(&rp);
+    node_log_free(&la);
+    node_log_free(&lp);
+    h3s_model_free(alone);
+    h3s_model_free(par);
+    request_free(&q);
+    h3s_weights_free(w);
+}
+
+static int worker(void) {
+    h3s_comm *comm = NULL;
+    CHECK_OK(h3s_comm_mpi_world(NULL, NULL, &comm));
+    if (!comm) return h3t_finish("test_sp worker");
+    h3s_set_num_threads(1);
+    int n = comm->size;
+    h3s_config tiny, odd;
+    CHECK_OK(h3s_config_preset("tiny", -1, &tiny));
+    /* odd sizes everywhere: 5 heads of 12 (rope on 12 of them), hidden 35, FFN 57, 3 blocks, 2 refiner blocks */
+    odd = tiny;
+    odd.num_attention_heads = 5;
+    odd.attention_head_dim = 12;
+    odd.rope_freq_dim = 2;
+    odd.hidden_size = 35;
+    odd.ffn_dim = 57;
+    odd.num_layers = 3;
+    odd.num_refiner_layers = 2;
+    odd.text_dim = 23;
+    odd.time_embed_dim = 29;
+    odd.time_embed_hidden_dim = 31;
+    CHECK_OK(h3s_config_validate(&odd));
+
+    compare_case(comm, "tiny, batch 2", &tiny, 2, 0, 0, NULL);
+    compare_case(comm, "tiny, batch 12 (two tiles)", &tiny, 12, 0, 0, NULL);
+    compare_case(comm, "tiny, padding rows and mask", &tiny, 3, 16, 1, NULL);
+    compare_case(comm, "odd config, batch 11", &odd, 11, 0, 0, NULL);
+    /* explicit uneven slices (S is 37 rows for this layout; batch 12 gives 444 rows) */
+    request probe;
+    make_request(&tiny, 12, 0, 0, &probe);
+    int64_t M = 12 * probe.lay.S;
+    request_free(&probe);
+    int64_t sizes[4];
+    /* the first slice ends one row before the tile boundary, the last ranks hold a single row each */
+    int64_t rest = M - 255;
+    for (int r = 0; r < n; r++)
+        sizes[r] = r == 0 ? 255 : 1;
+    sizes[n > 1 ? 1 : 0] += n > 1 ? rest - (n - 1) : rest;
+    if (n > 1) compare_case(comm, "tiny, batch 12, slices ending at 255 and single rows", &tiny, 12, 0, 0, sizes);
+
+    /* refusals */
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_create(&tiny, 3, &w));
+    h3s_model *m = NULL, *g = NULL;
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &m));
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_GOLDEN, &g));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, n + 1, 1));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, 0, n));
+    if (n > 1) CHECK_FAILS(H3S_ERR_UNSUPPORTED, h3s_model_set_parallel(g, comm, n, 1));
+    if (n > 1) {
+        /* slice sizes that do not add up: the pass fails on every rank, nothing is returned */
+        request q;
+        make_request(&tiny, 2, 0, 0, &q);
+        CHECK_OK(h3s_model_set_parallel(m, comm, n, 1));
+        int64_t bad[4] = {1, 1, 1, 1};
+        CHECK_OK(h3s_model_set_sp_slices(m, bad, n));
+        h3s_tensor s = {0}, a = {0};
+        CHECK_FAILS(H3S_ERR_SHAPE, h3s_model_forward(m, &q.in, NULL, NULL, NULL, &s, &a));
+        CHECK(s.data == NULL && a.data == NULL, "a failed parallel forward returned outputs");
+        CHECK_OK(h3s_model_set_sp_slices(m, bad, n - 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(m, &q.in, NULL, NULL, NULL, &s, &a));
+        request_free(&q);
+    }
+    h3s_model_free(m);
+    h3s_model_free(g);
+    h3s_weights_free(w);
+
+    /* every rank's verdict, agreed: a failure anywhere fails the run everywhere */
+    h3s_status mine = h3t_failures ? h3s_fail(H3S_ERR_MISMATCH, "%d checks failed", h3t_failures) : H3S_OK;
+    int failed = -1;
+    h3s_status all = h3s_comm_agree(comm, mine, &failed);
+    CHECK(all == H3S_OK, "agreement: %s", h3s_last_error());
+    char label[64];
+    snprintf(label, sizeof label, "test_sp rank %d of %d", comm->rank, n);
+    int rc = h3t_finish(label);
+    h3s_comm_free(comm);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return worker();
+    if (!h3s_comm_mpi_built()) h3t_skip("this build has no MPI communicator (configure found no Open MPI)");
+    const char *mpiexec = getenv("H3S_MPIEXEC");
+    if (!mpiexec || !*mpiexec) h3t_skip("H3S_MPIEXEC is not set (ctest sets it to the launcher configure found)");
+    int rc = 0;
+    for (int n = 2; n <= 4; n++) {
+        char cmd[4096];
+        /* root in a container is allowed explicitly; one OpenMP thread per rank on a small machine.  Under the
+         * sanitizers the ranks keep ASan's checks but not LeakSanitizer: Open MPI keeps allocations for the life of
+         * the process in components it unloads at exit, which LeakSanitizer cannot attribute or suppress (every
+         * other test checks h3strict's own leaks). */
+        const char *asan = getenv("ASAN_OPTIONS");
+        snprintf(cmd, sizeof cmd,
+                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+                 "ASAN_OPTIONS='%s%sdetect_leaks=0' '%s' --oversubscribe -np %d '%s'",
+                 asan ? asan : "", asan && *asan ? ":" : "", mpiexec, n, argv[0]);
+        printf("test_sp: %s\n", cmd);
+        fflush(stdout);
+        int st = system(cmd);
+        CHECK(st == 0, "%d ranks: exit status %d", n, st);
+        rc |= st != 0;
+    }
+    (void)rc;
+    return h3t_finish("test_sp");
+}
