@@ -17,7 +17,7 @@ cmake --install "$BUILD" --prefix "$dir/prefix" >"$dir/install.log" 2>&1 || { ca
 P=$dir/prefix
 lib=$(find "$P" -name 'libh3strict.so.*.*.*' -type f | head -n 1)
 [ -n "$lib" ] || bad "no versioned libh3strict.so installed"
-for f in include/h3s.h include/h3s_model.h include/h3s_sample.h bin/h3strict; do
+for f in include/h3s.h include/h3s_model.h include/h3s_sample.h include/h3s_ops.h bin/h3strict; do
     [ -e "$P/$f" ] || bad "$f not installed"
 done
 [ -n "$(find "$P" -name libh3strict.a)" ] || bad "no static library installed"
@@ -32,15 +32,16 @@ nm -D --defined-only "$lib" | awk '$2 ~ /^[TDB]$/ {print $3}' | sort >"$dir/expo
 cat "$P"/include/h3s*.h | grep -o 'h3s_[a-z0-9_]*(' | tr -d '(' | sort -u >"$dir/declared"
 extra=$(comm -23 "$dir/exported" "$dir/declared")
 [ -z "$extra" ] || bad "exported but not in the public headers: $(echo $extra | head -c 400)"
-for sym in h3s_model_load h3s_model_forward h3s_model_backward_select h3s_trajectory h3s_last_error; do
+for sym in h3s_model_load h3s_model_forward h3s_model_backward_select h3s_trajectory h3s_last_error h3s_linear_forward \
+    h3s_tensor_copy; do
     grep -qx "$sym" "$dir/exported" || bad "$sym is not exported"
 done
-for sym in h3s_linear_forward h3s_fail h3s_st_open h3s_trajectory_run; do
+for sym in h3s_linear_backward h3s_fail h3s_st_open h3s_trajectory_run; do
     grep -qx "$sym" "$dir/exported" && bad "internal $sym is exported"
 done
 
 # every installed header stands alone, in C and (extern "C") in C++
-for h in h3s.h h3s_model.h h3s_sample.h; do
+for h in h3s.h h3s_model.h h3s_sample.h h3s_ops.h; do
     printf '#include <%s>\nint main(void) { return 0; }\n' "$h" >"$dir/hdr.c"
     "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I"$P/include" "$dir/hdr.c" || bad "$h does not compile alone (C11)"
     if command -v c++ >/dev/null 2>&1; then

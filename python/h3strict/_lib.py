@@ -82,10 +82,20 @@ class TrajectoryTotals(ctypes.Structure):
                                                "gradient_differing", "steps_run")]
 
 
+class Modulation(ctypes.Structure):
+    _fields_ = [("table", ctypes.POINTER(Tensor)), ("index", ctypes.POINTER(Tensor)), ("shift_chunk", ctypes.c_int),
+                ("scale_chunk", ctypes.c_int)]
+
+
+class AttnMask(ctypes.Structure):
+    _fields_ = [("doc", ctypes.POINTER(Tensor)), ("key_valid", ctypes.POINTER(Tensor))]
+
+
 NODE_HOOK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Tensor), ctypes.c_int,
                              ctypes.c_int64)
 
 _P = ctypes.c_void_p
+_T = ctypes.POINTER(Tensor)
 _SIGNATURES = {
     "h3s_last_error": (ctypes.c_char_p, []),
     "h3s_status_name": (ctypes.c_char_p, [ctypes.c_int]),
@@ -115,6 +125,7 @@ _SIGNATURES = {
     "h3s_inputs_free": (None, [ctypes.POINTER(Inputs)]),
     "h3s_inputs_seeded": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.POINTER(LayoutOpts), ctypes.c_int64,
                                          ctypes.c_uint64, ctypes.c_float, ctypes.c_float, ctypes.POINTER(Inputs)]),
+    "h3s_inputs_validate": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.POINTER(Inputs), ctypes.POINTER(ctypes.c_int64)]),
     "h3s_weights_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
     "h3s_weights_free": (None, [_P]),
     "h3s_schedule_sigmas": (ctypes.c_int, [ctypes.c_int64, ctypes.c_float, _P, ctypes.POINTER(ctypes.c_int64)]),
@@ -122,6 +133,24 @@ _SIGNATURES = {
     "h3s_euler_step": (None, [_P, _P, ctypes.c_int64, ctypes.c_float, ctypes.c_float, ctypes.c_float, _P]),
     "h3s_trajectory": (ctypes.c_int, [_P, ctypes.POINTER(TrajectoryOpts), ctypes.POINTER(_P),
                                       ctypes.POINTER(TrajectoryTotals)]),
+    # the forward operators (include/h3s_ops.h)
+    "h3s_linear_forward": (ctypes.c_int, [_T, _T, _T, _T]),
+    "h3s_rmsnorm_forward": (ctypes.c_int, [_T, _T, ctypes.POINTER(Modulation), ctypes.c_double, _T]),
+    "h3s_head_rmsnorm_forward": (ctypes.c_int, [_T, ctypes.c_int64, _T, ctypes.c_double, _T]),
+    "h3s_rope_table": (ctypes.c_int, [_T, ctypes.c_int64, ctypes.c_double, _T, _T]),
+    "h3s_rope_forward": (ctypes.c_int, [_T, ctypes.c_int64, _T, _T, _T]),
+    "h3s_attention_forward": (ctypes.c_int, [_T, _T, _T, ctypes.c_int64, ctypes.c_int64, ctypes.POINTER(AttnMask),
+                                             _T, _T]),
+    "h3s_residual_forward": (ctypes.c_int, [_T, _T, _T, _T, ctypes.c_int, _T]),
+    "h3s_swiglu_forward": (ctypes.c_int, [_T, _T]),
+    "h3s_adaln_projection_forward": (ctypes.c_int, [_T, _T, _T, _T, _T]),
+    "h3s_timestep_sinusoid_forward": (ctypes.c_int, [_T, ctypes.c_int64, _T]),
+    "h3s_timestep_mlp_forward": (ctypes.c_int, [_T, _T, _T, _T, _T, _T, _T]),
+    "h3s_final_norm_forward": (ctypes.c_int, [_T, _T, _T, _T, ctypes.c_double, _T]),
+    "h3s_rows_scatter": (ctypes.c_int, [_T, _T, ctypes.c_int64, _T]),
+    "h3s_rows_gather": (ctypes.c_int, [_T, _T, ctypes.c_int64, _T]),
+    "h3s_tensor_copy": (ctypes.c_int, [_T, _T]),
+    "h3s_device_synchronize": (ctypes.c_int, []),
 }
 
 

@@ -104,8 +104,15 @@ static h3s_status plot_replay(const cJSON *doc, const char *report) {
     double ylo = floor(log10(lo)) - 0.2, yhi = ceil(log10(hi)) + 0.2;
     frame(-1, n, ylo, yhi, 1);
     char title[300];
-    snprintf(title, sizeof title, "replay: %d nodes, first drift: %s", n,
-             cJSON_IsString(fd) ? fd->valuestring : "none");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(doc, "kind");
+    const cJSON *fi = cJSON_GetObjectItemCaseSensitive(doc, "first_isolated_drift");
+    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, "provider_replay")) /* python -m h3strict.replay */
+        snprintf(title, sizeof title,
+                 "replay against the provider: %d nodes, first drift: %s, first isolated drift: %s", n,
+                 cJSON_IsString(fd) ? fd->valuestring : "none", cJSON_IsString(fi) ? fi->valuestring : "none");
+    else
+        snprintf(title, sizeof title, "replay: %d nodes, first drift: %s", n,
+                 cJSON_IsString(fd) ? fd->valuestring : "none");
     pllab("node (execution order: forward, then backward)",
           with_error ? "relative L2 error against FP64" : "(no golden run: --no-golden)", title);
     /* the strict backend's errors, as points joined in order; zero errors sit on the floor */

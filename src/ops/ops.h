@@ -18,13 +18,13 @@
 #define H3S_OPS_H
 
 #include "h3s.h"
+#include "h3s_ops.h" /* the forward operators and their argument structs (public) */
 
 /* ---------------------------------------------------------------- linear -------------
  * y[m, n] = sum_k x[m, k] * w[n, k] (+ b[n]).
  * strict BF16: x, w, b BF16 -> y BF16.   strict F32: all F32 (never TF32-like shortcuts).
  * golden: all F64.  K order: ascending k, one FP32 accumulator per output, bias added after
  * the sum, one rounding. */
-h3s_status h3s_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y);
 /* dx = dy @ w [M, K]; dw = dy^T @ x [N, K] (tile fold over M); db = column sums of dy.
  * dy, dx, dw, db: F32 (strict) or F64 (golden). */
 h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
@@ -34,15 +34,7 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
  * y = x * rsqrt(mean_k(x^2) + eps) [* w] [* (1 + scale[index[m]]) + shift[index[m]]].
  * Modulation rows come from `table` [R, C*H] (chunk c = columns [c*H, (c+1)*H)) through a
  * per-row `index` [M] (I64, each in [0, R)).  y: BF16 or F32 (strict), F64 (golden). */
-typedef struct h3s_modulation {
-    const h3s_tensor *table; /* [R, C*H], activation dtype */
-    const h3s_tensor *index; /* [M] I64 */
-    int shift_chunk;
-    int scale_chunk;
-} h3s_modulation;
 
-h3s_status h3s_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
-                               h3s_tensor *y);
 /* dx [M,H]; dw [H] (tile fold); dtable [R, C*H]: only the shift and scale chunks are
  * written (tile fold per table row, rows no index names get 0); other chunks untouched. */
 h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
@@ -51,7 +43,6 @@ h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const 
 /* Per-head RMSNorm (q_norm / k_norm): x [M, heads*D], w [D]; normalised over each head's D
  * channels.  dw folds over token rows in tiles of 256 rows, inside a tile row-major
  * (ascending row, then ascending head). */
-h3s_status h3s_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps, h3s_tensor *y);
 h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
 
@@ -59,12 +50,8 @@ h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h
  * Table from position_ids [S, 3] (F64 or F32; cast to F32 first as the provider does):
  * inv_freq[j] = 1 / theta^(2j / (2F)), angles = (t*inv, h*inv, w*inv) repeated twice (6F),
  * cos/sin [S, 6F]: F32 (strict) or F64 (golden). */
-h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
-                          h3s_tensor *sin_out);
 /* Rotate-half rope on the first 6F channels of every head of x [M, heads*D] (M a multiple
  * of S; row m uses table row m % S); channels >= 6F pass through. */
-h3s_status h3s_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,
-                            h3s_tensor *y);
 h3s_status h3s_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t, const h3s_tensor *dy,
                              h3s_tensor *dx);
 
@@ -75,13 +62,7 @@ h3s_status h3s_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_t
  * stats [B*S, heads, 2] keeps (row max of the scaled scores, softmax denominator) for the
  * backward: F32 (strict) or F64 (golden).  Workspace is bounded by a fixed tile: no S x S
  * buffer is ever allocated. */
-typedef struct h3s_attn_mask {
-    const h3s_tensor *doc;       /* [S] I64 document id per packed position, or NULL */
-    const h3s_tensor *key_valid; /* [B, S] BOOL, 1 = key may be attended, or NULL */
-} h3s_attn_mask;
 
-h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
-                                 int64_t heads, const h3s_attn_mask *mask, h3s_tensor *out, h3s_tensor *stats);
 /* dq, dk, dv [B*S, heads*D] gradient dtype; no atomics: dq by query, dk/dv by key, each a
  * sum in ascending packed order. */
 h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, const h3s_tensor *out,
@@ -104,23 +85,18 @@ h3s_status h3s_attention_backward_rows(const h3s_tensor *q, const h3s_tensor *k,
 /* ---------------------------------------------------------------- residual -----------
  * out = r + gate[index[m]] * y  (gate = chunk `gate_chunk` of table [R, C*H]);
  * table == NULL: out = r + y.  r, y, out activation dtype. */
-h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const h3s_tensor *table,
-                                const h3s_tensor *index, int gate_chunk, h3s_tensor *out);
 /* dr = dout; dy = dout * gate; dtable: only the gate chunk is written (tile fold). */
 h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index, int gate_chunk,
                                  const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy, h3s_tensor *dtable);
 
 /* ---------------------------------------------------------------- swiglu -------------
  * u [M, 2F]: value = u[:, :F], gate = u[:, F:]; h = value * silu(gate) [M, F]. */
-h3s_status h3s_swiglu_forward(const h3s_tensor *u, h3s_tensor *h);
 h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du);
 
 /* ---------------------------------------------------------------- adaln projection ---
  * silu(temb) in FP32, cast once to BF16 (golden: F64, no cast) -> a [T, E];
  * table = linear(a, w, b) [T, N] (N = 6*3*H for a block, 2*H for norm_out).
  * `a` is kept for the backward. */
-h3s_status h3s_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *a,
-                                        h3s_tensor *table);
 /* dtemb [T, E] (through the cast straight, then silu'), dw, db. */
 h3s_status h3s_adaln_projection_backward(const h3s_tensor *temb, const h3s_tensor *a, const h3s_tensor *w,
                                          const h3s_tensor *dtable, h3s_tensor *dtemb, h3s_tensor *dw, h3s_tensor *db);
@@ -128,12 +104,9 @@ h3s_status h3s_adaln_projection_backward(const h3s_tensor *temb, const h3s_tenso
 /* ---------------------------------------------------------------- timestep -----------
  * Sinusoid: half = freq_dim/2, freq[k] = exp(-ln(10000) k / half), args = t * freq,
  * out [T, freq_dim] = [cos(args), sin(args)]. t [T] F32 (strict) / F64 (golden). */
-h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out);
 h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor *dout, h3s_tensor *dt);
 /* temb = linear_2(silu(linear_1(features))), all F32 (strict) / F64 (golden); `hidden`
  * [T, Eh] keeps linear_1's output for the backward. */
-h3s_status h3s_timestep_mlp_forward(const h3s_tensor *features, const h3s_tensor *w1, const h3s_tensor *b1,
-                                    const h3s_tensor *w2, const h3s_tensor *b2, h3s_tensor *hidden, h3s_tensor *temb);
 h3s_status h3s_timestep_mlp_backward(const h3s_tensor *features, const h3s_tensor *w1, const h3s_tensor *w2,
                                      const h3s_tensor *hidden, const h3s_tensor *dtemb, h3s_tensor *dfeatures,
                                      h3s_tensor *dw1, h3s_tensor *db1, h3s_tensor *dw2, h3s_tensor *db2);
@@ -143,8 +116,6 @@ h3s_status h3s_timestep_mlp_backward(const h3s_tensor *features, const h3s_tenso
  * rows by `index` = timestep_indices per packed row; y = rmsnorm(x) * w * (1 + scale) + shift,
  * y F32 (strict) / F64 (golden).  A thin wrapper over h3s_rmsnorm_forward with shift chunk 0,
  * scale chunk 1. */
-h3s_status h3s_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
-                                  const h3s_tensor *index, double eps, h3s_tensor *y);
 /* The modulation the final norm applies (shift chunk 0, scale chunk 1 of a [T, 2H] table),
  * after checking that x, w, table and index are given and the table is 2H wide.  Shared by
  * the CPU entry points and their CUDA twins. */
@@ -157,10 +128,8 @@ h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, con
 /* ---------------------------------------------------------------- rows & grads -------
  * Batched row gather: dst[b*n + i, :] = src[b*Ss + index[i], :] for b < batch, i < n, with
  * Ss = src rows / batch; converted to dst's dtype (one rounding, e.g. F32 -> BF16). */
-h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 /* Batched row scatter: dst[b*Sd + index[i], :] = src[b*n + i, :]; other dst rows untouched;
  * duplicate indices are an error. */
-h3s_status h3s_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 /* out = a + b elementwise (gradient accumulation in a fixed order: a first). */
 h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
 
