@@ -149,22 +149,26 @@ class _Tap:
     and the attention call, through wrappers of the module's own functions).  With `grads` it also registers
     hooks that record the gradient reaching each node, named as the strict backward names it."""
 
-    def __init__(self, model, grads):
-        self.model, self.grads = model, grads
+    def __init__(self, model, grads, offload=False):
+        # offload: keep the recorded values in host memory (the FP64 golden's values on a GPU run)
+        self.model, self.grads, self.offload = model, grads, offload
         self.values, self.inputs, self.grad_values = {}, {}, {}
         self.handles = []
         self._attn_prefix, self._rope_calls = None, 0
 
+    def _keep(self, t):
+        return t.detach().to("cpu", copy=True) if self.offload else t.detach().clone()
+
     def _val(self, name, t):
-        self.values[name] = t.detach().clone()
+        self.values[name] = self._keep(t)
 
     def _inp(self, name, **kw):
-        self.inputs[name] = {k: (v.detach().clone() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        self.inputs[name] = {k: (self._keep(v) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
 
     def _grad(self, name, t, select=None):
         if self.grads and isinstance(t, torch.Tensor) and t.requires_grad:
             def hook(g, name=name):
-                self.grad_values[name] = (g if select is None else select(g)).detach().clone()
+                self.grad_values[name] = self._keep(g if select is None else select(g))
             t.register_hook(hook)
 
     def _module_grad_input(self, module, name, select=None):
@@ -175,7 +179,7 @@ class _Tap:
         def hook(mod, grad_input, grad_output, name=name):
             g = grad_input[0]
             if g is not None:
-                self.grad_values[name] = (g if select is None else select(g)).detach().clone()
+                self.grad_values[name] = self._keep(g if select is None else select(g))
         self.handles.append(module.register_full_backward_hook(hook))
 
     def _pre(self, module, fn):
@@ -383,11 +387,11 @@ def _cotangent(batch, nv, wv, na, wa, seed):
     return torch.stack(s), torch.stack(a)
 
 
-def _run_provider(model, x, device, backward, ct):
+def _run_provider(model, x, device, backward, ct, offload=False):
     """One forward (and backward) of a diffusers model with its taps; returns the tap (values, inputs, grads)
-    and the parameter and input gradients."""
+    and the outputs."""
     layout = {k: x[k] for k in ("video_indices", "audio_indices", "text_indices")}
-    tap = _Tap(model, backward)
+    tap = _Tap(model, backward, offload)
     tap.install(layout)
     args = {k: v.to(device) for k, v in x.items()}
     leaves = ("hidden_states", "audio_hidden_states", "encoder_hidden_states")
@@ -405,11 +409,12 @@ def _run_provider(model, x, device, backward, ct):
                 da = ct[1].to(device=device, dtype=out.audio_sample.dtype)
                 ((out.sample * ds).sum() + (out.audio_sample * da).sum()).backward()
                 for name, p in model.named_parameters():
-                    params["param." + name] = None if p.grad is None else p.grad.detach().clone()
-                tap.grad_values["proj_in.grad"] = args["hidden_states"].grad.reshape(
-                    -1, args["hidden_states"].shape[-1]).detach().clone()
-                tap.grad_values["audio_proj_in.grad"] = args["audio_hidden_states"].grad.reshape(
-                    -1, args["audio_hidden_states"].shape[-1]).detach().clone()
+                    params["param." + name] = None if p.grad is None else tap._keep(p.grad)
+                    p.grad = None
+                tap.grad_values["proj_in.grad"] = tap._keep(args["hidden_states"].grad.reshape(
+                    -1, args["hidden_states"].shape[-1]))
+                tap.grad_values["audio_proj_in.grad"] = tap._keep(args["audio_hidden_states"].grad.reshape(
+                    -1, args["audio_hidden_states"].shape[-1]))
     finally:
         tap.remove()
     tap.grad_values.update(params)
@@ -932,8 +937,11 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
         golden_model = copy.deepcopy(provider)
         golden_model._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)  # every parameter, buffer
         gx = {k: (v.double() if v.is_floating_point() and k != "position_ids" else v) for k, v in x.items()}
-        gv, _, _ = _run_provider(golden_model, gx, device, backward, (ct[0].double(), ct[1].double()))
+        gv, _, _ = _run_provider(golden_model, gx, device, backward, (ct[0].double(), ct[1].double()),
+                                 offload=device == "cuda")
         del golden_model
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
         _progress(quiet, "strict, batch", t0)
         a = _strict_pass(handle, x, backward, ct, keep=True)
