@@ -15,7 +15,8 @@
 # .deps/wheels/, fetched beforehand on a machine with network access:
 #
 #   python3 -m pip download diffusers==0.42.1 --only-binary=:all: --python-version 3.12 \
-#       --platform manylinux_2_28_x86_64 -d .deps/wheels
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#       -d .deps/wheels
 #
 # (the device's Python is 3.12; .deps/ is ignored by git).  The h3strict package is used from the tree
 # (PYTHONPATH=python, H3STRICT_LIBRARY=the built library), so nothing else is installed.  The build
