@@ -152,15 +152,17 @@ __global__ void __launch_bounds__(FOLD_COLS)
 /* HEAD_DW partials, streamed: the chain of fold_head_dw_generic_kernel (one chain per column,
  * the (row, head) pairs of the tile in ascending order, each one step: c = dy * (x * inv),
  * part = c for the first step, part = part + c after), split over four warps.  A block takes
- * HD_COLS columns of one 256-row tile.  All warps copy whole rows (dy and x of every head for
- * these columns, and the row's inverse norms) into a ring of HD_SLOTS shared-memory slots with
- * cp.async, HD_SLOTS - 1 rows ahead; warps 1-3 turn row r's data into its contributions c[h][col]
- * (the same two products as the generic kernel) while warp 0 runs the chain over row r - 1's
- * contributions, so the chain is only loads and adds.  Same operations, same order: the same
- * bits (tested against the generic kernel). */
+ * HD_COLS columns of one 256-row tile and works in phases of HD_G rows.  All warps copy whole rows
+ * (dy and x of every head for these columns, and the row's inverse norms) into a ring of
+ * HD_SLOTS = 3 x HD_G shared-memory slots with cp.async, two phases ahead; in phase p warps 1-3 turn
+ * the rows of phase p into their contributions (the same two products as the generic kernel)
+ * while warp 0 runs the chain over phase p - 1's, eight loads then eight adds, so the chain is
+ * only loads and adds.  Same operations, same order: the same bits (tested against the generic
+ * kernel). */
 #define HD_COLS 16
 #define HD_THREADS 128
-#define HD_SLOTS 8
+#define HD_G 4
+#define HD_SLOTS (3 * HD_G)
 
 __device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
@@ -180,91 +182,97 @@ static __host__ __device__ __forceinline__ int hd_slot_floats(int H) {
 __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
     extern __shared__ __align__(16) float hd_smem[];
     const int H = (int)a.heads;
-    const int slot_floats = hd_slot_floats(H);
-    float *cbuf = hd_smem + HD_SLOTS * slot_floats; /* two [H][HD_COLS] contribution buffers */
+    const int slot_floats = hd_slot_floats(H), cstride = HD_G * H * HD_COLS;
+    float *cbuf = hd_smem + HD_SLOTS * slot_floats; /* two [HD_G][H][HD_COLS] contribution buffers */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
-    const int rows = (int)(m1 - m0);
+    const int rows = (int)(m1 - m0), phases = (rows + HD_G - 1) / HD_G;
     const bool inv16 = (H & 3) == 0; /* a row's H inverse norms are whole 16-byte chunks */
     constexpr int DY_CH = HD_COLS / 4, X_CH = HD_COLS / 8;
     const int hd = (int)a.head_dim, n_inv = inv16 ? H / 4 : H;
-    auto issue = [&](int r) { /* copies of row m0 + r into slot r % HD_SLOTS, one commit group */
-                              if (r < rows) {
-                                  float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
-                                  float *sdy = sl, *sinv = sl + H * HD_COLS;
-                                  uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
-                                  const int64_t m = m0 + r;
-                                  const float *dyr = a.dy + m * a.ld_dy + n0;
-                                  const uint16_t *xr = (const uint16_t *)a.x + m * a.ld_x + n0;
-                                  const float *ir = a.inv + m * a.heads;
-                                  for (int e = tid; e < H * DY_CH; e += HD_THREADS) {
-                                      const int h = e / DY_CH, j = e % DY_CH;
-                                      hd_cp16(sdy + h * HD_COLS + j * 4, dyr + h * hd + j * 4);
-                                  }
-                                  for (int e = tid; e < H * X_CH; e += HD_THREADS) {
-                                      const int h = e / X_CH, j = e % X_CH;
-                                      hd_cp16(sx + h * HD_COLS + j * 8, xr + h * hd + j * 8);
-                                  }
-                                  for (int e = tid; e < n_inv; e += HD_THREADS) {
-                                      if (inv16)
-                                          hd_cp16(sinv + 4 * e, ir + 4 * e);
-                                      else
-                                          hd_cp4(sinv + e, ir + e);
-                                  }
-                              }
-                              asm volatile("cp.async.commit_group;\n" ::: "memory");
+    auto issue = [&](int ph) { /* copies of phase ph's rows into their slots, one commit group */
+                               for (int g = 0; g < HD_G; g++) {
+                                   const int r = ph * HD_G + g;
+                                   if (r >= rows) break;
+                                   float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
+                                   float *sdy = sl, *sinv = sl + H * HD_COLS;
+                                   uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
+                                   const int64_t m = m0 + r;
+                                   const float *dyr = a.dy + m * a.ld_dy + n0;
+                                   const uint16_t *xr = (const uint16_t *)a.x + m * a.ld_x + n0;
+                                   const float *ir = a.inv + m * a.heads;
+                                   for (int e = tid; e < H * DY_CH; e += HD_THREADS) {
+                                       const int h = e / DY_CH, j = e % DY_CH;
+                                       hd_cp16(sdy + h * HD_COLS + j * 4, dyr + h * hd + j * 4);
+                                   }
+                                   for (int e = tid; e < H * X_CH; e += HD_THREADS) {
+                                       const int h = e / X_CH, j = e % X_CH;
+                                       hd_cp16(sx + h * HD_COLS + j * 8, xr + h * hd + j * 8);
+                                   }
+                                   for (int e = tid; e < n_inv; e += HD_THREADS) {
+                                       if (inv16)
+                                           hd_cp16(sinv + 4 * e, ir + 4 * e);
+                                       else
+                                           hd_cp4(sinv + e, ir + e);
+                                   }
+                               }
+                               asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    for (int r = 0; r < HD_SLOTS - 1; r++)
-        issue(r);
+    issue(0);
+    issue(1);
     float part = 0.0f;
-    for (int r = 0; r <= rows; r++) {
-        issue(r + HD_SLOTS - 1);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_SLOTS - 1) : "memory"); /* row r has landed */
+    for (int ph = 0; ph <= phases; ph++) {
+        issue(ph + 2);
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory"); /* phase ph's rows have landed */
         __syncthreads();
         if (warp >= 1) {
-            if (r < rows) { /* contributions of row r: loads of four elements first, then math, then stores */
-                const float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
-                const float *sdy = sl, *sinv = sl + H * HD_COLS;
-                const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
-                float *cb = cbuf + (r & 1) * H * HD_COLS;
+            if (ph < phases) { /* contributions of phase ph: four elements' loads, then math, then stores */
+                float *cb = cbuf + (ph & 1) * cstride;
                 const int total = H * HD_COLS, last = total - 1;
-                for (int e0 = tid - 32; e0 < total; e0 += 4 * (HD_THREADS - 32)) {
-                    uint16_t xv[4];
-                    float iv[4], dv[4];
+                for (int g = 0; g < HD_G && ph * HD_G + g < rows; g++) {
+                    const float *sl = hd_smem + ((ph * HD_G + g) % HD_SLOTS) * slot_floats;
+                    const float *sdy = sl, *sinv = sl + H * HD_COLS;
+                    const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
+                    float *cg = cb + g * total;
+                    for (int e0 = tid - 32; e0 < total; e0 += 4 * (HD_THREADS - 32)) {
+                        uint16_t xv[4];
+                        float iv[4], dv[4];
 #pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        const int e = min(e0 + u * (HD_THREADS - 32), last);
-                        xv[u] = sx[e], iv[u] = sinv[e / HD_COLS], dv[u] = sdy[e];
-                    }
+                        for (int u = 0; u < 4; u++) {
+                            const int e = min(e0 + u * (HD_THREADS - 32), last);
+                            xv[u] = sx[e], iv[u] = sinv[e / HD_COLS], dv[u] = sdy[e];
+                        }
 #pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        const int e = e0 + u * (HD_THREADS - 32);
-                        const float xh = h3k_bf2f(xv[u]) * iv[u];
-                        if (e < total) cb[e] = dv[u] * xh;
+                        for (int u = 0; u < 4; u++) {
+                            const int e = e0 + u * (HD_THREADS - 32);
+                            const float xh = h3k_bf2f(xv[u]) * iv[u];
+                            if (e < total) cg[e] = dv[u] * xh;
+                        }
                     }
                 }
             }
-        } else if (r >= 1 && lane < HD_COLS) { /* the chain over row r - 1: eight loads, then eight adds */
-            const float *cb = cbuf + ((r - 1) & 1) * H * HD_COLS + lane;
-            int h = 0;
-            if (r == 1) {
+        } else if (ph >= 1 && lane < HD_COLS) { /* the chain over phase ph - 1: (row, head) pairs ascending */
+            const float *cb = cbuf + ((ph - 1) & 1) * cstride + lane;
+            const int prow = min(HD_G, rows - (ph - 1) * HD_G), steps = prow * H;
+            int k = 0;
+            if (ph == 1) {
                 part = cb[0];
-                h = 1;
+                k = 1;
             }
-            for (; h + 8 <= H; h += 8) {
+            for (; k + 8 <= steps; k += 8) {
                 float v[8];
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    v[u] = cb[(h + u) * HD_COLS];
+                    v[u] = cb[(k + u) * HD_COLS];
 #pragma unroll
                 for (int u = 0; u < 8; u++)
                     part = part + v[u];
             }
-            for (; h < H; h++)
-                part = part + cb[h * HD_COLS];
+            for (; k < steps; k++)
+                part = part + cb[k * HD_COLS];
         }
-        __syncthreads(); /* slot r and buffer (r - 1) & 1 are consumed before they are refilled */
+        __syncthreads(); /* phase ph's slots and buffer (ph - 1) & 1 are consumed before they are refilled */
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     const int64_t n = n0 + lane;
@@ -277,8 +285,8 @@ static size_t hd_smem_bytes(const h3c_fold_args *a) {
     if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
     if (((uintptr_t)a->dy | (uintptr_t)a->x | (uintptr_t)a->inv) & 15u) return 0;
     if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16 || (a->head_dim * 2) % 16) return 0;
-    const size_t bytes =
-        (size_t)HD_SLOTS * (size_t)hd_slot_floats((int)a->heads) * 4 + 2 * (size_t)a->heads * HD_COLS * 4;
+    const size_t bytes = (size_t)HD_SLOTS * (size_t)hd_slot_floats((int)a->heads) * 4 +
+                         2 * (size_t)HD_G * (size_t)a->heads * HD_COLS * 4;
     return bytes <= 200 * 1024 ? bytes : 0;
 }
 
