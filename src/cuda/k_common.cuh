@@ -40,16 +40,6 @@ __device__ __forceinline__ void h3k_st(void *p, int dt, int64_t i, float v) {
         ((float *)p)[i] = v;
 }
 
-/* a / b and a % b for non-negative a and positive b: 32-bit unsigned division when both fit (the
- * usual case; a 64-bit division is a long software sequence on the GPU), else 64-bit.  Exact either way. */
-__device__ __forceinline__ int64_t h3k_div(int64_t a, int64_t b) {
-    return (a <= 0xffffffffLL && b <= 0xffffffffLL) ? (int64_t)((uint32_t)a / (uint32_t)b) : a / b;
-}
-
-__device__ __forceinline__ int64_t h3k_mod(int64_t a, int64_t b) {
-    return (a <= 0xffffffffLL && b <= 0xffffffffLL) ? (int64_t)((uint32_t)a % (uint32_t)b) : a % b;
-}
-
 /* First bad index wins the flag; its value is kept for the message. */
 __device__ __forceinline__ void h3k_report_index(int *flag, int code, int64_t value) {
     if (atomicCAS(flag, 0, code) == 0) *(long long *)(flag + 2) = (long long)value;

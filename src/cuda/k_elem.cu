@@ -59,10 +59,9 @@ __global__ void rope_apply_kernel(int backward, int64_t M, int64_t S, int64_t he
                                   const float *ct, const float *st, const void *in, void *out) {
     const int64_t half = R / 2, slots = half + (D - R), W = heads * D;
     GRID_STRIDE(e, M * heads * slots) {
-        const int64_t m = h3k_div(e, heads * slots), rem = e - m * (heads * slots), h = h3k_div(rem, slots),
-                      sl = rem - h * slots;
+        const int64_t m = e / (heads * slots), rem = e % (heads * slots), h = rem / slots, sl = rem % slots;
         const int64_t base = m * W + h * D;
-        const float *c = ct + h3k_mod(m, S) * R, *s = st + h3k_mod(m, S) * R;
+        const float *c = ct + (m % S) * R, *s = st + (m % S) * R;
         if (sl < half) {
             const int64_t i = sl;
             if (!backward) {
@@ -104,7 +103,7 @@ __global__ void residual_forward_kernel(int64_t M, int64_t H, const uint16_t *r,
                                         const uint16_t *table, const int64_t *index, int64_t R, int64_t ld_table,
                                         int64_t gate_off, uint16_t *out, int *flag) {
     GRID_STRIDE(e, M * H) {
-        const int64_t m = h3k_div(e, H), k = e - m * H;
+        const int64_t m = e / H, k = e % H;
         float v = h3k_bf2f(y[e]);
         if (table) {
             const int64_t row = h3k_index(index, m, R, flag, H3C_CODE_RESIDUAL_FORWARD);
@@ -126,7 +125,7 @@ __global__ void residual_backward_kernel(int64_t M, int64_t H, const uint16_t *t
                                          int64_t ld_table, int64_t gate_off, const float *dout, float *dr, float *dy,
                                          int *flag) {
     GRID_STRIDE(e, M * H) {
-        const int64_t m = h3k_div(e, H), k = e - m * H;
+        const int64_t m = e / H, k = e % H;
         const float g = dout[e];
         float gy = g;
         if (table && dy) {
@@ -151,7 +150,7 @@ extern "C" h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int6
 
 __global__ void swiglu_forward_kernel(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
     GRID_STRIDE(e, M * F) {
-        const int64_t m = h3k_div(e, F), f = e - m * F;
+        const int64_t m = e / F, f = e % F;
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
         h[e] = h3k_f2bf(v * h3k_siluf(g));
     }
@@ -163,7 +162,7 @@ extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, c
 
 __global__ void swiglu_backward_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
     GRID_STRIDE(e, M * F) {
-        const int64_t m = h3k_div(e, F), f = e - m * F;
+        const int64_t m = e / F, f = e % F;
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
         float d = dh[e];
         du[m * 2 * F + f] = d * h3k_siluf(g);
@@ -213,7 +212,7 @@ __device__ __forceinline__ float ts_freq(int64_t k, int64_t half) {
 __global__ void ts_forward_kernel(int64_t T, int64_t freq_dim, const float *t, float *out) {
     const int64_t half = freq_dim / 2;
     GRID_STRIDE(e, T * half) {
-        const int64_t i = h3k_div(e, half), k = e - i * half;
+        const int64_t i = e / half, k = e % half;
         float a = t[i] * ts_freq(k, half);
         out[i * freq_dim + k] = (float)cos((double)a);
         out[i * freq_dim + half + k] = (float)sin((double)a);
@@ -255,7 +254,7 @@ __global__ void rows_copy_kernel(int scatter, int code, int64_t batch, int64_t n
                                  const int64_t *index, int *flag) {
     const int64_t other = (scatter ? dst_rows : src_rows) / batch; /* rows per item of the packed side */
     GRID_STRIDE(e, batch * n * width) {
-        const int64_t r = h3k_div(e, width), col = e - r * width, b = h3k_div(r, n), i = r - b * n;
+        const int64_t r = e / width, col = e % width, b = r / n, i = r % n;
         const int64_t idx = h3k_index(index, i, other, flag, code);
         if (idx < 0) continue;
         const int64_t s_off = scatter ? r * width + col : (b * other + idx) * width + col;
