@@ -14,20 +14,29 @@
 # 0.42.1 and whatever of its requirements the machine lacks are installed, with no index, from wheels in
 # .deps/wheels/, fetched beforehand on a machine with network access:
 #
-#   python3 -m pip download diffusers==0.42.1 --only-binary=:all: --python-version 3.12 \
+#   python3 -m pip download diffusers==0.42.1 psutil pyyaml packaging --only-binary=:all: --python-version 3.12 \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .deps/wheels
+#   python3 -m pip download accelerate==1.15.0 --no-deps -d .deps/wheels
 #
+# (accelerate is what lets diffusers load the checkpoint's mixed precision: torch_dtype with its F32 modules kept)
 # (the device's Python is 3.12; .deps/ is ignored by git).  The h3strict package is used from the tree
 # (PYTHONPATH=python, H3STRICT_LIBRARY=the built library), so nothing else is installed.  The build
 # (build-device/) and the model (build-device/provider_model) are kept and reused by a later run, so the S values
 # may be spread over several commands.  H3S_SOURCE_COMMIT names the commit (the device copy has no .git).
+# Knobs: H3S_PYTHON (the Python with torch, default python3), H3S_WHEELS (default .deps/wheels), H3S_GPU_BUILD,
+# H3S_GPU_JOBS; for a rehearsal on a machine without a GPU, H3S_EVIDENCE_DEVICE=cpu H3S_EVIDENCE_PRESET=tiny run
+# the same steps on the CPU backend and the tiny preset (2 blocks).
 set -u -o pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$SRC/out/provider_replay}
 BUILD=${H3S_GPU_BUILD:-$SRC/build-device}
 JOBS=${H3S_GPU_JOBS:-$(nproc 2>/dev/null || echo 4)}
 PY=${H3S_PYTHON:-python3}
+WHEELS=${H3S_WHEELS:-$SRC/.deps/wheels}
+# rehearsal on a machine without a GPU: H3S_EVIDENCE_DEVICE=cpu H3S_EVIDENCE_PRESET=tiny (same steps, CPU backend)
+DEVICE=${H3S_EVIDENCE_DEVICE:-cuda}
+PRESET=${H3S_EVIDENCE_PRESET:-h3-33b}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(264 925 3160)
 mkdir -p "$OUT"
@@ -37,7 +46,9 @@ log "provider_replay_evidence: start $(date -u +%Y-%m-%dT%H:%M:%SZ), source $SRC
 
 # ------------------------------------------------------------------ build (CUDA backend required)
 source "$SRC/scripts/device_deps.sh"
-if ! cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=ON "${EXTRA_CMAKE[@]}" \
+CUDA_OPT=ON
+[ "$DEVICE" = cuda ] || CUDA_OPT=OFF
+if ! cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=$CUDA_OPT "${EXTRA_CMAKE[@]}" \
     >>"$LOG" 2>&1 || ! cmake --build "$BUILD" -j "$JOBS" --target h3strict_cli h3strict_shared >>"$LOG" 2>&1; then
     log "FAIL: the CUDA build failed (see $LOG)"
     exit 4
@@ -47,34 +58,44 @@ LIB=$(ls "$BUILD"/libh3strict.so 2>/dev/null | head -1)
 [ -n "$LIB" ] || { log "FAIL: no libh3strict.so in $BUILD"; exit 4; }
 
 # ------------------------------------------------------------------ diffusers from the carried wheels
-# A virtual environment that sees the system's packages (torch); where it cannot see torch (the interpreter is
-# itself in an environment), the wheels go into a folder on PYTHONPATH instead.
-VENV=/tmp/h3s-provider-venv
+# The machine's own Python with its torch; diffusers 0.42.1 and accelerate 1.15.0 are used where that Python has
+# them, else their wheels go into a folder on PYTHONPATH without their requirements (the machine's torch, numpy,
+# huggingface_hub and safetensors serve), and only if they then do not import are the requirements that are not
+# torch installed there from the wheels too.
 SITE=/tmp/h3s-provider-site
-PYV=$VENV/bin/python
-if ! "$PYV" -c "import diffusers, torch" >/dev/null 2>&1; then
-    "$PY" -m venv --system-site-packages "$VENV" >>"$LOG" 2>&1 || true
-    if "$PYV" -c "import torch" >/dev/null 2>&1; then
-        "$PYV" -m pip install -q --no-index --find-links "$SRC/.deps/wheels" diffusers==0.42.1 >>"$LOG" 2>&1 ||
-            { log "FAIL: diffusers 0.42.1 could not be installed from $SRC/.deps/wheels (see $LOG)"; exit 4; }
-    else
-        PYV=$PY
-        "$PY" -m pip install -q --no-index --find-links "$SRC/.deps/wheels" --target "$SITE" diffusers==0.42.1 \
-            >>"$LOG" 2>&1 || { log "FAIL: diffusers 0.42.1 could not be installed from $SRC/.deps/wheels"; exit 4; }
-        export PYTHONPATH=$SITE
+probe='import torch, diffusers, accelerate; from diffusers import MiniMaxH3Transformer3DModel
+assert (diffusers.__version__, accelerate.__version__) == ("0.42.1", "1.15.0"), (diffusers.__version__, accelerate.__version__)'
+if ! "$PY" -c "$probe" >/dev/null 2>&1; then
+    export PYTHONPATH=$SITE
+    if ! "$PY" -c "$probe" >/dev/null 2>&1; then
+        whls=$(ls "$WHEELS"/diffusers-0.42.1-*.whl "$WHEELS"/accelerate-1.15.0-*.whl 2>/dev/null)
+        [ "$(echo "$whls" | grep -c .)" = 2 ] ||
+            { log "FAIL: no diffusers 0.42.1 and accelerate 1.15.0 wheels in $WHEELS (see the header of this script)"; exit 4; }
+        # shellcheck disable=SC2086
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $whls >>"$LOG" 2>&1 ||
+            { log "FAIL: pip could not install $whls"; exit 4; }
+    fi
+    if ! "$PY" -c "$probe" >>"$LOG" 2>&1; then
+        log "diffusers or accelerate lacks requirements on this machine: installing them from $WHEELS"
+        "$PY" -m pip install -q --no-index --no-compile --find-links "$WHEELS" --target "$SITE" --upgrade \
+            diffusers==0.42.1 psutil pyyaml packaging >>"$LOG" 2>&1 ||
+            { log "FAIL: the requirements are not all in $WHEELS"; exit 4; }
+        "$PY" -c "$probe" >>"$LOG" 2>&1 || { log "FAIL: diffusers 0.42.1 / accelerate 1.15.0 do not import (see $LOG)"; exit 4; }
     fi
 fi
-[ -d "$SITE" ] && ! "$PYV" -c "import diffusers" >/dev/null 2>&1 && { PYV=$PY; export PYTHONPATH=$SITE; }
-"$PYV" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
-    { log "FAIL: torch sees no CUDA device"; exit 4; }
+PYV=$PY
+if [ "$DEVICE" = cuda ]; then
+    "$PYV" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
+        { log "FAIL: torch sees no CUDA device"; exit 4; }
+    log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+fi
 log "python: $("$PYV" -c 'import sys, torch, diffusers; print(sys.version.split()[0], "torch", torch.__version__, "diffusers", diffusers.__version__)')"
-log "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 
 # ------------------------------------------------------------------ model: released geometry, 2 blocks
-M=$BUILD/provider_model
+M=$BUILD/provider_model_$PRESET
 if [ ! -f "$M/config.json" ]; then
-    log "init: h3-33b --layers 2 --seed 1"
-    "$H" init --preset h3-33b --layers 2 --seed 1 --out "$M" >>"$LOG" 2>&1 || { log "FAIL: init"; exit 4; }
+    log "init: $PRESET --layers 2 --seed 1"
+    "$H" init --preset "$PRESET" --layers 2 --seed 1 --out "$M" >>"$LOG" 2>&1 || { log "FAIL: init"; exit 4; }
 fi
 
 # S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents
@@ -104,7 +125,7 @@ for S in "${SIZES[@]}"; do
     R=$OUT/provider_replay_S$S.json
     start=$(date +%s)
     PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} H3STRICT_LIBRARY=$LIB "$PYV" -m h3strict.replay --model "$M" --inputs "$IN" --out "$R" \
-        --device cuda --backward 2>>"$LOG" | tee -a "$LOG"
+        --device "$DEVICE" --backward 2>>"$LOG" | tee -a "$LOG"
     rc=${PIPESTATUS[0]}
     log "replay S = $S: exit $rc in $(($(date +%s) - start)) s"
     [ "$rc" = 0 ] || { [ "$status" = 0 ] && status=$rc; }

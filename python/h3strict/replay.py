@@ -841,7 +841,9 @@ def _load_provider(model_dir, device):
     try:
         m = MiniMaxH3Transformer3DModel.from_pretrained(d, torch_dtype=torch.bfloat16)
     except (OSError, ValueError, KeyError) as e:
-        raise ReplayError(EXIT_INPUT, f"{model_dir}: diffusers could not load the model: {e}") from e
+        hint = (" (diffusers needs accelerate to keep the checkpoint's F32 modules F32 under torch_dtype)"
+                if "low_cpu_mem_usage" in str(e) else "")
+        raise ReplayError(EXIT_INPUT, f"{model_dir}: diffusers could not load the model: {e}{hint}") from e
     return m.to(device).eval(), d
 
 
