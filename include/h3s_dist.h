@@ -36,9 +36,11 @@ H3S_API h3s_status h3s_comm_agree(h3s_comm *c, h3s_status local, int *failed_ran
 H3S_API void h3s_comm_abort(h3s_comm *c, int code);
 
 /* Run the model's passes over `comm` as sp sequence-parallel ranks x tp tensor-parallel ranks (sp * tp must equal
- * the communicator's size; tp must be 1 in this version).  Every rank holds the whole model and the same inputs;
- * each computes its slice of the packed rows of every transformer block and every rank returns the same,
- * complete outputs and gradients, byte-identical to the model without a communicator.  Strict CPU models only.
+ * the communicator's size; rank = sp rank * tp + tp rank).  Every rank is given the same weights and inputs; in
+ * every transformer block each computes the packed rows of its sequence slice and, of those, the heads and
+ * columns of its tensor slice (it copies its slices of the block weights here), and every rank returns the same,
+ * complete outputs and gradients, byte-identical to the model without a communicator.  Strict CPU models only;
+ * tp may not exceed the heads or the hidden, FFN or time-embedding width.
  * comm == NULL returns the model to single-process execution.  The communicator must outlive its use. */
 H3S_API h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp);
 

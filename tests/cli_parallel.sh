@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Parallel runs at the CLI (docs/cli.md, "Parallel runs"): forward, grad, trajectory and replay under mpirun with
-# --sp A --tp B write files whose tensors (and reports, less the command line and provenance) are byte-identical
+# --sp A --tp B, (A, B) in (2, 1), (1, 2), (3, 1), (2, 2), (4, 1), write files whose tensors (and reports, less the command line and provenance) are byte-identical
 # to the single process's, on the tiny preset with 312 packed rows (two 256-row tiles, the second starting inside
 # a slice) and with padding rows and an attention mask; a rank with a bad or different input file makes every rank
 # exit non-zero with one line and no output; a world that does not match --sp x --tp is refused.
@@ -64,7 +64,7 @@ done
 [ -s traj.json ] || exit 1
 "$CLI" replay --model tiny --inputs in.safetensors --out replay.json --quiet >/dev/null || exit 1
 
-for grid in "2 1" "3 1" "4 1"; do
+for grid in "2 1" "1 2" "3 1" "2 2" "4 1"; do
     set -- $grid
     sp=$1 tp=$2 np=$(($1 * $2)) tag="sp$1tp$2"
     for f in in pad; do

@@ -1,12 +1,15 @@
-/* Sequence-parallel execution is byte-equal to one process (docs/strict.md, contract 3; docs/ARCHITECTURE.md).
+/* Sequence- and tensor-parallel execution is byte-equal to one process (docs/strict.md, contract 3;
+ * docs/ARCHITECTURE.md).
  *
- * Run plainly, the test launches itself under mpirun at 2, 3 and 4 ranks (--oversubscribe, one thread per rank).
- * Each rank runs every case twice, alone (no communicator) and as one slice of the world, and compares the
+ * Run plainly, the test launches itself under mpirun at 2, 3 and 4 ranks (--oversubscribe, one thread per rank)
+ * and runs every (sp, tp) whose product is the world.
+ * Each rank runs every case twice, alone (no communicator) and as one part of the world, and compares the
  * outputs, the input gradients, every parameter gradient and the SHA-256 of every node the hook sees (forward and
  * backward, in order), byte for byte.  Cases: the tiny preset (one 256-row tile: every rank but the first sends
  * its rows to the tile's owner), a batch of 12 (two tiles, the second starting inside a slice), padding rows with
- * an attention mask, a second configuration of odd sizes, and explicit uneven slices (one row; a slice ending one
- * row before a tile boundary).  A build without MPI prints SKIP. */
+ * an attention mask, a second configuration of odd sizes (5 heads: 3 + 2 over two ranks, 2 + 2 + 1 over three),
+ * and explicit uneven slices (one row; a slice ending one row before a tile boundary).  A build without MPI prints
+ * SKIP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +62,8 @@ static void run_logged(h3s_model *m, const h3s_inputs *in, run *r, node_log *log
 }
 
 /* One case on this rank: alone, then as a slice of the world; everything compared. */
-static void compare_case(h3s_comm *comm, const char *label, const h3s_config *c, int64_t batch, int64_t pad_to,
-                         int with_mask, const int64_t *sizes) {
+static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch,
+                         int64_t pad_to, int with_mask, const int64_t *sizes) {
     h3s_weights *w = NULL;
     CHECK_OK(h3s_weights_create(c, 17, &w));
     if (!w) return;
@@ -69,19 +72,19 @@ static void compare_case(h3s_comm *comm, const char *label, const h3s_config *c,
     h3s_model *alone = NULL, *par = NULL;
     CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &alone));
     CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &par));
-    CHECK_OK(h3s_model_set_parallel(par, comm, comm->size, 1));
-    if (sizes) CHECK_OK(h3s_model_set_sp_slices(par, sizes, comm->size));
+    CHECK_OK(h3s_model_set_parallel(par, comm, sp, tp));
+    if (sizes) CHECK_OK(h3s_model_set_sp_slices(par, sizes, sp));
     run ra, rp;
     node_log la = {0}, lp = {0};
     run_logged(alone, &q.in, &ra, &la);
     run_logged(par, &q.in, &rp, &lp);
-    CHECK(runs_equal(&ra, &rp), "[%s, rank %d of %d] outputs or gradients differ from one process", label, comm->rank,
-          comm->size);
+    CHECK(runs_equal(&ra, &rp), "[%s, sp %d tp %d, rank %d] outputs or gradients differ from one process", label, sp,
+          tp, comm->rank);
     CHECK(la.n == lp.n && la.n > 0, "[%s] %lld nodes alone, %lld in parallel", label, (long long)la.n, (long long)lp.n);
     int64_t first = -1;
     for (int64_t i = 0; i < la.n && i < lp.n && first < 0; i++)
         if (strcmp(la.names[i], lp.names[i]) || strcmp(la.sha[i], lp.sha[i])) first = i;
-    CHECK(first < 0, "[%s, rank %d] first differing node: %s (parallel: %s)", label, comm->rank,
+    CHECK(first < 0, "[%s, sp %d tp %d, rank %d] first differing node: %s (parallel: %s)", label, sp, tp, comm->rank,
           first >= 0 ? la.names[first] : "", first >= 0 ? lp.names[first] : "");
     /* the comparison can fail: one flipped bit of one parameter gradient is seen */
     if (rp.grads.count > 0 && rp.grads.params[rp.grads.count - 1].data) {
@@ -120,10 +123,25 @@ static int worker(void) {
     odd.time_embed_hidden_dim = 31;
     CHECK_OK(h3s_config_validate(&odd));
 
-    compare_case(comm, "tiny, batch 2", &tiny, 2, 0, 0, NULL);
-    compare_case(comm, "tiny, batch 12 (two tiles)", &tiny, 12, 0, 0, NULL);
-    compare_case(comm, "tiny, padding rows and mask", &tiny, 3, 16, 1, NULL);
-    compare_case(comm, "odd config, batch 11", &odd, 11, 0, 0, NULL);
+    /* every (sp, tp) with sp x tp = the world; tiny's 3 heads cannot be cut 4 ways */
+    for (int tp = 1; tp <= n; tp++) {
+        if (n % tp) continue;
+        int sp = n / tp;
+        if (tp <= tiny.num_attention_heads) {
+            compare_case(comm, sp, tp, "tiny, batch 2", &tiny, 2, 0, 0, NULL);
+            compare_case(comm, sp, tp, "tiny, batch 12 (two tiles)", &tiny, 12, 0, 0, NULL);
+            compare_case(comm, sp, tp, "tiny, padding rows and mask", &tiny, 3, 16, 1, NULL);
+        } else {
+            h3s_weights *w = NULL;
+            h3s_model *m = NULL;
+            CHECK_OK(h3s_weights_create(&tiny, 1, &w));
+            CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &m));
+            CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, sp, tp));
+            h3s_model_free(m);
+            h3s_weights_free(w);
+        }
+        compare_case(comm, sp, tp, "odd config, batch 11", &odd, 11, 0, 0, NULL);
+    }
     /* explicit uneven slices (S is 37 rows for this layout; batch 12 gives 444 rows) */
     request probe;
     make_request(&tiny, 12, 0, 0, &probe);
@@ -135,7 +153,11 @@ static int worker(void) {
     for (int r = 0; r < n; r++)
         sizes[r] = r == 0 ? 255 : 1;
     sizes[n > 1 ? 1 : 0] += n > 1 ? rest - (n - 1) : rest;
-    if (n > 1) compare_case(comm, "tiny, batch 12, slices ending at 255 and single rows", &tiny, 12, 0, 0, sizes);
+    if (n > 1) compare_case(comm, n, 1, "tiny, batch 12, slices ending at 255 and single rows", &tiny, 12, 0, 0, sizes);
+    if (n == 4) {
+        int64_t two[2] = {255, M - 255};
+        compare_case(comm, 2, 2, "tiny, batch 12, sp 2 x tp 2, a slice ending at 255", &tiny, 12, 0, 0, two);
+    }
 
     /* refusals */
     h3s_weights *w = NULL;
@@ -145,6 +167,7 @@ static int worker(void) {
     CHECK_OK(h3s_model_create(w, H3S_BACKEND_GOLDEN, &g));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, n + 1, 1));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, 0, n));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_parallel(m, comm, n, 2));
     if (n > 1) CHECK_FAILS(H3S_ERR_UNSUPPORTED, h3s_model_set_parallel(g, comm, n, 1));
     if (n > 1) {
         /* slice sizes that do not add up: the pass fails on every rank, nothing is returned */

@@ -23,6 +23,9 @@ h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scoun
 /* Point to point: nbytes to rank `to` / from rank `from` (tag 0, in order). */
 h3s_status h3s_comm_send(h3s_comm *c, const void *buf, size_t nbytes, int to);
 h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from);
+/* MPI_Comm_split: the ranks of c with the same color, ordered by key (then by rank), as a new communicator (freed
+ * with h3s_comm_free; it never finalises MPI). */
+h3s_status h3s_comm_split(h3s_comm *c, int color, int key, h3s_comm **out);
 /* nbytes at buf from rank root to every rank. */
 h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root);
 

@@ -147,6 +147,29 @@ h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
     return H3S_OK;
 }
 
+h3s_status h3s_comm_split(h3s_comm *c, int color, int key, h3s_comm **out) {
+    if (!c || !out) return h3s_fail(H3S_ERR_INVALID, "comm_split: NULL argument");
+    *out = NULL;
+    h3s_comm *s = h3s_calloc(1, sizeof *s);
+    mpi_impl *impl = s ? h3s_calloc(1, sizeof *impl) : NULL;
+    if (!impl) {
+        free(s);
+        return H3S_ERR_NOMEM;
+    }
+    int rc = MPI_Comm_split(comm_of(c), color, key, &impl->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(impl->comm, &s->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(impl->comm, &s->size);
+    if (rc != MPI_SUCCESS) {
+        free(impl);
+        free(s);
+        return mpi_fail(rc, "MPI_Comm_split");
+    }
+    s->impl = impl;
+    *out = s;
+    return H3S_OK;
+}
+
 h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root) {
     if (!c) return h3s_fail(H3S_ERR_INVALID, "comm_bcast: NULL argument");
     if (root < 0 || root >= c->size) return h3s_fail(H3S_ERR_INDEX, "comm_bcast: root %d outside the world", root);

@@ -37,6 +37,11 @@ h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
     (void)c, (void)buf, (void)nbytes, (void)from;
     return h3s_fail(H3S_ERR_UNSUPPORTED, "%s", NO_MPI);
 }
+h3s_status h3s_comm_split(h3s_comm *c, int color, int key, h3s_comm **out) {
+    (void)c, (void)color, (void)key;
+    if (out) *out = NULL;
+    return h3s_fail(H3S_ERR_UNSUPPORTED, "%s", NO_MPI);
+}
 h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root) {
     (void)c, (void)buf, (void)nbytes, (void)root;
     return h3s_fail(H3S_ERR_UNSUPPORTED, "%s", NO_MPI);

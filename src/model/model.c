@@ -63,7 +63,10 @@ struct h3s_model {
     /* parallel execution (h3s_model_set_parallel): comm == NULL runs in this process alone */
     h3s_comm *comm;
     int sp, tp;
-    int64_t *sp_sizes; /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
+    h3s_comm *spc, *tpc; /* the ranks of this rank's sequence-parallel and tensor-parallel groups */
+    int own_spc, own_tpc;
+    struct tp_geom *tpg; /* tensor parallel: this rank's ranges and weight slices (NULL when tp == 1) */
+    int64_t *sp_sizes;   /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
     int64_t sp_nsizes;
 };
 
@@ -170,6 +173,8 @@ static void arena_free(arena *a) {
 const h3s_config *h3s_model_config(const h3s_model *m) { return &m->cfg; }
 h3s_backend_kind h3s_model_backend(const h3s_model *m) { return m->kind; }
 
+static void parallel_release(h3s_model *m);
+
 void h3s_model_free(h3s_model *m) {
     if (!m) return;
     for (int64_t i = 0; i < m->nparams; i++) {
@@ -178,6 +183,7 @@ void h3s_model_free(h3s_model *m) {
     free(m->w);
     free(m->specs);
     free(m->sp_sizes);
+    parallel_release(m);
     h3s_weights_free(m->own_weights);
     free(m);
 }
@@ -518,6 +524,7 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
 
 typedef struct block_acts {
     h3s_tensor *x_in, *a_silu, *table, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *att, *stats, *o, *x1, *n2, *u, *h, *f, *x2;
+    h3s_tensor *att_full, *h_full; /* tensor parallel: every head's attention output, the whole FFN inner row */
 } block_acts;
 
 struct h3s_tape {
@@ -533,7 +540,7 @@ struct h3s_tape {
     block_acts *refiner, *blocks;
     /* sequence parallel: this rank's slice of the packed rows, its rope tables and AdaLN rows (h3s_model_set_parallel)
      */
-    int sp;
+    int sp, tpar;
     h3s_sp_plan plan;
     h3s_tensor cos_l, sin_l, adaln_l;
 };
@@ -692,6 +699,194 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     return H3S_OK;
 }
 
+/* ------------------------------------------------------------------ tensor parallel ---- */
+
+/* One rank's slices of a transformer block's weights (tensor parallel): rows of the outputs it computes, and the
+ * columns its input-gradient GEMMs need (the reduction axis of those GEMMs is whole in each). */
+typedef struct tp_block {
+    h3s_tensor wq, wk, wv;        /* rows of this rank's heads [hl * D, H] */
+    h3s_tensor wq_c, wk_c, wv_c;  /* columns of this rank's hidden range [heads * D, cl] */
+    h3s_tensor wo, wo_c;          /* rows of its hidden range [cl, heads * D]; columns of its heads [H, hl * D] */
+    h3s_tensor w0, w0_c;          /* value and gate rows of its FFN range [2 fl, H]; columns [2F, cl] */
+    h3s_tensor w2, w2_c;          /* rows [cl, F]; columns of its FFN range [H, fl] */
+    h3s_tensor ada, ada_b, ada_c; /* AdaLN rows [al, E] and bias [al]; columns of its embedding range [18H, el] */
+} tp_block;
+
+typedef struct tp_geom {
+    h3s_comm *c;
+    int n, rank;
+    int64_t *heads, *hid, *ffn, *ada, *emb; /* n + 1 bounds each: heads, H columns, F columns, 18H columns, E columns */
+    tp_block *blocks;
+} tp_geom;
+
+static void tp_block_free(tp_block *b) {
+    h3s_tensor *t[] = {&b->wq, &b->wk,   &b->wv, &b->wq_c, &b->wk_c, &b->wv_c,  &b->wo,   &b->wo_c,
+                       &b->w0, &b->w0_c, &b->w2, &b->w2_c, &b->ada,  &b->ada_b, &b->ada_c};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        h3s_tensor_free(t[i]);
+}
+
+static void tp_geom_free(tp_geom *g, int64_t layers) {
+    if (!g) return;
+    if (g->blocks)
+        for (int64_t i = 0; i < layers; i++)
+            tp_block_free(&g->blocks[i]);
+    free(g->blocks);
+    free(g->heads);
+    free(g->hid);
+    free(g->ffn);
+    free(g->ada);
+    free(g->emb);
+    free(g);
+}
+
+/* The even split of `total` over n ranks (the first total % n one more). */
+static int64_t *split_bounds(int64_t total, int n) {
+    int64_t *b = h3s_malloc((size_t)n + 1, sizeof *b);
+    if (!b) return NULL;
+    b[0] = 0;
+    for (int r = 0; r < n; r++)
+        b[r + 1] = b[r] + total / n + (r < total % n ? 1 : 0);
+    return b;
+}
+
+/* Rows [r0, r1) (and, when b0 < b1, rows [b0, b1) after them) of a 1-D or 2-D host tensor, copied. */
+static h3s_status copy_rows(const h3s_tensor *w, int64_t r0, int64_t r1, int64_t b0, int64_t b1, h3s_tensor *out) {
+    int64_t cols = w->ndim == 2 ? w->shape[1] : 1, n = (r1 - r0) + (b1 - b0);
+    int64_t shape[2] = {n, cols};
+    H3S_TRY(h3s_tensor_alloc(out, w->dtype, w->ndim, shape));
+    size_t rb = (size_t)cols * h3s_dtype_size(w->dtype);
+    memcpy(out->data, (const char *)w->data + (size_t)r0 * rb, (size_t)(r1 - r0) * rb);
+    if (b1 > b0)
+        memcpy((char *)out->data + (size_t)(r1 - r0) * rb, (const char *)w->data + (size_t)b0 * rb,
+               (size_t)(b1 - b0) * rb);
+    return H3S_OK;
+}
+
+/* Columns [c0, c1) of a 2-D host tensor, copied. */
+static h3s_status copy_cols(const h3s_tensor *w, int64_t c0, int64_t c1, h3s_tensor *out) {
+    int64_t shape[2] = {w->shape[0], c1 - c0};
+    H3S_TRY(h3s_tensor_alloc(out, w->dtype, 2, shape));
+    size_t es = h3s_dtype_size(w->dtype), rb = (size_t)w->shape[1] * es, ob = (size_t)(c1 - c0) * es;
+    for (int64_t r = 0; r < w->shape[0]; r++)
+        memcpy((char *)out->data + (size_t)r * ob, (const char *)w->data + (size_t)r * rb + (size_t)c0 * es, ob);
+    return H3S_OK;
+}
+
+/* Column layouts of a tensor-parallel activation: whole, this rank's heads (x D), its FFN columns, or its FFN
+ * columns twice (SwiGLU's value and gate halves, [value | gate] locally). */
+enum { COL_FULL, COL_HEADS, COL_FFN, COL_SWIGLU, COL_HID, COL_ADA, COL_EMB };
+
+static const int64_t *tp_bounds(const tp_geom *g, int kind, int64_t *unit) {
+    *unit = 1;
+    switch (kind) {
+    case COL_HEADS: return g->heads;
+    case COL_FFN:
+    case COL_SWIGLU: return g->ffn;
+    case COL_HID: return g->hid;
+    case COL_ADA: return g->ada;
+    case COL_EMB: return g->emb;
+    }
+    return NULL;
+}
+
+/* Every rank's columns of `local` [M, w_r] into `full` [M, W] (allocated here): an all-gather, then a copy into
+ * place.  unit: columns per bound unit (D for heads). */
+static h3s_status tp_gather_cols(const tp_geom *g, const h3s_tensor *local, int kind, int64_t unit, int64_t W,
+                                 h3s_tensor *full) {
+    int64_t u;
+    const int64_t *b = tp_bounds(g, kind, &u);
+    const int two = kind == COL_SWIGLU;
+    const int64_t M = local->shape[0];
+    const size_t es = h3s_dtype_size(local->dtype);
+    int64_t shape[2] = {M, W};
+    H3S_TRY(h3s_tensor_alloc(full, local->dtype, 2, shape));
+    size_t *v = h3s_calloc((size_t)g->n * 2, sizeof *v);
+    int64_t total = 0;
+    for (int r = 0; r < g->n; r++)
+        total += (b[r + 1] - b[r]) * unit * (two ? 2 : 1);
+    char *buf = v ? h3s_malloc((size_t)(M * total > 0 ? M * total : 1), es) : NULL;
+    h3s_status st = buf ? H3S_OK : H3S_ERR_NOMEM;
+    size_t off = 0;
+    for (int r = 0; st == H3S_OK && r < g->n; r++) {
+        v[r] = (size_t)(M * (b[r + 1] - b[r]) * unit * (two ? 2 : 1)) * es;
+        v[g->n + r] = off;
+        off += v[r];
+    }
+    if (st == H3S_OK && local->shape[1] != (b[g->rank + 1] - b[g->rank]) * unit * (two ? 2 : 1))
+        st = h3s_fail(H3S_ERR_SHAPE, "tp: a slice of %lld columns, this rank holds %lld", (long long)local->shape[1],
+                      (long long)((b[g->rank + 1] - b[g->rank]) * unit * (two ? 2 : 1)));
+    if (st == H3S_OK) st = h3s_comm_allgatherv(g->c, local->data, buf, v, v + g->n);
+    for (int r = 0; st == H3S_OK && r < g->n; r++) {
+        int64_t w = (b[r + 1] - b[r]) * unit, c0 = b[r] * unit, lw = w * (two ? 2 : 1);
+        const char *src = buf + v[g->n + r];
+        for (int64_t m = 0; m < M; m++) {
+            char *dst = (char *)full->data + (size_t)(m * W) * es;
+            memcpy(dst + (size_t)c0 * es, src + (size_t)(m * lw) * es, (size_t)w * es);
+            if (two) memcpy(dst + (size_t)(W / 2 + c0) * es, src + (size_t)(m * lw + w) * es, (size_t)w * es);
+        }
+    }
+    free(buf);
+    free(v);
+    if (st != H3S_OK) h3s_tensor_free(full);
+    return st;
+}
+
+/* Every rank's rows of a parameter gradient `local` [n_r, K] (or [n_r]) into `dst` [N, K]; unit: rows per bound
+ * unit (D for heads). */
+static h3s_status tp_gather_rows(const tp_geom *g, const h3s_tensor *local, int kind, int64_t unit, h3s_tensor *dst) {
+    int64_t u;
+    const int64_t *b0 = tp_bounds(g, kind, &u);
+    int64_t *b = h3s_malloc((size_t)g->n + 1, sizeof *b);
+    if (!b) return H3S_ERR_NOMEM;
+    for (int r = 0; r <= g->n; r++)
+        b[r] = b0[r] * unit;
+    const int two = kind == COL_SWIGLU;
+    const int64_t K = local->ndim == 2 ? local->shape[1] : 1, N = dst->shape[0];
+    h3s_tensor tmp = {0};
+    int64_t shape[2] = {N, K};
+    h3s_status ast = h3s_tensor_alloc(&tmp, local->dtype, 2, shape);
+    if (ast != H3S_OK) {
+        free(b);
+        return ast;
+    }
+    size_t *v = h3s_calloc((size_t)g->n * 2, sizeof *v);
+    h3s_status st = v ? H3S_OK : H3S_ERR_NOMEM;
+    const size_t rb = (size_t)K * h3s_dtype_size(local->dtype);
+    size_t off = 0;
+    for (int r = 0; st == H3S_OK && r < g->n; r++) {
+        v[r] = (size_t)((b[r + 1] - b[r]) * (two ? 2 : 1)) * rb;
+        v[g->n + r] = off;
+        off += v[r];
+    }
+    if (st == H3S_OK) st = h3s_comm_allgatherv(g->c, local->data, tmp.data, v, v + g->n);
+    for (int r = 0; st == H3S_OK && r < g->n; r++) {
+        int64_t w = b[r + 1] - b[r];
+        const char *src = (const char *)tmp.data + v[g->n + r];
+        memcpy((char *)dst->data + (size_t)b[r] * rb, src, (size_t)w * rb);
+        if (two) memcpy((char *)dst->data + (size_t)(N / 2 + b[r]) * rb, src + (size_t)w * rb, (size_t)w * rb);
+    }
+    free(v);
+    free(b);
+    h3s_tensor_free(&tmp);
+    return st;
+}
+
+/* Columns of a host activation or gradient [M, W] as a contiguous copy. */
+static h3s_status cols_of(const h3s_tensor *t, int64_t c0, int64_t c1, h3s_tensor *out) {
+    return copy_cols(t, c0, c1, out);
+}
+
+/* dx = dy @ w for w [N, K]: the input-gradient half of h3s_linear_backward.  `like` lends memory of at least
+ * [M, K] of w's dtype for the x argument, which is read only for dw (not requested here). */
+static h3s_status dgrad(const h3s_tensor *dy, const h3s_tensor *w, h3s_tensor *dx, const h3s_tensor *like) {
+    int64_t shape[2] = {dy->shape[0], w->shape[1]};
+    if (like->dtype != w->dtype || h3s_tensor_numel(like) < shape[0] * shape[1])
+        return h3s_fail(H3S_ERR_INVALID, "tp: no stand-in for the linear's input");
+    h3s_tensor x = h3s_tensor_view(like->data, w->dtype, 2, shape);
+    return h3s_linear_backward(&x, w, dy, dx, NULL, NULL);
+}
+
 /* ------------------------------------------------------------------ sequence parallel -- */
 
 /* Rows [row0, row0 + n) of a 2-D host tensor, borrowed. */
@@ -699,23 +894,6 @@ static h3s_tensor rows_view(const h3s_tensor *t, int64_t row0, int64_t n) {
     int64_t shape[2] = {n, t->ndim == 2 ? t->shape[1] : 1};
     size_t rb = (size_t)shape[1] * h3s_dtype_size(t->dtype);
     return h3s_tensor_view((char *)t->data + (size_t)row0 * rb, t->dtype, 2, shape);
-}
-
-/* A node output held as this rank's slice: the hook sees the whole tensor (gathered, a copy), exactly what one
- * process emits.  Without a hook nothing moves. */
-static h3s_status emit_rows(run_ctx *r, h3s_tensor *local, int64_t S, const char *fmt, ...) H3S_PRINTF(4, 5);
-static h3s_status emit_rows(run_ctx *r, h3s_tensor *local, int64_t S, const char *fmt, ...) {
-    if (!r->hook) return H3S_OK;
-    char name[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    h3s_tensor full;
-    H3S_TRY(h3s_sp_allgather_rows(&r->tp->plan, local, &full));
-    h3s_status st = r->hook(r->hook_ctx, name, &full, 1, S);
-    h3s_tensor_free(&full);
-    return st;
 }
 
 /* The rows of every item this rank's slice touches (attention reads its whole document). */
@@ -790,7 +968,7 @@ static h3s_status sp_prepare(h3s_tape *tp) {
         return h3s_fail(H3S_ERR_INVALID, "sequence parallel: %lld slice sizes were set for %d ranks",
                         (long long)m->sp_nsizes, m->sp);
     sizes = m->sp_sizes;
-    H3S_TRY(h3s_sp_plan_make(m->comm, tp->B * tp->S, sizes, &tp->plan));
+    H3S_TRY(h3s_sp_plan_make(m->spc, tp->B * tp->S, sizes, &tp->plan));
     int64_t lo = h3s_sp_lo(&tp->plan), n = h3s_sp_rows(&tp->plan), Wr = tp->cos_t->shape[1];
     int64_t shape[2] = {n, Wr};
     H3S_TRY(h3s_tensor_alloc(&tp->cos_l, H3S_F32, 2, shape));
@@ -807,81 +985,169 @@ static h3s_status sp_prepare(h3s_tape *tp) {
     return H3S_OK;
 }
 
-static h3s_status block_forward_sp(run_ctx *r, int64_t i, h3s_tensor *x, block_acts *a, h3s_tensor **x_out) {
+/* A node output held as this rank's part (its rows under sequence parallel, its columns under tensor parallel):
+ * the hook sees the whole tensor, gathered (a copy), exactly what one process emits.  Without a hook nothing
+ * moves. */
+static h3s_status emit_par(run_ctx *r, h3s_tensor *local, int kind, int64_t W, int64_t S, const char *fmt, ...)
+    H3S_PRINTF(6, 7);
+static h3s_status emit_par(run_ctx *r, h3s_tensor *local, int kind, int64_t W, int64_t S, const char *fmt, ...) {
+    if (!r->hook) return H3S_OK;
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const h3s_tape *tp = r->tp;
+    const tp_geom *g = tp->m->tpg;
+    h3s_tensor cols = {0}, rows = {0};
+    const h3s_tensor *t = local;
+    h3s_status st = H3S_OK;
+    if (g && kind != COL_FULL) {
+        int64_t unit = kind == COL_HEADS ? tp->m->cfg.attention_head_dim : 1;
+        st = tp_gather_cols(g, local, kind, unit, W, &cols);
+        t = &cols;
+    }
+    if (st == H3S_OK && tp->sp) {
+        st = h3s_sp_allgather_rows(&tp->plan, t, &rows);
+        t = &rows;
+    }
+    if (st == H3S_OK) st = r->hook(r->hook_ctx, name, (h3s_tensor *)t, 1, S);
+    h3s_tensor_free(&cols);
+    h3s_tensor_free(&rows);
+    return st;
+}
+
+/* dW of a block linear over this rank's rows: by owned tiles under sequence parallel, else the operator's own
+ * fold over all rows. */
+static h3s_status par_linear_dw(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                h3s_tensor *dw) {
+    if (!dw) return H3S_OK;
+    if (tp->sp) return sp_linear_dw(tp, x, w, dy, dw);
+    return h3s_linear_backward(x, w, dy, NULL, dw, NULL);
+}
+
+static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_acts *a, h3s_tensor **x_out) {
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
     const char *pre = "transformer_blocks";
     long long li = (long long)i;
-    int64_t S = tp->S, M = h3s_sp_rows(&tp->plan), lo = h3s_sp_lo(&tp->plan), H = c->hidden_size;
-    int64_t heads = c->num_attention_heads, HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    const tp_geom *g = m->tpg;
+    const tp_block *tb = g ? &g->blocks[i] : NULL;
+    int64_t S = tp->S, H = c->hidden_size, heads = c->num_attention_heads, Dh = c->attention_head_dim;
+    int64_t M = tp->sp ? h3s_sp_rows(&tp->plan) : tp->B * S, lo = tp->sp ? h3s_sp_lo(&tp->plan) : 0;
+    int64_t HD = heads * Dh, F = c->ffn_dim;
+    int64_t hl = g ? g->heads[g->rank + 1] - g->heads[g->rank] : heads, HDl = hl * Dh;
+    int64_t fl = g ? g->ffn[g->rank + 1] - g->ffn[g->rank] : F, cl = g ? g->hid[g->rank + 1] - g->hid[g->rank] : H;
+    const h3s_tensor *idx = tp->sp ? &tp->adaln_l : &tp->adaln_rows;
+    const h3s_tensor *cos_r = tp->sp ? &tp->cos_l : tp->cos_t, *sin_r = tp->sp ? &tp->sin_l : tp->sin_t;
     a->x_in = x;
     NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
     NEW(a->table, m->act, tp->T, 18 * H);
-    H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                         W("%s.%lld.adaln_proj.linear.bias", pre, li), a->a_silu, a->table));
+    if (g) {
+        /* this rank's columns of the table, then every rank's (a copy) */
+        h3s_tensor *part, whole;
+        NEW(part, m->act, tp->T, g->ada[g->rank + 1] - g->ada[g->rank]);
+        H3S_TRY(h3s_adaln_projection_forward(tp->temb, &tb->ada, &tb->ada_b, a->a_silu, part));
+        H3S_TRY(tp_gather_cols(g, part, COL_ADA, 1, 18 * H, &whole));
+        memcpy(a->table->data, whole.data, h3s_tensor_nbytes(&whole));
+        h3s_tensor_free(&whole);
+    } else {
+        H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                             W("%s.%lld.adaln_proj.linear.bias", pre, li), a->a_silu, a->table));
+    }
     H3S_TRY(emit(r, a->table, 0, 0, "block.%lld.adaln_projection", li));
     h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H);
-    h3s_modulation mod1 = {&table6, &tp->adaln_l, 0, 1}, mod2 = {&table6, &tp->adaln_l, 3, 4};
+    h3s_modulation mod1 = {&table6, idx, 0, 1}, mod2 = {&table6, idx, 3, 4};
     NEW(a->n1, m->act, M, H);
     H3S_TRY(h3s_rmsnorm_forward(x, W("%s.%lld.norm1.weight", pre, li), &mod1, c->norm_eps, a->n1));
-    H3S_TRY(emit_rows(r, a->n1, S, "block.%lld.norm1", li));
-    NEW(a->q, m->act, M, HD);
-    NEW(a->k, m->act, M, HD);
-    NEW(a->v, m->act, M, HD);
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_q.weight", pre, li), NULL, a->q));
-    H3S_TRY(emit_rows(r, a->q, S, "block.%lld.q_proj", li));
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_k.weight", pre, li), NULL, a->k));
-    H3S_TRY(emit_rows(r, a->k, S, "block.%lld.k_proj", li));
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_v.weight", pre, li), NULL, a->v));
-    H3S_TRY(emit_rows(r, a->v, S, "block.%lld.v_proj", li));
-    NEW(a->qn, m->act, M, HD);
-    NEW(a->kn, m->act, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, a->qn));
-    H3S_TRY(emit_rows(r, a->qn, S, "block.%lld.q_norm", li));
-    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, a->kn));
-    H3S_TRY(emit_rows(r, a->kn, S, "block.%lld.k_norm", li));
-    NEW(a->qr, m->act, M, HD);
-    NEW(a->kr, m->act, M, HD);
-    H3S_TRY(h3s_rope_forward(a->qn, heads, &tp->cos_l, &tp->sin_l, a->qr));
-    H3S_TRY(emit_rows(r, a->qr, S, "block.%lld.rope_q", li));
-    H3S_TRY(h3s_rope_forward(a->kn, heads, &tp->cos_l, &tp->sin_l, a->kr));
-    H3S_TRY(emit_rows(r, a->kr, S, "block.%lld.rope_k", li));
-    NEW(a->att, m->act, M, HD);
-    NEW(a->stats, m->f32, M, heads * 2);
-    h3s_tensor stats3 = stats_view(a->stats, heads);
+    H3S_TRY(emit_par(r, a->n1, COL_FULL, H, S, "block.%lld.norm1", li));
+    NEW(a->q, m->act, M, HDl);
+    NEW(a->k, m->act, M, HDl);
+    NEW(a->v, m->act, M, HDl);
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wq : W("%s.%lld.attn.to_q.weight", pre, li), NULL, a->q));
+    H3S_TRY(emit_par(r, a->q, COL_HEADS, HD, S, "block.%lld.q_proj", li));
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wk : W("%s.%lld.attn.to_k.weight", pre, li), NULL, a->k));
+    H3S_TRY(emit_par(r, a->k, COL_HEADS, HD, S, "block.%lld.k_proj", li));
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wv : W("%s.%lld.attn.to_v.weight", pre, li), NULL, a->v));
+    H3S_TRY(emit_par(r, a->v, COL_HEADS, HD, S, "block.%lld.v_proj", li));
+    NEW(a->qn, m->act, M, HDl);
+    NEW(a->kn, m->act, M, HDl);
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, hl, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, a->qn));
+    H3S_TRY(emit_par(r, a->qn, COL_HEADS, HD, S, "block.%lld.q_norm", li));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, hl, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, a->kn));
+    H3S_TRY(emit_par(r, a->kn, COL_HEADS, HD, S, "block.%lld.k_norm", li));
+    NEW(a->qr, m->act, M, HDl);
+    NEW(a->kr, m->act, M, HDl);
+    H3S_TRY(h3s_rope_forward(a->qn, hl, cos_r, sin_r, a->qr));
+    H3S_TRY(emit_par(r, a->qr, COL_HEADS, HD, S, "block.%lld.rope_q", li));
+    H3S_TRY(h3s_rope_forward(a->kn, hl, cos_r, sin_r, a->kr));
+    H3S_TRY(emit_par(r, a->kr, COL_HEADS, HD, S, "block.%lld.rope_k", li));
+    NEW(a->att, m->act, M, HDl);
+    NEW(a->stats, m->f32, M, hl * 2);
+    h3s_tensor stats3 = stats_view(a->stats, hl);
     h3s_attn_mask mask = block_mask(tp, 0);
-    h3s_tensor kg = {0}, vg = {0};
-    int64_t kv_lo = 0, kv_lo2 = 0;
-    h3s_status st = gather_items(tp, a->kr, &kg, &kv_lo);
-    if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &kv_lo2);
-    if (st == H3S_OK)
-        st = h3s_attention_forward_rows(a->qr, &kg, &vg, tp->B, S, heads, &mask, lo, lo + M, kv_lo, a->att, &stats3);
-    h3s_tensor_free(&kg);
-    h3s_tensor_free(&vg);
-    H3S_TRY(st);
-    H3S_TRY(emit_rows(r, a->att, S, "block.%lld.attention", li));
+    if (tp->sp) {
+        h3s_tensor kg = {0}, vg = {0};
+        int64_t kv_lo = 0, kv_lo2 = 0;
+        h3s_status st = gather_items(tp, a->kr, &kg, &kv_lo);
+        if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &kv_lo2);
+        if (st == H3S_OK)
+            st = h3s_attention_forward_rows(a->qr, &kg, &vg, tp->B, S, hl, &mask, lo, lo + M, kv_lo, a->att, &stats3);
+        h3s_tensor_free(&kg);
+        h3s_tensor_free(&vg);
+        H3S_TRY(st);
+    } else {
+        H3S_TRY(h3s_attention_forward(a->qr, a->kr, a->v, tp->B, hl, &mask, a->att, &stats3));
+    }
+    H3S_TRY(emit_par(r, a->att, COL_HEADS, HD, S, "block.%lld.attention", li));
     NEW(a->o, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), NULL, a->o));
-    H3S_TRY(emit_rows(r, a->o, S, "block.%lld.o_proj", li));
+    if (g) {
+        /* o_proj sums over every head: the whole attention output, this rank's output columns, then all columns */
+        h3s_tensor full, *ol, whole;
+        H3S_TRY(tp_gather_cols(g, a->att, COL_HEADS, Dh, HD, &full));
+        a->att_full = arena_adopt(&tp->ar, &full);
+        if (!a->att_full) return H3S_ERR_NOMEM;
+        NEW(ol, m->act, M, cl);
+        H3S_TRY(h3s_linear_forward(a->att_full, &tb->wo, NULL, ol));
+        H3S_TRY(tp_gather_cols(g, ol, COL_HID, 1, H, &whole));
+        memcpy(a->o->data, whole.data, h3s_tensor_nbytes(&whole));
+        h3s_tensor_free(&whole);
+    } else {
+        H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), NULL, a->o));
+    }
+    H3S_TRY(emit_par(r, a->o, COL_FULL, H, S, "block.%lld.o_proj", li));
     NEW(a->x1, m->act, M, H);
-    H3S_TRY(h3s_residual_forward(x, a->o, &table6, &tp->adaln_l, 2, a->x1));
-    H3S_TRY(emit_rows(r, a->x1, S, "block.%lld.residual_attn", li));
+    H3S_TRY(h3s_residual_forward(x, a->o, &table6, idx, 2, a->x1));
+    H3S_TRY(emit_par(r, a->x1, COL_FULL, H, S, "block.%lld.residual_attn", li));
     NEW(a->n2, m->act, M, H);
     H3S_TRY(h3s_rmsnorm_forward(a->x1, W("%s.%lld.norm2.weight", pre, li), &mod2, c->norm_eps, a->n2));
-    H3S_TRY(emit_rows(r, a->n2, S, "block.%lld.norm2", li));
-    NEW(a->u, m->act, M, 2 * F);
-    H3S_TRY(h3s_linear_forward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), NULL, a->u));
-    H3S_TRY(emit_rows(r, a->u, S, "block.%lld.ffn_gate_up", li));
-    NEW(a->h, m->act, M, F);
+    H3S_TRY(emit_par(r, a->n2, COL_FULL, H, S, "block.%lld.norm2", li));
+    NEW(a->u, m->act, M, 2 * fl);
+    H3S_TRY(h3s_linear_forward(a->n2, g ? &tb->w0 : W("%s.%lld.ff.net.0.proj.weight", pre, li), NULL, a->u));
+    H3S_TRY(emit_par(r, a->u, COL_SWIGLU, 2 * F, S, "block.%lld.ffn_gate_up", li));
+    NEW(a->h, m->act, M, fl);
     H3S_TRY(h3s_swiglu_forward(a->u, a->h));
-    H3S_TRY(emit_rows(r, a->h, S, "block.%lld.swiglu", li));
+    H3S_TRY(emit_par(r, a->h, COL_FFN, F, S, "block.%lld.swiglu", li));
     NEW(a->f, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), NULL, a->f));
-    H3S_TRY(emit_rows(r, a->f, S, "block.%lld.ffn_down", li));
+    if (g) {
+        /* ffn_down sums over the whole inner width: gathered, then this rank's output columns */
+        h3s_tensor full, *fpart, whole;
+        H3S_TRY(tp_gather_cols(g, a->h, COL_FFN, 1, F, &full));
+        a->h_full = arena_adopt(&tp->ar, &full);
+        if (!a->h_full) return H3S_ERR_NOMEM;
+        NEW(fpart, m->act, M, cl);
+        H3S_TRY(h3s_linear_forward(a->h_full, &tb->w2, NULL, fpart));
+        H3S_TRY(tp_gather_cols(g, fpart, COL_HID, 1, H, &whole));
+        memcpy(a->f->data, whole.data, h3s_tensor_nbytes(&whole));
+        h3s_tensor_free(&whole);
+    } else {
+        H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), NULL, a->f));
+    }
+    H3S_TRY(emit_par(r, a->f, COL_FULL, H, S, "block.%lld.ffn_down", li));
     NEW(a->x2, m->act, M, H);
-    H3S_TRY(h3s_residual_forward(a->x1, a->f, &table6, &tp->adaln_l, 5, a->x2));
-    H3S_TRY(emit_rows(r, a->x2, S, "block.%lld.residual_mlp", li));
+    H3S_TRY(h3s_residual_forward(a->x1, a->f, &table6, idx, 5, a->x2));
+    H3S_TRY(emit_par(r, a->x2, COL_FULL, H, S, "block.%lld.residual_mlp", li));
     *x_out = a->x2;
     return H3S_OK;
 }
@@ -1022,7 +1288,7 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
         x = arena_adopt(&tp->ar, &xl);
         if (!x) return H3S_ERR_NOMEM;
         for (int64_t i = 0; i < c->num_layers; i++)
-            H3S_TRY(block_forward_sp(r, i, x, &tp->blocks[i], &x));
+            H3S_TRY(block_forward_par(r, i, x, &tp->blocks[i], &x));
         h3s_tensor full;
         H3S_TRY(h3s_sp_allgather_rows(&tp->plan, x, &full));
         x = arena_adopt(&tp->ar, &full);
@@ -1030,6 +1296,9 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
             h3s_tensor_free(&full);
             return H3S_ERR_NOMEM;
         }
+    } else if (tp->tpar) {
+        for (int64_t i = 0; i < c->num_layers; i++)
+            H3S_TRY(block_forward_par(r, i, x, &tp->blocks[i], &x));
     } else {
         for (int64_t i = 0; i < c->num_layers; i++)
             H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
@@ -1123,7 +1392,8 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
     memcpy(tp->in_shape_v, in->hidden_states.shape, sizeof tp->in_shape_v);
     memcpy(tp->in_shape_a, in->audio_hidden_states.shape, sizeof tp->in_shape_a);
     memcpy(tp->in_shape_t, in->encoder_hidden_states.shape, sizeof tp->in_shape_t);
-    tp->sp = m->comm != NULL && m->sp > 1;
+    tp->sp = m->spc != NULL;
+    tp->tpar = m->tpg != NULL;
     tp->refiner = h3s_calloc((size_t)(m->cfg.num_refiner_layers + 1), sizeof *tp->refiner);
     tp->blocks = h3s_calloc((size_t)(m->cfg.num_layers + 1), sizeof *tp->blocks);
     if (!tp->refiner || !tp->blocks) {
@@ -1304,90 +1574,163 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     return H3S_OK;
 }
 
-/* A transformer block's backward on this rank's slice of the rows (h3s_model_set_parallel): row-wise gradients on
- * the slice, attention over the gathered rows of the slice's items, every cross-row sum by owned tiles. */
-static h3s_status block_backward_sp(grad_ctx *g, int64_t i, block_acts *a, h3s_tensor *dx2, h3s_tensor **dx_out) {
+/* The cross-row sums of a block's backward over this rank's rows: by owned tiles under sequence parallel, else the
+ * operator's own fold. */
+static h3s_status par_residual_gate(const h3s_tape *tp, const h3s_tensor *y, const h3s_tensor *dout,
+                                    const h3s_tensor *table6, int chunk, h3s_tensor *dtable6) {
+    if (!tp->sp) return h3s_residual_backward(y, table6, &tp->adaln_rows, chunk, dout, NULL, NULL, dtable6);
+    tile_op res = {TILE_RESIDUAL, tp, NULL, table6, 0, 0, chunk, 0, 0, 0};
+    const h3s_tensor *in[2] = {y, dout};
+    h3s_sp_sum gate = table_sum(tp, dtable6, chunk, chunk, 1);
+    return h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res);
+}
+
+static h3s_status par_norm_sums(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table6,
+                                int shift, int scale, double eps, const h3s_tensor *dy, h3s_tensor *dw,
+                                h3s_tensor *dtable6) {
+    if (!tp->sp) {
+        h3s_modulation mod = {table6, &tp->adaln_rows, shift, scale};
+        return h3s_rmsnorm_backward(x, w, &mod, eps, dy, NULL, dw, dtable6);
+    }
+    tile_op o = {TILE_NORM, tp, w, table6, 0, eps, 0, shift, scale, dw != NULL};
+    h3s_sp_sum sums[2];
+    int ns = 0;
+    if (dw) sums[ns++] = whole_sum(dw);
+    sums[ns++] = table_sum(tp, dtable6, shift, scale, 2);
+    const h3s_tensor *in[2] = {x, dy};
+    return h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o);
+}
+
+static h3s_status par_head_norm_dw(const h3s_tape *tp, const h3s_tensor *x, int64_t heads, const h3s_tensor *w,
+                                   double eps, const h3s_tensor *dy, h3s_tensor *dw) {
+    if (!dw) return H3S_OK;
+    if (!tp->sp) return h3s_head_rmsnorm_backward(x, heads, w, eps, dy, NULL, dw);
+    tile_op o = {TILE_HEAD_NORM, tp, w, NULL, heads, eps, 0, 0, 0, 1};
+    h3s_sp_sum sum = whole_sum(dw);
+    const h3s_tensor *in[2] = {x, dy};
+    return h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+}
+
+/* A tensor-parallel weight gradient: this rank's rows (dw_local, from fn's inputs) computed over its rows of the
+ * sequence, then every rank's rows into the whole gradient `dst` (NULL: not requested, nothing computed). */
+static h3s_status par_slice_dw(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w_slice, const h3s_tensor *dy,
+                               int kind, h3s_tensor *dst) {
+    int64_t unit = kind == COL_HEADS ? tp->m->cfg.attention_head_dim : 1;
+    if (!dst) return H3S_OK;
+    h3s_tensor local = {0};
+    H3S_TRY(h3s_tensor_alloc(&local, H3S_F32, 2, w_slice->shape));
+    h3s_status st = par_linear_dw(tp, x, w_slice, dy, &local);
+    if (st == H3S_OK) st = tp_gather_rows(tp->m->tpg, &local, kind, unit, dst);
+    h3s_tensor_free(&local);
+    return st;
+}
+
+/* A transformer block's backward on this rank's part (h3s_model_set_parallel): row-wise gradients on its rows,
+ * attention over the gathered rows of its items, input gradients of the tensor-parallel GEMMs by output columns
+ * over the whole reduction axis, every cross-row sum by owned tiles. */
+static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_tensor *dx2, h3s_tensor **dx_out) {
     run_ctx *r = &g->r;
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
     const char *pre = "transformer_blocks";
     long long li = (long long)i;
-    int64_t S = tp->S, M = h3s_sp_rows(&tp->plan), lo = h3s_sp_lo(&tp->plan), H = c->hidden_size;
-    int64_t heads = c->num_attention_heads, HD = heads * c->attention_head_dim, F = c->ffn_dim;
+    const tp_geom *tg = m->tpg;
+    const tp_block *tb = tg ? &tg->blocks[i] : NULL;
+    int64_t S = tp->S, H = c->hidden_size, heads = c->num_attention_heads, Dh = c->attention_head_dim;
+    int64_t M = tp->sp ? h3s_sp_rows(&tp->plan) : tp->B * S, lo = tp->sp ? h3s_sp_lo(&tp->plan) : 0;
+    int64_t HD = heads * Dh, F = c->ffn_dim, E = c->time_embed_dim;
+    int64_t hl = tg ? tg->heads[tg->rank + 1] - tg->heads[tg->rank] : heads, HDl = hl * Dh;
+    int64_t fl = tg ? tg->ffn[tg->rank + 1] - tg->ffn[tg->rank] : F;
+    int64_t c0 = tg ? tg->hid[tg->rank] : 0, c1 = tg ? tg->hid[tg->rank + 1] : H, cl = c1 - c0;
+    const h3s_tensor *idx = tp->sp ? &tp->adaln_l : &tp->adaln_rows;
+    const h3s_tensor *cos_r = tp->sp ? &tp->cos_l : tp->cos_t, *sin_r = tp->sp ? &tp->sin_l : tp->sin_t;
     h3s_dtype gd = m->grad;
     h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H), *dtable, dtable6;
-    h3s_modulation mod1 = {&table6, &tp->adaln_l, 0, 1}, mod2 = {&table6, &tp->adaln_l, 3, 4};
+    h3s_modulation mod1 = {&table6, idx, 0, 1}, mod2 = {&table6, idx, 3, 4};
     NEW(dtable, gd, tp->T, 18 * H);
     dtable6 = view2(dtable, tp->T * 3, 6 * H);
-    const h3s_tensor *idx = &tp->adaln_l;
-    tile_op res = {TILE_RESIDUAL, tp, NULL, &table6, 0, 0, 0, 0, 0, 0};
-    h3s_sp_sum gate;
 
     h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
     h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
     NEW(dx1a, gd, M, H);
     NEW(df, gd, M, H);
     H3S_TRY(h3s_residual_backward(a->f, &table6, idx, 5, dx2, dx1a, df, NULL));
-    {
-        const h3s_tensor *in[2] = {a->f, dx2};
-        res.chunk = 5;
-        gate = table_sum(tp, &dtable6, 5, 5, 1);
-        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res));
+    H3S_TRY(par_residual_gate(tp, a->f, dx2, &table6, 5, &dtable6));
+    H3S_TRY(emit_par(r, df, COL_FULL, H, S, "block.%lld.residual_mlp.grad", li));
+    NEW(dh, gd, M, fl);
+    if (tg) {
+        /* dh of this rank's FFN columns: every output column of ffn_down (df is whole) against its weight columns */
+        H3S_TRY(dgrad(df, &tb->w2_c, dh, a->h));
+        h3s_tensor dfc;
+        H3S_TRY(cols_of(df, c0, c1, &dfc));
+        h3s_status st = par_slice_dw(tp, a->h_full, &tb->w2, &dfc, COL_HID, PG("%s.%lld.ff.net.2.weight", pre, li));
+        h3s_tensor_free(&dfc);
+        H3S_TRY(st);
+    } else {
+        const h3s_tensor *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
+        H3S_TRY(h3s_linear_backward(a->h, w2, df, dh, NULL, NULL));
+        H3S_TRY(par_linear_dw(tp, a->h, w2, df, PG("%s.%lld.ff.net.2.weight", pre, li)));
     }
-    H3S_TRY(emit_rows(r, df, S, "block.%lld.residual_mlp.grad", li));
-    NEW(dh, gd, M, F);
-    const h3s_tensor *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
-    H3S_TRY(h3s_linear_backward(a->h, w2, df, dh, NULL, NULL));
-    H3S_TRY(sp_linear_dw(tp, a->h, w2, df, PG("%s.%lld.ff.net.2.weight", pre, li)));
-    H3S_TRY(emit_rows(r, dh, S, "block.%lld.ffn_down.grad", li));
-    NEW(du, gd, M, 2 * F);
+    H3S_TRY(emit_par(r, dh, COL_FFN, F, S, "block.%lld.ffn_down.grad", li));
+    NEW(du, gd, M, 2 * fl);
     H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
-    H3S_TRY(emit_rows(r, du, S, "block.%lld.swiglu.grad", li));
+    H3S_TRY(emit_par(r, du, COL_SWIGLU, 2 * F, S, "block.%lld.swiglu.grad", li));
     NEW(dn2, gd, M, H);
-    const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li);
-    H3S_TRY(h3s_linear_backward(a->n2, w0, du, dn2, NULL, NULL));
-    H3S_TRY(sp_linear_dw(tp, a->n2, w0, du, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
-    H3S_TRY(emit_rows(r, dn2, S, "block.%lld.ffn_gate_up.grad", li));
+    if (tg) {
+        /* dn2 sums over the whole inner width: du gathered, this rank's hidden columns, then all columns */
+        h3s_tensor duf, *part, whole;
+        H3S_TRY(tp_gather_cols(tg, du, COL_SWIGLU, 1, 2 * F, &duf));
+        h3s_tensor *dufp = arena_adopt(&tp->ar, &duf);
+        if (!dufp) return H3S_ERR_NOMEM;
+        NEW(part, gd, M, cl);
+        H3S_TRY(dgrad(dufp, &tb->w0_c, part, a->n2));
+        H3S_TRY(tp_gather_cols(tg, part, COL_HID, 1, H, &whole));
+        memcpy(dn2->data, whole.data, h3s_tensor_nbytes(&whole));
+        h3s_tensor_free(&whole);
+        H3S_TRY(par_slice_dw(tp, a->n2, &tb->w0, du, COL_SWIGLU, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+    } else {
+        const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li);
+        H3S_TRY(h3s_linear_backward(a->n2, w0, du, dn2, NULL, NULL));
+        H3S_TRY(par_linear_dw(tp, a->n2, w0, du, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+    }
+    H3S_TRY(emit_par(r, dn2, COL_FULL, H, S, "block.%lld.ffn_gate_up.grad", li));
     NEW(dx1b, gd, M, H);
-    /* norm weight and the shift / scale chunks of the table: one set of tiles */
     const h3s_tensor *wn2 = W("%s.%lld.norm2.weight", pre, li);
     H3S_TRY(h3s_rmsnorm_backward(a->x1, wn2, &mod2, c->norm_eps, dn2, dx1b, NULL, NULL));
-    {
-        h3s_tensor *dw = PG("%s.%lld.norm2.weight", pre, li);
-        tile_op o = {TILE_NORM, tp, wn2, &table6, 0, c->norm_eps, 0, 3, 4, dw != NULL};
-        h3s_sp_sum sums[2];
-        int ns = 0;
-        if (dw) sums[ns++] = whole_sum(dw);
-        sums[ns++] = table_sum(tp, &dtable6, 3, 4, 2);
-        const h3s_tensor *in[2] = {a->x1, dn2};
-        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o));
-    }
+    H3S_TRY(
+        par_norm_sums(tp, a->x1, wn2, &table6, 3, 4, c->norm_eps, dn2, PG("%s.%lld.norm2.weight", pre, li), &dtable6));
     NEW(dx1, gd, M, H);
     H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
-    H3S_TRY(emit_rows(r, dx1, S, "block.%lld.norm2.grad", li));
+    H3S_TRY(emit_par(r, dx1, COL_FULL, H, S, "block.%lld.norm2.grad", li));
     NEW(dxa, gd, M, H);
     NEW(dout_o, gd, M, H);
     H3S_TRY(h3s_residual_backward(a->o, &table6, idx, 2, dx1, dxa, dout_o, NULL));
-    {
-        const h3s_tensor *in[2] = {a->o, dx1};
-        res.chunk = 2;
-        gate = table_sum(tp, &dtable6, 2, 2, 1);
-        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res));
+    H3S_TRY(par_residual_gate(tp, a->o, dx1, &table6, 2, &dtable6));
+    H3S_TRY(emit_par(r, dout_o, COL_FULL, H, S, "block.%lld.residual_attn.grad", li));
+    NEW(datt, gd, M, HDl);
+    if (tg) {
+        /* datt of this rank's heads: every output column of o_proj against its weight columns */
+        H3S_TRY(dgrad(dout_o, &tb->wo_c, datt, a->att));
+        h3s_tensor doc;
+        H3S_TRY(cols_of(dout_o, c0, c1, &doc));
+        h3s_status st =
+            par_slice_dw(tp, a->att_full, &tb->wo, &doc, COL_HID, PG("%s.%lld.attn.to_out.0.weight", pre, li));
+        h3s_tensor_free(&doc);
+        H3S_TRY(st);
+    } else {
+        const h3s_tensor *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
+        H3S_TRY(h3s_linear_backward(a->att, wo, dout_o, datt, NULL, NULL));
+        H3S_TRY(par_linear_dw(tp, a->att, wo, dout_o, PG("%s.%lld.attn.to_out.0.weight", pre, li)));
     }
-    H3S_TRY(emit_rows(r, dout_o, S, "block.%lld.residual_attn.grad", li));
-    NEW(datt, gd, M, HD);
-    const h3s_tensor *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
-    H3S_TRY(h3s_linear_backward(a->att, wo, dout_o, datt, NULL, NULL));
-    H3S_TRY(sp_linear_dw(tp, a->att, wo, dout_o, PG("%s.%lld.attn.to_out.0.weight", pre, li)));
-    H3S_TRY(emit_rows(r, datt, S, "block.%lld.o_proj.grad", li));
-    NEW(dqa, gd, M, HD);
-    NEW(dka, gd, M, HD);
-    NEW(dv, gd, M, HD);
-    {
+    H3S_TRY(emit_par(r, datt, COL_HEADS, HD, S, "block.%lld.o_proj.grad", li));
+    NEW(dqa, gd, M, HDl);
+    NEW(dka, gd, M, HDl);
+    NEW(dv, gd, M, HDl);
+    h3s_attn_mask mask = block_mask(tp, 0);
+    if (tp->sp) {
         /* the owner of a key row sums over every query of its item: queries, outputs, statistics and output
          * gradients of the slice's items are gathered (copies) */
-        h3s_attn_mask mask = block_mask(tp, 0);
         h3s_tensor qg = {0}, kg = {0}, vg = {0}, og = {0}, sg = {0}, dg = {0};
         int64_t kv_lo = 0, l2 = 0;
         h3s_status st = gather_items(tp, a->qr, &qg, &kv_lo);
@@ -1397,39 +1740,48 @@ static h3s_status block_backward_sp(grad_ctx *g, int64_t i, block_acts *a, h3s_t
         if (st == H3S_OK) st = gather_items(tp, a->stats, &sg, &l2);
         if (st == H3S_OK) st = gather_items(tp, datt, &dg, &l2);
         if (st == H3S_OK) {
-            h3s_tensor s3 = stats_view(&sg, heads);
-            st = h3s_attention_backward_rows(&qg, &kg, &vg, &og, &s3, tp->B, S, heads, &mask, &dg, lo, lo + M, kv_lo,
-                                             dqa, dka, dv);
+            h3s_tensor s3 = stats_view(&sg, hl);
+            st = h3s_attention_backward_rows(&qg, &kg, &vg, &og, &s3, tp->B, S, hl, &mask, &dg, lo, lo + M, kv_lo, dqa,
+                                             dka, dv);
         }
         h3s_tensor *gathered[6] = {&qg, &kg, &vg, &og, &sg, &dg};
         for (int k = 0; k < 6; k++)
             h3s_tensor_free(gathered[k]);
         H3S_TRY(st);
+    } else {
+        h3s_tensor s3 = stats_view(a->stats, hl);
+        H3S_TRY(h3s_attention_backward(a->qr, a->kr, a->v, a->att, &s3, tp->B, hl, &mask, datt, dqa, dka, dv));
     }
-    H3S_TRY(emit_rows(r, dqa, S, "block.%lld.attention.grad_q", li));
-    H3S_TRY(emit_rows(r, dka, S, "block.%lld.attention.grad_k", li));
-    H3S_TRY(emit_rows(r, dv, S, "block.%lld.attention.grad_v", li));
-    NEW(dqn, gd, M, HD);
-    NEW(dkn, gd, M, HD);
-    H3S_TRY(h3s_rope_backward(heads, &tp->cos_l, &tp->sin_l, dqa, dqn));
-    H3S_TRY(emit_rows(r, dqn, S, "block.%lld.rope_q.grad", li));
-    H3S_TRY(h3s_rope_backward(heads, &tp->cos_l, &tp->sin_l, dka, dkn));
-    H3S_TRY(emit_rows(r, dkn, S, "block.%lld.rope_k.grad", li));
-    NEW(dq, gd, M, HD);
-    NEW(dk, gd, M, HD);
+    H3S_TRY(emit_par(r, dqa, COL_HEADS, HD, S, "block.%lld.attention.grad_q", li));
+    H3S_TRY(emit_par(r, dka, COL_HEADS, HD, S, "block.%lld.attention.grad_k", li));
+    H3S_TRY(emit_par(r, dv, COL_HEADS, HD, S, "block.%lld.attention.grad_v", li));
+    NEW(dqn, gd, M, HDl);
+    NEW(dkn, gd, M, HDl);
+    H3S_TRY(h3s_rope_backward(hl, cos_r, sin_r, dqa, dqn));
+    H3S_TRY(emit_par(r, dqn, COL_HEADS, HD, S, "block.%lld.rope_q.grad", li));
+    H3S_TRY(h3s_rope_backward(hl, cos_r, sin_r, dka, dkn));
+    H3S_TRY(emit_par(r, dkn, COL_HEADS, HD, S, "block.%lld.rope_k.grad", li));
+    NEW(dq, gd, M, HDl);
+    NEW(dk, gd, M, HDl);
     const char *qk[2] = {"q", "k"};
     h3s_tensor *xs[2] = {a->q, a->k}, *dys[2] = {dqn, dkn}, *dxs[2] = {dq, dk};
     for (int k = 0; k < 2; k++) {
         const h3s_tensor *wn = W("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
-        H3S_TRY(h3s_head_rmsnorm_backward(xs[k], heads, wn, c->qk_norm_eps, dys[k], dxs[k], NULL));
+        H3S_TRY(h3s_head_rmsnorm_backward(xs[k], hl, wn, c->qk_norm_eps, dys[k], dxs[k], NULL));
         h3s_tensor *dw = PG("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
-        if (dw) {
-            tile_op o = {TILE_HEAD_NORM, tp, wn, NULL, heads, c->qk_norm_eps, 0, 0, 0, 1};
-            h3s_sp_sum sum = whole_sum(dw);
-            const h3s_tensor *in[2] = {xs[k], dys[k]};
-            H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o));
+        if (dw && tg) {
+            /* the norm weight's sum runs over (row, head) pairs, heads inside rows: every head's columns */
+            h3s_tensor xf = {0}, dyf = {0};
+            h3s_status st = tp_gather_cols(tg, xs[k], COL_HEADS, Dh, HD, &xf);
+            if (st == H3S_OK) st = tp_gather_cols(tg, dys[k], COL_HEADS, Dh, HD, &dyf);
+            if (st == H3S_OK) st = par_head_norm_dw(tp, &xf, heads, wn, c->qk_norm_eps, &dyf, dw);
+            h3s_tensor_free(&xf);
+            h3s_tensor_free(&dyf);
+            H3S_TRY(st);
+        } else if (dw) {
+            H3S_TRY(par_head_norm_dw(tp, xs[k], heads, wn, c->qk_norm_eps, dys[k], dw));
         }
-        H3S_TRY(emit_rows(r, dxs[k], S, "block.%lld.%s_norm.grad", li, qk[k]));
+        H3S_TRY(emit_par(r, dxs[k], COL_HEADS, HD, S, "block.%lld.%s_norm.grad", li, qk[k]));
     }
     NEW(dn1, gd, M, H);
     NEW(dn1k, gd, M, H);
@@ -1437,10 +1789,26 @@ static h3s_status block_backward_sp(grad_ctx *g, int64_t i, block_acts *a, h3s_t
     const char *proj[3] = {"q", "k", "v"};
     h3s_tensor *dps[3] = {dq, dk, dv}, *dns[3] = {dn1, dn1k, dn1v};
     for (int k = 0; k < 3; k++) {
-        const h3s_tensor *wp = W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]);
-        H3S_TRY(h3s_linear_backward(a->n1, wp, dps[k], dns[k], NULL, NULL));
-        H3S_TRY(sp_linear_dw(tp, a->n1, wp, dps[k], PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
-        H3S_TRY(emit_rows(r, dns[k], S, "block.%lld.%s_proj.grad", li, proj[k]));
+        if (tg) {
+            /* dn1 sums over every head: the projection's gradient gathered, this rank's hidden columns, then all */
+            const h3s_tensor *wr = k == 0 ? &tb->wq : k == 1 ? &tb->wk : &tb->wv;
+            const h3s_tensor *wc = k == 0 ? &tb->wq_c : k == 1 ? &tb->wk_c : &tb->wv_c;
+            h3s_tensor full, *part, whole;
+            H3S_TRY(tp_gather_cols(tg, dps[k], COL_HEADS, Dh, HD, &full));
+            h3s_tensor *fullp = arena_adopt(&tp->ar, &full);
+            if (!fullp) return H3S_ERR_NOMEM;
+            NEW(part, gd, M, cl);
+            H3S_TRY(dgrad(fullp, wc, part, a->n1));
+            H3S_TRY(tp_gather_cols(tg, part, COL_HID, 1, H, &whole));
+            memcpy(dns[k]->data, whole.data, h3s_tensor_nbytes(&whole));
+            h3s_tensor_free(&whole);
+            H3S_TRY(par_slice_dw(tp, a->n1, wr, dps[k], COL_HEADS, PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+        } else {
+            const h3s_tensor *wp = W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]);
+            H3S_TRY(h3s_linear_backward(a->n1, wp, dps[k], dns[k], NULL, NULL));
+            H3S_TRY(par_linear_dw(tp, a->n1, wp, dps[k], PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+        }
+        H3S_TRY(emit_par(r, dns[k], COL_FULL, H, S, "block.%lld.%s_proj.grad", li, proj[k]));
     }
     /* fixed order: (q + k) + v */
     H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
@@ -1448,24 +1816,52 @@ static h3s_status block_backward_sp(grad_ctx *g, int64_t i, block_acts *a, h3s_t
     NEW(dxb, gd, M, H);
     const h3s_tensor *wn1 = W("%s.%lld.norm1.weight", pre, li);
     H3S_TRY(h3s_rmsnorm_backward(a->x_in, wn1, &mod1, c->norm_eps, dn1, dxb, NULL, NULL));
-    {
-        h3s_tensor *dw = PG("%s.%lld.norm1.weight", pre, li);
-        tile_op o = {TILE_NORM, tp, wn1, &table6, 0, c->norm_eps, 0, 0, 1, dw != NULL};
-        h3s_sp_sum sums[2];
-        int ns = 0;
-        if (dw) sums[ns++] = whole_sum(dw);
-        sums[ns++] = table_sum(tp, &dtable6, 0, 1, 2);
-        const h3s_tensor *in[2] = {a->x_in, dn1};
-        H3S_TRY(h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o));
-    }
+    H3S_TRY(par_norm_sums(tp, a->x_in, wn1, &table6, 0, 1, c->norm_eps, dn1, PG("%s.%lld.norm1.weight", pre, li),
+                          &dtable6));
     NEW(dx, gd, M, H);
     H3S_TRY(h3s_grad_add(dxa, dxb, dx));
-    H3S_TRY(emit_rows(r, dx, S, "block.%lld.norm1.grad", li));
+    H3S_TRY(emit_par(r, dx, COL_FULL, H, S, "block.%lld.norm1.grad", li));
     h3s_tensor *dtemb;
-    NEW(dtemb, gd, tp->T, c->time_embed_dim);
-    H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li), dtable,
-                                          dtemb, PG("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                          PG("%s.%lld.adaln_proj.linear.bias", pre, li)));
+    NEW(dtemb, gd, tp->T, E);
+    h3s_tensor *dwa = PG("%s.%lld.adaln_proj.linear.weight", pre, li),
+               *dba = PG("%s.%lld.adaln_proj.linear.bias", pre, li);
+    if (tg) {
+        /* dtemb sums over the table's columns: this rank's embedding columns against the weight's columns, then
+         * all; the weight and bias gradients of this rank's table columns */
+        int64_t e0 = tg->emb[tg->rank], e1 = tg->emb[tg->rank + 1];
+        h3s_tensor tc = {0}, ac = {0}, part = {0}, whole = {0};
+        h3s_status st = cols_of(tp->temb, e0, e1, &tc);
+        if (st == H3S_OK) st = cols_of(a->a_silu, e0, e1, &ac);
+        int64_t ps[2] = {tp->T, e1 - e0};
+        if (st == H3S_OK) st = h3s_tensor_alloc(&part, gd, 2, ps);
+        if (st == H3S_OK) st = h3s_adaln_projection_backward(&tc, &ac, &tb->ada_c, dtable, &part, NULL, NULL);
+        if (st == H3S_OK) st = tp_gather_cols(tg, &part, COL_EMB, 1, E, &whole);
+        if (st == H3S_OK) memcpy(dtemb->data, whole.data, h3s_tensor_nbytes(&whole));
+        h3s_tensor_free(&tc);
+        h3s_tensor_free(&ac);
+        h3s_tensor_free(&part);
+        h3s_tensor_free(&whole);
+        H3S_TRY(st);
+        if (dwa || dba) {
+            int64_t a0 = tg->ada[tg->rank], a1 = tg->ada[tg->rank + 1];
+            h3s_tensor dtc = {0}, lw = {0}, lb = {0};
+            st = cols_of(dtable, a0, a1, &dtc);
+            if (st == H3S_OK) st = h3s_tensor_alloc(&lw, gd, 2, tb->ada.shape);
+            if (st == H3S_OK) st = h3s_tensor_alloc(&lb, gd, 1, tb->ada_b.shape);
+            if (st == H3S_OK)
+                st = h3s_adaln_projection_backward(tp->temb, a->a_silu, &tb->ada, &dtc, NULL, dwa ? &lw : NULL,
+                                                   dba ? &lb : NULL);
+            if (st == H3S_OK && dwa) st = tp_gather_rows(tg, &lw, COL_ADA, 1, dwa);
+            if (st == H3S_OK && dba) st = tp_gather_rows(tg, &lb, COL_ADA, 1, dba);
+            h3s_tensor_free(&dtc);
+            h3s_tensor_free(&lw);
+            h3s_tensor_free(&lb);
+            H3S_TRY(st);
+        }
+    } else {
+        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li),
+                                              dtable, dtemb, dwa, dba));
+    }
     H3S_TRY(emit(r, dtemb, 0, 0, "block.%lld.adaln_projection.grad", li));
     H3S_TRY(accumulate_dtemb(g, dtemb));
     *dx_out = dx;
@@ -1511,7 +1907,7 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
         dx = arena_adopt(&tp->ar, &dl);
         if (!dx) return H3S_ERR_NOMEM;
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
-            H3S_TRY(block_backward_sp(g, i, &tp->blocks[i], dx, &dx));
+            H3S_TRY(block_backward_par(g, i, &tp->blocks[i], dx, &dx));
         h3s_tensor full;
         H3S_TRY(h3s_sp_allgather_rows(&tp->plan, dx, &full));
         dx = arena_adopt(&tp->ar, &full);
@@ -1519,6 +1915,9 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
             h3s_tensor_free(&full);
             return H3S_ERR_NOMEM;
         }
+    } else if (tp->tpar) {
+        for (int64_t i = c->num_layers - 1; i >= 0; i--)
+            H3S_TRY(block_backward_par(g, i, &tp->blocks[i], dx, &dx));
     } else {
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
             H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
@@ -1665,11 +2064,79 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
 
 /* ------------------------------------------------------------------ parallel execution */
 
+/* Sub-communicators and tensor-parallel slices of a parallel model, released. */
+static void parallel_release(h3s_model *m) {
+    tp_geom_free(m->tpg, m->cfg.num_layers);
+    m->tpg = NULL;
+    if (m->own_spc) h3s_comm_free(m->spc);
+    if (m->own_tpc) h3s_comm_free(m->tpc);
+    m->spc = m->tpc = NULL;
+    m->own_spc = m->own_tpc = 0;
+    m->comm = NULL;
+    m->sp = m->tp = 1;
+}
+
+/* This rank's ranges and weight slices (tensor parallel). */
+static h3s_status tp_setup(h3s_model *m) {
+    const h3s_config *c = &m->cfg;
+    int n = m->tpc->size;
+    int64_t H = c->hidden_size, heads = c->num_attention_heads, F = c->ffn_dim, E = c->time_embed_dim;
+    int64_t D = c->attention_head_dim;
+    if (heads < n || H < n || F < n || E < n)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "tensor parallel: --tp %d exceeds the heads (%lld), hidden width (%lld), FFN width (%lld) or "
+                        "time-embedding width (%lld) it splits",
+                        n, (long long)heads, (long long)H, (long long)F, (long long)E);
+    tp_geom *g = h3s_calloc(1, sizeof *g);
+    if (!g) return H3S_ERR_NOMEM;
+    m->tpg = g;
+    g->c = m->tpc;
+    g->n = n;
+    g->rank = m->tpc->rank;
+    g->heads = split_bounds(heads, n);
+    g->hid = split_bounds(H, n);
+    g->ffn = split_bounds(F, n);
+    g->ada = split_bounds(18 * H, n);
+    g->emb = split_bounds(E, n);
+    g->blocks = h3s_calloc((size_t)c->num_layers + 1, sizeof *g->blocks);
+    if (!g->heads || !g->hid || !g->ffn || !g->ada || !g->emb || !g->blocks) return H3S_ERR_NOMEM;
+    const int r = g->rank;
+    int64_t h0 = g->heads[r] * D, h1 = g->heads[r + 1] * D, c0 = g->hid[r], c1 = g->hid[r + 1];
+    int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1], e0 = g->emb[r], e1 = g->emb[r + 1];
+    for (int64_t i = 0; i < c->num_layers; i++) {
+        tp_block *b = &g->blocks[i];
+        const char *pre = "transformer_blocks";
+        long long li = (long long)i;
+        const h3s_tensor *wq = W("%s.%lld.attn.to_q.weight", pre, li), *wk = W("%s.%lld.attn.to_k.weight", pre, li);
+        const h3s_tensor *wv = W("%s.%lld.attn.to_v.weight", pre, li), *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
+        const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li), *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
+        const h3s_tensor *wa = W("%s.%lld.adaln_proj.linear.weight", pre, li);
+        const h3s_tensor *ba = W("%s.%lld.adaln_proj.linear.bias", pre, li);
+        if (!wq || !wk || !wv || !wo || !w0 || !w2 || !wa || !ba)
+            return h3s_fail(H3S_ERR_FORMAT, "tensor parallel: block %lld misses a weight", li);
+        H3S_TRY(copy_rows(wq, h0, h1, 0, 0, &b->wq));
+        H3S_TRY(copy_rows(wk, h0, h1, 0, 0, &b->wk));
+        H3S_TRY(copy_rows(wv, h0, h1, 0, 0, &b->wv));
+        H3S_TRY(copy_cols(wq, c0, c1, &b->wq_c));
+        H3S_TRY(copy_cols(wk, c0, c1, &b->wk_c));
+        H3S_TRY(copy_cols(wv, c0, c1, &b->wv_c));
+        H3S_TRY(copy_rows(wo, c0, c1, 0, 0, &b->wo));
+        H3S_TRY(copy_cols(wo, h0, h1, &b->wo_c));
+        H3S_TRY(copy_rows(w0, f0, f1, F + f0, F + f1, &b->w0));
+        H3S_TRY(copy_cols(w0, c0, c1, &b->w0_c));
+        H3S_TRY(copy_rows(w2, c0, c1, 0, 0, &b->w2));
+        H3S_TRY(copy_cols(w2, f0, f1, &b->w2_c));
+        H3S_TRY(copy_rows(wa, a0, a1, 0, 0, &b->ada));
+        H3S_TRY(copy_rows(ba, a0, a1, 0, 0, &b->ada_b));
+        H3S_TRY(copy_cols(wa, e0, e1, &b->ada_c));
+    }
+    return H3S_OK;
+}
+
 h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) {
     if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: NULL model");
     if (!comm) {
-        m->comm = NULL;
-        m->sp = m->tp = 1;
+        parallel_release(m);
         return H3S_OK;
     }
     if (sp < 1 || tp < 1)
@@ -1677,18 +2144,36 @@ h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) 
     if ((int64_t)sp * tp != comm->size)
         return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: --sp %d x --tp %d = %lld ranks, but the world has %d", sp,
                         tp, (long long)sp * tp, comm->size);
-    if (tp != 1)
-        return h3s_fail(H3S_ERR_UNSUPPORTED,
-                        "model_set_parallel: tensor parallelism (--tp %d) is not built yet; use --sp %d --tp 1", tp,
-                        comm->size);
     if (m->kind != H3S_BACKEND_CPU)
         return h3s_fail(H3S_ERR_UNSUPPORTED,
                         "model_set_parallel: parallel execution runs on the strict CPU backend only "
                         "(this model is %s)",
                         h3s_backend_name(m->kind));
+    if (!m->w) return H3S_OK; /* h3s_set_parallel's check of the arguments alone */
+    parallel_release(m);
+    /* rank = sequence-parallel rank * tp + tensor-parallel rank: a tensor-parallel group holds the same rows */
+    int sp_rank = comm->rank / tp, tp_rank = comm->rank % tp;
+    h3s_status st = H3S_OK;
+    if (tp == 1) {
+        m->spc = sp > 1 ? comm : NULL;
+    } else if (sp == 1) {
+        m->tpc = comm;
+    } else {
+        st = h3s_comm_split(comm, tp_rank, sp_rank, &m->spc);
+        m->own_spc = m->spc != NULL;
+        if (st == H3S_OK) st = h3s_comm_split(comm, sp_rank, tp_rank, &m->tpc);
+        m->own_tpc = m->tpc != NULL;
+    }
     m->comm = comm;
     m->sp = sp;
     m->tp = tp;
+    if (st == H3S_OK && tp > 1) st = tp_setup(m);
+    if (st != H3S_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", h3s_last_error());
+        parallel_release(m);
+        return h3s_fail(st, "%s", msg);
+    }
     return H3S_OK;
 }
 
