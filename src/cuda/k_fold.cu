@@ -149,132 +149,104 @@ __global__ void __launch_bounds__(FOLD_COLS)
     a.out[r * a.ldo + n] = have ? total : 0.0f;
 }
 
-/* HEAD_DW partials, streamed: the chain of fold_head_dw_generic_kernel (one chain per column,
- * the (row, head) pairs of the tile in ascending order, each one step: c = dy * (x * inv),
- * part = c for the first step, part = part + c after), split over four warps.  A block takes
- * HD_COLS columns of one 256-row tile and works in phases of HD_G rows.  All warps copy whole rows
- * (dy and x of every head for these columns, and the row's inverse norms) into a ring of
- * HD_SLOTS = 3 x HD_G shared-memory slots with cp.async, two phases ahead; in phase p warps 1-3 turn
- * the rows of phase p into their contributions (the same two products as the generic kernel)
- * while warp 0 runs the chain over phase p - 1's, eight loads then eight adds, so the chain is
- * only loads and adds.  Same operations, same order: the same bits (tested against the generic
- * kernel). */
+/* HEAD_DW partials, in two steps.
+ *   1. head_contrib_kernel writes every contribution c = dy * (x * inv) (the two products of the
+ *      generic kernel, one rounding each) to a workspace laid out like dy, with all of the GPU.
+ *   2. fold_head_dw_kernel runs the chain of fold_head_dw_generic_kernel over them (one chain per
+ *      column, the (row, head) pairs of the tile in ascending order: part = c for the first step,
+ *      part = part + c after).  A block takes HD_COLS columns of one 256-row tile; warps 1-3 copy
+ *      phases of HD_G rows (these columns of every head) into a ring of shared-memory slots with
+ *      cp.async, three phases ahead, and warp 0 runs the chain from shared memory: loads and adds
+ *      only.  Same operations, same order: the same bits (tested against the generic kernel).
+ * Rows are taken in chunks of HD_CHUNK_TILES tiles, so the workspace stays bounded. */
 #define HD_COLS 16
 #define HD_THREADS 128
 #define HD_G 4
-#define HD_SLOTS (3 * HD_G)
+#define HD_AHEAD 3
+#define HD_SLOTS ((HD_AHEAD + 1) * HD_G)
+#define HD_CHUNK_TILES 16
 
 __device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
                  : "memory");
 }
 
-__device__ __forceinline__ void hd_cp4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
+/* c[(m - row0) * W + k] = dy[m * ld_dy + k] * (x[m * ld_x + k] * inv[m * heads + k / D]), rows [row0, row1),
+ * four columns per thread (D is a multiple of 16, so the four share a head). */
+__global__ void head_contrib_kernel(h3c_fold_args a, int64_t row0, int64_t row1, float *c) {
+    const int64_t W = a.heads * a.head_dim, W4 = W / 4, n4 = (row1 - row0) * W4;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / W4, k = (e - r * W4) * 4, m = row0 + r;
+        const float4 g = *(const float4 *)(a.dy + m * a.ld_dy + k);
+        const uint2 xv = *(const uint2 *)((const uint16_t *)a.x + m * a.ld_x + k);
+        const float inv = a.inv[m * a.heads + k / a.head_dim];
+        float4 o;
+        o.x = g.x * (h3k_bf2f((uint16_t)(xv.x & 0xffffu)) * inv);
+        o.y = g.y * (h3k_bf2f((uint16_t)(xv.x >> 16)) * inv);
+        o.z = g.z * (h3k_bf2f((uint16_t)(xv.y & 0xffffu)) * inv);
+        o.w = g.w * (h3k_bf2f((uint16_t)(xv.y >> 16)) * inv);
+        *(float4 *)(c + r * W + k) = o;
+    }
 }
 
-/* floats of one ring slot: dy [H][HD_COLS] F32, inv [H] F32 (padded to 4), x [H][HD_COLS] BF16 */
-static __host__ __device__ __forceinline__ int hd_slot_floats(int H) {
-    return H * HD_COLS + ((H + 3) & ~3) + H * HD_COLS / 2;
-}
-
-__global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args a, float *partial, uint8_t *has) {
+__global__ void __launch_bounds__(HD_THREADS)
+    fold_head_dw_kernel(h3c_fold_args a, const float *c, int64_t row0, int64_t tile0, float *partial, uint8_t *has) {
     extern __shared__ __align__(16) float hd_smem[];
-    const int H = (int)a.heads;
-    const int slot_floats = hd_slot_floats(H), cstride = HD_G * H * HD_COLS;
-    float *cbuf = hd_smem + HD_SLOTS * slot_floats; /* two [HD_G][H][HD_COLS] contribution buffers */
+    const int H = (int)a.heads, hd = (int)a.head_dim, slot_floats = H * HD_COLS;
+    const int64_t W = a.heads * a.head_dim;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = blockIdx.y;
+    const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = tile0 + blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0), phases = (rows + HD_G - 1) / HD_G;
-    const bool inv16 = (H & 3) == 0; /* a row's H inverse norms are whole 16-byte chunks */
-    constexpr int DY_CH = HD_COLS / 4, X_CH = HD_COLS / 8;
-    const int hd = (int)a.head_dim, n_inv = inv16 ? H / 4 : H;
-    auto issue = [&](int ph) { /* copies of phase ph's rows into their slots, one commit group */
+    auto issue = [&](int ph) { /* warps 1-3: phase ph's rows into their slots, one commit group */
                                for (int g = 0; g < HD_G; g++) {
                                    const int r = ph * HD_G + g;
                                    if (r >= rows) break;
                                    float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
-                                   float *sdy = sl, *sinv = sl + H * HD_COLS;
-                                   uint16_t *sx = (uint16_t *)(sinv + ((H + 3) & ~3));
-                                   const int64_t m = m0 + r;
-                                   const float *dyr = a.dy + m * a.ld_dy + n0;
-                                   const uint16_t *xr = (const uint16_t *)a.x + m * a.ld_x + n0;
-                                   const float *ir = a.inv + m * a.heads;
-                                   for (int e = tid; e < H * DY_CH; e += HD_THREADS) {
-                                       const int h = e / DY_CH, j = e % DY_CH;
-                                       hd_cp16(sdy + h * HD_COLS + j * 4, dyr + h * hd + j * 4);
-                                   }
-                                   for (int e = tid; e < H * X_CH; e += HD_THREADS) {
-                                       const int h = e / X_CH, j = e % X_CH;
-                                       hd_cp16(sx + h * HD_COLS + j * 8, xr + h * hd + j * 8);
-                                   }
-                                   for (int e = tid; e < n_inv; e += HD_THREADS) {
-                                       if (inv16)
-                                           hd_cp16(sinv + 4 * e, ir + 4 * e);
-                                       else
-                                           hd_cp4(sinv + e, ir + e);
+                                   const float *src = c + (m0 + r - row0) * W + n0;
+                                   for (int e = tid - 32; e < H * (HD_COLS / 4); e += HD_THREADS - 32) {
+                                       const int h = e / (HD_COLS / 4), j = e % (HD_COLS / 4);
+                                       hd_cp16(sl + h * HD_COLS + j * 4, src + h * hd + j * 4);
                                    }
                                }
                                asm volatile("cp.async.commit_group;\n" ::: "memory");
     };
-    issue(0);
-    issue(1);
+    if (warp >= 1)
+        for (int ph = 0; ph < HD_AHEAD; ph++)
+            issue(ph);
     float part = 0.0f;
-    for (int ph = 0; ph <= phases; ph++) {
-        issue(ph + 2);
-        asm volatile("cp.async.wait_group 2;\n" ::: "memory"); /* phase ph's rows have landed */
-        __syncthreads();
+    for (int ph = 0; ph < phases; ph++) {
         if (warp >= 1) {
-            if (ph < phases) { /* contributions of phase ph: four elements' loads, then math, then stores */
-                float *cb = cbuf + (ph & 1) * cstride;
-                const int total = H * HD_COLS, last = total - 1;
-                for (int g = 0; g < HD_G && ph * HD_G + g < rows; g++) {
-                    const float *sl = hd_smem + ((ph * HD_G + g) % HD_SLOTS) * slot_floats;
-                    const float *sdy = sl, *sinv = sl + H * HD_COLS;
-                    const uint16_t *sx = (const uint16_t *)(sinv + ((H + 3) & ~3));
-                    float *cg = cb + g * total;
-                    for (int e0 = tid - 32; e0 < total; e0 += 4 * (HD_THREADS - 32)) {
-                        uint16_t xv[4];
-                        float iv[4], dv[4];
-#pragma unroll
-                        for (int u = 0; u < 4; u++) {
-                            const int e = min(e0 + u * (HD_THREADS - 32), last);
-                            xv[u] = sx[e], iv[u] = sinv[e / HD_COLS], dv[u] = sdy[e];
-                        }
-#pragma unroll
-                        for (int u = 0; u < 4; u++) {
-                            const int e = e0 + u * (HD_THREADS - 32);
-                            const float xh = h3k_bf2f(xv[u]) * iv[u];
-                            if (e < total) cg[e] = dv[u] * xh;
-                        }
-                    }
-                }
-            }
-        } else if (ph >= 1 && lane < HD_COLS) { /* the chain over phase ph - 1: (row, head) pairs ascending */
-            const float *cb = cbuf + ((ph - 1) & 1) * cstride + lane;
-            const int prow = min(HD_G, rows - (ph - 1) * HD_G), steps = prow * H;
-            int k = 0;
-            if (ph == 1) {
-                part = cb[0];
-                k = 1;
-            }
-            for (; k + 8 <= steps; k += 8) {
-                float v[8];
-#pragma unroll
-                for (int u = 0; u < 8; u++)
-                    v[u] = cb[(k + u) * HD_COLS];
-#pragma unroll
-                for (int u = 0; u < 8; u++)
-                    part = part + v[u];
-            }
-            for (; k < steps; k++)
-                part = part + cb[k * HD_COLS];
+            issue(ph + HD_AHEAD);
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_AHEAD) : "memory"); /* phase ph has landed */
         }
-        __syncthreads(); /* phase ph's slots and buffer (ph - 1) & 1 are consumed before they are refilled */
+        __syncthreads();
+        if (warp == 0 && lane < HD_COLS) { /* the chain over phase ph: rows ascending, heads ascending */
+            for (int g = 0; g < HD_G; g++) {
+                const int r = ph * HD_G + g;
+                if (r >= rows) break;
+                const float *cb = hd_smem + (r % HD_SLOTS) * slot_floats + lane;
+                int h = 0;
+                if (r == 0) {
+                    part = cb[0];
+                    h = 1;
+                }
+                for (; h + 8 <= H; h += 8) {
+                    float v[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        v[u] = cb[(h + u) * HD_COLS];
+#pragma unroll
+                    for (int u = 0; u < 8; u++)
+                        part = part + v[u];
+                }
+                for (; h < H; h++)
+                    part = part + cb[h * HD_COLS];
+            }
+        }
+        __syncthreads(); /* phase ph's slots are consumed before they are refilled */
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (warp >= 1) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     const int64_t n = n0 + lane;
     if (warp == 0 && lane < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
     if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
@@ -283,10 +255,9 @@ __global__ void __launch_bounds__(HD_THREADS) fold_head_dw_kernel(h3c_fold_args 
 /* Shared memory of fold_head_dw_kernel for `heads` heads; 0 when the shape does not suit it. */
 static size_t hd_smem_bytes(const h3c_fold_args *a) {
     if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
-    if (((uintptr_t)a->dy | (uintptr_t)a->x | (uintptr_t)a->inv) & 15u) return 0;
-    if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16 || (a->head_dim * 2) % 16) return 0;
-    const size_t bytes = (size_t)HD_SLOTS * (size_t)hd_slot_floats((int)a->heads) * 4 +
-                         2 * (size_t)HD_G * (size_t)a->heads * HD_COLS * 4;
+    if (((uintptr_t)a->dy | (uintptr_t)a->x) & 15u) return 0;
+    if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16) return 0;
+    const size_t bytes = (size_t)HD_SLOTS * (size_t)a->heads * HD_COLS * 4;
     return bytes <= 200 * 1024 ? bytes : 0;
 }
 
@@ -328,8 +299,25 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
                 }
                 attr_set = 1;
             }
-            dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)tiles);
-            fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem, H3K_STREAM>>>(*a, partial, has);
+            const int64_t W = a->heads * a->head_dim, chunk = (int64_t)HD_CHUNK_TILES * H3S_FOLD_TILE;
+            const int64_t crow = a->M < chunk ? a->M : chunk;
+            void *cws = NULL;
+            h3s_status st = h3c_ws_alloc(op, (size_t)(crow * W) * sizeof(float), &cws);
+            if (st != H3S_OK) {
+                h3c_ws_free(ws);
+                return st;
+            }
+            for (int64_t t0 = 0; t0 < tiles; t0 += HD_CHUNK_TILES) {
+                const int64_t nt = tiles - t0 < HD_CHUNK_TILES ? tiles - t0 : HD_CHUNK_TILES;
+                const int64_t r0 = t0 * H3S_FOLD_TILE,
+                              r1 = r0 + nt * H3S_FOLD_TILE < a->M ? r0 + nt * H3S_FOLD_TILE : a->M;
+                head_contrib_kernel<<<h3k_blocks((r1 - r0) * W / 4, 256), 256, 0, H3K_STREAM>>>(*a, r0, r1,
+                                                                                                (float *)cws);
+                dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)nt);
+                fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem, H3K_STREAM>>>(*a, (const float *)cws, r0, t0, partial,
+                                                                               has);
+            }
+            h3c_ws_free(cws);
         } else {
             dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
             int *flag = h3c_error_flag();
