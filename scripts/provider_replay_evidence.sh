@@ -7,7 +7,8 @@
 #
 # writes $OUT/provider_replay_S<S>.json (to be committed as docs/evidence/gpu/provider_replay_S<S>.json), the
 # plots $OUT/provider_replay_S<S>.png (when the build has PLplot), $OUT/provider_replay_summary.txt (the README's
-# table) and $OUT/provider_replay.log.  Exit status: 0 when every replay exited 0, else the first non-zero status.
+# table, in Markdown, over every S this build directory has a report of, from this command or an earlier one) and
+# $OUT/provider_replay.log.  Exit status: 0 when every replay exited 0, else the first non-zero status.
 #
 # For a machine without network access.  The build dependencies come from the system or from .deps/*.deb
 # (scripts/device_deps.sh).  The Python side needs a CUDA torch already installed (the device's own); diffusers
@@ -93,6 +94,7 @@ log "python: $("$PYV" -c 'import sys, torch, diffusers; print(sys.version.split(
 
 # ------------------------------------------------------------------ model: released geometry, 2 blocks
 M=$BUILD/provider_model_$PRESET
+KEEP=$BUILD/provider_replay_$PRESET  # every report of this build, so the summary covers earlier commands too
 if [ ! -f "$M/config.json" ]; then
     log "init: $PRESET --layers 2 --seed 1"
     "$H" init --preset "$PRESET" --layers 2 --seed 1 --out "$M" >>"$LOG" 2>&1 || { log "FAIL: init"; exit 4; }
@@ -131,10 +133,11 @@ for S in "${SIZES[@]}"; do
     [ "$rc" = 0 ] || { [ "$status" = 0 ] && status=$rc; }
     rm -f "$IN"
     [ -f "$R" ] && "$H" plot "$R" --out "$OUT/provider_replay_S$S.png" >>"$LOG" 2>&1
+    [ -f "$R" ] && mkdir -p "$KEEP" && cp "$R" "$KEEP/"
 done
 
 # ------------------------------------------------------------------ the README's table
-"$PYV" - "$OUT" "${SIZES[@]}" >"$OUT/provider_replay_summary.txt" <<'EOF'
+"$PYV" - "$KEEP" 264 925 3160 >"$OUT/provider_replay_summary.txt" <<'EOF'
 import json, os, sys
 out, sizes = sys.argv[1], sys.argv[2:]
 print("| S | nodes: forward + gradients | first drift from the provider | first isolated drift | over the bound "
