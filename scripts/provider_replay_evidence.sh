@@ -8,7 +8,8 @@
 # writes $OUT/provider_replay_S<S>.json (to be committed as docs/evidence/gpu/provider_replay_S<S>.json), the
 # plots $OUT/provider_replay_S<S>.png (when the build has PLplot), $OUT/provider_replay_summary.txt (the README's
 # table, in Markdown, over every S this build directory has a report of, from this command or an earlier one) and
-# $OUT/provider_replay.log.  Exit status: 0 when every replay exited 0, else the first non-zero status.
+# $OUT/provider_replay.log, and $OUT/provider_replay_pytest.log (the package's provider tests, their CUDA variants
+# included).  Exit status: 0 when every replay exited 0 and the tests passed, else the first non-zero status.
 #
 # For a machine without network access.  The build dependencies come from the system or from .deps/*.deb
 # (scripts/device_deps.sh).  The Python side needs a CUDA torch already installed (the device's own); diffusers
@@ -18,7 +19,7 @@
 #   python3 -m pip download diffusers==0.42.1 psutil pyyaml packaging --only-binary=:all: --python-version 3.12 \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .deps/wheels
-#   python3 -m pip download accelerate==1.15.0 --no-deps -d .deps/wheels
+#   python3 -m pip download accelerate==1.15.0 pytest iniconfig pluggy pygments --no-deps -d .deps/wheels
 #
 # (accelerate is what lets diffusers load the checkpoint's mixed precision: torch_dtype with its F32 modules kept)
 # (the device's Python is 3.12; .deps/ is ignored by git).  The h3strict package is used from the tree
@@ -135,6 +136,25 @@ for S in "${SIZES[@]}"; do
     [ -f "$R" ] && "$H" plot "$R" --out "$OUT/provider_replay_S$S.png" >>"$LOG" 2>&1
     [ -f "$R" ] && mkdir -p "$KEEP" && cp "$R" "$KEEP/"
 done
+
+# ------------------------------------------------------------------ the package's provider tests, CUDA variants included
+# (python/tests/test_diffusers.py on the tiny preset: the isolated promises and a planted fault on the GPU)
+if ! "$PYV" -c "import pytest" >/dev/null 2>&1; then
+    ptw=$(ls "$WHEELS"/pytest-*.whl "$WHEELS"/iniconfig-*.whl "$WHEELS"/pluggy-*.whl "$WHEELS"/pygments-*.whl 2>/dev/null)
+    # shellcheck disable=SC2086
+    [ -n "$ptw" ] && "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $ptw \
+        >>"$LOG" 2>&1 && export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+fi
+if "$PYV" -c "import pytest" >/dev/null 2>&1; then
+    (cd "$(mktemp -d)" && PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} H3STRICT_LIBRARY=$LIB H3S_CLI=$H \
+        H3S_REQUIRE_DIFFUSERS=1 "$PYV" -m pytest -q -rs -p no:cacheprovider "$SRC/python/tests/test_diffusers.py") \
+        >"$OUT/provider_replay_pytest.log" 2>&1
+    rc=$?
+    log "pytest python/tests/test_diffusers.py (CPU and CUDA variants): exit $rc, $(tail -1 "$OUT/provider_replay_pytest.log")"
+    [ "$rc" = 0 ] || { [ "$status" = 0 ] && status=1; }
+else
+    log "pytest: not installed and no pytest wheels in $WHEELS: the package's provider tests did not run"
+fi
 
 # ------------------------------------------------------------------ the README's table
 "$PYV" - "$KEEP" 264 925 3160 >"$OUT/provider_replay_summary.txt" <<'EOF'

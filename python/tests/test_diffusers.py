@@ -223,3 +223,28 @@ def test_swap_into_diffusers_forward_call(work):
             e_strict, e_provider = rp._rel_l2(o, r), rp._rel_l2(t, r)
             assert 0 < e_provider < 0.05, (f, field, e_provider)
             assert e_strict <= FACTOR * e_provider + SLACK, (f, field, e_strict, e_provider)
+
+
+def _cuda_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA device for torch"
+    from h3strict import _lib
+    if _lib.lib.h3s_backend_check(_lib.BACKEND_CUDA) != _lib.OK:
+        return _lib.lib.h3s_last_error().decode()
+    return None
+
+
+@pytest.mark.skipif(_cuda_reason() is not None, reason=f"SKIP: {_cuda_reason()}")
+def test_replay_on_cuda(work):
+    """The same replay with the provider, the golden and the strict backend on the GPU: every node within its
+    bounds, every isolated promise kept, no strict drift; a planted fault in a promised node is found there too."""
+    code, rep, err = replay_cli(work, work / "replay_cuda.json", "--device", "cuda", "--backward")
+    assert code == 0, err
+    assert rep["binding"] == "cuda-strict" and rep["provider"]["device"] == "cuda"
+    assert rep["over_bound"] == [] and rep["broken_promises"] == [] and rep["first_isolated_drift"] is None
+    for key in ("first_repeat_drift", "first_batch_drift", "first_grad_repeat_drift", "first_grad_batch_drift"):
+        assert rep[key] is None, key
+    promised = [n for n in rep["nodes"] if n.get("isolated", {}).get("promise") == "bitwise"]
+    assert len(promised) == 3 and all(n["isolated"]["equal_provider"] for n in promised)
+    code, rep, _ = replay_cli(work, work / "planted_cuda.json", "--device", "cuda", "--plant-fault", "pack")
+    assert code == 1 and rep["first_isolated_drift"] == "pack" and rep["broken_promises"] == ["pack"]
