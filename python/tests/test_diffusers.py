@@ -126,6 +126,16 @@ def test_every_node_within_the_bound(report):
     assert report["first_drift"] is not None  # strict and the provider do part ways (different rounding points)
 
 
+def test_plot_draws_the_report(report, work, cli):
+    """`h3strict plot` takes the provider replay's report (a build without PLplot refuses with exit 4)."""
+    png = work / "provider.png"
+    p = subprocess.run([cli, "plot", str(work / "replay.json"), "--out", str(png)], capture_output=True, text=True)
+    if p.returncode == 4 and "PLplot" in p.stderr:
+        pytest.skip("SKIP: this build has no PLplot")
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
 def test_isolated_promises(report):
     """The promised nodes give the provider's bits on the provider's inputs; the others are compared too, and the
     gated residuals (the provider rounds g*y before adding) do differ, so the comparison can fail."""
