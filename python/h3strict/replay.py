@@ -149,9 +149,10 @@ class _Tap:
     and the attention call, through wrappers of the module's own functions).  With `grads` it also registers
     hooks that record the gradient reaching each node, named as the strict backward names it."""
 
-    def __init__(self, model, grads, offload=False):
-        # offload: keep the recorded values in host memory (the FP64 golden's values on a GPU run)
-        self.model, self.grads, self.offload = model, grads, offload
+    def __init__(self, model, grads, offload=False, record_inputs=True):
+        # offload: keep the recorded values in host memory (the FP64 golden's values on a GPU run);
+        # record_inputs: keep each node's inputs too (the isolated nodes need the provider's)
+        self.model, self.grads, self.offload, self.record_inputs = model, grads, offload, record_inputs
         self.values, self.inputs, self.grad_values = {}, {}, {}
         self.handles = []
         self._attn_prefix, self._rope_calls = None, 0
@@ -163,6 +164,8 @@ class _Tap:
         self.values[name] = self._keep(t)
 
     def _inp(self, name, **kw):
+        if not self.record_inputs:
+            return
         self.inputs[name] = {k: (self._keep(v) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
 
     def _grad(self, name, t, select=None):
@@ -387,11 +390,11 @@ def _cotangent(batch, nv, wv, na, wa, seed):
     return torch.stack(s), torch.stack(a)
 
 
-def _run_provider(model, x, device, backward, ct, offload=False):
+def _run_provider(model, x, device, backward, ct, offload=False, record_inputs=True):
     """One forward (and backward) of a diffusers model with its taps; returns the tap (values, inputs, grads)
     and the outputs."""
     layout = {k: x[k] for k in ("video_indices", "audio_indices", "text_indices")}
-    tap = _Tap(model, backward, offload)
+    tap = _Tap(model, backward, offload, record_inputs)
     tap.install(layout)
     args = {k: v.to(device) for k, v in x.items()}
     leaves = ("hidden_states", "audio_hidden_states", "encoder_hidden_states")
@@ -940,7 +943,7 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
         golden_model._apply(lambda t: t.to(torch.float64) if t.is_floating_point() else t)  # every parameter, buffer
         gx = {k: (v.double() if v.is_floating_point() and k != "position_ids" else v) for k, v in x.items()}
         gv, _, _ = _run_provider(golden_model, gx, device, backward, (ct[0].double(), ct[1].double()),
-                                 offload=device == "cuda")
+                                 offload=device == "cuda", record_inputs=False)
         del golden_model
         if device == "cuda":
             torch.cuda.empty_cache()
