@@ -1,5 +1,5 @@
-/* h3strict public API: communicators and parallel execution (docs/ARCHITECTURE.md, "Sequence- and tensor-parallel
- * execution").
+/* h3strict public API: communicators (MPI over host memory, NCCL over device memory) and parallel execution
+ * (docs/ARCHITECTURE.md, "Sequence- and tensor-parallel execution").
  *
  * A communicator only moves bytes between ranks (all-gather, all-to-all, broadcast): it never adds.  A model given
  * a communicator runs owner-computes: every output element is computed by one rank with exactly the operations and
@@ -23,6 +23,14 @@ H3S_API int h3s_comm_mpi_built(void);
  * may be NULL.  A build without MPI returns H3S_ERR_UNSUPPORTED saying so. */
 H3S_API h3s_status h3s_comm_mpi_world(int *argc, char ***argv, h3s_comm **out);
 H3S_API void h3s_comm_free(h3s_comm *c);
+
+/* 1 when this build has the NCCL communicator (a CUDA build that found NCCL's header and library), 0 otherwise. */
+H3S_API int h3s_comm_nccl_built(void);
+/* An NCCL communicator over CUDA device memory whose ranks are those of the MPI communicator `mpi` (rank 0 makes
+ * NCCL's unique id and `mpi` broadcasts it), or a world of one on this process's GPU when mpi == NULL.  It moves
+ * device buffers only; h3s_comm_agree needs the MPI one.  Without a GPU H3S_ERR_DEVICE; in a build without NCCL
+ * H3S_ERR_UNSUPPORTED, saying so. */
+H3S_API h3s_status h3s_comm_nccl_create(h3s_comm *mpi, h3s_comm **out);
 H3S_API int h3s_comm_rank(const h3s_comm *c);
 H3S_API int h3s_comm_size(const h3s_comm *c);
 

@@ -15,6 +15,8 @@ typedef struct mpi_impl {
 
 static MPI_Comm comm_of(const h3s_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
 
+static const h3s_comm_ops mpi_ops;
+
 static h3s_status mpi_fail(int rc, const char *what) {
     char text[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
@@ -56,25 +58,22 @@ h3s_status h3s_comm_mpi_world(int *argc, char ***argv, h3s_comm **out) {
         return st;
     }
     c->impl = impl;
+    c->ops = &mpi_ops;
     c->finalize = finalize;
     *out = c;
     return H3S_OK;
 }
 
-void h3s_comm_free(h3s_comm *c) {
-    if (!c) return;
+static void mpi_release(h3s_comm *c) {
     mpi_impl *impl = c->impl;
     if (impl) MPI_Comm_free(&impl->comm);
     if (c->finalize) MPI_Finalize();
     free(impl);
-    free(c);
+    c->impl = NULL;
 }
 
-int h3s_comm_rank(const h3s_comm *c) { return c ? c->rank : 0; }
-int h3s_comm_size(const h3s_comm *c) { return c ? c->size : 1; }
-
-void h3s_comm_abort(h3s_comm *c, int code) {
-    if (c && c->impl) MPI_Abort(comm_of(c), code);
+static void mpi_abort(h3s_comm *c, int code) {
+    if (c->impl) MPI_Abort(comm_of(c), code);
 }
 
 /* MPI counts are int: a larger message is refused, never cut. */
@@ -88,8 +87,8 @@ static h3s_status to_ints(const h3s_comm *c, const size_t *bytes, int *out, cons
     return H3S_OK;
 }
 
-h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs) {
-    if (!c || !counts || !displs) return h3s_fail(H3S_ERR_INVALID, "comm_allgatherv: NULL argument");
+static h3s_status mpi_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts,
+                                 const size_t *displs) {
     int *ic = h3s_malloc((size_t)c->size * 2, sizeof(int));
     if (!ic) return H3S_ERR_NOMEM;
     h3s_status st = to_ints(c, counts, ic, "all-gather");
@@ -102,10 +101,8 @@ h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const 
     return st;
 }
 
-h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
-                              const size_t *rcounts, const size_t *rdispls) {
-    if (!c || !scounts || !sdispls || !rcounts || !rdispls)
-        return h3s_fail(H3S_ERR_INVALID, "comm_alltoallv: NULL argument");
+static h3s_status mpi_alltoallv(h3s_comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,
+                                const size_t *rcounts, const size_t *rdispls) {
     int *ic = h3s_malloc((size_t)c->size * 4, sizeof(int));
     if (!ic) return H3S_ERR_NOMEM;
     int n = c->size;
@@ -121,9 +118,7 @@ h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scoun
     return st;
 }
 
-h3s_status h3s_comm_send(h3s_comm *c, const void *buf, size_t nbytes, int to) {
-    if (!c) return h3s_fail(H3S_ERR_INVALID, "comm_send: NULL argument");
-    if (to < 0 || to >= c->size) return h3s_fail(H3S_ERR_INDEX, "comm_send: rank %d outside the world", to);
+static h3s_status mpi_send(h3s_comm *c, const void *buf, size_t nbytes, int to) {
     if (nbytes > (size_t)INT_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "mpi: a message of %zu bytes exceeds the 2 GiB an MPI count holds",
                         nbytes);
@@ -131,9 +126,7 @@ h3s_status h3s_comm_send(h3s_comm *c, const void *buf, size_t nbytes, int to) {
     return rc == MPI_SUCCESS ? H3S_OK : mpi_fail(rc, "MPI_Send");
 }
 
-h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
-    if (!c) return h3s_fail(H3S_ERR_INVALID, "comm_recv: NULL argument");
-    if (from < 0 || from >= c->size) return h3s_fail(H3S_ERR_INDEX, "comm_recv: rank %d outside the world", from);
+static h3s_status mpi_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
     if (nbytes > (size_t)INT_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "mpi: a message of %zu bytes exceeds the 2 GiB an MPI count holds",
                         nbytes);
@@ -147,9 +140,7 @@ h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
     return H3S_OK;
 }
 
-h3s_status h3s_comm_split(h3s_comm *c, int color, int key, h3s_comm **out) {
-    if (!c || !out) return h3s_fail(H3S_ERR_INVALID, "comm_split: NULL argument");
-    *out = NULL;
+static h3s_status mpi_split(h3s_comm *c, int color, int key, h3s_comm **out) {
     h3s_comm *s = h3s_calloc(1, sizeof *s);
     mpi_impl *impl = s ? h3s_calloc(1, sizeof *impl) : NULL;
     if (!impl) {
@@ -166,13 +157,12 @@ h3s_status h3s_comm_split(h3s_comm *c, int color, int key, h3s_comm **out) {
         return mpi_fail(rc, "MPI_Comm_split");
     }
     s->impl = impl;
+    s->ops = &mpi_ops;
     *out = s;
     return H3S_OK;
 }
 
-h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root) {
-    if (!c) return h3s_fail(H3S_ERR_INVALID, "comm_bcast: NULL argument");
-    if (root < 0 || root >= c->size) return h3s_fail(H3S_ERR_INDEX, "comm_bcast: root %d outside the world", root);
+static h3s_status mpi_bcast(h3s_comm *c, void *buf, size_t nbytes, int root) {
     if (nbytes > (size_t)INT_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "mpi: broadcast of %zu bytes exceeds the 2 GiB an MPI count holds",
                         nbytes);
@@ -187,9 +177,7 @@ typedef struct agree_rec {
     char msg[AGREE_MSG];
 } agree_rec;
 
-h3s_status h3s_comm_agree(h3s_comm *c, h3s_status local, int *failed_rank) {
-    if (failed_rank) *failed_rank = -1;
-    if (!c) return h3s_fail(H3S_ERR_INVALID, "comm_agree: NULL communicator");
+static h3s_status mpi_agree(h3s_comm *c, h3s_status local, int *failed_rank) {
     agree_rec mine;
     memset(&mine, 0, sizeof mine);
     mine.status = (int32_t)local;
@@ -212,4 +200,7 @@ h3s_status h3s_comm_agree(h3s_comm *c, h3s_status local, int *failed_rank) {
     free(all);
     return st;
 }
+
+static const h3s_comm_ops mpi_ops = {"mpi",     mpi_allgatherv, mpi_alltoallv, mpi_send,  mpi_recv,
+                                     mpi_bcast, mpi_split,      mpi_agree,     mpi_abort, mpi_release};
 #endif

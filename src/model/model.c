@@ -2144,6 +2144,11 @@ h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) 
     if ((int64_t)sp * tp != comm->size)
         return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: --sp %d x --tp %d = %lld ranks, but the world has %d", sp,
                         tp, (long long)sp * tp, comm->size);
+    if (comm->device)
+        return h3s_fail(H3S_ERR_UNSUPPORTED,
+                        "model_set_parallel: the parallel passes run over host memory: give an MPI "
+                        "communicator, not a %s one",
+                        comm->ops ? comm->ops->name : "device");
     if (m->kind != H3S_BACKEND_CPU)
         return h3s_fail(H3S_ERR_UNSUPPORTED,
                         "model_set_parallel: parallel execution runs on the strict CPU backend only "
