@@ -114,6 +114,19 @@ fail_case "other inputs on rank 1" "^h3strict forward: rank 1: inputs file diffe
 fail_case "world of 2, --sp 3" '^h3strict forward: mpirun started 2 ranks but --sp 3 x --tp 1 = 3' in.safetensors \
     in.safetensors --sp 3
 
+# --tp beyond the model's heads: every rank refuses while loading (exit 2), one line, no output
+rm -f o.safetensors
+mpi -np 4 "$CLI" forward --model tiny --inputs in.safetensors --out o.safetensors --tp 4 --quiet >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c '^h3strict' err.txt)" -eq 1 ] && grep -q 'tp 4 exceeds the heads (3)' err.txt; then ok
+else bad "--tp 4 on 3 heads exited $rc: $(cat err.txt)"; fi
+[ -e o.safetensors ] && bad "--tp 4 on 3 heads wrote an output"
+# a parallel run on the CUDA backend is refused (exit 4) before anything starts
+"$CLI" forward --model tiny --inputs in.safetensors --out o.safetensors --sp 2 --device cuda >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 4 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q 'strict CPU backend only' err.txt; then ok
+else bad "--sp 2 --device cuda exited $rc: $(cat err.txt)"; fi
+
 # without mpirun, --sp 2 is refused (usage, exit 2) with one line
 "$CLI" forward --model tiny --inputs in.safetensors --out o.safetensors --sp 2 >out.txt 2>err.txt
 rc=$?
