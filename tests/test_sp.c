@@ -8,8 +8,8 @@
  * backward, in order), byte for byte.  Cases: the tiny preset (one 256-row tile: every rank but the first sends
  * its rows to the tile's owner), a batch of 12 (two tiles, the second starting inside a slice), padding rows with
  * an attention mask, a second configuration of odd sizes (5 heads: 3 + 2 over two ranks, 2 + 2 + 1 over three),
- * and explicit uneven slices (one row; a slice ending one row before a tile boundary).  A build without MPI prints
- * SKIP. */
+ * explicit uneven slices (one row; a slice ending one row before a tile boundary), and weight gradients folded in
+ * chunks of a few rows.  A build without MPI prints SKIP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +158,13 @@ static int worker(void) {
         int64_t two[2] = {255, M - 255};
         compare_case(comm, 2, 2, "tiny, batch 12, sp 2 x tp 2, a slice ending at 255", &tiny, 12, 0, 0, two);
     }
+
+    /* weight gradients folded in chunks of one or a few rows: the same bits */
+    CHECK_OK(h3s_model_set_sp_fold_budget(3000));
+    compare_case(comm, n, 1, "tiny, batch 12, weight gradients folded in small chunks", &tiny, 12, 0, 0, NULL);
+    if (n == 4) compare_case(comm, 2, 2, "odd config, sp 2 x tp 2, small fold chunks", &odd, 11, 0, 0, NULL);
+    CHECK_OK(h3s_model_set_sp_fold_budget((int64_t)256 << 20));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_sp_fold_budget(0));
 
     /* refusals */
     h3s_weights *w = NULL;

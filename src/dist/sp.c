@@ -126,6 +126,16 @@ static void owned_tiles(const h3s_sp_plan *p, int r, int64_t *t0, int64_t *t1) {
     *t1 = (p->lo[r + 1] + T - 1) / T;
 }
 
+int64_t h3s_sp_max_owned_tiles(const h3s_sp_plan *p) {
+    int64_t most = 0;
+    for (int r = 0; r < p->n; r++) {
+        int64_t t0, t1;
+        owned_tiles(p, r, &t0, &t1);
+        if (t1 - t0 > most) most = t1 - t0;
+    }
+    return most;
+}
+
 /* Floats of one output's declared columns (the message layout: row-major over (row, column range, column)). */
 static size_t sum_floats(const h3s_sp_sum *s) { return (size_t)(s->R * s->ncols * s->width); }
 

@@ -32,6 +32,9 @@ h3s_status h3s_sp_allgather_rows(const h3s_sp_plan *p, const h3s_tensor *local, 
 /* Rows [lo, hi) of the items (blocks of `seq` rows) that rank r's slice touches, for every r. */
 void h3s_sp_item_ranges(const h3s_sp_plan *p, int64_t seq, int64_t *need_lo, int64_t *need_hi);
 
+/* The most 256-row tiles any rank owns (the same on every rank). */
+int64_t h3s_sp_max_owned_tiles(const h3s_sp_plan *p);
+
 /* ---- cross-row sums by tiles ----
  * One output of a cross-row sum: `dst` (host F32) as R rows of `ld` floats; the fold writes, in each row, the
  * columns [col[c], col[c] + width) for c < ncols (other columns are left as they are).  index == NULL: every tile

@@ -950,13 +950,45 @@ static h3s_sp_sum table_sum(const h3s_tape *tp, h3s_tensor *dtable6, int c0, int
 }
 
 /* dW of a block linear: x [rows, K] and dy [rows, N] are this rank's slices. */
+/* Bytes of tile partials a rank holds at once for a weight gradient (h3s_model_set_sp_fold_budget). */
+static int64_t g_fold_budget = (int64_t)256 << 20;
+
+h3s_status h3s_model_set_sp_fold_budget(int64_t bytes) {
+    if (bytes < 1) return h3s_fail(H3S_ERR_INVALID, "sp fold budget: %lld bytes", (long long)bytes);
+    g_fold_budget = bytes;
+    return H3S_OK;
+}
+
+/* A weight gradient dW [N, K] by owned tiles, in chunks of its rows (output features): each chunk's partials (the
+ * rank's tiles of dy's chunk columns against x) are computed by all ranks at once and folded along the ranks
+ * before the next chunk, so a rank holds at most the budget of partials.  A row of dW is one chain per tile
+ * whatever the chunk, so the chunking (the same on every rank) never changes a bit. */
 static h3s_status sp_linear_dw(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
                                h3s_tensor *dw) {
     if (!dw) return H3S_OK;
-    tile_op o = {TILE_LINEAR, tp, w, NULL, 0, 0, 0, 0, 0, 0};
-    const h3s_tensor *in[2] = {x, dy};
-    h3s_sp_sum sum = whole_sum(dw);
-    return h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+    const int64_t N = w->shape[0], K = w->shape[1], tiles = h3s_sp_max_owned_tiles(&tp->plan);
+    int64_t rows = tiles > 0 && K > 0 ? g_fold_budget / (tiles * K * (int64_t)sizeof(float)) : N;
+    if (rows < 1) rows = 1;
+    if (rows > N) rows = N;
+    const size_t wrow = (size_t)K * h3s_dtype_size(w->dtype);
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+        int64_t n1 = n0 + rows < N ? n0 + rows : N, ws[2] = {n1 - n0, K};
+        h3s_tensor wv = h3s_tensor_view((char *)w->data + (size_t)n0 * wrow, w->dtype, 2, ws);
+        h3s_tensor dwv = h3s_tensor_view((float *)dw->data + n0 * K, H3S_F32, 2, ws);
+        h3s_tensor dyc = {0};
+        const h3s_tensor *dyp = dy;
+        if (rows < N) {
+            H3S_TRY(copy_cols(dy, n0, n1, &dyc));
+            dyp = &dyc;
+        }
+        tile_op o = {TILE_LINEAR, tp, &wv, NULL, 0, 0, 0, 0, 0, 0};
+        const h3s_tensor *in[2] = {x, dyp};
+        h3s_sp_sum sum = whole_sum(&dwv);
+        h3s_status st = h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+        h3s_tensor_free(&dyc);
+        H3S_TRY(st);
+    }
+    return H3S_OK;
 }
 
 /* The slice of this pass: the plan over the B*S packed rows, and the per-row tables of the slice (rope rows

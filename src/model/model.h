@@ -25,5 +25,8 @@ h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in);
  * equal --sp and the sizes must sum to B*S, each >= 1, or the pass fails); n == 0 returns to the even split.  For
  * tests of uneven cuts. */
 h3s_status h3s_model_set_sp_slices(h3s_model *m, const int64_t *sizes, int64_t n);
+/* Bytes of tile partials a sequence-parallel rank holds at once for one weight gradient (default 256 MiB; the
+ * gradient is folded in chunks of its rows that fit).  Process-wide; the bits never depend on it (for tests). */
+h3s_status h3s_model_set_sp_fold_budget(int64_t bytes);
 
 #endif
