@@ -44,13 +44,24 @@ static char *g_command_line; /* malloc'd once per run, whole (never cut) */
 static h3s_comm *g_comm;
 static int g_rank, g_sp = 1, g_tp = 1;
 
-/* The rank mpirun gave this process (0 when not launched by it), known before MPI starts. */
+/* A value the launcher put in the environment, known before MPI starts (-1 when absent or malformed). */
 static int launcher_env(const char *name) {
     const char *v = getenv(name);
     if (!v || !*v) return -1;
     char *end;
     long x = strtol(v, &end, 10);
     return *end || x < 0 || x > 1000000 ? -1 : (int)x;
+}
+
+/* This process's rank or the world's size as mpirun set them: Open MPI's variables, else the PMI ones (MPICH's
+ * launcher); -1 when the process was not started by one. */
+static int launched(const char *what) {
+    char name[64];
+    snprintf(name, sizeof name, "OMPI_COMM_WORLD_%s", what);
+    int v = launcher_env(name);
+    if (v >= 0) return v;
+    snprintf(name, sizeof name, "PMI_%s", what);
+    return launcher_env(name);
 }
 
 /* The command line as typed, for reports ("every figure is reproduced by one command"). */
@@ -311,7 +322,7 @@ static int apply_parallel(const opt *opts, int nopts, h3s_backend_kind kind) {
     int64_t sp = 1, tp = 1;
     if (get(opts, nopts, "--sp") && parse_i64("--sp", get(opts, nopts, "--sp"), 1, 4096, &sp)) return EXIT_USAGE;
     if (get(opts, nopts, "--tp") && parse_i64("--tp", get(opts, nopts, "--tp"), 1, 4096, &tp)) return EXIT_USAGE;
-    int world = launcher_env("OMPI_COMM_WORLD_SIZE");
+    int world = launched("SIZE");
     if (world < 1) world = 1;
     if (sp * tp == 1 && world == 1) return 0;
     if (kind != H3S_BACKEND_CPU) {
@@ -1512,7 +1523,7 @@ int main(int argc, char **argv) {
     }
     g_cmd = c->name;
     /* under mpirun, ranks other than 0 print nothing: rank 0 speaks for the run */
-    int launched_rank = launcher_env("OMPI_COMM_WORLD_RANK");
+    int launched_rank = launched("RANK");
     if (launched_rank > 0) {
         g_rank = launched_rank;
         if (!freopen("/dev/null", "w", stdout)) return EXIT_SYSTEM;
