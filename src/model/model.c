@@ -773,6 +773,52 @@ static h3s_status copy_cols(const h3s_tensor *w, int64_t c0, int64_t c1, h3s_ten
     return H3S_OK;
 }
 
+/* This rank's column slice of a weight whose rows are split over the group: every rank sends each other rank the
+ * columns [cb[j] * cunit, cb[j + 1] * cunit) of its own rows (an all-to-all, a copy), and the blocks are stacked in
+ * the weight's row order (two: each rank's rows are a value half then a gate half, placed at rb[r] and at
+ * half_rows + rb[r]).  No rank reads another rank's rows of the checkpoint. */
+static h3s_status tp_col_slice(const tp_geom *g, const h3s_tensor *local, const int64_t *rb, int64_t runit, int two,
+                               int64_t half_rows, const int64_t *cb, int64_t cunit, h3s_tensor *out) {
+    const int n = g->n, me = g->rank;
+    const size_t es = h3s_dtype_size(local->dtype);
+    const int64_t K = local->shape[1], myrows = local->shape[0], cl = (cb[me + 1] - cb[me]) * cunit;
+    int64_t total = 0;
+    for (int r = 0; r < n; r++)
+        total += (rb[r + 1] - rb[r]) * runit * (two ? 2 : 1);
+    int64_t shape[2] = {total, cl};
+    H3S_TRY(h3s_tensor_alloc(out, local->dtype, 2, shape));
+    size_t *v = h3s_calloc((size_t)n * 4, sizeof *v);
+    char *sendb = v ? h3s_malloc((size_t)(myrows * K > 0 ? myrows * K : 1), es) : NULL;
+    char *recvb = sendb ? h3s_malloc((size_t)(total * cl > 0 ? total * cl : 1), es) : NULL;
+    h3s_status st = recvb ? H3S_OK : H3S_ERR_NOMEM;
+    size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, so = 0, ro = 0;
+    for (int j = 0; st == H3S_OK && j < n; j++) {
+        int64_t c0 = cb[j] * cunit, w = (cb[j + 1] - cb[j]) * cunit;
+        for (int64_t m = 0; m < myrows; m++)
+            memcpy(sendb + so + (size_t)(m * w) * es, (const char *)local->data + (size_t)(m * K + c0) * es,
+                   (size_t)w * es);
+        sc[j] = (size_t)(myrows * w) * es;
+        sd[j] = so;
+        so += sc[j];
+        rc[j] = (size_t)((rb[j + 1] - rb[j]) * runit * (two ? 2 : 1) * cl) * es;
+        rd[j] = ro;
+        ro += rc[j];
+    }
+    if (st == H3S_OK) st = h3s_comm_alltoallv(g->c, sendb, sc, sd, recvb, rc, rd);
+    for (int r = 0; st == H3S_OK && r < n; r++) {
+        int64_t rows = (rb[r + 1] - rb[r]) * runit, row0 = rb[r] * runit;
+        const char *src = recvb + rd[r];
+        const size_t block = (size_t)(rows * cl) * es;
+        memcpy((char *)out->data + (size_t)(row0 * cl) * es, src, block);
+        if (two) memcpy((char *)out->data + (size_t)((half_rows + row0) * cl) * es, src + block, block);
+    }
+    free(recvb);
+    free(sendb);
+    free(v);
+    if (st != H3S_OK) h3s_tensor_free(out);
+    return st;
+}
+
 /* Column layouts of a tensor-parallel activation: whole, this rank's heads (x D), its FFN columns, or its FFN
  * columns twice (SwiGLU's value and gate halves, [value | gate] locally). */
 enum { COL_FULL, COL_HEADS, COL_FFN, COL_SWIGLU, COL_HID, COL_ADA, COL_EMB };
@@ -2134,7 +2180,7 @@ static h3s_status tp_setup(h3s_model *m) {
     if (!g->heads || !g->hid || !g->ffn || !g->ada || !g->emb || !g->blocks) return H3S_ERR_NOMEM;
     const int r = g->rank;
     int64_t h0 = g->heads[r] * D, h1 = g->heads[r + 1] * D, c0 = g->hid[r], c1 = g->hid[r + 1];
-    int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1], e0 = g->emb[r], e1 = g->emb[r + 1];
+    int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1];
     for (int64_t i = 0; i < c->num_layers; i++) {
         tp_block *b = &g->blocks[i];
         const char *pre = "transformer_blocks";
@@ -2149,18 +2195,19 @@ static h3s_status tp_setup(h3s_model *m) {
         H3S_TRY(copy_rows(wq, h0, h1, 0, 0, &b->wq));
         H3S_TRY(copy_rows(wk, h0, h1, 0, 0, &b->wk));
         H3S_TRY(copy_rows(wv, h0, h1, 0, 0, &b->wv));
-        H3S_TRY(copy_cols(wq, c0, c1, &b->wq_c));
-        H3S_TRY(copy_cols(wk, c0, c1, &b->wk_c));
-        H3S_TRY(copy_cols(wv, c0, c1, &b->wv_c));
         H3S_TRY(copy_rows(wo, c0, c1, 0, 0, &b->wo));
-        H3S_TRY(copy_cols(wo, h0, h1, &b->wo_c));
         H3S_TRY(copy_rows(w0, f0, f1, F + f0, F + f1, &b->w0));
-        H3S_TRY(copy_cols(w0, c0, c1, &b->w0_c));
         H3S_TRY(copy_rows(w2, c0, c1, 0, 0, &b->w2));
-        H3S_TRY(copy_cols(w2, f0, f1, &b->w2_c));
         H3S_TRY(copy_rows(wa, a0, a1, 0, 0, &b->ada));
         H3S_TRY(copy_rows(ba, a0, a1, 0, 0, &b->ada_b));
-        H3S_TRY(copy_cols(wa, e0, e1, &b->ada_c));
+        /* the column slices, from every rank's rows: this rank reads only its own rows of the checkpoint */
+        H3S_TRY(tp_col_slice(g, &b->wq, g->heads, D, 0, 0, g->hid, 1, &b->wq_c));
+        H3S_TRY(tp_col_slice(g, &b->wk, g->heads, D, 0, 0, g->hid, 1, &b->wk_c));
+        H3S_TRY(tp_col_slice(g, &b->wv, g->heads, D, 0, 0, g->hid, 1, &b->wv_c));
+        H3S_TRY(tp_col_slice(g, &b->wo, g->hid, 1, 0, 0, g->heads, D, &b->wo_c));
+        H3S_TRY(tp_col_slice(g, &b->w0, g->ffn, 1, 1, F, g->hid, 1, &b->w0_c));
+        H3S_TRY(tp_col_slice(g, &b->w2, g->hid, 1, 0, 0, g->ffn, 1, &b->w2_c));
+        H3S_TRY(tp_col_slice(g, &b->ada, g->ada, 1, 0, 0, g->emb, 1, &b->ada_c));
     }
     return H3S_OK;
 }
