@@ -9,13 +9,15 @@
  * its rows to the tile's owner), a batch of 12 (two tiles, the second starting inside a slice), padding rows with
  * an attention mask, a second configuration of odd sizes (5 heads: 3 + 2 over two ranks, 2 + 2 + 1 over three),
  * explicit uneven slices (one row; a slice ending one row before a tile boundary), and weight gradients folded in
- * chunks of a few rows.  A build without MPI prints SKIP. */
+ * chunks of a few rows.  On the odd configuration the dual trajectory's and the replay's JSON reports are compared
+ * too (every CPU model of the process parallel, h3s_set_parallel).  A build without MPI prints SKIP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dist/comm.h"
 #include "h3s_dist.h"
+#include "h3s_sample.h"
 #include "model_util.h"
 
 typedef struct node_log {
@@ -101,6 +103,50 @@ static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, cons
     h3s_weights_free(w);
 }
 
+/* The dual trajectory and the replay report of a configuration, alone and with every CPU model of the process
+ * parallel (h3s_set_parallel): the same JSON text. */
+static void compare_reports(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_create(c, 23, &w));
+    if (!w) return;
+    static const uint64_t seeds[1] = {11};
+    h3s_trajectory_opts to;
+    memset(&to, 0, sizeof to);
+    to.seeds = seeds;
+    to.nseeds = 1;
+    to.steps = 2;
+    to.batch = 3;
+    to.backend = H3S_BACKEND_CPU;
+    to.layout = (h3s_layout_opts){6, 2, 4, 6, 4, 1, 0, 0};
+    to.with_grad = 1;
+    char *alone = NULL, *par = NULL;
+    h3s_trajectory_totals ta, tpar;
+    CHECK_OK(h3s_trajectory(w, &to, &alone, &ta));
+    CHECK_OK(h3s_set_parallel(comm, sp, tp));
+    CHECK_OK(h3s_trajectory(w, &to, &par, &tpar));
+    CHECK_OK(h3s_set_parallel(NULL, 1, 1));
+    CHECK(alone && par && !strcmp(alone, par), "[%s, sp %d tp %d] trajectory reports differ", label, sp, tp);
+    CHECK(ta.comparisons == 8 && ta.differing == 0 && tpar.differing == 0, "[%s] trajectory totals", label);
+    h3s_free(alone);
+    h3s_free(par);
+    request q;
+    make_request(c, 3, 0, 0, &q);
+    h3s_replay_opts ro = {H3S_BACKEND_CPU, 1234, 0, NULL, NULL, NULL, 0};
+    cJSON *ra = NULL, *rp = NULL;
+    CHECK_OK(h3s_replay(w, &q.in, &ro, &ra));
+    CHECK_OK(h3s_set_parallel(comm, sp, tp));
+    CHECK_OK(h3s_replay(w, &q.in, &ro, &rp));
+    CHECK_OK(h3s_set_parallel(NULL, 1, 1));
+    char *ja = ra ? cJSON_PrintUnformatted(ra) : NULL, *jp = rp ? cJSON_PrintUnformatted(rp) : NULL;
+    CHECK(ja && jp && !strcmp(ja, jp), "[%s, sp %d tp %d] replay reports differ", label, sp, tp);
+    free(ja);
+    free(jp);
+    cJSON_Delete(ra);
+    cJSON_Delete(rp);
+    request_free(&q);
+    h3s_weights_free(w);
+}
+
 static int worker(void) {
     h3s_comm *comm = NULL;
     CHECK_OK(h3s_comm_mpi_world(NULL, NULL, &comm));
@@ -141,6 +187,7 @@ static int worker(void) {
             h3s_weights_free(w);
         }
         compare_case(comm, sp, tp, "odd config, batch 11", &odd, 11, 0, 0, NULL);
+        compare_reports(comm, sp, tp, "odd config", &odd);
     }
     /* explicit uneven slices (S is 37 rows for this layout; batch 12 gives 444 rows) */
     request probe;
