@@ -49,6 +49,22 @@ H3S_API const char *h3s_version(void);
 /* Release memory the library allocated for the caller as plain bytes (report text); NULL is fine. */
 H3S_API void h3s_free(void *p);
 
+#if defined(__GNUC__) || defined(__clang__)
+#define H3S_API_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define H3S_API_PRINTF(a, b)
+#endif
+/* Record a failure of the caller's own (a node hook, a check before a collective call) as this thread's
+ * h3s_last_error() message, formatted as printf does and escaped as every library message is, and return
+ * `status`; h3s_comm_agree then carries it to every rank like a library failure.  Use as
+ * `return h3s_set_error(H3S_ERR_FORMAT, "%s: no tensor 'sample'", path);` */
+H3S_API h3s_status h3s_set_error(h3s_status status, const char *fmt, ...) H3S_API_PRINTF(2, 3);
+/* A copy of the C string s (NULL reads "(null)") with the escaping of the library's messages: bytes below 0x20,
+ * 0x7f and bytes that are not part of valid UTF-8 become \xNN, the C1 controls U+0080..U+009F \uNNNN, the rest is
+ * kept; printed text that came from a file or an argument then stays on one line and cannot pose as other output.
+ * Released with h3s_free; NULL when out of memory. */
+H3S_API char *h3s_escape_dup(const char *s);
+
 typedef enum h3s_dtype { H3S_F64 = 0, H3S_F32 = 1, H3S_BF16 = 2, H3S_F16 = 3, H3S_I64 = 4, H3S_BOOL = 5 } h3s_dtype;
 
 H3S_API size_t h3s_dtype_size(h3s_dtype dtype);
@@ -78,6 +94,9 @@ H3S_API size_t h3s_tensor_nbytes(const h3s_tensor *t);
 /* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
  * the same number of elements.  Float -> BF16 rounds to nearest even. */
 H3S_API h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
+/* Index of the first NaN or +-Inf element of a host F64/F32/BF16/F16 tensor; -1 when every element is finite, the
+ * tensor holds no float dtype or lives in device memory (t == NULL too).  The same index on every thread count. */
+H3S_API int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t);
 
 /* BF16 helpers: round to nearest even, NaN stays NaN (quiet), +-Inf stays +-Inf. */
 H3S_API uint16_t h3s_bf16_from_f32(float x);
@@ -85,6 +104,14 @@ H3S_API float h3s_bf16_to_f32(uint16_t b);
 
 /* SHA-256 of a byte range as 64 lowercase hex digits + NUL. */
 H3S_API h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
+/* SHA-256 of several byte ranges as one: begin, update (any number of times, any sizes), end.  h3s_sha256_end writes
+ * the digest as h3s_sha256_hex does and frees the context, also on failure (then out_hex is untouched). */
+typedef struct h3s_sha256_ctx h3s_sha256_ctx;
+H3S_API h3s_status h3s_sha256_begin(h3s_sha256_ctx **ctx);
+H3S_API h3s_status h3s_sha256_update(h3s_sha256_ctx *ctx, const void *data, size_t len);
+H3S_API h3s_status h3s_sha256_end(h3s_sha256_ctx *ctx, char out_hex[65]);
+/* SHA-256 of a whole file's bytes, read in bounded pieces (H3S_ERR_IO when it cannot be opened or read). */
+H3S_API h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]);
 
 /* Number of OpenMP threads the library uses (0 = OpenMP default).  Results never depend on it. */
 H3S_API void h3s_set_num_threads(int n);

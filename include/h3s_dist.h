@@ -34,6 +34,12 @@ H3S_API h3s_status h3s_comm_nccl_create(h3s_comm *mpi, h3s_comm **out);
 H3S_API int h3s_comm_rank(const h3s_comm *c);
 H3S_API int h3s_comm_size(const h3s_comm *c);
 
+/* All-gather of bytes, a collective call: recv receives the concatenation over ranks r of counts[r] bytes placed at
+ * recv + displs[r]; this rank sends counts[rank] bytes from send.  counts and displs have h3s_comm_size entries and
+ * are the same on every rank; host memory for the MPI communicator, device memory for NCCL.  It only copies. */
+H3S_API h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts,
+                                       const size_t *displs);
+
 /* Collective agreement on a status: every rank passes its own (and leaves its message in h3s_last_error when it is
  * not H3S_OK).  Returns H3S_OK when every rank passed H3S_OK; otherwise every rank returns the status of the
  * lowest failing rank, whose message becomes the error message ("rank R: message"), and *failed_rank (may be NULL)

@@ -32,6 +32,22 @@ H3S_API int64_t h3s_config_video_width(const h3s_config *c);
  * the preset's depth, otherwise it must be >= 1. */
 H3S_API h3s_status h3s_config_preset(const char *name, int64_t layers, h3s_config *out);
 
+/* The config as diffusers writes config.json: pretty JSON, keys sorted, with "_class_name":
+ * "MiniMaxH3Transformer3DModel".  *out_text is the caller's (h3s_free).  Its SHA-256 names a geometry in reports. */
+H3S_API h3s_status h3s_config_to_json(const h3s_config *c, char **out_text);
+
+/* The parameter table of a config (docs/model.md section 2): every checkpoint tensor's name, dtype and shape, in
+ * canonical order.  The config is validated first; *out (count entries) is the caller's (h3s_free). */
+typedef struct h3s_param_spec {
+    char name[160];
+    h3s_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+} h3s_param_spec;
+H3S_API h3s_status h3s_param_specs(const h3s_config *c, h3s_param_spec **out, int64_t *count);
+/* Elements of one parameter (the product of its shape; 0 for NULL). */
+H3S_API int64_t h3s_param_spec_numel(const h3s_param_spec *p);
+
 /* ------------------------------------------------------------------ weights */
 typedef struct h3s_weights h3s_weights;
 
@@ -56,6 +72,23 @@ H3S_API const char *h3s_weights_dir(const h3s_weights *w);
 /* Write a seeded model directory (config.json + diffusion_pytorch_model.safetensors) of a preset, atomically;
  * byte-reproducible from (preset, layers, seed).  See docs/cli.md, `h3strict init`. */
 H3S_API h3s_status h3s_model_init(const char *preset, int64_t layers, uint64_t seed, const char *out_dir);
+/* The same for any config, calling progress(ctx, bytes written, total bytes) after every piece of the weights (about
+ * 4 MiB; progress may be NULL).  The weights are generated and written in bounded pieces: memory use does not grow
+ * with the model.  out_dir may be absent, an empty directory, or a model directory of this project's shape (then
+ * swapped with the new one atomically); anything else is H3S_ERR_INVALID and nothing is touched. */
+typedef void (*h3s_init_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
+H3S_API h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, const char *out_dir,
+                                                  h3s_init_progress_fn progress, void *progress_ctx);
+
+/* Verify a model directory (or a pipeline snapshot): config.json and every weights file (every shard) open and
+ * validate, and the tensors match the parameter table.  With manifest_path (a JSON object {file: sha256hex}, files
+ * relative to the directory holding config.json or to dir) every listed file must exist with that SHA-256 and every
+ * weights file must be listed; a difference is H3S_ERR_MISMATCH naming the file.  On success *report (report may be
+ * NULL) receives a human summary, the caller's (h3s_free); on failure it is untouched. */
+H3S_API h3s_status h3s_model_verify(const char *dir, const char *manifest_path, char **report);
+/* Write the manifest of a model directory: the SHA-256 of config.json, the index (if any) and every weights file,
+ * keys relative to the directory holding config.json, sorted.  The model is verified first; written atomically. */
+H3S_API h3s_status h3s_model_manifest_write(const char *dir, const char *manifest_path);
 
 /* ------------------------------------------------------------------ backends */
 typedef enum h3s_backend_kind {
@@ -70,6 +103,11 @@ H3S_API h3s_status h3s_backend_parse(const char *name, h3s_backend_kind *kind);
 /* H3S_OK when this build and machine can run the backend; else H3S_ERR_DEVICE with the reason (no CUDA backend
  * in this build and why, no GPU, an architecture the build does not contain). */
 H3S_API h3s_status h3s_backend_check(h3s_backend_kind kind);
+/* One line naming the CUDA device for reports (its name, compute capability, SMs, memory, driver and runtime
+ * versions) into buf (at most size - 1 bytes and a NUL).  When there is none to describe (no CUDA backend in this
+ * build, no GPU) buf receives "unavailable: <reason>" and the status is H3S_ERR_DEVICE; buf NULL or size 0 is
+ * H3S_ERR_INVALID. */
+H3S_API h3s_status h3s_cuda_describe(char *buf, size_t size);
 
 /* ------------------------------------------------------------------ inputs
  * The forward arguments under their diffusers names, host tensors, contiguous row-major (docs/cli.md). */

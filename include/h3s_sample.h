@@ -40,12 +40,37 @@ typedef struct h3s_layout_opts {
     int64_t pad_to; /* 0 = no padding; else total S padded up to a multiple of pad_to with rows tagged -1 */
 } h3s_layout_opts;
 
+/* The row counts of a layout (patch_h, patch_w: the config's patch_size[1] and [2]), without building its
+ * tensors; the options are checked as h3s_inputs_seeded checks them (H3S_ERR_INVALID naming the option). */
+typedef struct h3s_layout_rows {
+    int64_t rows;      /* S, padding included */
+    int64_t text;      /* Nt */
+    int64_t video;     /* Nv: keyframe condition rows + target video rows */
+    int64_t condition; /* keyframe condition rows (the first entries of video_indices) */
+    int64_t audio;     /* Na */
+    int64_t padding;   /* rows tagged -1 at the end */
+} h3s_layout_rows;
+H3S_API h3s_status h3s_layout_count(const h3s_layout_opts *lo, int64_t patch_h, int64_t patch_w, h3s_layout_rows *out);
+
+/* The condition rows of a request, inferred from its timesteps: the leading video_indices entries whose timestep
+ * differs from the text rows' (condition rows carry max(t_video, 0.999), text rows t_video).  0 when every video
+ * row carries the text timestep -- which is also what a request whose t_video is 0.999 or more gives: name the
+ * count then -- and for inputs it cannot read (check them with h3s_inputs_validate first). */
+H3S_API int64_t h3s_layout_condition_rows(const h3s_inputs *in);
+
 /* Seeded request inputs on that layout for a model of config c, exactly the tensors `h3strict inputs` writes for
  * the same options, seed and timesteps (without an attention mask): item b of the batch depends on (seed, b)
  * only, so item 0 is the same request in a batch of any size.  Every tensor is owned by `out` (h3s_inputs_free);
  * on failure nothing is written. */
 H3S_API h3s_status h3s_inputs_seeded(const h3s_config *c, const h3s_layout_opts *lo, int64_t batch, uint64_t seed,
                                      float t_video, float t_audio, h3s_inputs *out);
+
+/* A seeded cotangent (upstream gradient) for sample [batch, nv, wv] and audio_sample [batch, na, wa], F32 standard
+ * normal, exactly what `h3strict cotangent` writes: item b of each tensor is drawn from a stream of its own, so item 0
+ * does not depend on the batch size.  Both tensors are allocated for the caller (h3s_tensor_free); on failure
+ * neither is written. */
+H3S_API h3s_status h3s_cotangent_random(int64_t batch, int64_t nv, int64_t wv, int64_t na, int64_t wa, uint64_t seed,
+                                        h3s_tensor *d_sample, h3s_tensor *d_audio_sample);
 
 /* ------------------------------------------------------------------ the dual trajectory (docs/strict.md 6) */
 typedef void (*h3s_progress_fn)(void *ctx, const char *line);

@@ -2,7 +2,8 @@
 # `cmake --install` into a temporary prefix: the libraries (versioned soname), the public headers, the CLI,
 # h3strict.pc and the CMake package; a three-line C program built with `pkg-config --cflags --libs h3strict` and
 # one built through find_package(h3strict) load a model through the installed library; the shared library
-# exports the public API and nothing else.
+# exports the public API and nothing else; the CLI is a user of that API alone (it includes only the public
+# headers, links the shared library and carries none of the library's code).
 set -u
 BUILD=${H3S_BUILD_DIR:?H3S_BUILD_DIR must name the build directory}
 SRC=${H3S_SOURCE_DIR:?H3S_SOURCE_DIR must name the source directory}
@@ -17,7 +18,8 @@ cmake --install "$BUILD" --prefix "$dir/prefix" >"$dir/install.log" 2>&1 || { ca
 P=$dir/prefix
 lib=$(find "$P" -name 'libh3strict.so.*.*.*' -type f | head -n 1)
 [ -n "$lib" ] || bad "no versioned libh3strict.so installed"
-for f in include/h3s.h include/h3s_model.h include/h3s_sample.h include/h3s_ops.h bin/h3strict; do
+for f in include/h3s.h include/h3s_model.h include/h3s_sample.h include/h3s_ops.h include/h3s_dist.h include/h3s_io.h \
+    include/h3s_replay.h bin/h3strict; do
     [ -e "$P/$f" ] || bad "$f not installed"
 done
 [ -n "$(find "$P" -name libh3strict.a)" ] || bad "no static library installed"
@@ -36,12 +38,12 @@ for sym in h3s_model_load h3s_model_forward h3s_model_backward_select h3s_trajec
     h3s_tensor_copy; do
     grep -qx "$sym" "$dir/exported" || bad "$sym is not exported"
 done
-for sym in h3s_linear_backward h3s_fail h3s_st_open h3s_trajectory_run; do
+for sym in h3s_linear_backward h3s_fail h3s_st_writer_begin h3s_trajectory_run h3s_replay h3s_json_parse_strict; do
     grep -qx "$sym" "$dir/exported" && bad "internal $sym is exported"
 done
 
 # every installed header stands alone, in C and (extern "C") in C++
-for h in h3s.h h3s_model.h h3s_sample.h h3s_ops.h; do
+for h in $(cd "$P/include" && ls h3s*.h); do
     printf '#include <%s>\nint main(void) { return 0; }\n' "$h" >"$dir/hdr.c"
     "$CC" -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I"$P/include" "$dir/hdr.c" || bad "$h does not compile alone (C11)"
     if command -v c++ >/dev/null 2>&1; then
@@ -50,6 +52,33 @@ for h in h3s.h h3s_model.h h3s_sample.h h3s_ops.h; do
 done
 
 "$P/bin/h3strict" init --preset tiny --seed 5 --out "$dir/tiny" --quiet >/dev/null || bad "installed CLI: init"
+
+# The CLI uses the public API only.  Its sources include no header of the library's src/ (only include/h3s*.h, its
+# own src/cli headers and system headers), ...
+for f in "$SRC"/src/cli/*.c "$SRC"/src/cli/*.h; do
+    while IFS= read -r inc; do
+        case "$inc" in
+        h3s*.h) [ -e "$SRC/include/$inc" ] || bad "$(basename "$f") includes \"$inc\", not a public header" ;;
+        *) [ -e "$SRC/src/cli/$inc" ] || bad "$(basename "$f") includes the library's internal header \"$inc\"" ;;
+        esac
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+done
+# ... and the built and the installed CLI load libh3strict.so.0, carry none of the library's functions (no static
+# copy), and every library function they call is one the public headers declare (the library exports nothing
+# else, so this holds by construction and is checked here against a change of the link).
+for cli in "$BUILD/h3strict" "$P/bin/h3strict"; do
+    objdump -p "$cli" 2>/dev/null | awk '/NEEDED/ {print $2}' | grep -qx 'libh3strict.so.0' ||
+        bad "$cli does not link the shared library libh3strict.so.0"
+    own=$(nm "$cli" 2>/dev/null | awk '$2 ~ /^[TtDdBb]$/ && $3 ~ /^h3s_/ {print $3}' | head -n 5)
+    [ -z "$own" ] || bad "$cli carries library code of its own: $(echo $own)"
+    nm -D --undefined-only "$cli" | awk '{print $2}' | grep '^h3s_' | sort -u >"$dir/cli_calls"
+    [ -s "$dir/cli_calls" ] || bad "$cli calls no library function dynamically"
+    hidden=$(comm -23 "$dir/cli_calls" "$dir/declared")
+    [ -z "$hidden" ] || bad "$cli calls functions the public headers do not declare: $(echo $hidden)"
+done
+# the installed CLI finds the installed library by itself (its run path), not the build tree's
+cli_lib=$(env -u LD_LIBRARY_PATH ldd "$P/bin/h3strict" | awk '/libh3strict/ {print $3}')
+case "$cli_lib" in "$P"/*) ;; *) bad "the installed CLI resolves libh3strict to '$cli_lib', outside the prefix" ;; esac
 
 # the three-line program, through pkg-config
 cat >"$dir/prog.c" <<'CEOF'

@@ -1,7 +1,8 @@
 /* The public C API (include/h3s*.h), linked against the shared library: this file may call only what the
  * library exports.  Load (model directory and pipeline snapshot), resident parameters, forward, backward with a
  * choice of gradients, node hooks, seeded and file inputs, the scheduler, the dual trajectory, fail-closed
- * errors. */
+ * errors; the files, tables and helpers the CLI is built on (safetensors, output checks, manifests, the replay). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,10 @@
 #include <unistd.h>
 
 #include "h3s.h"
+#include "h3s_dist.h"
+#include "h3s_io.h"
 #include "h3s_model.h"
+#include "h3s_replay.h"
 #include "h3s_sample.h"
 
 static int checks = 0, failures = 0;
@@ -65,6 +69,18 @@ static h3s_status hook(void *ctx, const char *name, h3s_tensor *out, int batched
     if (!strcmp(name, "block.0.attention") && out->data) l->saw_attention = 1;
     if (l->fail_at && l->forward_nodes == l->fail_at) return H3S_ERR_MISMATCH;
     return H3S_OK;
+}
+
+/* Init progress: calls counted, the last (done, total) kept. */
+typedef struct init_seen {
+    int calls;
+    uint64_t done, total;
+} init_seen;
+static void init_progress(void *ctx, uint64_t done, uint64_t total) {
+    init_seen *s = ctx;
+    s->calls++;
+    s->done = done;
+    s->total = total;
 }
 
 static const h3s_layout_opts LAYOUT = {6, 2, 4, 6, 4, 0, 0, 0}; /* `h3strict inputs` defaults */
@@ -354,6 +370,193 @@ int main(void) {
         o.batch = 1;
         CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
         h3s_weights_free(w);
+    }
+
+    /* the files, tables and helpers the CLI is built on */
+    {
+        /* a caller's own failure, escaped like the library's messages */
+        CHECK(h3s_set_error(H3S_ERR_FORMAT, "hook %d: %s", 7, "bad\nline") == H3S_ERR_FORMAT, "set_error's status");
+        CHECK(!strcmp(h3s_last_error(), "hook 7: bad\\x0aline"), "set_error message: %s", h3s_last_error());
+        char *esc = h3s_escape_dup("a\x01"
+                                   "b\xc3\xa9\xff");
+        CHECK(esc && !strcmp(esc, "a\\x01"
+                                  "b\xc3\xa9\\xff"),
+              "escape_dup: %s", esc ? esc : "(null)");
+        h3s_free(esc);
+
+        /* SHA-256 in pieces = of the whole = of the file written atomically */
+        const char text[] = "strict mode, bit for bit";
+        char whole[65] = "", pieces[65] = "", of_file[65] = "", path[600];
+        CHECK_OK(h3s_sha256_hex(text, strlen(text), whole));
+        h3s_sha256_ctx *ctx = NULL;
+        CHECK_OK(h3s_sha256_begin(&ctx));
+        CHECK_OK(h3s_sha256_update(ctx, text, 6));
+        CHECK_OK(h3s_sha256_update(ctx, text + 6, strlen(text) - 6));
+        CHECK_OK(h3s_sha256_end(ctx, pieces));
+        CHECK(!strcmp(whole, pieces), "sha256 in pieces %s, whole %s", pieces, whole);
+        snprintf(path, sizeof path, "%s/text.txt", dir);
+        CHECK_OK(h3s_io_write_file_atomic(path, text, strlen(text)));
+        CHECK_OK(h3s_file_sha256_hex(path, of_file));
+        CHECK(!strcmp(whole, of_file), "sha256 of the file %s, of the bytes %s", of_file, whole);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_write_file_atomic(dir, text, 1)); /* a directory is never replaced */
+
+        /* output checks: an input is never an output, nothing is written inside a model directory */
+        const char *ins[2] = {NULL, path}, *dirs[1] = {model_dir};
+        char in_model[600], fresh[600];
+        snprintf(in_model, sizeof in_model, "%s/out.json", model_dir);
+        snprintf(fresh, sizeof fresh, "%s/fresh.bin", dir);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(path, ins, 2, dirs, 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(in_model, ins, 2, dirs, 1));
+        CHECK_OK(h3s_io_check_output(fresh, ins, 2, dirs, 1));
+
+        /* strict JSON */
+        const char *good = "{\"a\": [1, 2.5e3, \"x\"]}", *twice = "{\"a\": 1, \"a\": 2}", *trail = "{} x";
+        CHECK_OK(h3s_json_check(good, strlen(good), "good"));
+        CHECK_FAILS(H3S_ERR_FORMAT, h3s_json_check(twice, strlen(twice), "twice"));
+        CHECK_FAILS(H3S_ERR_FORMAT, h3s_json_check(trail, strlen(trail), "trail"));
+
+        /* the parameter table is the model's parameters; the config's JSON names the class */
+        h3s_config tc;
+        CHECK_OK(h3s_config_preset("tiny", -1, &tc));
+        h3s_param_spec *specs = NULL;
+        int64_t nspecs = 0;
+        CHECK_OK(h3s_param_specs(&tc, &specs, &nspecs));
+        CHECK(nspecs == h3s_model_param_count(m), "%lld specs, %lld parameters", (long long)nspecs,
+              (long long)h3s_model_param_count(m));
+        for (int64_t i = 0; specs && i < nspecs && i < h3s_model_param_count(m); i++) {
+            const char *spec_name = NULL;
+            h3s_tensor view;
+            CHECK_OK(h3s_model_param(m, i, &spec_name, &view));
+            CHECK(spec_name && !strcmp(spec_name, specs[i].name) &&
+                      h3s_param_spec_numel(&specs[i]) == h3s_tensor_numel(&view),
+                  "spec %lld is %s", (long long)i, specs[i].name);
+        }
+        h3s_free(specs);
+        char *cj = NULL;
+        CHECK_OK(h3s_config_to_json(&tc, &cj));
+        CHECK(cj && strstr(cj, "\"MiniMaxH3Transformer3DModel\""), "config JSON: %s", cj ? cj : "(null)");
+        h3s_free(cj);
+
+        /* model directories: verify, a manifest, verify against it; another seed's weights are a mismatch */
+        char man[600], other[600];
+        snprintf(man, sizeof man, "%s/manifest.json", dir);
+        snprintf(other, sizeof other, "%s/other", dir);
+        char *summary = NULL;
+        CHECK_OK(h3s_model_verify(model_dir, NULL, &summary));
+        CHECK(summary && summary[0], "verify summary");
+        h3s_free(summary);
+        CHECK_OK(h3s_model_manifest_write(model_dir, man));
+        CHECK_OK(h3s_model_verify(model_dir, man, NULL));
+        init_seen seen = {0, 0, 0};
+        CHECK_OK(h3s_model_init_config_progress(&tc, 6, other, init_progress, &seen));
+        CHECK(seen.calls > 0 && seen.done == seen.total && seen.total > 0, "init progress: %d calls, %llu/%llu",
+              seen.calls, (unsigned long long)seen.done, (unsigned long long)seen.total);
+        CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(other, man, NULL));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_manifest_write(model_dir, in_model));
+
+        /* seeded inputs through a safetensors file with metadata, read back in place */
+        h3s_inputs in;
+        CHECK_OK(h3s_inputs_seeded(&tc, &LAYOUT, 2, 9, 0.25f, 0.6f, &in));
+        h3s_st_entry e[10] = {{"hidden_states", in.hidden_states},
+                              {"audio_hidden_states", in.audio_hidden_states},
+                              {"encoder_hidden_states", in.encoder_hidden_states},
+                              {"timestep", in.timestep},
+                              {"timestep_indices", in.timestep_indices},
+                              {"token_tags", in.token_tags},
+                              {"position_ids", in.position_ids},
+                              {"video_indices", in.video_indices},
+                              {"audio_indices", in.audio_indices},
+                              {"text_indices", in.text_indices}};
+        h3s_st_meta meta[1] = {{"made_by", "test_api"}};
+        char st_path[600];
+        snprintf(st_path, sizeof st_path, "%s/in.safetensors", dir);
+        CHECK_OK(h3s_st_write_meta(st_path, e, 10, meta, 1));
+        h3s_st_file *f = NULL;
+        CHECK_OK(h3s_st_open(st_path, &f));
+        CHECK(h3s_st_count(f) == 10, "%lld entries", (long long)h3s_st_count(f));
+        const h3s_st_entry *tags = h3s_st_find(f, "token_tags");
+        CHECK(tags && same_bytes(&tags->tensor, &in.token_tags), "token_tags read back");
+        CHECK(h3s_st_entry_at(f, 10) == NULL && h3s_st_entry_at(f, -1) == NULL && h3s_st_find(f, "nope") == NULL,
+              "out-of-range entries are NULL");
+        h3s_inputs views;
+        CHECK_OK(h3s_inputs_from_file(f, &views));
+        CHECK(same_bytes(&views.hidden_states, &in.hidden_states) && same_bytes(&views.position_ids, &in.position_ids),
+              "inputs read in place");
+        h3s_st_close(f);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write(dir, e, 10));
+
+        /* layout row counts, and the condition rows a keyframed request's timesteps give away */
+        h3s_layout_rows rows;
+        CHECK_OK(h3s_layout_count(&LAYOUT, tc.patch_size[1], tc.patch_size[2], &rows));
+        CHECK(rows.rows == in.token_tags.shape[0] && rows.text == in.text_indices.shape[0] &&
+                  rows.video == in.video_indices.shape[0] && rows.audio == in.audio_indices.shape[0] &&
+                  rows.condition == 0 && rows.padding == 0,
+              "layout rows %lld (%lld text, %lld video, %lld audio)", (long long)rows.rows, (long long)rows.text,
+              (long long)rows.video, (long long)rows.audio);
+        CHECK(h3s_layout_condition_rows(&in) == 0, "t2va has no condition rows");
+        h3s_layout_opts kf = LAYOUT;
+        kf.keyframe_first = 1;
+        kf.pad_to = 32;
+        h3s_inputs in_kf;
+        CHECK_OK(h3s_layout_count(&kf, tc.patch_size[1], tc.patch_size[2], &rows));
+        CHECK_OK(h3s_inputs_seeded(&tc, &kf, 1, 9, 0.25f, 0.6f, &in_kf));
+        CHECK(rows.condition > 0 && h3s_layout_condition_rows(&in_kf) == rows.condition && rows.rows % 32 == 0 &&
+                  rows.rows == rows.text + rows.video + rows.audio + rows.padding,
+              "keyframed: %lld condition rows, %lld inferred", (long long)rows.condition,
+              (long long)h3s_layout_condition_rows(&in_kf));
+        kf.latent_height = 3;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_layout_count(&kf, tc.patch_size[1], tc.patch_size[2], &rows));
+        h3s_inputs_free(&in_kf);
+
+        /* a seeded cotangent: item 0 does not depend on the batch */
+        h3s_tensor cs1 = {0}, ca1 = {0}, cs3 = {0}, ca3 = {0};
+        CHECK_OK(h3s_cotangent_random(1, 5, 3, 2, 4, 11, &cs1, &ca1));
+        CHECK_OK(h3s_cotangent_random(3, 5, 3, 2, 4, 11, &cs3, &ca3));
+        CHECK(item0_equal(&cs3, &cs1) && item0_equal(&ca3, &ca1), "cotangent item 0 depends on the batch");
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_cotangent_random(0, 5, 3, 2, 4, 11, &cs1, &ca1));
+        h3s_tensor *cts[] = {&cs1, &ca1, &cs3, &ca3};
+        for (int k = 0; k < 4; k++)
+            h3s_tensor_free(cts[k]);
+
+        /* the first non-finite element */
+        float vals[4] = {1.0f, -2.0f, NAN, INFINITY};
+        int64_t four = 4;
+        h3s_tensor tv = h3s_tensor_view(vals, H3S_F32, 1, &four);
+        CHECK(h3s_tensor_first_nonfinite(&tv) == 2, "first non-finite at %lld",
+              (long long)h3s_tensor_first_nonfinite(&tv));
+        vals[2] = 0.0f;
+        vals[3] = 1.0f;
+        CHECK(h3s_tensor_first_nonfinite(&tv) == -1 && h3s_tensor_first_nonfinite(NULL) == -1, "all finite");
+
+        /* the replay as JSON text; a planted drift is named as the first */
+        h3s_weights *rw = NULL;
+        CHECK_OK(h3s_weights_load(model_dir, &rw));
+        h3s_replay_opts ro = {H3S_BACKEND_CPU, 1234, 0, NULL, NULL, NULL, 0};
+        char *rj = NULL;
+        CHECK_OK(h3s_replay_report(rw, &in, &ro, &rj));
+        CHECK(rj && strstr(rj, "\"nodes\"") && strstr(rj, "\"first_drift\":\tnull"), "clean replay report");
+        h3s_free(rj);
+        rj = NULL;
+        ro.plant_node = "block.1.attention";
+        CHECK_OK(h3s_replay_report(rw, &in, &ro, &rj));
+        CHECK(rj && strstr(rj, "\"first_drift\":\t\"block.1.attention\""), "planted drift named first");
+        h3s_free(rj);
+        rj = NULL;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_replay_report(NULL, &in, &ro, &rj));
+        CHECK(rj == NULL, "no report on failure");
+        h3s_weights_free(rw);
+        h3s_inputs_free(&in);
+
+        /* the device's description for reports; communicator calls refuse a NULL communicator */
+        char desc[256];
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_cuda_describe(NULL, 0));
+        if (cuda_built && !strcmp(cuda_built, "OFF")) {
+            CHECK_FAILS(H3S_ERR_DEVICE, h3s_cuda_describe(desc, sizeof desc));
+            CHECK(!strncmp(desc, "unavailable: ", 13), "no device: %s", desc);
+        }
+        size_t counts[1] = {1}, displs[1] = {0};
+        char one_byte = 'x', got = 0;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_allgatherv(NULL, &one_byte, &got, counts, displs));
     }
 
     free(want);

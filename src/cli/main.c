@@ -7,28 +7,25 @@
  * error only (progress.h); results go to standard output. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "core/hash.h"
-#include "dist/comm.h"
+#include <cjson/cJSON.h>
+
+/* The library's public API only (include/): the CLI is one of its users. */
+#include "h3s.h"
 #include "h3s_dist.h"
-#include "io/json.h"
-#include "io/modeldir.h"
-#include "io/safetensors.h"
-#include "model/config.h"
-#include "model/model.h"
-#include "model/params.h"
+#include "h3s_io.h"
+#include "h3s_model.h"
+#include "h3s_replay.h"
+#include "h3s_sample.h"
 #include "plot.h"
 #include "progress.h"
 #include "provenance.h"
-#include "report/report.h"
-#include "sample/layout.h"
-#include "sample/trajectory.h"
 
 /* Exit codes (docs/cli.md, tested by tests/cli_exit_codes.sh). */
 #define EXIT_DIFFER 1 /* it ran, and a strict comparison found different bits (trajectory, replay, verify) */
@@ -83,8 +80,8 @@ static void remember_command_line(int argc, char **argv) {
 }
 
 /* One line on stderr, whatever the message holds: it is formatted whole, and control bytes (a newline included)
- * and bytes that are not UTF-8 are escaped (h3s_escape_into), so an argument or a file cannot make it lie. */
-static int fail_line(const char *fmt, ...) H3S_PRINTF(1, 2);
+ * and bytes that are not UTF-8 are escaped (h3s_escape_dup), so an argument or a file cannot make it lie. */
+static int fail_line(const char *fmt, ...) CLI_PRINTF(1, 2);
 static int fail_line(const char *fmt, ...) {
     va_list ap, ap2;
     va_start(ap, fmt);
@@ -96,7 +93,7 @@ static int fail_line(const char *fmt, ...) {
     va_end(ap);
     char *esc = msg ? h3s_escape_dup(msg) : NULL;
     if (g_rank == 0) fprintf(stderr, "h3strict %s: %s\n", g_cmd, esc ? esc : "(out of memory formatting the message)");
-    free(esc);
+    h3s_free(esc);
     free(msg);
     return EXIT_USAGE;
 }
@@ -366,9 +363,10 @@ static int apply_parallel(const opt *opts, int nopts, h3s_backend_kind kind) {
 static h3s_status same_on_every_rank(const char *what, const char hex[65]) {
     if (!g_comm) return H3S_OK;
     int n = h3s_comm_size(g_comm);
-    char *all = h3s_malloc((size_t)n, 65);
-    size_t *v = h3s_malloc((size_t)n * 2, sizeof *v);
-    h3s_status st = all && v ? H3S_OK : H3S_ERR_NOMEM;
+    char *all = n > 0 ? calloc((size_t)n, 65) : NULL;
+    size_t *v = n > 0 ? calloc((size_t)n * 2, sizeof *v) : NULL;
+    h3s_status st =
+        all && v ? H3S_OK : h3s_set_error(H3S_ERR_NOMEM, "out of memory gathering the digests of %d ranks", n);
     for (int r = 0; st == H3S_OK && r < n; r++) {
         v[r] = 65;
         v[n + r] = (size_t)r * 65;
@@ -376,8 +374,8 @@ static h3s_status same_on_every_rank(const char *what, const char hex[65]) {
     if (st == H3S_OK) st = h3s_comm_allgatherv(g_comm, hex, all, v, v + n);
     /* each rank judges its own bytes, so the agreed message names the rank that differs */
     if (st == H3S_OK && memcmp(all + (size_t)g_rank * 65, all, 64))
-        st = h3s_fail(H3S_ERR_FORMAT, "%s differs from rank 0's (SHA-256 %.12s... against %.12s...)", what,
-                      all + (size_t)g_rank * 65, all);
+        st = h3s_set_error(H3S_ERR_FORMAT, "%s differs from rank 0's (SHA-256 %.12s... against %.12s...)", what,
+                           all + (size_t)g_rank * 65, all);
     free(all);
     free(v);
     return st;
@@ -386,13 +384,13 @@ static h3s_status same_on_every_rank(const char *what, const char hex[65]) {
 /* SHA-256 over every weight's name and bytes, in canonical order. */
 static h3s_status weights_sha256(const h3s_weights *w, char hex[65]) {
     h3s_sha256_ctx *ctx = NULL;
-    H3S_TRY(h3s_sha256_begin(&ctx));
-    h3s_status st = H3S_OK;
+    h3s_status st = h3s_sha256_begin(&ctx);
+    if (st != H3S_OK) return st;
     for (int64_t i = 0; st == H3S_OK && i < h3s_weights_count(w); i++) {
         const char *name = NULL;
         const h3s_tensor *t = h3s_weights_at(w, i, &name);
         if (!t || !name) {
-            st = h3s_fail(H3S_ERR_INVALID, "weights: parameter %lld missing", (long long)i);
+            st = h3s_set_error(H3S_ERR_INVALID, "weights: parameter %lld missing", (long long)i);
             break;
         }
         st = h3s_sha256_update(ctx, name, strlen(name) + 1);
@@ -428,7 +426,7 @@ static int fail_parallel_pass(h3s_status st) {
     int code = exit_code_for(st);
     char *esc = h3s_escape_dup(h3s_last_error());
     fprintf(stderr, "h3strict %s: rank %d: %s (%s)\n", g_cmd, g_rank, esc ? esc : "?", h3s_status_name(st));
-    free(esc);
+    h3s_free(esc);
     fflush(stderr);
     h3s_comm_abort(g_comm, code ? code : EXIT_SYSTEM);
     return code;
@@ -584,7 +582,7 @@ static int cmd_init(int argc, char **argv) {
     double bytes = 0;
     for (int64_t i = 0; i < nspecs; i++)
         bytes += (double)h3s_param_spec_numel(&specs[i]) * (double)h3s_dtype_size(specs[i].dtype);
-    free(specs);
+    h3s_free(specs);
     char size[32], room[32];
     format_bytes(bytes, size, sizeof size);
     double free_bytes = free_space_for(out);
@@ -625,7 +623,7 @@ static int parse_keyframes(const char *s, int *first, int *last) {
 }
 
 /* Bytes of the inputs file (and about the memory it is built in), from the options alone: refused before
- * anything is built when it is too large.  Sizes the layout cannot build are left to h3s_layout_build. */
+ * anything is built when it is too large.  Sizes the layout cannot build are left to h3s_layout_count. */
 static int inputs_size_guard(const h3s_config *c, const h3s_layout_opts *lo, int64_t batch, int with_mask, int force) {
     if (c->patch_size[1] <= 0 || c->patch_size[2] <= 0) return 0;
     double rows_per_frame =
@@ -696,22 +694,21 @@ static int cmd_inputs(int argc, char **argv) {
         return EXIT_USAGE;
     }
     progress_stage(PHASE_RUN, "building the layout and seeded inputs");
-    h3s_layout lay;
+    h3s_layout_rows lay;
     memset(&lay, 0, sizeof lay);
-    h3s_tensor hv = {0}, ha = {0}, enc = {0}, ts = {0}, tsi = {0}, mask = {0};
-    st = h3s_layout_build(&lo, c->patch_size[1], c->patch_size[2], &lay);
-    if (st == H3S_OK)
-        st = h3s_inputs_random(&lay, batch, seed, h3s_config_video_width(c), c->audio_in_channels, c->text_dim, &hv,
-                               &ha, &enc);
-    if (st == H3S_OK) st = h3s_layout_timesteps(&lay, tv, ta, &ts, &tsi);
+    h3s_inputs in;
+    memset(&in, 0, sizeof in);
+    h3s_tensor mask = {0};
+    st = h3s_layout_count(&lo, c->patch_size[1], c->patch_size[2], &lay);
+    if (st == H3S_OK) st = h3s_inputs_seeded(c, &lo, batch, seed, tv, ta, &in);
     int with_mask = get(o, n, "--attention-mask") != NULL;
     if (st == H3S_OK && with_mask) {
-        int64_t s2[2] = {batch, lay.S};
+        int64_t s2[2] = {batch, lay.rows};
         st = h3s_tensor_alloc(&mask, H3S_BOOL, 2, s2);
-        const int64_t *tags = lay.token_tags.data;
+        const int64_t *tags = in.token_tags.data;
         for (int64_t b = 0; st == H3S_OK && b < batch; b++)
-            for (int64_t s = 0; s < lay.S; s++)
-                ((uint8_t *)mask.data)[b * lay.S + s] = tags[s] != -1;
+            for (int64_t s = 0; s < lay.rows; s++)
+                ((uint8_t *)mask.data)[b * lay.rows + s] = tags[s] != -1;
     }
     provenance prov;
     provenance_init(&prov, g_command_line ? g_command_line : "");
@@ -719,16 +716,16 @@ static int cmd_inputs(int argc, char **argv) {
     provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
-        h3s_st_entry e[11] = {{"hidden_states", hv},
-                              {"audio_hidden_states", ha},
-                              {"encoder_hidden_states", enc},
-                              {"timestep", ts},
-                              {"timestep_indices", tsi},
-                              {"token_tags", lay.token_tags},
-                              {"position_ids", lay.position_ids},
-                              {"video_indices", lay.video_indices},
-                              {"audio_indices", lay.audio_indices},
-                              {"text_indices", lay.text_indices},
+        h3s_st_entry e[11] = {{"hidden_states", in.hidden_states},
+                              {"audio_hidden_states", in.audio_hidden_states},
+                              {"encoder_hidden_states", in.encoder_hidden_states},
+                              {"timestep", in.timestep},
+                              {"timestep_indices", in.timestep_indices},
+                              {"token_tags", in.token_tags},
+                              {"position_ids", in.position_ids},
+                              {"video_indices", in.video_indices},
+                              {"audio_indices", in.audio_indices},
+                              {"text_indices", in.text_indices},
                               {"attention_mask", mask}};
         st = h3s_st_write_meta(out, e, with_mask ? 11 : 10, provenance_meta(&prov), prov.n);
     }
@@ -736,12 +733,10 @@ static int cmd_inputs(int argc, char **argv) {
     if (st == H3S_OK)
         printf("wrote %s: batch %lld, S %lld rows (%lld text, %lld video of which %lld condition, %lld audio, %lld "
                "padding), %lld timesteps\n",
-               out, (long long)batch, (long long)lay.S, (long long)lay.Nt, (long long)lay.Nv,
-               (long long)lay.n_condition, (long long)lay.Na, (long long)lay.n_pad, (long long)ts.shape[0]);
-    h3s_tensor *ts_all[] = {&hv, &ha, &enc, &ts, &tsi, &mask};
-    for (size_t i = 0; i < sizeof ts_all / sizeof ts_all[0]; i++)
-        h3s_tensor_free(ts_all[i]);
-    h3s_layout_free(&lay);
+               out, (long long)batch, (long long)lay.rows, (long long)lay.text, (long long)lay.video,
+               (long long)lay.condition, (long long)lay.audio, (long long)lay.padding, (long long)in.timestep.shape[0]);
+    h3s_tensor_free(&mask);
+    h3s_inputs_free(&in);
     h3s_weights_free(w);
     return st == H3S_OK ? 0 : fail_status(st);
 }
@@ -791,9 +786,10 @@ static h3s_status count_node(void *ctx, const char *name, h3s_tensor *out, int b
 static h3s_status load_all(const char *model, const char *inputs, h3s_backend_kind kind, loaded *l) {
     memset(l, 0, sizeof *l);
     progress_stage(PHASE_READ, "loading model %s", model);
-    H3S_TRY(h3s_weights_load(model, &l->w));
+    h3s_status st = h3s_weights_load(model, &l->w);
+    if (st != H3S_OK) return st;
     progress_stage(PHASE_READ, "reading and validating %s", inputs);
-    h3s_status st = h3s_st_open(inputs, &l->inputs_file);
+    st = h3s_st_open(inputs, &l->inputs_file);
     if (st == H3S_OK) st = h3s_inputs_from_file(l->inputs_file, &l->in);
     int64_t batch;
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(l->w), &l->in, &batch);
@@ -857,23 +853,24 @@ static int cmd_forward(int argc, char **argv) {
 }
 
 static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_tensor **ds, const h3s_tensor **da) {
-    H3S_TRY(h3s_st_open(path, f));
+    h3s_status opened = h3s_st_open(path, f);
+    if (opened != H3S_OK) return opened;
     const h3s_st_entry *es = h3s_st_find(*f, "sample"), *ea = h3s_st_find(*f, "audio_sample");
-    if (!es || !ea) return h3s_fail(H3S_ERR_FORMAT, "cotangent %s must hold 'sample' and 'audio_sample'", path);
+    if (!es || !ea) return h3s_set_error(H3S_ERR_FORMAT, "cotangent %s must hold 'sample' and 'audio_sample'", path);
     for (int64_t i = 0; i < h3s_st_count(*f); i++) {
         const char *name = h3s_st_entry_at(*f, i)->name;
         if (strcmp(name, "sample") && strcmp(name, "audio_sample"))
-            return h3s_fail(H3S_ERR_FORMAT, "cotangent %s: unexpected tensor '%s'", path, name);
+            return h3s_set_error(H3S_ERR_FORMAT, "cotangent %s: unexpected tensor '%s'", path, name);
     }
     if (es->tensor.dtype != H3S_F32 || ea->tensor.dtype != H3S_F32)
-        return h3s_fail(H3S_ERR_DTYPE, "cotangent %s: 'sample' and 'audio_sample' must be F32", path);
+        return h3s_set_error(H3S_ERR_DTYPE, "cotangent %s: 'sample' and 'audio_sample' must be F32", path);
     /* checked again by the backward; here it is still a bad input file (exit 3), not a bad run */
     const h3s_st_entry *both[2] = {es, ea};
     for (int k = 0; k < 2; k++) {
         int64_t bad = h3s_tensor_first_nonfinite(&both[k]->tensor);
         if (bad >= 0)
-            return h3s_fail(H3S_ERR_INVALID, "cotangent %s: %s[%lld] is not finite", path, both[k]->name,
-                            (long long)bad);
+            return h3s_set_error(H3S_ERR_INVALID, "cotangent %s: %s[%lld] is not finite", path, both[k]->name,
+                                 (long long)bad);
     }
     *ds = &es->tensor;
     *da = &ea->tensor;
@@ -882,8 +879,8 @@ static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_te
 
 static h3s_status write_grads(const char *path, const h3s_grads *g, provenance *prov) {
     int64_t n = 3 + g->count;
-    h3s_st_entry *e = h3s_calloc((size_t)n, sizeof *e);
-    if (!e) return H3S_ERR_NOMEM;
+    h3s_st_entry *e = n > 0 ? calloc((size_t)n, sizeof *e) : NULL;
+    if (!e) return h3s_set_error(H3S_ERR_NOMEM, "out of memory for %lld gradient entries", (long long)n);
     e[0] = (h3s_st_entry){"hidden_states", g->hidden_states};
     e[1] = (h3s_st_entry){"audio_hidden_states", g->audio_hidden_states};
     e[2] = (h3s_st_entry){"encoder_hidden_states", g->encoder_hidden_states};
@@ -1032,11 +1029,11 @@ static int cmd_verify(int argc, char **argv) {
     progress_stage(PHASE_READ, get(o, n, "--manifest") ? "verifying %s and hashing every file" : "verifying %s", model);
     h3s_status st = h3s_model_verify(model, get(o, n, "--manifest"), &report);
     if (st != H3S_OK) {
-        free(report);
+        h3s_free(report);
         return fail_status(st);
     }
     if (report) fputs(report, stdout);
-    free(report);
+    h3s_free(report);
     h3s_weights *w = NULL;
     st = h3s_weights_load(model, &w);
     if (st != H3S_OK) return fail_status(st);
@@ -1044,6 +1041,32 @@ static int cmd_verify(int argc, char **argv) {
     printf("verified %s: every parameter present with its checkpoint shape and dtype\n", model);
     h3s_weights_free(w);
     return 0;
+}
+
+/* ------------------------------------------------------------------ reports ----------- */
+
+/* A report the library returned as JSON text, as a document the command can add its provenance to. */
+static h3s_status parse_report(const char *text, const char *what, cJSON **doc) {
+    *doc = text ? cJSON_Parse(text) : NULL;
+    if (!*doc) return h3s_set_error(H3S_ERR_NOMEM, "%s: out of memory reading back the report", what);
+    return H3S_OK;
+}
+
+/* A report written as the library writes JSON: pretty-printed, one final newline, atomically. */
+static h3s_status write_json(const char *path, const cJSON *doc) {
+    char *text = cJSON_Print(doc);
+    if (!text) return h3s_set_error(H3S_ERR_NOMEM, "json: could not render the report");
+    size_t len = strlen(text);
+    char *with_nl = realloc(text, len + 2);
+    if (!with_nl) {
+        cJSON_free(text);
+        return h3s_set_error(H3S_ERR_NOMEM, "json: out of memory");
+    }
+    with_nl[len] = '\n';
+    with_nl[len + 1] = '\0';
+    h3s_status st = h3s_io_write_file_atomic(path, with_nl, len + 1);
+    free(with_nl);
+    return st;
 }
 
 /* ------------------------------------------------------------------ trajectory -------- */
@@ -1161,7 +1184,8 @@ static int cmd_trajectory(int argc, char **argv) {
         if (st == H3S_OK) st = h3s_inputs_from_file(req_file, &req);
         if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &req, &req_batch);
         if (st == H3S_OK && req.attention_mask.data)
-            st = h3s_fail(H3S_ERR_UNSUPPORTED, "%s: trajectory --inputs does not take an attention_mask yet", req_path);
+            st = h3s_set_error(H3S_ERR_UNSUPPORTED, "%s: trajectory --inputs does not take an attention_mask yet",
+                               req_path);
         if (st == H3S_OK && cond_rows < 0) cond_rows = h3s_layout_condition_rows(&req);
         if (st == H3S_OK) nseeds = 1;
     }
@@ -1175,8 +1199,8 @@ static int cmd_trajectory(int argc, char **argv) {
         if (st == H3S_OK) st = h3s_inputs_from_file(batch_file, &others);
         if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(w), &others, &others_batch);
         if (st == H3S_OK && others.attention_mask.data)
-            st = h3s_fail(H3S_ERR_UNSUPPORTED, "%s: trajectory --batch-inputs does not take an attention_mask yet",
-                          batch_path);
+            st = h3s_set_error(H3S_ERR_UNSUPPORTED, "%s: trajectory --batch-inputs does not take an attention_mask yet",
+                               batch_path);
     }
     st = agree(st);
     const char *paths[2] = {req_path, batch_path}, *whats[2] = {"inputs file", "batch inputs file"};
@@ -1201,15 +1225,14 @@ static int cmd_trajectory(int argc, char **argv) {
     if (get(o, n, "--no-grad") == NULL) {
         /* the training batch's backward is the peak */
         int64_t S = 0, Nt = 0;
-        h3s_layout lay;
+        h3s_layout_rows lay;
         if (req_path) {
             S = req.token_tags.shape[0];
             Nt = req.text_indices.shape[0];
-        } else if (h3s_layout_build(&seeded_layout, h3s_weights_config(w)->patch_size[1],
+        } else if (h3s_layout_count(&seeded_layout, h3s_weights_config(w)->patch_size[1],
                                     h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
-            S = lay.S;
-            Nt = lay.Nt;
-            h3s_layout_free(&lay);
+            S = lay.rows;
+            Nt = lay.text;
         }
         if (backward_memory_guard("this trajectory", w, kind, batch, S, Nt, 0, get(o, n, "--force") != NULL)) {
             free(seeds);
@@ -1247,8 +1270,11 @@ static int cmd_trajectory(int argc, char **argv) {
         progress_stage(PHASE_RUN, "sampling %lld seeds x %lld steps, alone and in a batch of %lld", (long long)nseeds,
                        (long long)steps, (long long)batch);
     pc.start = progress_seconds();
-    st = h3s_trajectory_run(w, &to, &report, &tot);
+    char *report_text = NULL;
+    st = h3s_trajectory(w, &to, &report_text, &tot);
     if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
+    if (st == H3S_OK) st = parse_report(report_text, "trajectory", &report);
+    h3s_free(report_text);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
@@ -1262,7 +1288,7 @@ static int cmd_trajectory(int argc, char **argv) {
         if (st == H3S_OK && batch_path) st = provenance_add_file(&prov, "batch_inputs_sha256", batch_path);
         add_parallel_provenance(&prov);
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
-        if (st == H3S_OK && g_rank == 0) st = h3s_json_write_file(out, report);
+        if (st == H3S_OK && g_rank == 0) st = write_json(out, report);
         st = agree(st);
     }
     cJSON_Delete(report);
@@ -1340,15 +1366,18 @@ static int cmd_replay(int argc, char **argv) {
         h3s_replay_opts ro = {kind, 1234, with_golden, get(o, n, "--plant-drift"), progress_passes, &pc, 0};
         progress_stage(PHASE_RUN, "replaying %lld item(s) forward and backward", (long long)batch);
         pc.start = progress_seconds();
-        st = h3s_replay(w, &in, &ro, &report);
+        char *report_text = NULL;
+        st = h3s_replay_report(w, &in, &ro, &report_text);
         if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
+        if (st == H3S_OK) st = parse_report(report_text, "replay", &report);
+        h3s_free(report_text);
     }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
-        if (g_rank == 0) st = h3s_json_write_file(out, report);
+        if (g_rank == 0) st = write_json(out, report);
         st = agree(st);
     }
     int drift = 0;
@@ -1376,7 +1405,7 @@ static int cmd_replay(int argc, char **argv) {
 /* A whole (small) file into memory. */
 static h3s_status read_small_file(const char *path, char **text, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return h3s_fail(H3S_ERR_IO, "cannot open %s", path);
+    if (!f) return h3s_set_error(H3S_ERR_IO, "cannot open %s", path);
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -1386,7 +1415,7 @@ static h3s_status read_small_file(const char *path, char **text, size_t *len) {
         if (cap >= ((size_t)1 << 30)) {
             free(buf);
             fclose(f);
-            return h3s_fail(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
+            return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
         }
         char *bigger = realloc(buf, cap * 2);
         if (!bigger) free(buf);
@@ -1395,10 +1424,10 @@ static h3s_status read_small_file(const char *path, char **text, size_t *len) {
     }
     int err = ferror(f);
     fclose(f);
-    if (!buf) return h3s_fail(H3S_ERR_NOMEM, "out of memory reading %s", path);
+    if (!buf) return h3s_set_error(H3S_ERR_NOMEM, "out of memory reading %s", path);
     if (err) {
         free(buf);
-        return h3s_fail(H3S_ERR_IO, "cannot read %s", path);
+        return h3s_set_error(H3S_ERR_IO, "cannot read %s", path);
     }
     *text = buf;
     *len = n;
@@ -1434,7 +1463,10 @@ static int cmd_plot(int argc, char **argv) {
     size_t len = 0;
     cJSON *doc = NULL;
     h3s_status st = read_small_file(report, &text, &len);
-    if (st == H3S_OK) st = h3s_json_parse_strict(text, len, report, &doc);
+    /* strict JSON, as the library reads every JSON file; then cJSON sees exactly what was checked */
+    if (st == H3S_OK) st = h3s_json_check(text, len, report);
+    if (st == H3S_OK && !(doc = cJSON_ParseWithLength(text, len)))
+        st = h3s_set_error(H3S_ERR_NOMEM, "%s: out of memory reading the report", report);
     free(text);
     const char *kind = NULL;
     if (st == H3S_OK) {
@@ -1518,7 +1550,7 @@ int main(int argc, char **argv) {
     if (!c) {
         char *esc = h3s_escape_dup(argv[1]); /* the word as typed, control bytes escaped */
         fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", esc ? esc : "?");
-        free(esc);
+        h3s_free(esc);
         return EXIT_USAGE;
     }
     g_cmd = c->name;

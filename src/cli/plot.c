@@ -9,13 +9,15 @@
  * complete.  Builds without PLplot keep the command and refuse it with one line (exit 4). */
 #include "plot.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/core.h"
-#include "io/safetensors.h"
+#include "h3s_io.h"
 
 #ifdef H3S_HAVE_PLPLOT
 #include <plplot.h>
@@ -26,6 +28,47 @@ static char g_plplot_error[512];
 static int plplot_exit_handler(PLCHAR_VECTOR msg) {
     snprintf(g_plplot_error, sizeof g_plplot_error, "%s", msg ? msg : "PLplot error");
     return 0;
+}
+
+/* An empty new file next to `path` (".<base>.tmp-<pid>-<n>", created exclusively) for PLplot to write; the output
+ * itself was checked before (h3s_io_check_output).  *tmp is malloc'd. */
+static h3s_status create_temp(const char *path, char **tmp) {
+    static unsigned long counter;
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
+    size_t cap = strlen(path) + 64;
+    char *name = malloc(cap);
+    if (!name) return h3s_set_error(H3S_ERR_NOMEM, "out of memory");
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        snprintf(name, cap, "%.*s.%s.tmp-%ld-%lu", (int)dir_len, path, path + dir_len, (long)getpid(), counter++);
+        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0) {
+            close(fd);
+            *tmp = name;
+            return H3S_OK;
+        }
+        if (errno != EEXIST) {
+            h3s_status st =
+                h3s_set_error(H3S_ERR_IO, "cannot create a temporary file for %s: %s", path, strerror(errno));
+            free(name);
+            return st;
+        }
+    }
+    free(name);
+    return h3s_set_error(H3S_ERR_IO, "cannot create a temporary file for %s: every name is taken", path);
+}
+
+/* fsync the directory holding `path`, for the rename's durability (best effort: some file systems refuse it). */
+static void sync_parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
 }
 
 static const char *device_for(const char *path) {
@@ -63,14 +106,13 @@ static void frame(PLFLT xmin, PLFLT xmax, PLFLT ymin, PLFLT ymax, int logy) {
 static h3s_status plot_replay(const cJSON *doc, const char *report) {
     const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(doc, "nodes");
     int n = cJSON_GetArraySize(nodes);
-    if (n <= 0) return h3s_fail(H3S_ERR_FORMAT, "%s: the replay report has no nodes", report);
-    PLFLT *x = h3s_malloc((size_t)n, sizeof *x), *y = h3s_malloc((size_t)n, sizeof *y),
-          *py = h3s_malloc((size_t)n, sizeof *py);
+    if (n <= 0) return h3s_set_error(H3S_ERR_FORMAT, "%s: the replay report has no nodes", report);
+    PLFLT *x = calloc((size_t)n, sizeof *x), *y = calloc((size_t)n, sizeof *y), *py = calloc((size_t)n, sizeof *py);
     if (!x || !y || !py) {
         free(x);
         free(y);
         free(py);
-        return H3S_ERR_NOMEM;
+        return h3s_set_error(H3S_ERR_NOMEM, "out of memory for %d nodes", n);
     }
     int first_backward = -1, drift_at = -1, with_provider = 0, with_error = 0;
     const cJSON *fd = cJSON_GetObjectItemCaseSensitive(doc, "first_drift");
@@ -116,7 +158,7 @@ static h3s_status plot_replay(const cJSON *doc, const char *report) {
     pllab("node (execution order: forward, then backward)",
           with_error ? "relative L2 error against FP64" : "(no golden run: --no-golden)", title);
     /* the strict backend's errors, as points joined in order; zero errors sit on the floor */
-    PLFLT *ly = h3s_malloc((size_t)n, sizeof *ly);
+    PLFLT *ly = calloc((size_t)n, sizeof *ly);
     if (ly) {
         for (int i = 0; i < n; i++)
             ly[i] = y[i] > 0 ? log10(y[i]) : (y[i] == 0 ? ylo : NAN);
@@ -170,7 +212,7 @@ static h3s_status plot_replay(const cJSON *doc, const char *report) {
 static h3s_status plot_trajectory(const cJSON *doc, const char *report) {
     const cJSON *seeds = cJSON_GetObjectItemCaseSensitive(doc, "seeds");
     int ns = cJSON_GetArraySize(seeds);
-    if (ns <= 0) return h3s_fail(H3S_ERR_FORMAT, "%s: the trajectory report has no seeds", report);
+    if (ns <= 0) return h3s_set_error(H3S_ERR_FORMAT, "%s: the trajectory report has no seeds", report);
     int max_steps = 0, max_cmp = 1;
     for (int s = 0; s < ns; s++) {
         const cJSON *steps = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(seeds, s), "steps");
@@ -181,7 +223,7 @@ static h3s_status plot_trajectory(const cJSON *doc, const char *report) {
                 cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(st0, "gradients"));
         if (c > max_cmp) max_cmp = c;
     }
-    if (max_steps <= 0) return h3s_fail(H3S_ERR_FORMAT, "%s: the trajectory report has no steps", report);
+    if (max_steps <= 0) return h3s_set_error(H3S_ERR_FORMAT, "%s: the trajectory report has no steps", report);
     frame(0.5, max_steps + 0.5, -0.5, max_cmp + 0.5, 0);
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(doc, "summary");
     const cJSON *cmp = cJSON_GetObjectItemCaseSensitive(sum, "comparisons");
@@ -198,11 +240,11 @@ static h3s_status plot_trajectory(const cJSON *doc, const char *report) {
         const cJSON *so = cJSON_GetArrayItem(seeds, s);
         const cJSON *steps = cJSON_GetObjectItemCaseSensitive(so, "steps");
         int k = cJSON_GetArraySize(steps);
-        PLFLT *x = h3s_malloc((size_t)k + 1, sizeof *x), *y = h3s_malloc((size_t)k + 1, sizeof *y);
+        PLFLT *x = calloc((size_t)k + 1, sizeof *x), *y = calloc((size_t)k + 1, sizeof *y);
         if (!x || !y) {
             free(x);
             free(y);
-            return H3S_ERR_NOMEM;
+            return h3s_set_error(H3S_ERR_NOMEM, "out of memory for %d steps", k);
         }
         for (int i = 0; i < k; i++) {
             const cJSON *st = cJSON_GetArrayItem(steps, i);
@@ -248,28 +290,27 @@ h3s_status plot_report(const cJSON *doc, const char *report, const char *out, co
     *kind = cJSON_GetObjectItemCaseSensitive(doc, "nodes")   ? "replay"
             : cJSON_GetObjectItemCaseSensitive(doc, "seeds") ? "trajectory"
                                                              : NULL;
-    if (!*kind) return h3s_fail(H3S_ERR_FORMAT, "%s is neither a replay nor a trajectory report", report);
+    if (!*kind) return h3s_set_error(H3S_ERR_FORMAT, "%s is neither a replay nor a trajectory report", report);
 #ifdef H3S_HAVE_PLPLOT
-    int fd = -1;
     char *tmp = NULL;
-    H3S_TRY(h3s_io_create_temp(out, &fd, &tmp));
-    close(fd);
+    h3s_status made = create_temp(out, &tmp);
+    if (made != H3S_OK) return made;
     g_plplot_error[0] = 0;
     begin(tmp, out);
     h3s_status st = !strcmp(*kind, "replay") ? plot_replay(doc, report) : plot_trajectory(doc, report);
     plend();
-    if (st == H3S_OK && g_plplot_error[0]) st = h3s_fail(H3S_ERR_IO, "PLplot: %s", g_plplot_error);
-    if (st == H3S_OK && rename(tmp, out) != 0) st = h3s_fail(H3S_ERR_IO, "cannot rename the figure to %s", out);
+    if (st == H3S_OK && g_plplot_error[0]) st = h3s_set_error(H3S_ERR_IO, "PLplot: %s", g_plplot_error);
+    if (st == H3S_OK && rename(tmp, out) != 0) st = h3s_set_error(H3S_ERR_IO, "cannot rename the figure to %s", out);
     if (st == H3S_OK)
-        h3s_io_sync_parent_dir(out);
+        sync_parent_dir(out);
     else
         unlink(tmp);
     free(tmp);
     return st;
 #else
     (void)out;
-    return h3s_fail(H3S_ERR_UNSUPPORTED,
-                    "this build has no plotting library (install PLplot, libplplot-dev and plplot-driver-cairo on "
-                    "Debian, and configure again)");
+    return h3s_set_error(H3S_ERR_UNSUPPORTED,
+                         "this build has no plotting library (install PLplot, libplplot-dev and plplot-driver-cairo on "
+                         "Debian, and configure again)");
 #endif
 }

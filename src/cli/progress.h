@@ -9,7 +9,14 @@
 #ifndef H3S_CLI_PROGRESS_H
 #define H3S_CLI_PROGRESS_H
 
-#include "core/core.h"
+#include "h3s.h"
+
+/* printf-style argument checking of the CLI's formatting functions */
+#if defined(__GNUC__) || defined(__clang__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
 
 typedef enum progress_level { PROGRESS_QUIET = 0, PROGRESS_NORMAL = 1, PROGRESS_VERBOSE = 2 } progress_level;
 
@@ -19,14 +26,14 @@ typedef enum progress_phase { PHASE_READ = 0, PHASE_RUN = 1, PHASE_WRITE = 2 } p
 
 void progress_start(const char *command, progress_level level);
 /* End the current stage (if any) and begin a new one; the label says what the stage does. */
-void progress_stage(progress_phase phase, const char *fmt, ...) H3S_PRINTF(2, 3);
+void progress_stage(progress_phase phase, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* The fraction of the current stage done, in [0, 1]: the stage's lines then show it and an estimate of the time
  * left.  Cheap: meant to be called often. */
 void progress_fraction(double done);
 /* End the current stage. */
 void progress_end(void);
 /* A line inside the current stage (e.g. one trajectory step), printed at NORMAL and VERBOSE. */
-void progress_note(const char *fmt, ...) H3S_PRINTF(1, 2);
+void progress_note(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* Stop the watcher; call before exiting. */
 void progress_stop(void);
 

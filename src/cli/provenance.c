@@ -3,11 +3,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-
-#include "core/core.h"
-#include "cuda/cuda_extra.h"
-#include "io/modeldir.h"
 
 #ifndef H3S_SOURCE_COMMIT
 #define H3S_SOURCE_COMMIT "unknown"
@@ -81,9 +78,10 @@ void provenance_add_backend(provenance *p, h3s_backend_kind kind) {
 
 h3s_status provenance_add_model(provenance *p, const char *model, const h3s_config *c) {
     char *json = NULL, hex[65];
-    H3S_TRY(h3s_config_to_json(c, &json));
-    h3s_status st = h3s_sha256_hex(json, strlen(json), hex);
-    free(json);
+    h3s_status st = h3s_config_to_json(c, &json);
+    if (st != H3S_OK) return st;
+    st = h3s_sha256_hex(json, strlen(json), hex);
+    h3s_free(json);
     if (st != H3S_OK) return st;
     provenance_add(p, "model", "%s", model);
     provenance_add(p, "model_config_sha256", "%s", hex);
@@ -92,7 +90,8 @@ h3s_status provenance_add_model(provenance *p, const char *model, const h3s_conf
 
 h3s_status provenance_add_file(provenance *p, const char *key, const char *path) {
     char hex[65];
-    H3S_TRY(h3s_file_sha256_hex(path, hex));
+    h3s_status st = h3s_file_sha256_hex(path, hex);
+    if (st != H3S_OK) return st;
     provenance_add(p, key, "%s", hex);
     return H3S_OK;
 }

@@ -6,10 +6,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/core.h"
-#include "io/safetensors.h"
-#include "model/config.h"
-#include "model/model.h"
+#include "h3s.h"
+#include "h3s_io.h"
+#include "h3s_model.h"
+#include "progress.h"
 
 #define PROVENANCE_MAX 16
 
@@ -22,7 +22,7 @@ typedef struct provenance {
 
 /* h3strict_version, source_commit, command. */
 void provenance_init(provenance *p, const char *command_line);
-void provenance_add(provenance *p, const char *key, const char *fmt, ...) H3S_PRINTF(3, 4);
+void provenance_add(provenance *p, const char *key, const char *fmt, ...) CLI_PRINTF(3, 4);
 /* backend, device, threads, grad_operands (how the backward rounds its operands: it decides gradient bits) */
 void provenance_add_backend(provenance *p, h3s_backend_kind kind);
 /* model (as given) and model_config_sha256 (SHA-256 of the canonical config.json text) */

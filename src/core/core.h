@@ -15,7 +15,8 @@
 #endif
 
 /* Record a failure message for this thread and return `status`.  Use as
- * `return h3s_fail(H3S_ERR_SHAPE, "linear: x has %d dims, expected 2", x->ndim);` */
+ * `return h3s_fail(H3S_ERR_SHAPE, "linear: x has %d dims, expected 2", x->ndim);` (the public h3s_set_error is the
+ * same for callers of the library). */
 h3s_status h3s_fail(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
 /* Prefix the current message with "context: " (keeps the status). */
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
@@ -24,9 +25,8 @@ void h3s_clear_error(void);
 /* Escaping used for every error message: bytes < 0x20 and 0x7f, and bytes that are not part of valid UTF-8, become
  * \xNN; the C1 control characters U+0080..U+009F become \uNNNN; everything else is copied.  h3s_escape_into writes
  * the escaped form of s[0..len) and a NUL to out (when out != NULL) and returns its length without the NUL;
- * h3s_escape_dup returns a malloc'd escaped copy of a C string (NULL when out of memory). */
+ * h3s_escape_dup (public, include/h3s.h) returns a malloc'd escaped copy of a C string. */
 size_t h3s_escape_into(const char *s, size_t len, char *out);
-char *h3s_escape_dup(const char *s);
 
 #define H3S_TRY(expr)                                                                                                  \
     do {                                                                                                               \
@@ -71,10 +71,7 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
 h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
                                int *on_device);
 
-/* Index of the first NaN or +-Inf element of a host F64/F32/BF16/F16 tensor, -1 when every element is finite (or the
- * tensor holds no float dtype or lives on a device).  Large tensors are scanned in parallel; the result is the same
- * on every thread count. */
-int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t);
+/* h3s_tensor_first_nonfinite (the first NaN or Inf of a host tensor) is public (include/h3s.h). */
 
 /* Read element i of a float tensor (F64, F32, BF16, F16) as double. */
 double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i);

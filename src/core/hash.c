@@ -25,6 +25,7 @@ struct h3s_sha256_ctx {
 };
 
 h3s_status h3s_sha256_begin(h3s_sha256_ctx **ctx) {
+    if (!ctx) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL argument");
     h3s_sha256_ctx *c = h3s_malloc(1, sizeof *c);
     if (!c) return H3S_ERR_NOMEM;
     c->md = EVP_MD_CTX_new();
@@ -38,12 +39,19 @@ h3s_status h3s_sha256_begin(h3s_sha256_ctx **ctx) {
 }
 
 h3s_status h3s_sha256_update(h3s_sha256_ctx *ctx, const void *data, size_t len) {
+    if (!ctx || (!data && len)) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL argument");
     if (len && EVP_DigestUpdate(ctx->md, data, len) != 1)
         return h3s_fail(H3S_ERR_INVALID, "sha256: libcrypto update failed");
     return H3S_OK;
 }
 
 h3s_status h3s_sha256_end(h3s_sha256_ctx *ctx, char out_hex[65]) {
+    if (!ctx) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL argument");
+    if (!out_hex) {
+        EVP_MD_CTX_free(ctx->md);
+        free(ctx);
+        return h3s_fail(H3S_ERR_INVALID, "sha256: NULL argument");
+    }
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
     int ok = EVP_DigestFinal_ex(ctx->md, digest, &dlen) == 1 && dlen == 32;

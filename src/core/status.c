@@ -137,6 +137,21 @@ h3s_status h3s_fail(h3s_status status, const char *fmt, ...) {
     return status;
 }
 
+h3s_status h3s_set_error(h3s_status status, const char *fmt, ...) {
+    if (!fmt) fmt = "(no message)";
+    va_list ap;
+    va_start(ap, fmt);
+    size_t len = 0;
+    char *raw = vformat(fmt, ap, &len);
+    va_end(ap);
+    if (raw)
+        set_message(raw, len);
+    else
+        snprintf(h3s_error_fallback, sizeof h3s_error_fallback, "out of memory formatting an error message");
+    free(raw);
+    return status;
+}
+
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -9,10 +9,8 @@
 #include <stdint.h>
 
 #include "h3s.h"
+#include "h3s_model.h" /* h3s_cuda_describe, the device's description for reports, is public */
 
-/* "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB, driver 13.0, runtime 13.0" (or the reason the
- * device is unavailable) into buf. */
-h3s_status h3s_cuda_describe(char *buf, size_t size);
 /* Deterministic values into a F32 or BF16 device tensor: element i = scale * u(seed, i) with u
  * uniform on [-sqrt(3), sqrt(3)) (unit variance), from a counter hash of (seed, i); BF16
  * rounds once.  The same bits for the same (seed, i) on every launch and every tensor size. */

@@ -125,8 +125,9 @@ h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index,
 }
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
 h3s_status h3s_cuda_describe(char *buf, size_t size) {
+    if (!buf || size == 0) return h3s_fail(H3S_ERR_INVALID, "cuda_describe: empty buffer");
     h3s_status st = NO_CUDA("cuda_describe");
-    if (buf && size) snprintf(buf, size, "unavailable: %s", h3s_last_error());
+    snprintf(buf, size, "unavailable: %s", h3s_last_error());
     return st;
 }
 h3s_status h3s_cuda_fill_random(h3s_tensor *t, uint64_t seed, float scale) { return NO_CUDA("cuda_fill_random"); }

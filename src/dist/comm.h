@@ -31,8 +31,8 @@ struct h3s_comm {
     const h3s_comm_ops *ops;
 };
 
-/* recv = the concatenation over ranks r of counts[r] bytes at displs[r]; this rank sends counts[rank] bytes. */
-h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs);
+/* h3s_comm_allgatherv (recv = the concatenation over ranks r of counts[r] bytes at displs[r]) is public
+ * (include/h3s_dist.h). */
 /* This rank sends scounts[r] bytes from send + sdispls[r] to rank r and receives rcounts[r] bytes from rank r into
  * recv + rdispls[r]. */
 h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scounts, const size_t *sdispls, void *recv,

@@ -156,3 +156,10 @@ h3s_status h3s_json_parse_strict(const char *text, size_t len, const char *what,
     *out = root;
     return H3S_OK;
 }
+
+h3s_status h3s_json_check(const char *text, size_t len, const char *what) {
+    cJSON *doc = NULL;
+    H3S_TRY(h3s_json_parse_strict(text, len, what, &doc));
+    cJSON_Delete(doc);
+    return H3S_OK;
+}

@@ -14,9 +14,11 @@
 #include <cjson/cJSON.h>
 
 #include "h3s.h"
+#include "h3s_io.h"
 
 /* Parse text[0..len) (need not be NUL-terminated).  Failure: H3S_ERR_FORMAT with a message "<what>: <problem>"
  * naming the byte offset or the member; *out is set only on success (free it with cJSON_Delete). */
 h3s_status h3s_json_parse_strict(const char *text, size_t len, const char *what, cJSON **out);
+/* h3s_json_check (public, include/h3s_io.h) is the same check without the document. */
 
 #endif

@@ -25,8 +25,6 @@ h3s_status h3s_config_validate(const h3s_config *c);
 h3s_status h3s_config_parse_json(const char *text, size_t len, h3s_config *out);
 h3s_status h3s_config_load(const char *path, h3s_config *out);
 
-/* Pretty JSON with the diffusers key names (sorted, as diffusers writes them) and
- * "_class_name": "MiniMaxH3Transformer3DModel".  *out_text is malloc'd; the caller frees it. */
-h3s_status h3s_config_to_json(const h3s_config *c, char **out_text);
+/* h3s_config_to_json (pretty JSON as diffusers writes it) is public (include/h3s_model.h). */
 
 #endif

@@ -322,7 +322,8 @@ static const char *const INPUT_NAMES[] = {
     "hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep",      "timestep_indices",
     "token_tags",    "position_ids",        "video_indices",         "audio_indices", "text_indices"};
 
-h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in) {
+h3s_status h3s_inputs_from_file(const h3s_st_file *f, h3s_inputs *in) {
+    if (!f || !in) return h3s_fail(H3S_ERR_INVALID, "inputs_from_file: NULL argument");
     memset(in, 0, sizeof *in);
     h3s_tensor *slots[] = {&in->hidden_states, &in->audio_hidden_states, &in->encoder_hidden_states,
                            &in->timestep,      &in->timestep_indices,    &in->token_tags,

@@ -9,6 +9,7 @@
 #define H3S_MODEL_H
 
 #include "h3s.h"
+#include "h3s_io.h"
 #include "h3s_model.h"
 #include "io/modeldir.h"
 #include "model/config.h"
@@ -16,10 +17,7 @@
 /* The public part (backend kinds, inputs, node hooks, the model, tape, forward, gradients, backward) is
  * include/h3s_model.h; what follows is internal. */
 
-/* Fill `in` with views of the tensors of a safetensors file (names as docs/cli.md); the file
- * must stay open while `in` is used. */
-struct h3s_st_file;
-h3s_status h3s_inputs_from_file(const struct h3s_st_file *f, h3s_inputs *in);
+/* h3s_inputs_from_file (views of an open inputs file's tensors) is public (include/h3s_io.h). */
 
 /* Sequence-parallel slice sizes for the next passes of a parallel model: rank r holds sizes[r] packed rows (n must
  * equal --sp and the sizes must sum to B*S, each >= 1, or the pass fails); n == 0 returns to the even split.  For

@@ -13,6 +13,7 @@ int64_t h3s_param_count(const h3s_config *c) {
 }
 
 int64_t h3s_param_spec_numel(const h3s_param_spec *p) {
+    if (!p || p->ndim < 0 || p->ndim > 2) return 0;
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++)
         n *= p->shape[d];

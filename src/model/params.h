@@ -9,21 +9,11 @@
 #include "h3s.h"
 #include "model/config.h"
 
-typedef struct h3s_param_spec {
-    char name[160];
-    h3s_dtype dtype;
-    int ndim;
-    int64_t shape[2];
-} h3s_param_spec;
-
-/* Every parameter of the model in the canonical order.  F32 modules: proj_in, audio_proj_in, time_embedder,
- * proj_out, audio_proj_out; everything else BF16.  The config is validated first.  Caller frees *out with free(). */
-h3s_status h3s_param_specs(const h3s_config *c, h3s_param_spec **out, int64_t *count);
+/* h3s_param_spec, h3s_param_specs (every parameter of a config in canonical order; the config is validated first;
+ * F32 modules: proj_in, audio_proj_in, time_embedder, proj_out, audio_proj_out; everything else BF16) and
+ * h3s_param_spec_numel are public (include/h3s_model.h). */
 
 /* Number of parameters h3s_param_specs returns for this config (no validation; 0 for NULL). */
 int64_t h3s_param_count(const h3s_config *c);
-
-/* Elements of one parameter (product of its shape). */
-int64_t h3s_param_spec_numel(const h3s_param_spec *p);
 
 #endif

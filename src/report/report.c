@@ -104,6 +104,10 @@ h3s_status h3s_recorder_hook(void *ctx, const char *name, h3s_tensor *out, int b
 
 h3s_status h3s_cotangent_random(int64_t batch, int64_t nv, int64_t wv, int64_t na, int64_t wa, uint64_t seed,
                                 h3s_tensor *d_sample, h3s_tensor *d_audio_sample) {
+    if (!d_sample || !d_audio_sample) return h3s_fail(H3S_ERR_INVALID, "cotangent_random: NULL output");
+    if (batch < 1 || nv < 0 || wv < 0 || na < 0 || wa < 0)
+        return h3s_fail(H3S_ERR_INVALID, "cotangent_random: batch %lld must be >= 1 and the sizes >= 0",
+                        (long long)batch);
     int64_t sv[3] = {batch, nv, wv}, sa[3] = {batch, na, wa};
     H3S_TRY(h3s_tensor_alloc(d_sample, H3S_F32, 3, sv));
     h3s_status st = h3s_tensor_alloc(d_audio_sample, H3S_F32, 3, sa);
@@ -338,5 +342,16 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
         return st;
     }
     *report = doc;
+    return H3S_OK;
+}
+
+h3s_status h3s_replay_report(const h3s_weights *w, const h3s_inputs *in, const h3s_replay_opts *o, char **report_json) {
+    if (!w || !in || !o || !report_json) return h3s_fail(H3S_ERR_INVALID, "replay: NULL argument");
+    cJSON *doc = NULL;
+    H3S_TRY(h3s_replay(w, in, o, &doc));
+    char *text = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    if (!text) return h3s_fail(H3S_ERR_NOMEM, "replay: out of memory printing the report");
+    *report_json = text;
     return H3S_OK;
 }

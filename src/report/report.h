@@ -6,6 +6,8 @@
 #include <cjson/cJSON.h>
 
 #include "h3s.h"
+#include "h3s_replay.h"
+#include "h3s_sample.h"
 #include "model/model.h"
 
 typedef struct h3s_node_record {
@@ -37,25 +39,14 @@ void h3s_recorder_free(h3s_recorder *r);
 /* Host copy of any tensor, as F64. */
 h3s_status h3s_tensor_to_host_f64(const h3s_tensor *t, h3s_tensor *out);
 
-typedef struct h3s_replay_opts {
-    h3s_backend_kind backend; /* strict backend under test: CPU or CUDA */
-    uint64_t cotangent_seed;
-    int with_golden;                               /* also run the FP64 golden and report each node's error */
-    const char *plant_node;                        /* test-only: flip one bit of this node in the repeat run ... */
-    void (*progress)(void *ctx, const char *line); /* optional: one line before each pass */
-    void *progress_ctx;
-    int plant_alone; /* ... or, when non-zero, in the run of item 0 alone (a planted batch drift) */
-} h3s_replay_opts;
+/* h3s_replay_opts and h3s_replay_report (the report as JSON text) are public (include/h3s_replay.h). */
 
 /* Runs forward + backward of `in` (batch B) twice, item 0 alone once, and (optionally) the
  * golden; returns the report (caller frees with cJSON_Delete).  `first_drift` is NULL when
  * every node agrees, else a pointer into the report's "first_drift" string. */
 h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_replay_opts *o, cJSON **report);
 
-/* Seeded cotangent for (sample, audio_sample) of shape [B, Nv, Wv] / [B, Na, Wa]: item b of
- * each tensor drawn from its own stream, so item 0 does not depend on B. */
-h3s_status h3s_cotangent_random(int64_t batch, int64_t nv, int64_t wv, int64_t na, int64_t wa, uint64_t seed,
-                                h3s_tensor *d_sample, h3s_tensor *d_audio_sample);
+/* h3s_cotangent_random (a seeded cotangent) is public (include/h3s_sample.h). */
 
 /* Write a cJSON document atomically (temp file + rename), pretty-printed. */
 h3s_status h3s_json_write_file(const char *path, const cJSON *doc);

@@ -212,8 +212,16 @@ h3s_status h3s_layout_from_inputs(const struct h3s_inputs *in, int64_t n_conditi
     return H3S_OK;
 }
 
-int64_t h3s_layout_condition_rows(const struct h3s_inputs *in) {
+int64_t h3s_layout_condition_rows(const h3s_inputs *in) {
     if (!in || in->text_indices.ndim != 1 || in->text_indices.shape[0] < 1 || in->video_indices.ndim != 1) return 0;
+    /* a public entry: anything it cannot read (types, placement, missing data) gives 0, as documented */
+    const h3s_tensor *need[3] = {&in->text_indices, &in->video_indices, &in->timestep_indices};
+    for (int k = 0; k < 3; k++)
+        if (need[k]->dtype != H3S_I64 || need[k]->ndim != 1 || need[k]->device || !need[k]->data) return 0;
+    const h3s_dtype tdt = in->timestep.dtype;
+    if ((tdt != H3S_F32 && tdt != H3S_BF16 && tdt != H3S_F64) || in->timestep.ndim != 1 || in->timestep.device ||
+        !in->timestep.data)
+        return 0;
     const int64_t *ti = in->text_indices.data, *vi = in->video_indices.data, *tsi = in->timestep_indices.data;
     const int64_t S = in->timestep_indices.shape[0], T = in->timestep.shape[0];
     if (ti[0] < 0 || ti[0] >= S || tsi[ti[0]] < 0 || tsi[ti[0]] >= T) return 0;
@@ -631,5 +639,15 @@ h3s_status h3s_inputs_seeded(const h3s_config *c, const h3s_layout_opts *lo, int
         return st;
     }
     *out = in;
+    return H3S_OK;
+}
+
+h3s_status h3s_layout_count(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout_rows *out) {
+    if (!out) return h3s_fail(H3S_ERR_INVALID, "layout_count: output is NULL");
+    h3s_layout lay;
+    H3S_TRY(h3s_layout_build(o, patch_h, patch_w, &lay));
+    h3s_layout_rows r = {lay.S, lay.Nt, lay.Nv, lay.n_condition, lay.Na, lay.n_pad};
+    h3s_layout_free(&lay);
+    *out = r;
     return H3S_OK;
 }

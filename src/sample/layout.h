@@ -63,10 +63,8 @@ void h3s_layout_free(h3s_layout *l);
  * `out` is untouched. */
 struct h3s_inputs;
 h3s_status h3s_layout_from_inputs(const struct h3s_inputs *in, int64_t n_condition, h3s_layout *out);
-/* The condition rows of an inputs file, inferred: the leading video_indices entries whose timestep differs from
- * the text rows' (condition rows carry max(t_video, 0.999), text rows t_video).  0 when every video row carries
- * the text timestep, which is also what a file whose t_video is 0.999 or more gives: name the count then. */
-int64_t h3s_layout_condition_rows(const struct h3s_inputs *in);
+/* h3s_layout_condition_rows (the condition rows of an inputs file, inferred) and h3s_layout_count (the row counts of
+ * a layout) are public (include/h3s_sample.h). */
 
 /* Row timesteps for one denoising step, as the reference pipeline builds them: every row starts at
  * t_video (text rows and target video rows keep it), target audio rows get t_audio, keyframe condition
