@@ -111,6 +111,10 @@ fi
 # ---- 3: bad input files
 expect 3 missing-model "$CLI" forward --model "$dir/nope" --inputs "$in" --out "$dir/x.safetensors"
 expect 3 missing-inputs "$CLI" forward --model "$m" --inputs "$dir/nope.safetensors" --out "$dir/x.safetensors"
+# the same on the CUDA backend: the file is what is wrong, whether or not the build or the machine has a GPU
+expect 3 missing-inputs-cuda "$CLI" forward --device cuda --model "$m" --inputs "$dir/nope.safetensors" \
+    --out "$dir/x.safetensors"
+if grep -q "nope.safetensors" "$dir/err.txt"; then ok; else bad "missing inputs on cuda: the line does not name the file: $(cat "$dir/err.txt")"; fi
 head -c 100 "$in" >"$dir/trunc.safetensors"
 expect 3 truncated-inputs "$CLI" forward --model "$m" --inputs "$dir/trunc.safetensors" --out "$dir/x.safetensors"
 expect 3 config-as-inputs "$CLI" forward --model "$m" --inputs "$m/config.json" --out "$dir/x.safetensors"

@@ -794,7 +794,8 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
     int64_t batch;
     if (st == H3S_OK) st = h3s_inputs_validate(h3s_weights_config(l->w), &l->in, &batch);
     provenance_init(&l->prov, g_command_line ? g_command_line : "");
-    provenance_add_backend(&l->prov, kind);
+    /* only after the inputs loaded: describing the device sets the last error, which must stay the file's */
+    if (st == H3S_OK) provenance_add_backend(&l->prov, kind);
     if (st == H3S_OK) st = provenance_add_model(&l->prov, model, h3s_weights_config(l->w));
     if (st == H3S_OK) st = provenance_add_file(&l->prov, "inputs_sha256", inputs);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "preparing the %s backend", h3s_backend_name(kind));
