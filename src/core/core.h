@@ -27,6 +27,10 @@ void h3s_clear_error(void);
  * the escaped form of s[0..len) and a NUL to out (when out != NULL) and returns its length without the NUL;
  * h3s_escape_dup (public, include/h3s.h) returns a malloc'd escaped copy of a C string. */
 size_t h3s_escape_into(const char *s, size_t len, char *out);
+/* Length of the valid UTF-8 sequence at p (at most n >= 1 bytes), 0 if there is none (overlong forms, surrogates
+ * and code points past U+10FFFF are invalid); *cp receives the code point.  The one decoder of the escaping above
+ * and of the strict JSON check (io/json.c). */
+size_t h3s_utf8_seq(const unsigned char *p, size_t n, unsigned *cp);
 
 #define H3S_TRY(expr)                                                                                                  \
     do {                                                                                                               \

@@ -32,8 +32,7 @@ void h3s_clear_error(void) {
     if (h3s_error_message) h3s_error_message[0] = '\0';
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 if there is none; *cp receives the code point. */
-static size_t utf8_seq(const unsigned char *p, size_t n, unsigned *cp) {
+size_t h3s_utf8_seq(const unsigned char *p, size_t n, unsigned *cp) {
     unsigned c = p[0], min;
     size_t extra;
     if (c < 0x80) {
@@ -63,7 +62,7 @@ size_t h3s_escape_into(const char *s, size_t len, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < len;) {
         unsigned cp;
-        size_t n = utf8_seq(p + i, len - i, &cp);
+        size_t n = h3s_utf8_seq(p + i, len - i, &cp);
         if (n == 0 || (n == 1 && (cp < 0x20 || cp == 0x7f))) {
             if (out) snprintf(out + o, 5, "\\x%02x", p[i]);
             o += 4;

@@ -8,28 +8,6 @@
 static int json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static int digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
-/* Length of a valid UTF-8 sequence at p (n bytes left), 0 if invalid. */
-static size_t utf8_len(const unsigned char *p, size_t n) {
-    unsigned c = p[0], min;
-    size_t extra;
-    if (c < 0x80) return 1;
-    if ((c & 0xe0) == 0xc0)
-        extra = 1, min = 0x80, c &= 0x1f;
-    else if ((c & 0xf0) == 0xe0)
-        extra = 2, min = 0x800, c &= 0x0f;
-    else if ((c & 0xf8) == 0xf0)
-        extra = 3, min = 0x10000, c &= 0x07;
-    else
-        return 0;
-    if (extra >= n) return 0;
-    for (size_t i = 1; i <= extra; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        c = (c << 6) | (p[i] & 0x3fu);
-    }
-    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return 0;
-    return extra + 1;
-}
-
 /* A JSON number starting at p[0] (n bytes left): its length, 0 if the text there is not one. */
 static size_t number_len(const unsigned char *p, size_t n) {
     size_t i = 0;
@@ -77,7 +55,8 @@ static h3s_status lex_check(const unsigned char *p, size_t len, const char *what
                         return h3s_fail(H3S_ERR_FORMAT, "%s: \\u0000 inside a string at byte %zu", what, i - 1);
                     continue;
                 }
-                size_t n = utf8_len(p + i, len - i);
+                unsigned cp;
+                size_t n = h3s_utf8_seq(p + i, len - i, &cp);
                 if (n == 0) return h3s_fail(H3S_ERR_FORMAT, "%s: byte %zu is not valid UTF-8", what, i);
                 i += n - 1;
             }
