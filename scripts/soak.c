@@ -58,42 +58,18 @@ static void die(const char *what) {
     exit(2);
 }
 
-/* A seeded request for config c, batch B. */
+/* A seeded request for config c, batch B (every tensor owned by `in`). */
 typedef struct request {
-    h3s_layout lay;
-    h3s_tensor hv, ha, enc, ts, tsi;
     h3s_inputs in;
 } request;
 
 static void request_make(const h3s_config *c, int64_t batch, request *q) {
-    memset(q, 0, sizeof *q);
     h3s_layout_opts lo = {6, 2, 4, 6, 4, 1, 0, 0};
-    if (h3s_layout_build(&lo, c->patch_size[1], c->patch_size[2], &q->lay) != H3S_OK ||
-        h3s_inputs_random(&q->lay, batch, 77, h3s_config_video_width(c), c->audio_in_channels, c->text_dim, &q->hv,
-                          &q->ha, &q->enc) != H3S_OK ||
-        h3s_layout_timesteps(&q->lay, 0.3f, 0.6f, &q->ts, &q->tsi) != H3S_OK)
-        die("request");
-    q->in = (h3s_inputs){q->hv,
-                         q->ha,
-                         q->enc,
-                         q->ts,
-                         q->tsi,
-                         q->lay.token_tags,
-                         q->lay.position_ids,
-                         q->lay.video_indices,
-                         q->lay.audio_indices,
-                         q->lay.text_indices,
-                         {0}};
+    if (h3s_inputs_seeded(c, &lo, batch, 77, 0.3f, 0.6f, &q->in) != H3S_OK) die("request");
 }
 
-static void request_free(request *q) {
-    h3s_tensor *t[] = {&q->hv, &q->ha, &q->enc, &q->ts, &q->tsi};
-    for (size_t i = 0; i < 5; i++)
-        h3s_tensor_free(t[i]);
-    h3s_layout_free(&q->lay);
-}
+static void request_free(request *q) { h3s_inputs_free(&q->in); }
 
-/* Forward + backward of q on m; the SHA-256 of the outputs and of every gradient, chained. */
 static void forward_backward_digest(h3s_model *m, const request *q, char hex[65]) {
     h3s_tape *tape = NULL;
     h3s_tensor s = {0}, a = {0}, ds, da;
@@ -237,7 +213,7 @@ int main(int argc, char **argv) {
     cJSON *r = cJSON_AddObjectToObject(doc, "resident");
     cJSON_AddStringToObject(r, "model", "small (seed 1), created once");
     cJSON_AddNumberToObject(r, "calls", (double)calls);
-    cJSON_AddNumberToObject(r, "rows", (double)sq.lay.S);
+    cJSON_AddNumberToObject(r, "rows", (double)sq.in.token_tags.shape[0]);
     cJSON_AddNumberToObject(r, "batch", 2);
     cJSON_AddNumberToObject(r, "seconds", t_res);
     cJSON_AddStringToObject(r, "digest_first_call", first);

@@ -150,10 +150,9 @@ static inline const char *fuzz_micro_sharded_dir(char **index_text) {
     return dir;
 }
 
-/* A valid micro request: B items, padded to pad_to (0: none), with a key-padding mask when with_mask. */
+/* A valid micro request: B items, padded to pad_to (0: none), with a key-padding mask when with_mask.  Every
+ * tensor, the mask included, is owned by `in`. */
 typedef struct fuzz_request {
-    h3s_layout lay;
-    h3s_tensor hv, ha, enc, ts, tsi, mask;
     h3s_inputs in;
 } fuzz_request;
 
@@ -161,54 +160,34 @@ static inline void fuzz_request_make(int64_t batch, int64_t pad_to, int with_mas
     memset(q, 0, sizeof *q);
     h3s_config c = fuzz_micro_config();
     h3s_layout_opts lo = {2, 1, 2, 2, 1, 1, 0, pad_to};
-    if (h3s_layout_build(&lo, c.patch_size[1], c.patch_size[2], &q->lay) != H3S_OK) fuzz_die("layout");
-    if (h3s_inputs_random(&q->lay, batch, 3, h3s_config_video_width(&c), c.audio_in_channels, c.text_dim, &q->hv,
-                          &q->ha, &q->enc) != H3S_OK ||
-        h3s_layout_timesteps(&q->lay, 0.3f, 0.6f, &q->ts, &q->tsi) != H3S_OK)
-        fuzz_die("inputs");
-    q->in = (h3s_inputs){q->hv,
-                         q->ha,
-                         q->enc,
-                         q->ts,
-                         q->tsi,
-                         q->lay.token_tags,
-                         q->lay.position_ids,
-                         q->lay.video_indices,
-                         q->lay.audio_indices,
-                         q->lay.text_indices,
-                         {0}};
+    if (h3s_inputs_seeded(&c, &lo, batch, 3, 0.3f, 0.6f, &q->in) != H3S_OK) fuzz_die("inputs");
     if (with_mask) {
-        int64_t s2[2] = {batch, q->lay.S};
-        if (h3s_tensor_alloc(&q->mask, H3S_BOOL, 2, s2) != H3S_OK) fuzz_die("mask");
-        const int64_t *tags = q->lay.token_tags.data;
+        const int64_t S = q->in.token_tags.shape[0], s2[2] = {batch, S};
+        if (h3s_tensor_alloc(&q->in.attention_mask, H3S_BOOL, 2, s2) != H3S_OK) fuzz_die("mask");
+        const int64_t *tags = q->in.token_tags.data;
         for (int64_t b = 0; b < batch; b++)
-            for (int64_t s = 0; s < q->lay.S; s++)
-                ((uint8_t *)q->mask.data)[b * q->lay.S + s] = tags[s] != -1;
-        q->in.attention_mask = q->mask;
+            for (int64_t s = 0; s < S; s++)
+                ((uint8_t *)q->in.attention_mask.data)[b * S + s] = tags[s] != -1;
     }
 }
 
-static inline void fuzz_request_free(fuzz_request *q) {
-    h3s_tensor *t[] = {&q->hv, &q->ha, &q->enc, &q->ts, &q->tsi, &q->mask};
-    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        h3s_tensor_free(t[i]);
-    h3s_layout_free(&q->lay);
-}
+static inline void fuzz_request_free(fuzz_request *q) { h3s_inputs_free(&q->in); }
 
 /* Write the request as an inputs file (the CLI's names). */
 static inline void fuzz_request_write(const fuzz_request *q, const char *path) {
-    h3s_st_entry e[11] = {{"hidden_states", q->hv},
-                          {"audio_hidden_states", q->ha},
-                          {"encoder_hidden_states", q->enc},
-                          {"timestep", q->ts},
-                          {"timestep_indices", q->tsi},
-                          {"token_tags", q->lay.token_tags},
-                          {"position_ids", q->lay.position_ids},
-                          {"video_indices", q->lay.video_indices},
-                          {"audio_indices", q->lay.audio_indices},
-                          {"text_indices", q->lay.text_indices},
-                          {"attention_mask", q->mask}};
-    if (h3s_st_write(path, e, q->mask.data ? 11 : 10) != H3S_OK) fuzz_die("write inputs");
+    const h3s_inputs *in = &q->in;
+    h3s_st_entry e[11] = {{"hidden_states", in->hidden_states},
+                          {"audio_hidden_states", in->audio_hidden_states},
+                          {"encoder_hidden_states", in->encoder_hidden_states},
+                          {"timestep", in->timestep},
+                          {"timestep_indices", in->timestep_indices},
+                          {"token_tags", in->token_tags},
+                          {"position_ids", in->position_ids},
+                          {"video_indices", in->video_indices},
+                          {"audio_indices", in->audio_indices},
+                          {"text_indices", in->text_indices},
+                          {"attention_mask", in->attention_mask}};
+    if (h3s_st_write(path, e, in->attention_mask.data ? 11 : 10) != H3S_OK) fuzz_die("write inputs");
 }
 
 /* A message must be one line of printable text: no control byte may reach a terminal. */

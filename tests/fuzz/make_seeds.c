@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
         if (reqs[i].batch == 2 && reqs[i].pad == 0) {
             h3s_config c = fuzz_micro_config();
             h3s_tensor ds, da;
-            if (h3s_cotangent_random(2, q.hv.shape[1], q.hv.shape[2], q.ha.shape[1], c.audio_in_channels, 5, &ds,
-                                     &da) != H3S_OK)
+            if (h3s_cotangent_random(2, q.in.hidden_states.shape[1], q.in.hidden_states.shape[2],
+                                     q.in.audio_hidden_states.shape[1], c.audio_in_channels, 5, &ds, &da) != H3S_OK)
                 fuzz_die("cotangent");
             h3s_st_entry e[2] = {{"sample", ds}, {"audio_sample", da}};
             if (h3s_st_write(tmp, e, 2) != H3S_OK) fuzz_die("write cotangent");
