@@ -27,6 +27,20 @@ static char *pj(const char *a, const char *b) {
 
 static void write_text(const char *path, const char *text) { h3t_write_file(path, text, strlen(text)); }
 
+/* A safetensors file from a raw header text (at most 240 bytes) and 4 zero bytes of data. */
+static void write_st_raw(const char *path, const char *hdr) {
+    unsigned char buf[256];
+    uint64_t hl = strlen(hdr);
+    if (hl > sizeof buf - 12) {
+        fprintf(stderr, "write_st_raw: header of %llu bytes too long\n", (unsigned long long)hl);
+        abort();
+    }
+    memcpy(buf, &hl, 8);
+    memcpy(buf + 8, hdr, hl);
+    memset(buf + 8 + hl, 0, 4);
+    h3t_write_file(path, buf, 8 + hl + 4);
+}
+
 static int file_is(const char *path, const char *text) {
     unsigned char *got = NULL;
     size_t n = h3t_read_file(path, &got);
@@ -355,12 +369,7 @@ static void test_strict_json(const char *model) {
     /* a safetensors header with a control byte where cJSON sees whitespace */
     char *p = pj(tmpdir, "ctl.safetensors");
     const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}\x1c}";
-    unsigned char buf[256];
-    uint64_t hl = strlen(hdr);
-    memcpy(buf, &hl, 8);
-    memcpy(buf + 8, hdr, hl);
-    memset(buf + 8 + hl, 0, 4);
-    h3t_write_file(p, buf, 8 + hl + 4);
+    write_st_raw(p, hdr);
     h3s_st_file *f = NULL;
     CHECK_FAILS(H3S_ERR_FORMAT, h3s_st_open(p, &f));
     CHECK(strstr(h3s_last_error(), "0x1c"), "message: %s", h3s_last_error());
@@ -372,12 +381,7 @@ static void test_messages(void) {
     /* a tensor name holding CR, ESC and a C1 control (escaped in the JSON, raw once decoded) */
     char *p = pj(tmpdir, "esc.safetensors");
     const char *hdr = "{\"a\\r\\u001b[2Kb\\u009b\":{\"dtype\":\"Q8\",\"shape\":[1],\"data_offsets\":[0,4]}}";
-    unsigned char buf[256];
-    uint64_t hl = strlen(hdr);
-    memcpy(buf, &hl, 8);
-    memcpy(buf + 8, hdr, hl);
-    memset(buf + 8 + hl, 0, 4);
-    h3t_write_file(p, buf, 8 + hl + 4);
+    write_st_raw(p, hdr);
     h3s_st_file *f = NULL;
     CHECK_FAILS(H3S_ERR_DTYPE, h3s_st_open(p, &f));
     const char *msg = h3s_last_error();
