@@ -9,7 +9,6 @@ turns a missing diffusers into a failure."""
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -27,14 +26,6 @@ from h3strict import replay as rp  # noqa: E402
 from h3strict.torch import StrictTransformer, load_inputs  # noqa: E402
 
 FACTOR, SLACK = 1.25, 1e-3
-
-
-@pytest.fixture(scope="module")
-def cli():
-    path = os.environ.get("H3S_CLI") or shutil.which("h3strict")
-    if not path:
-        pytest.fail("no h3strict CLI: set H3S_CLI or install the package (pip install .), which installs it")
-    return path
 
 
 @pytest.fixture(scope="module")

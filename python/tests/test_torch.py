@@ -5,7 +5,6 @@ nothing written.  The CLI is $H3S_CLI, else `h3strict` on PATH (the package inst
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 
@@ -44,14 +43,6 @@ def bits_equal(a, b):
         return False
     view = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}.get(a.dtype)
     return torch.equal(a.view(view), b.view(view)) if view else torch.equal(a, b)
-
-
-@pytest.fixture(scope="session")
-def cli():
-    path = os.environ.get("H3S_CLI") or shutil.which("h3strict")
-    if not path:
-        pytest.fail("no h3strict CLI: set H3S_CLI or install the package (pip install .), which installs it")
-    return path
 
 
 @pytest.fixture(scope="session")
