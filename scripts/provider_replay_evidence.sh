@@ -27,8 +27,9 @@
 # (build-device/) and the model (build-device/provider_model) are kept and reused by a later run, so the S values
 # may be spread over several commands.  H3S_SOURCE_COMMIT names the commit (the device copy has no .git).
 # Knobs: H3S_PYTHON (the Python with torch, default python3), H3S_WHEELS (default .deps/wheels), H3S_GPU_BUILD,
-# H3S_GPU_JOBS; for a rehearsal on a machine without a GPU, H3S_EVIDENCE_DEVICE=cpu H3S_EVIDENCE_PRESET=tiny run
-# the same steps on the CPU backend and the tiny preset (2 blocks).
+# H3S_GPU_JOBS, H3S_PYTEST_ARGS (extra pytest arguments, e.g. "-k cuda" for the CUDA variants alone); for a
+# rehearsal on a machine without a GPU, H3S_EVIDENCE_DEVICE=cpu H3S_EVIDENCE_PRESET=tiny run the same steps on the
+# CPU backend and the tiny preset (2 blocks).
 set -u -o pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$SRC/out/provider_replay}
@@ -147,7 +148,8 @@ if ! "$PYV" -c "import pytest" >/dev/null 2>&1; then
 fi
 if "$PYV" -c "import pytest" >/dev/null 2>&1; then
     (cd "$(mktemp -d)" && PYTHONPATH=$SRC/python${PYTHONPATH:+:$PYTHONPATH} H3STRICT_LIBRARY=$LIB H3S_CLI=$H \
-        H3S_REQUIRE_DIFFUSERS=1 "$PYV" -m pytest -q -rs -p no:cacheprovider "$SRC/python/tests/test_diffusers.py") \
+        H3S_REQUIRE_DIFFUSERS=1 "$PYV" -m pytest -q -rs -p no:cacheprovider ${H3S_PYTEST_ARGS:-} \
+        "$SRC/python/tests/test_diffusers.py") \
         >"$OUT/provider_replay_pytest.log" 2>&1
     rc=$?
     log "pytest python/tests/test_diffusers.py (CPU and CUDA variants): exit $rc, $(tail -1 "$OUT/provider_replay_pytest.log")"

@@ -549,6 +549,8 @@ class _Isolated:
         self.adaln_rows = rows.repeat(self.B).to(dev).contiguous()
         self.ts_rows = x["timestep_indices"].repeat(self.B).to(dev).contiguous()
         self.idx = {k: x[k].to(dev).contiguous() for k in ("video_indices", "audio_indices", "text_indices")}
+        # the library's row scatter takes its index on the host (it refuses repeated rows there)
+        self.idx_host = {k: x[k].cpu().contiguous() for k in self.idx}
         self.x = x
 
     def w(self, name):
@@ -727,7 +729,7 @@ class _Isolated:
             self._pre_call()
             for src, key in ((text, "text_indices"), (video, "video_indices"), (audio, "audio_indices")):
                 src = src.contiguous()
-                ts, ti = _ht(src), _ht(self.idx[key])
+                ts, ti = _ht(src), _ht(self.idx_host[key])
                 check(lib.h3s_rows_scatter(ctypes.byref(ts), ctypes.byref(ti), self.B, ctypes.byref(tdst)))
             self._sync()
             g = torch.zeros(self.B, self.S, h, dtype=torch.float64, device=text.device)
