@@ -264,34 +264,38 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 
 /* ================================================================== tensor-core path (D = 128)
  *
- * The same function as above on the tensor cores (mma.sync m16n8k16, BF16 operands, FP32
- * accumulation), for head_dim 128 (docs/numerics/attention_cuda.md).  What keeps it strict:
+ * The same function as above on the tensor cores (Hopper warpgroup MMA, wgmma.m64nNk16: BF16
+ * operands from shared memory or registers, FP32 accumulation), for head_dim 128
+ * (docs/numerics/attention_cuda.md).  What keeps it strict:
  *   - compaction: every (item, document) pair is a group; its attendable keys are listed in
  *     ascending position (masked keys are not in the list) and its queries likewise.  Key and
  *     query tiles are cut from these lists, anchored at their first entry, so the tile a live key
  *     falls into, and its slot in the tile, depend only on the live keys before it: inserting or
  *     removing masked keys anywhere moves no tile boundary.  A query row's arithmetic does not
  *     depend on its slot either (every row of an MMA runs the same instructions).
- *   - forward: online softmax over the group's key tiles in ascending order: s = (q . k) * scale
- *     (the products of a key over d in ascending k16 steps), the row maximum (exact), p =
- *     expf(s - m), l = l * expf(m_old - m) + (the row's sum of p in a fixed lane order), o =
- *     o * expf(m_old - m) + bf16(p) v; out = bf16(o / l); stats = (m, l).
- *   - backward: delta as above; P = expf(s - m) / l from the stored stats; dS = P (dP - delta);
- *     dq over the group's key tiles ascending (one CTA per query tile, no atomics); dk and dv
+ *   - forward: online softmax over the group's key tiles (128 keys) in ascending order:
+ *     s = (q . k) * scale (the products of a key over d in ascending k16 steps), the row maximum
+ *     (exact), p = exp(s - m), l = l * exp(m_old - m) + (the row's sum of p in a fixed lane order),
+ *     o = o * exp(m_old - m) + bf16(p) v; out = bf16(o / l); stats = (m, l).  exp(x) is
+ *     ex2.approx(x * log2 e), one fixed hardware instruction after one FP32 rounding.
+ *   - backward: delta as above; P = exp(s - m) / l from the stored stats; dS = P (dP - delta);
+ *     dq over the group's key tiles (64) ascending (one CTA per query tile, no atomics); dk and dv
  *     over the group's participating queries (l > 0 and a non-zero dout row for the head,
- *     compacted per head) in ascending tiles (one CTA per key tile).  bf16(P), bf16(dS) and
+ *     compacted per head) in ascending tiles of 64 (one CTA per key tile).  bf16(P), bf16(dS) and
  *     bf16(dout) enter the tensor cores, as in the provider's flash kernels.
  * Nothing depends on B, on the number of multiprocessors or on scheduling. */
 
+#include "cuda/k_wgmma.cuh"
+
 #define TC_D 128
-#define TC_LDS 136      /* smem row stride in BF16: 128 + 8 keeps ldmatrix conflict-free */
-#define TC_FQ 128       /* forward: queries per CTA (8 warps x 16) */
+#define TC_FQ 128       /* forward: queries per CTA (two warpgroups of 64) */
 #define TC_FTHREADS 256 /* forward: threads per CTA */
-#define TC_DQ 64        /* backward: queries per CTA (dq) */
-#define TC_FK 64        /* forward: keys per tile */
-#define TC_BQ 32        /* backward: queries per tile (dk/dv) */
-#define TC_BK 32        /* backward: keys per tile (dq) */
-#define TC_THREADS 128
+#define TC_FK 128       /* forward: keys per tile */
+#define TC_DQ 64        /* backward: queries per CTA (dq; one warpgroup) */
+#define TC_BK 64        /* backward: keys per tile (dq) */
+#define TC_BQ 64        /* backward: queries per tile (dk/dv) */
+#define TC_THREADS 128  /* backward: threads per CTA (one warpgroup) */
+#define TC_LOG2E 1.4426950408889634f
 
 struct tc_groups {
     int ngroups;
@@ -305,41 +309,34 @@ struct tc_groups {
     int total_q;
 };
 
-__device__ __forceinline__ void tc_ldsm_x4(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    h3k_ldmatrix_x4((uint32_t)__cvta_generic_to_shared(p), r0, r1, r2, r3);
-}
-
-__device__ __forceinline__ void tc_ldsm_x4_t(const void *p, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(a));
-}
-
-__device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    h3k_mma_bf16(c, a, b0, b1);
-}
+/* A tile of R rows x 128 BF16 columns in shared memory, the layout wgmma reads: two [R][64]
+ * blocks (columns 0-63, then 64-127), each with the 128-byte swizzle (wg::h3w_swz), the tile
+ * 1024-byte aligned.  The same bytes serve as a K-major operand (the reduction over the 128
+ * columns: q k^T, dout v^T) and as an MN-major B operand (the reduction over the rows: p v, dS k). */
+template <int R> struct tc_tile { static constexpr int HALF = R * 128, BYTES = 2 * HALF; };
 
 __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
     return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
 }
 
-/* Gather `count` BF16 rows (this head's 128 columns) into a [rows][TC_LDS] tile with asynchronous
- * 16-byte copies (cp.async; the caller commits the group); rows past `count` are zero, written
- * directly.  Visible after tc_wait + __syncthreads. */
 __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
                  : "memory");
 }
 
-__device__ __forceinline__ void tc_gather_async(uint16_t *tile, int rows, const uint16_t *src, const int *rowidx,
-                                                int count, int64_t W, int64_t col0) {
-    for (int e = threadIdx.x; e < rows * 16; e += blockDim.x) {
-        const int r = e >> 4, c = (e & 15) * 8;
+/* Gather `count` BF16 rows (this head's 128 columns) into an R-row tile with asynchronous 16-byte
+ * copies (cp.async; the caller commits the group); rows past `count` are zero, written directly.
+ * Visible to the tensor cores after tc_wait, tc_fence_async and __syncthreads. */
+template <int R>
+__device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *src, const int *rowidx, int count,
+                                                int64_t W, int64_t col0) {
+    for (int e = threadIdx.x; e < R * 16; e += blockDim.x) {
+        const int r = e >> 4, ch = e & 15;
+        uint8_t *dst = tile + (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r, (ch & 7) * 8);
         if (r < count)
-            tc_cp16(tile + r * TC_LDS + c, src + (int64_t)rowidx[r] * W + col0 + c);
+            tc_cp16(dst, src + (int64_t)rowidx[r] * W + col0 + ch * 8);
         else
-            *(uint4 *)(tile + r * TC_LDS + c) = make_uint4(0, 0, 0, 0);
+            *(uint4 *)dst = make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -347,50 +344,34 @@ __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_grou
 template <int N> __device__ __forceinline__ void tc_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+/* This thread's shared-memory writes (cp.async, stores) become visible to the tensor cores' async proxy. */
+__device__ __forceinline__ void tc_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-/* acc[16 x (8 NT)] += A (16 x 128 from a [rows][TC_LDS] tile at row a0) . B^T where B's rows are
- * the n index ([n][128] tile from row b0): the products over d in ascending k16 steps. */
-template <int NT>
-__device__ __forceinline__ void tc_qk(float (*acc)[4], const uint16_t *A, int a0, const uint16_t *B, int b0, int lane) {
-#pragma unroll
-    for (int ks = 0; ks < TC_D / 16; ks++) {
-        uint32_t a[4];
-        tc_ldsm_x4(A + (a0 + (lane & 15)) * TC_LDS + ks * 16 + (lane >> 4) * 8, a[0], a[1], a[2], a[3]);
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b0r, b1r, b2r, b3r;
-            tc_ldsm_x4(B + (b0 + np * 16 + (lane & 7) + (lane >> 4) * 8) * TC_LDS + ks * 16 + ((lane >> 3) & 1) * 8,
-                       b0r, b1r, b2r, b3r);
-            tc_mma(acc[2 * np], a, b0r, b1r);
-            tc_mma(acc[2 * np + 1], a, b2r, b3r);
-        }
-    }
+/* K-major operand: the tile's rows from byte `row_off` of each block, reduction step kk (of 8) over the columns. */
+template <int R> __device__ __forceinline__ uint64_t tc_desc_k(const uint8_t *tile, int row_off, int kk) {
+    return wg::desc(wg::smem_u32(tile) + (kk >> 2) * tc_tile<R>::HALF + row_off + (kk & 3) * 32, 16, 1024);
+}
+/* MN-major B operand (N = the 128 columns): reduction rows [16 kk, 16 kk + 16) of the tile. */
+template <int R> __device__ __forceinline__ uint64_t tc_desc_mn(const uint8_t *tile, int kk) {
+    return wg::desc(wg::smem_u32(tile) + kk * 2048, tc_tile<R>::HALF, 1024);
 }
 
-/* acc[16 x 128] += P (16 x (16 KC), as A fragments) . V where V is a [k][128] tile (rows k). */
-template <int KC>
-__device__ __forceinline__ void tc_pv(float (*acc)[4], const uint32_t (*pa)[4], const uint16_t *V, int lane) {
-#pragma unroll
-    for (int kc = 0; kc < KC; kc++) {
-#pragma unroll
-        for (int dp = 0; dp < TC_D / 16; dp++) {
-            uint32_t b0r, b1r, b2r, b3r;
-            tc_ldsm_x4_t(V + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * TC_LDS + dp * 16 + (lane >> 4) * 8, b0r,
-                         b1r, b2r, b3r);
-            tc_mma(acc[2 * dp], pa[kc], b0r, b1r);
-            tc_mma(acc[2 * dp + 1], pa[kc], b2r, b3r);
-        }
-    }
+/* exp(x) = 2^(x log2 e): one FP32 multiply, then the hardware's ex2 (a fixed instruction). */
+__device__ __forceinline__ float tc_exp(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * TC_LOG2E));
+    return y;
 }
 
-/* Accumulator fragments (16 x 8 NT, FP32) to BF16 A fragments (16 x 16 per k chunk). */
-template <int NT> __device__ __forceinline__ void tc_to_a(const float (*s)[4], uint32_t (*pa)[4]) {
+/* Accumulator fragment (m64nN, FP32: d[j * 4 + e] at row lane/4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2)
+ * to BF16 A fragments of the k16 steps over those N columns. */
+template <int N> __device__ __forceinline__ void tc_to_a(const float *d, uint32_t (*a)[4]) {
 #pragma unroll
-    for (int kc = 0; kc < NT / 2; kc++) {
-        pa[kc][0] = tc_pack(s[2 * kc][0], s[2 * kc][1]);
-        pa[kc][1] = tc_pack(s[2 * kc][2], s[2 * kc][3]);
-        pa[kc][2] = tc_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-        pa[kc][3] = tc_pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    for (int kc = 0; kc < N / 16; kc++) {
+        a[kc][0] = tc_pack(d[8 * kc + 0], d[8 * kc + 1]);
+        a[kc][1] = tc_pack(d[8 * kc + 2], d[8 * kc + 3]);
+        a[kc][2] = tc_pack(d[8 * kc + 4], d[8 * kc + 5]);
+        a[kc][3] = tc_pack(d[8 * kc + 6], d[8 * kc + 7]);
     }
 }
 
@@ -405,28 +386,44 @@ __device__ __forceinline__ float tc_quad_max(float v) {
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
 
-__global__ void __launch_bounds__(TC_FTHREADS) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
-    extern __shared__ __align__(16) uint16_t tc_smem[];
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TC_SM90 1
+#else
+#define TC_SM90 0
+#endif
+
+__device__ __forceinline__ uint8_t *tc_smem_base(uint8_t *raw) {
+    return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
+}
+
+/* Forward: one CTA per tile of 128 of a group's queries (warpgroup w owns rows [64 w, 64 w + 64)). */
+__global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
+#if TC_SM90
+    extern __shared__ uint8_t tc_smem_raw[];
+    constexpr int KB = tc_tile<TC_FK>::BYTES;
     /* Q, then two buffers of (K, V): the copies of key tile i + 1 fly while tile i is computed */
-    uint16_t *Qs = tc_smem, *KV = Qs + TC_FQ * TC_LDS;
+    uint8_t *Qs = tc_smem_base(tc_smem_raw), *KV = Qs + tc_tile<TC_FQ>::BYTES;
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_FQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qcnt = min(G.g_qcnt[g] - t0, TC_FQ), kcnt = G.g_kcnt[g];
     const int *qrows = G.qrows + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     auto issue_kv = [&](int k0, int buf) {
-        uint16_t *Kb = KV + buf * 2 * TC_FK * TC_LDS, *Vb = Kb + TC_FK * TC_LDS;
+        uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_FK);
-        tc_gather_async(Kb, TC_FK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async(Vb, TC_FK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather_async<TC_FK>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async<TC_FK>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
     };
-    tc_gather_async(Qs, TC_FQ, (const uint16_t *)a.q, qrows, qcnt, W, col0);
+    tc_gather_async<TC_FQ>(Qs, (const uint16_t *)a.q, qrows, qcnt, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
-    float o[TC_D / 8][4];
+    float o[TC_D / 2], s[TC_FK / 2];
 #pragma unroll
-    for (int i = 0; i < TC_D / 8; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    for (int i = 0; i < TC_D / 2; i++)
+        o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_FK / 2; i++)
+        s[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_FK, it++) {
         const int kn = min(kcnt - k0, TC_FK);
@@ -437,64 +434,77 @@ __global__ void __launch_bounds__(TC_FTHREADS) attn_tc_forward_kernel(h3c_attn_a
         } else {
             tc_wait<0>();
         }
+        tc_fence_async();
         __syncthreads();
-        const uint16_t *Ks = KV + (it & 1) * 2 * TC_FK * TC_LDS, *Vs = Ks + TC_FK * TC_LDS;
-        float s[TC_FK / 8][4];
+        const uint8_t *Ks = KV + (it & 1) * 2 * KB, *Vs = Ks + KB;
+        /* s = q k^T over d in ascending k16 steps, from +0 */
+        wg::wg_fence();
 #pragma unroll
-        for (int i = 0; i < TC_FK / 8; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-        tc_qk<TC_FK / 8>(s, Qs, warp * 16, Ks, 0, lane);
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_FK, 0, 0>(s, tc_desc_k<TC_FQ>(Qs, wgi * 64 * 128, kk), tc_desc_k<TC_FK>(Ks, 0, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_FK / 2>(s);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int nt = 0; nt < TC_FK / 8; nt++)
+        for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int key = nt * 8 + (lane & 3) * 2 + (e & 1);
-                const float v = key < kn ? s[nt][e] * a.scale : -INFINITY;
-                s[nt][e] = v;
+                const int key = j * 8 + (lane & 3) * 2 + (e & 1);
+                const float v = key < kn ? s[j * 4 + e] * a.scale : -INFINITY;
+                s[j * 4 + e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
         float alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
-            alpha[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_exp(m[r] - mn);
             m[r] = mn;
         }
         float rs[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int nt = 0; nt < TC_FK / 8; nt++)
+        for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float p = s[nt][e] == -INFINITY ? 0.0f : expf(s[nt][e] - m[e >> 1]);
-                s[nt][e] = p;
+                const float v = s[j * 4 + e];
+                const float p = v == -INFINITY ? 0.0f : tc_exp(v - m[e >> 1]);
+                s[j * 4 + e] = p;
                 rs[e >> 1] = rs[e >> 1] + p;
             }
 #pragma unroll
         for (int r = 0; r < 2; r++)
             l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
 #pragma unroll
-        for (int i = 0; i < TC_D / 8; i++) {
-            o[i][0] = o[i][0] * alpha[0], o[i][1] = o[i][1] * alpha[0];
-            o[i][2] = o[i][2] * alpha[1], o[i][3] = o[i][3] * alpha[1];
+        for (int j = 0; j < TC_D / 8; j++) {
+            o[j * 4 + 0] = o[j * 4 + 0] * alpha[0], o[j * 4 + 1] = o[j * 4 + 1] * alpha[0];
+            o[j * 4 + 2] = o[j * 4 + 2] * alpha[1], o[j * 4 + 3] = o[j * 4 + 3] * alpha[1];
         }
         uint32_t pa[TC_FK / 16][4];
-        tc_to_a<TC_FK / 8>(s, pa);
-        tc_pv<TC_FK / 16>(o, pa, Vs, lane);
+        tc_to_a<TC_FK>(s, pa);
+        /* o += bf16(p) v over the tile's keys in ascending k16 steps */
+        wg::wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < TC_FK / 16; kc++)
+            wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vs, kc), 1);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_D / 2>(o);
         __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
     /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int qi = warp * 16 + (lane >> 2) + 8 * r;
+        const int qi = wgi * 64 + warp * 16 + (lane >> 2) + 8 * r;
         if (qi >= qcnt) continue;
         const int64_t row = qrows[qi];
         uint16_t *dst = (uint16_t *)a.out + row * W + col0;
 #pragma unroll
-        for (int i = 0; i < TC_D / 8; i++) {
-            const int d = i * 8 + (lane & 3) * 2;
-            const float v0 = l[r] > 0.0f ? o[i][2 * r] / l[r] : 0.0f, v1 = l[r] > 0.0f ? o[i][2 * r + 1] / l[r] : 0.0f;
+        for (int j = 0; j < TC_D / 8; j++) {
+            const int d = j * 8 + (lane & 3) * 2;
+            const float v0 = l[r] > 0.0f ? o[j * 4 + 2 * r] / l[r] : 0.0f;
+            const float v1 = l[r] > 0.0f ? o[j * 4 + 2 * r + 1] / l[r] : 0.0f;
             *(uint32_t *)(dst + d) = tc_pack(v0, v1);
         }
         if ((lane & 3) == 0) {
@@ -502,6 +512,7 @@ __global__ void __launch_bounds__(TC_FTHREADS) attn_tc_forward_kernel(h3c_attn_a
             a.stats[(row * a.heads + h) * 2 + 1] = l[r];
         }
     }
+#endif
 }
 
 /* delta[row, h] (as attn_delta_kernel: the FMA chain over d ascending), the participation flag
@@ -551,12 +562,14 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
     if (lane == 0) bq_cnt[g * heads + h] = n;
 }
 
-/* dq for one tile of a group's participating queries (of head h), over the group's key tiles. */
+/* dq for one tile of 64 of a group's participating queries (of head h), over the group's key tiles of 64. */
 __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
-    extern __shared__ __align__(16) uint16_t tc_smem[];
+#if TC_SM90
+    extern __shared__ uint8_t tc_smem_raw[];
+    constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
     /* Q, bf16(dout), then two buffers of (K, V) */
-    uint16_t *Qs = tc_smem, *Gs = Qs + 64 * TC_LDS, *KV = Gs + 64 * TC_LDS;
-    __shared__ float qm[64], qinv[64], qdel[64];
+    uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
+    __shared__ float qm[TC_DQ], qinv[TC_DQ], qdel[TC_DQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -565,26 +578,29 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
     const int kcnt = G.g_kcnt[g];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     auto issue_kv = [&](int k0, int buf) {
-        uint16_t *Kb = KV + buf * 2 * TC_BK * TC_LDS, *Vb = Kb + TC_BK * TC_LDS;
+        uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_BK);
-        tc_gather_async(Kb, TC_BK, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async(Vb, TC_BK, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
     };
-    tc_gather_async(Qs, 64, (const uint16_t *)a.q, qrows, qn, W, col0);
-    tc_gather_async(Gs, 64, gb, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ>(Gs, gb, qrows, qn, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
-    if (threadIdx.x < 64) {
+    if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
         qm[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
         qinv[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2 + 1] : 1.0f;
         qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
     }
-    float dq[TC_D / 8][4];
+    float dq[TC_D / 2], s[TC_BK / 2], dp[TC_BK / 2];
 #pragma unroll
-    for (int i = 0; i < TC_D / 8; i++)
-        dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.0f;
+    for (int i = 0; i < TC_D / 2; i++)
+        dq[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_BK / 2; i++)
+        s[i] = dp[i] = 0.0f;
     for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_BK, it++) {
         const int kn = min(kcnt - k0, TC_BK);
         if (k0 + TC_BK < kcnt) {
@@ -594,29 +610,43 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
         } else {
             tc_wait<0>();
         }
+        tc_fence_async();
         __syncthreads();
-        const uint16_t *Ks = KV + (it & 1) * 2 * TC_BK * TC_LDS, *Vs = Ks + TC_BK * TC_LDS;
-        float s[TC_BK / 8][4], dp[TC_BK / 8][4];
+        const uint8_t *Ks = KV + (it & 1) * 2 * KB, *Vs = Ks + KB;
+        /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
+        wg::wg_fence();
 #pragma unroll
-        for (int i = 0; i < TC_BK / 8; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.0f;
-        tc_qk<TC_BK / 8>(s, Qs, warp * 16, Ks, 0, lane);
-        tc_qk<TC_BK / 8>(dp, Gs, warp * 16, Vs, 0, lane);
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_BK, 0, 0>(s, tc_desc_k<TC_DQ>(Qs, 0, kk), tc_desc_k<TC_BK>(Ks, 0, kk), kk > 0);
 #pragma unroll
-        for (int nt = 0; nt < TC_BK / 8; nt++)
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_BK, 0, 0>(dp, tc_desc_k<TC_DQ>(Gs, 0, kk), tc_desc_k<TC_BK>(Vs, 0, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_BK / 2>(s);
+        wg::reg_fence<TC_BK / 2>(dp);
+#pragma unroll
+        for (int j = 0; j < TC_BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int key = nt * 8 + (lane & 3) * 2 + (e & 1), qi = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                const int key = j * 8 + (lane & 3) * 2 + (e & 1), qi = warp * 16 + (lane >> 2) + 8 * (e >> 1);
                 float ds = 0.0f;
                 if (key < kn && qi < qn) {
-                    const float p = expf(s[nt][e] * a.scale - qm[qi]) / qinv[qi];
-                    ds = p * (dp[nt][e] - qdel[qi]);
+                    const float p = tc_exp(s[j * 4 + e] * a.scale - qm[qi]) / qinv[qi];
+                    ds = p * (dp[j * 4 + e] - qdel[qi]);
                 }
-                s[nt][e] = ds;
+                s[j * 4 + e] = ds;
             }
         uint32_t da[TC_BK / 16][4];
-        tc_to_a<TC_BK / 8>(s, da);
-        tc_pv<TC_BK / 16>(dq, da, Ks, lane);
+        tc_to_a<TC_BK>(s, da);
+        /* dq += bf16(dS) k over the tile's keys in ascending k16 steps */
+        wg::wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < TC_BK / 16; kc++)
+            wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Ks, kc), 1);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_D / 2>(dq);
         __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
@@ -626,16 +656,20 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
         if (qi >= qn) continue;
         float *dst = a.dq + (int64_t)qrows[qi] * W + col0;
 #pragma unroll
-        for (int i = 0; i < TC_D / 8; i++)
-            *(float2 *)(dst + i * 8 + (lane & 3) * 2) = make_float2(dq[i][2 * r] * a.scale, dq[i][2 * r + 1] * a.scale);
+        for (int j = 0; j < TC_D / 8; j++)
+            *(float2 *)(dst + j * 8 + (lane & 3) * 2) =
+                make_float2(dq[j * 4 + 2 * r] * a.scale, dq[j * 4 + 2 * r + 1] * a.scale);
     }
+#endif
 }
 
-/* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h). */
+/* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h) in tiles of 64. */
 __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
-    extern __shared__ __align__(16) uint16_t tc_smem[];
+#if TC_SM90
+    extern __shared__ uint8_t tc_smem_raw[];
+    constexpr int KB = tc_tile<64>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
     /* K, V, then two buffers of (Q, bf16(dout)) and of the queries' (m, l) and delta */
-    uint16_t *Ks = tc_smem, *Vs = Ks + 64 * TC_LDS, *QG = Vs + 64 * TC_LDS;
+    uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
     __shared__ __align__(16) float2 qml_buf[2][TC_BQ];
     __shared__ __align__(16) float qdel_buf[2][TC_BQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
@@ -645,10 +679,10 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
     const int qcnt = G.bq_cnt[g * a.heads + h];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     auto issue_q = [&](int q0, int buf) {
-        uint16_t *Qb = QG + buf * 2 * TC_BQ * TC_LDS, *Gb = Qb + TC_BQ * TC_LDS;
+        uint8_t *Qb = QG + buf * 2 * QB, *Gb = Qb + QB;
         const int qn = min(qcnt - q0, TC_BQ);
-        tc_gather_async(Qb, TC_BQ, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
-        tc_gather_async(Gb, TC_BQ, gb, qrows + q0, qn, W, col0);
+        tc_gather_async<TC_BQ>(Qb, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
+        tc_gather_async<TC_BQ>(Gb, gb, qrows + q0, qn, W, col0);
         if (threadIdx.x < TC_BQ) {
             const int i = threadIdx.x;
             if (i < qn) {
@@ -667,14 +701,17 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
             }
         }
     };
-    tc_gather_async(Ks, 64, (const uint16_t *)a.k, krows, kn, W, col0);
-    tc_gather_async(Vs, 64, (const uint16_t *)a.v, krows, kn, W, col0);
+    tc_gather_async<64>(Ks, (const uint16_t *)a.k, krows, kn, W, col0);
+    tc_gather_async<64>(Vs, (const uint16_t *)a.v, krows, kn, W, col0);
     if (qcnt > 0) issue_q(0, 0);
     tc_commit();
-    float dk[TC_D / 8][4], dv[TC_D / 8][4];
+    float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
 #pragma unroll
-    for (int i = 0; i < TC_D / 8; i++)
-        dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.0f;
+    for (int i = 0; i < TC_D / 2; i++)
+        dk[i] = dv[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_BQ / 2; i++)
+        st[i] = dpt[i] = 0.0f;
     for (int q0 = 0, it = 0; q0 < qcnt; q0 += TC_BQ, it++) {
         const int qn = min(qcnt - q0, TC_BQ);
         if (q0 + TC_BQ < qcnt) {
@@ -684,36 +721,51 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
         } else {
             tc_wait<0>();
         }
+        tc_fence_async();
         __syncthreads();
-        const uint16_t *Qs = QG + (it & 1) * 2 * TC_BQ * TC_LDS, *Gs = Qs + TC_BQ * TC_LDS;
+        const uint8_t *Qs = QG + (it & 1) * 2 * QB, *Gs = Qs + QB;
         const float2 *qml = qml_buf[it & 1];
         const float *qdel = qdel_buf[it & 1];
-        /* transposed scores: rows are this warp's 16 keys, columns the tile's queries */
-        float st[TC_BQ / 8][4], dpt[TC_BQ / 8][4];
+        /* transposed scores: rows are this tile's 64 keys, columns the query tile's 64 queries */
+        wg::wg_fence();
 #pragma unroll
-        for (int i = 0; i < TC_BQ / 8; i++)
-            st[i][0] = st[i][1] = st[i][2] = st[i][3] = dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.0f;
-        tc_qk<TC_BQ / 8>(st, Ks, warp * 16, Qs, 0, lane);
-        tc_qk<TC_BQ / 8>(dpt, Vs, warp * 16, Gs, 0, lane);
-        float dst_[TC_BQ / 8][4];
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_BQ, 0, 0>(st, tc_desc_k<64>(Ks, 0, kk), tc_desc_k<TC_BQ>(Qs, 0, kk), kk > 0);
 #pragma unroll
-        for (int nt = 0; nt < TC_BQ / 8; nt++)
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_BQ, 0, 0>(dpt, tc_desc_k<64>(Vs, 0, kk), tc_desc_k<TC_BQ>(Gs, 0, kk), kk > 0);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_BQ / 2>(st);
+        wg::reg_fence<TC_BQ / 2>(dpt);
+#pragma unroll
+        for (int j = 0; j < TC_BQ / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int qi = nt * 8 + (lane & 3) * 2 + (e & 1), kj = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                const int qi = j * 8 + (lane & 3) * 2 + (e & 1), kj = warp * 16 + (lane >> 2) + 8 * (e >> 1);
                 float p = 0.0f, ds = 0.0f;
                 if (qi < qn && kj < kn) {
-                    p = expf(st[nt][e] * a.scale - qml[qi].x) / qml[qi].y;
-                    ds = p * (dpt[nt][e] - qdel[qi]);
+                    p = tc_exp(st[j * 4 + e] * a.scale - qml[qi].x) / qml[qi].y;
+                    ds = p * (dpt[j * 4 + e] - qdel[qi]);
                 }
-                st[nt][e] = p;
-                dst_[nt][e] = ds;
+                st[j * 4 + e] = p;
+                dpt[j * 4 + e] = ds;
             }
         uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
-        tc_to_a<TC_BQ / 8>(st, pa);
-        tc_to_a<TC_BQ / 8>(dst_, da);
-        tc_pv<TC_BQ / 16>(dv, pa, Gs, lane);
-        tc_pv<TC_BQ / 16>(dk, da, Qs, lane);
+        tc_to_a<TC_BQ>(st, pa);
+        tc_to_a<TC_BQ>(dpt, da);
+        /* dv += bf16(P) bf16(dout), dk += bf16(dS) q over the tile's queries in ascending k16 steps */
+        wg::wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < TC_BQ / 16; kc++)
+            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gs, kc), 1);
+#pragma unroll
+        for (int kc = 0; kc < TC_BQ / 16; kc++)
+            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qs, kc), 1);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_D / 2>(dv);
+        wg::reg_fence<TC_D / 2>(dk);
         __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
@@ -723,14 +775,15 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
         if (kj >= kn) continue;
         const int64_t row = krows[kj];
 #pragma unroll
-        for (int i = 0; i < TC_D / 8; i++) {
-            const int d = i * 8 + (lane & 3) * 2;
+        for (int j = 0; j < TC_D / 8; j++) {
+            const int d = j * 8 + (lane & 3) * 2;
             if (a.dk)
                 *(float2 *)(a.dk + row * W + col0 + d) =
-                    make_float2(dk[i][2 * r] * a.scale, dk[i][2 * r + 1] * a.scale);
-            if (a.dv) *(float2 *)(a.dv + row * W + col0 + d) = make_float2(dv[i][2 * r], dv[i][2 * r + 1]);
+                    make_float2(dk[j * 4 + 2 * r] * a.scale, dk[j * 4 + 2 * r + 1] * a.scale);
+            if (a.dv) *(float2 *)(a.dv + row * W + col0 + d) = make_float2(dv[j * 4 + 2 * r], dv[j * 4 + 2 * r + 1]);
         }
     }
+#endif
 }
 
 /* ------------------------------------------------------------------ groups (host) */
@@ -845,11 +898,11 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     return H3S_OK;
 }
 
-/* dynamic shared memory: forward Q + 2 x (K, V) of 64 rows; dq Q, G + 2 x (K, V) of 32 rows;
- * dk/dv K, V + 2 x (Q, G) of 32 rows */
-#define TC_SMEM_FWD ((TC_FQ + 4 * TC_FK) * TC_LDS * 2)
-#define TC_SMEM_DQ ((128 + 4 * TC_BK) * TC_LDS * 2)
-#define TC_SMEM_KV ((128 + 4 * TC_BQ) * TC_LDS * 2)
+/* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + 2 x (K, V) of 128
+ * rows; dq Q, bf16(dout) (64 rows each) + 2 x (K, V) of 64 rows; dk/dv K, V (64 rows) + 2 x (Q, bf16(dout)) of 64 */
+#define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 4 * tc_tile<TC_FK>::BYTES)
+#define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 4 * tc_tile<TC_BK>::BYTES)
+#define TC_SMEM_KV (1024 + 2 * tc_tile<64>::BYTES + 4 * tc_tile<TC_BQ>::BYTES)
 
 static h3s_status tc_smem_attr(const char *op) {
     static int done = 0;
