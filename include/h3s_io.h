@@ -61,6 +61,13 @@ H3S_API h3s_status h3s_st_write_meta(const char *path, const h3s_st_entry *entri
  * views.  h3s_inputs_read is the owning copy. */
 H3S_API h3s_status h3s_inputs_from_file(const h3s_st_file *f, h3s_inputs *in);
 
+/* Write `in` as an inputs file, the file `h3strict inputs` writes and h3s_inputs_read reads: every tensor under its
+ * name, in the order of h3s_inputs' fields, attention_mask last and only when present (data != NULL), with the
+ * "__metadata__" pairs meta[0..nmeta) (NULL and 0 for none: then the bytes are exactly h3s_st_write's).  The
+ * tensors are written as they are (check them with h3s_inputs_validate first where that matters).  Errors:
+ * H3S_ERR_INVALID for a NULL path or `in`, else those of h3s_st_write_meta. */
+H3S_API h3s_status h3s_inputs_write(const char *path, const h3s_inputs *in, const h3s_st_meta *meta, int64_t nmeta);
+
 /* ------------------------------------------------------------------ output paths and atomic files */
 
 /* The checks an output path passes before a command computes anything: what is at the path now (above); its last

@@ -457,20 +457,10 @@ int main(void) {
         /* seeded inputs through a safetensors file with metadata, read back in place */
         h3s_inputs in;
         CHECK_OK(h3s_inputs_seeded(&tc, &LAYOUT, 2, 9, 0.25f, 0.6f, &in));
-        h3s_st_entry e[10] = {{"hidden_states", in.hidden_states},
-                              {"audio_hidden_states", in.audio_hidden_states},
-                              {"encoder_hidden_states", in.encoder_hidden_states},
-                              {"timestep", in.timestep},
-                              {"timestep_indices", in.timestep_indices},
-                              {"token_tags", in.token_tags},
-                              {"position_ids", in.position_ids},
-                              {"video_indices", in.video_indices},
-                              {"audio_indices", in.audio_indices},
-                              {"text_indices", in.text_indices}};
         h3s_st_meta meta[1] = {{"made_by", "test_api"}};
         char st_path[600];
         snprintf(st_path, sizeof st_path, "%s/in.safetensors", dir);
-        CHECK_OK(h3s_st_write_meta(st_path, e, 10, meta, 1));
+        CHECK_OK(h3s_inputs_write(st_path, &in, meta, 1));
         h3s_st_file *f = NULL;
         CHECK_OK(h3s_st_open(st_path, &f));
         CHECK(h3s_st_count(f) == 10, "%lld entries", (long long)h3s_st_count(f));
@@ -483,7 +473,34 @@ int main(void) {
         CHECK(same_bytes(&views.hidden_states, &in.hidden_states) && same_bytes(&views.position_ids, &in.position_ids),
               "inputs read in place");
         h3s_st_close(f);
-        CHECK_FAILS(H3S_ERR_INVALID, h3s_st_write(dir, e, 10));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_write(dir, &in, NULL, 0));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_write(NULL, &in, NULL, 0));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_write(st_path, NULL, NULL, 0));
+
+        /* with a mask: eleven tensors, in h3s_inputs' order, the mask last; read back, every tensor the same */
+        int64_t mask_shape[2] = {2, in.token_tags.shape[0]};
+        CHECK_OK(h3s_tensor_alloc(&in.attention_mask, H3S_BOOL, 2, mask_shape));
+        memset(in.attention_mask.data, 1, h3s_tensor_nbytes(&in.attention_mask));
+        CHECK_OK(h3s_inputs_write(st_path, &in, NULL, 0));
+        CHECK_OK(h3s_st_open(st_path, &f));
+        static const char *const order[11] = {"hidden_states", "audio_hidden_states", "encoder_hidden_states",
+                                              "timestep",      "timestep_indices",    "token_tags",
+                                              "position_ids",  "video_indices",       "audio_indices",
+                                              "text_indices",  "attention_mask"};
+        int in_order = h3s_st_count(f) == 11;
+        for (int64_t i = 0; in_order && i < 11; i++)
+            in_order = !strcmp(h3s_st_entry_at(f, i)->name, order[i]);
+        CHECK(in_order, "inputs_write: the tensors in h3s_inputs' order, the mask last");
+        h3s_st_close(f);
+        h3s_inputs back;
+        CHECK_OK(h3s_inputs_read(st_path, &back));
+        const h3s_tensor *wrote = &in.hidden_states, *read = &back.hidden_states;
+        int all_same = 1;
+        for (int k = 0; k < 11; k++)
+            all_same &= same_bytes(&wrote[k], &read[k]);
+        CHECK(all_same, "inputs_write then inputs_read: every tensor the same");
+        h3s_inputs_free(&back);
+        h3s_tensor_free(&in.attention_mask); /* what follows runs the unmasked request */
 
         /* layout row counts, and the condition rows a keyframed request's timesteps give away */
         h3s_layout_rows rows;

@@ -698,17 +698,16 @@ static int cmd_inputs(int argc, char **argv) {
     memset(&lay, 0, sizeof lay);
     h3s_inputs in;
     memset(&in, 0, sizeof in);
-    h3s_tensor mask = {0};
     st = h3s_layout_count(&lo, c->patch_size[1], c->patch_size[2], &lay);
     if (st == H3S_OK) st = h3s_inputs_seeded(c, &lo, batch, seed, tv, ta, &in);
     int with_mask = get(o, n, "--attention-mask") != NULL;
     if (st == H3S_OK && with_mask) {
         int64_t s2[2] = {batch, lay.rows};
-        st = h3s_tensor_alloc(&mask, H3S_BOOL, 2, s2);
+        st = h3s_tensor_alloc(&in.attention_mask, H3S_BOOL, 2, s2);
         const int64_t *tags = in.token_tags.data;
         for (int64_t b = 0; st == H3S_OK && b < batch; b++)
             for (int64_t s = 0; s < lay.rows; s++)
-                ((uint8_t *)mask.data)[b * lay.rows + s] = tags[s] != -1;
+                ((uint8_t *)in.attention_mask.data)[b * lay.rows + s] = tags[s] != -1;
     }
     provenance prov;
     provenance_init(&prov, g_command_line ? g_command_line : "");
@@ -716,18 +715,7 @@ static int cmd_inputs(int argc, char **argv) {
     provenance_add(&prov, "seed", "%llu", (unsigned long long)seed);
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
-        h3s_st_entry e[11] = {{"hidden_states", in.hidden_states},
-                              {"audio_hidden_states", in.audio_hidden_states},
-                              {"encoder_hidden_states", in.encoder_hidden_states},
-                              {"timestep", in.timestep},
-                              {"timestep_indices", in.timestep_indices},
-                              {"token_tags", in.token_tags},
-                              {"position_ids", in.position_ids},
-                              {"video_indices", in.video_indices},
-                              {"audio_indices", in.audio_indices},
-                              {"text_indices", in.text_indices},
-                              {"attention_mask", mask}};
-        st = h3s_st_write_meta(out, e, with_mask ? 11 : 10, provenance_meta(&prov), prov.n);
+        st = h3s_inputs_write(out, &in, provenance_meta(&prov), prov.n);
     }
     if (st == H3S_OK) progress_end();
     if (st == H3S_OK)
@@ -735,7 +723,6 @@ static int cmd_inputs(int argc, char **argv) {
                "padding), %lld timesteps\n",
                out, (long long)batch, (long long)lay.rows, (long long)lay.text, (long long)lay.video,
                (long long)lay.condition, (long long)lay.audio, (long long)lay.padding, (long long)in.timestep.shape[0]);
-    h3s_tensor_free(&mask);
     h3s_inputs_free(&in);
     h3s_weights_free(w);
     return st == H3S_OK ? 0 : fail_status(st);

@@ -6,6 +6,7 @@
 #include "model/model.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "core/core.h"
@@ -318,32 +319,60 @@ static int64_t param_index(const h3s_model *m, const char *name) {
 
 /* ------------------------------------------------------------------ inputs ------------ */
 
-static const char *const INPUT_NAMES[] = {
-    "hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep",      "timestep_indices",
-    "token_tags",    "position_ids",        "video_indices",         "audio_indices", "text_indices"};
+/* The tensors of an inputs file, the one list of their names: h3s_inputs' fields in order, which is the order
+ * h3s_inputs_write writes them in; the last, attention_mask, is optional. */
+static const struct {
+    const char *name;
+    size_t offset;
+} INPUT_FIELDS[] = {{"hidden_states", offsetof(h3s_inputs, hidden_states)},
+                    {"audio_hidden_states", offsetof(h3s_inputs, audio_hidden_states)},
+                    {"encoder_hidden_states", offsetof(h3s_inputs, encoder_hidden_states)},
+                    {"timestep", offsetof(h3s_inputs, timestep)},
+                    {"timestep_indices", offsetof(h3s_inputs, timestep_indices)},
+                    {"token_tags", offsetof(h3s_inputs, token_tags)},
+                    {"position_ids", offsetof(h3s_inputs, position_ids)},
+                    {"video_indices", offsetof(h3s_inputs, video_indices)},
+                    {"audio_indices", offsetof(h3s_inputs, audio_indices)},
+                    {"text_indices", offsetof(h3s_inputs, text_indices)},
+                    {"attention_mask", offsetof(h3s_inputs, attention_mask)}};
+enum { N_INPUT_FIELDS = (int)(sizeof INPUT_FIELDS / sizeof INPUT_FIELDS[0]), INPUT_MASK = N_INPUT_FIELDS - 1 };
+_Static_assert(sizeof(h3s_inputs) == sizeof INPUT_FIELDS / sizeof INPUT_FIELDS[0] * sizeof(h3s_tensor),
+               "INPUT_FIELDS names every field of h3s_inputs");
+
+static h3s_tensor *input_field(h3s_inputs *in, int k) { return (h3s_tensor *)((char *)in + INPUT_FIELDS[k].offset); }
+
+static const h3s_tensor *input_field_c(const h3s_inputs *in, int k) {
+    return (const h3s_tensor *)((const char *)in + INPUT_FIELDS[k].offset);
+}
 
 h3s_status h3s_inputs_from_file(const h3s_st_file *f, h3s_inputs *in) {
     if (!f || !in) return h3s_fail(H3S_ERR_INVALID, "inputs_from_file: NULL argument");
     memset(in, 0, sizeof *in);
-    h3s_tensor *slots[] = {&in->hidden_states, &in->audio_hidden_states, &in->encoder_hidden_states,
-                           &in->timestep,      &in->timestep_indices,    &in->token_tags,
-                           &in->position_ids,  &in->video_indices,       &in->audio_indices,
-                           &in->text_indices};
-    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
-        const h3s_st_entry *e = h3s_st_find(f, INPUT_NAMES[i]);
-        if (!e) return h3s_fail(H3S_ERR_FORMAT, "inputs: tensor '%s' is missing", INPUT_NAMES[i]);
-        *slots[i] = e->tensor;
+    for (int k = 0; k < N_INPUT_FIELDS; k++) {
+        const h3s_st_entry *e = h3s_st_find(f, INPUT_FIELDS[k].name);
+        if (e)
+            *input_field(in, k) = e->tensor;
+        else if (k != INPUT_MASK)
+            return h3s_fail(H3S_ERR_FORMAT, "inputs: tensor '%s' is missing", INPUT_FIELDS[k].name);
     }
-    const h3s_st_entry *mask = h3s_st_find(f, "attention_mask");
-    if (mask) in->attention_mask = mask->tensor;
     for (int64_t i = 0; i < h3s_st_count(f); i++) {
         const char *name = h3s_st_entry_at(f, i)->name;
-        int known = !strcmp(name, "attention_mask");
-        for (size_t j = 0; j < sizeof INPUT_NAMES / sizeof INPUT_NAMES[0]; j++)
-            known |= !strcmp(name, INPUT_NAMES[j]);
+        int known = 0;
+        for (int k = 0; k < N_INPUT_FIELDS; k++)
+            known |= !strcmp(name, INPUT_FIELDS[k].name);
         if (!known) return h3s_fail(H3S_ERR_FORMAT, "inputs: unexpected tensor '%s'", name);
     }
     return H3S_OK;
+}
+
+h3s_status h3s_inputs_write(const char *path, const h3s_inputs *in, const h3s_st_meta *meta, int64_t nmeta) {
+    if (!path || !in) return h3s_fail(H3S_ERR_INVALID, "inputs_write: NULL argument");
+    h3s_st_entry e[N_INPUT_FIELDS];
+    int64_t n = 0;
+    for (int k = 0; k < N_INPUT_FIELDS; k++)
+        if (k != INPUT_MASK || in->attention_mask.data)
+            e[n++] = (h3s_st_entry){INPUT_FIELDS[k].name, *input_field_c(in, k)};
+    return h3s_st_write_meta(path, e, n, meta, nmeta);
 }
 
 h3s_status h3s_inputs_read(const char *path, h3s_inputs *out) {
@@ -353,12 +382,12 @@ h3s_status h3s_inputs_read(const char *path, h3s_inputs *out) {
     h3s_inputs views, own;
     memset(&own, 0, sizeof own);
     h3s_status st = h3s_inputs_from_file(f, &views);
-    h3s_tensor *src = &views.hidden_states, *dst = &own.hidden_states;
-    const int n = (int)(sizeof own / sizeof own.hidden_states);
-    for (int k = 0; st == H3S_OK && k < n; k++) {
-        if (k == n - 1 && !src[k].data) continue; /* no attention_mask */
-        st = h3s_tensor_alloc(&dst[k], src[k].dtype, src[k].ndim, src[k].shape);
-        if (st == H3S_OK && h3s_tensor_nbytes(&src[k])) memcpy(dst[k].data, src[k].data, h3s_tensor_nbytes(&src[k]));
+    for (int k = 0; st == H3S_OK && k < N_INPUT_FIELDS; k++) {
+        const h3s_tensor *src = input_field_c(&views, k);
+        h3s_tensor *dst = input_field(&own, k);
+        if (k == INPUT_MASK && !src->data) continue; /* no attention_mask */
+        st = h3s_tensor_alloc(dst, src->dtype, src->ndim, src->shape);
+        if (st == H3S_OK && h3s_tensor_nbytes(src)) memcpy(dst->data, src->data, h3s_tensor_nbytes(src));
     }
     h3s_st_close(f);
     if (st != H3S_OK) {
@@ -371,9 +400,10 @@ h3s_status h3s_inputs_read(const char *path, h3s_inputs *out) {
 
 void h3s_inputs_free(h3s_inputs *in) {
     if (!in) return;
-    h3s_tensor *t = &in->hidden_states;
-    for (size_t k = 0; k < sizeof *in / sizeof in->hidden_states; k++)
-        if (t[k].owns_data) h3s_tensor_free(&t[k]);
+    for (int k = 0; k < N_INPUT_FIELDS; k++) {
+        h3s_tensor *t = input_field(in, k);
+        if (t->owns_data) h3s_tensor_free(t);
+    }
     memset(in, 0, sizeof *in);
 }
 

@@ -175,19 +175,7 @@ static inline void fuzz_request_free(fuzz_request *q) { h3s_inputs_free(&q->in);
 
 /* Write the request as an inputs file (the CLI's names). */
 static inline void fuzz_request_write(const fuzz_request *q, const char *path) {
-    const h3s_inputs *in = &q->in;
-    h3s_st_entry e[11] = {{"hidden_states", in->hidden_states},
-                          {"audio_hidden_states", in->audio_hidden_states},
-                          {"encoder_hidden_states", in->encoder_hidden_states},
-                          {"timestep", in->timestep},
-                          {"timestep_indices", in->timestep_indices},
-                          {"token_tags", in->token_tags},
-                          {"position_ids", in->position_ids},
-                          {"video_indices", in->video_indices},
-                          {"audio_indices", in->audio_indices},
-                          {"text_indices", in->text_indices},
-                          {"attention_mask", in->attention_mask}};
-    if (h3s_st_write(path, e, in->attention_mask.data ? 11 : 10) != H3S_OK) fuzz_die("write inputs");
+    if (h3s_inputs_write(path, &q->in, NULL, 0) != H3S_OK) fuzz_die("write inputs");
 }
 
 /* A message must be one line of printable text: no control byte may reach a terminal. */
