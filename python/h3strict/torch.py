@@ -175,8 +175,7 @@ class _Model:
 
 # ------------------------------------------------------------------ autograd
 
-_ARG_NAMES = ("hidden_states", "audio_hidden_states", "encoder_hidden_states", "timestep", "timestep_indices",
-              "token_tags", "position_ids", "video_indices", "audio_indices", "text_indices", "attention_mask")
+_ARG_NAMES = _lib.INPUT_NAMES  # the forward's arguments in h3s_inputs' order, attention_mask last
 _FIRST_PARAM = 3 + len(_ARG_NAMES)  # forward(ctx, module, core, need_tape, *args, *params)
 
 
