@@ -326,15 +326,25 @@ __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
 
 /* Gather `count` BF16 rows (this head's 128 columns) into an R-row tile with asynchronous 16-byte
  * copies (cp.async; the caller commits the group); rows past `count` are zero, written directly.
- * Visible to the tensor cores after tc_wait, tc_fence_async and __syncthreads. */
-template <int R>
+ * NT threads (the CTA) share the work: thread t moves 16-byte piece t % 16 of rows t / 16,
+ * t / 16 + NT / 16, ...  The row indices are loaded first, all at once, so that their latencies
+ * overlap instead of following each copy.  Visible to the tensor cores after tc_wait,
+ * tc_fence_async and __syncthreads. */
+template <int R, int NT>
 __device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *src, const int *rowidx, int count,
                                                 int64_t W, int64_t col0) {
-    for (int e = threadIdx.x; e < R * 16; e += blockDim.x) {
-        const int r = e >> 4, ch = e & 15;
-        uint8_t *dst = tile + (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r, (ch & 7) * 8);
-        if (r < count)
-            tc_cp16(dst, src + (int64_t)rowidx[r] * W + col0 + ch * 8);
+    static_assert(NT % 16 == 0 && (R * 16) % NT == 0, "gather shape");
+    constexpr int PER = R * 16 / NT, STEP = NT / 16;
+    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+    int rows[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        rows[k] = r0 + k * STEP < count ? rowidx[r0 + k * STEP] : -1;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        uint8_t *dst = tile + (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r0 + k * STEP, (ch & 7) * 8);
+        if (rows[k] >= 0)
+            tc_cp16(dst, src + (int64_t)rows[k] * W + col0 + ch * 8);
         else
             *(uint4 *)dst = make_uint4(0, 0, 0, 0);
     }
@@ -411,10 +421,10 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
     auto issue_kv = [&](int k0, int buf) {
         uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_FK);
-        tc_gather_async<TC_FK>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async<TC_FK>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather_async<TC_FK, TC_FTHREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async<TC_FK, TC_FTHREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
     };
-    tc_gather_async<TC_FQ>(Qs, (const uint16_t *)a.q, qrows, qcnt, W, col0);
+    tc_gather_async<TC_FQ, TC_FTHREADS>(Qs, (const uint16_t *)a.q, qrows, qcnt, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
     float o[TC_D / 2], s[TC_FK / 2];
@@ -580,11 +590,11 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
     auto issue_kv = [&](int k0, int buf) {
         uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_BK);
-        tc_gather_async<TC_BK>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async<TC_BK>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK, TC_THREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK, TC_THREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
     };
-    tc_gather_async<TC_DQ>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
-    tc_gather_async<TC_DQ>(Gs, gb, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ, TC_THREADS>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ, TC_THREADS>(Gs, gb, qrows, qn, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
     if (threadIdx.x < TC_DQ) {
@@ -681,8 +691,8 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
     auto issue_q = [&](int q0, int buf) {
         uint8_t *Qb = QG + buf * 2 * QB, *Gb = Qb + QB;
         const int qn = min(qcnt - q0, TC_BQ);
-        tc_gather_async<TC_BQ>(Qb, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
-        tc_gather_async<TC_BQ>(Gb, gb, qrows + q0, qn, W, col0);
+        tc_gather_async<TC_BQ, TC_THREADS>(Qb, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
+        tc_gather_async<TC_BQ, TC_THREADS>(Gb, gb, qrows + q0, qn, W, col0);
         if (threadIdx.x < TC_BQ) {
             const int i = threadIdx.x;
             if (i < qn) {
@@ -701,8 +711,8 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
             }
         }
     };
-    tc_gather_async<64>(Ks, (const uint16_t *)a.k, krows, kn, W, col0);
-    tc_gather_async<64>(Vs, (const uint16_t *)a.v, krows, kn, W, col0);
+    tc_gather_async<64, TC_THREADS>(Ks, (const uint16_t *)a.k, krows, kn, W, col0);
+    tc_gather_async<64, TC_THREADS>(Vs, (const uint16_t *)a.v, krows, kn, W, col0);
     if (qcnt > 0) issue_q(0, 0);
     tc_commit();
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
