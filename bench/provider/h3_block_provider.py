@@ -313,6 +313,8 @@ def main():
         "python": platform.python_version(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "deterministic_fill_uninitialized_memory": getattr(
+            getattr(torch.utils, "deterministic", None), "fill_uninitialized_memory", None),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "cublas_workspace_config_from_environment": cublas_env_before is not None,
         "sdpa_backends_enabled": sdpa_flags,

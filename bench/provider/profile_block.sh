@@ -6,7 +6,10 @@
 # are: --clock-control none --cache-control none),
 # but the per-node split follows the bench's node order.  From the repository root:
 #
-#   BUILD=<build dir with bench_gpu_block> OUT=<dir> bash bench/provider/profile_block.sh
+#   BUILD=<build dir with bench_gpu_block> OUT=<dir> [SEQ=925] bash bench/provider/profile_block.sh
+#
+# SEQ (default 925) is passed as bench_gpu_block's --seqs: one S only, since ncu_summary.py reads the first
+# B = 1 segment of the run.
 #
 # Writes $OUT/ncu_block.csv (raw) and $OUT/profile_block.txt (the summary).
 set -u
@@ -23,7 +26,7 @@ if [ ! -x "$BUILD/bench_gpu_block" ]; then
     exit 2
 fi
 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-    "$BUILD/bench_gpu_block" --reps 1 --warmup 0 --profile-reps 1 >"$OUT/ncu_block.csv" 2>"$OUT/ncu_block.err"
+    "$BUILD/bench_gpu_block" --seqs "${SEQ:-925}" --reps 1 --warmup 0 --profile-reps 1 >"$OUT/ncu_block.csv" 2>"$OUT/ncu_block.err"
 rc=$?
 python3 "$SRC/bench/provider/ncu_summary.py" "$OUT/ncu_block.csv" | tee "$OUT/profile_block.txt"
 exit $rc

@@ -1,31 +1,56 @@
 #!/usr/bin/env bash
-# One H3 block, strict CUDA against the ordinary PyTorch path, side by side in one run on one GPU:
-# builds bench_gpu_block (cmake -DH3S_CUDA=ON), runs it, runs bench/provider/h3_block_provider.py,
-# and writes the combined table with the ratios (strict time / provider time).  From the
-# repository root, on a machine with an NVIDIA GPU and PyTorch:
+# One H3 block, strict CUDA against the ordinary PyTorch path and against PyTorch's deterministic mode, side by side
+# in one run on one GPU, at S in {12, 925, 4253, 8349} rows per item and B in {1, 4}: builds bench_gpu_block
+# (cmake -DH3S_CUDA=ON), runs it, runs bench/provider/h3_block_provider.py twice (ordinary, then --deterministic:
+# a separate process, so CUBLAS_WORKSPACE_CONFIG=:4096:8 is in place before CUDA initialises), and writes the
+# combined table with the ratios (strict time / provider time), a PNG plot of the ratios against S and the
+# Markdown table (bench/provider/block_combine.py, block_plot.py, block_table.py).  From the repository root, on a
+# machine with an NVIDIA GPU and PyTorch:
 #
 #   OUT=/some/dir bash bench/provider/run_gpu_bench.sh
 #
-# Outputs in $OUT (default ./out/gpu_bench): bench_block.json (both sides and the ratios),
-# strict.json, provider.json, bench.log (environment, build, both runs' output), nvidia-smi.txt,
-# and with H3S_BENCH_TEST=1 also test_gpu_block.log (the block's invariance test, built and run
-# after the benchmarks).  Knobs: H3S_BENCH_REPS (default 15), H3S_BENCH_WARMUP (3),
-# H3S_BENCH_BUILD (build dir, default /tmp/h3s-build-bench), H3S_SOURCE_COMMIT (the commit the
-# tree was copied from, where there is no .git).  Build dependencies as in scripts/gpu_evidence.sh:
-# from the system, or unpacked from the Debian packages in .deps/ when the system lacks them.
+# Outputs in $OUT (default ./out/gpu_bench): bench_block.json (all three sides and the ratios), bench_block.png,
+# bench_block.md (the tables of block_table.py), strict_S<S>.json (one strict process per S), provider.json,
+# provider_det.json, bench.log
+# (environment, build, every run's output), nvidia-smi.txt, and with H3S_BENCH_TEST=1 also test_gpu_block.log (the
+# block's invariance test, built and run after the benchmarks).  Progress lines ("[strict] S = .., B = ..: phase",
+# "[provider ordinary] ...") show as it goes.
+#
+# Knobs: H3S_BENCH_SEQS (default 12,925,4253,8349; 925 alone is the single-S run of earlier versions),
+# H3S_BENCH_REPS (default 15), H3S_BENCH_WARMUP (3), H3S_BENCH_DETERMINISTIC (1; 0 skips the deterministic
+# provider), H3S_BENCH_BUILD (build dir, default /tmp/h3s-build-bench), H3S_SOURCE_COMMIT (the commit the tree was
+# copied from, where there is no .git), H3S_BENCH_DEADLINE_S (default 540: the whole script, build included, ends
+# within this many seconds; each side runs under `timeout` with what is left, and a side stopped early keeps the
+# (S, B) it finished, since both programs rewrite their JSON after each; bench_block.json then says complete: false).
+# Expected on an H200 with the defaults: build about 45 s from scratch, strict about 1 minute, each provider mode
+# well under one; about 3-4 minutes in all.  Build dependencies as in scripts/gpu_evidence.sh: from the system, or
+# unpacked from the Debian packages in .deps/ when the system lacks them.
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/out/gpu_bench}
 BUILD=${H3S_BENCH_BUILD:-/tmp/h3s-build-bench}
 REPS=${H3S_BENCH_REPS:-15}
 WARMUP=${H3S_BENCH_WARMUP:-3}
+SEQS=${H3S_BENCH_SEQS:-12,925,4253,8349}
+DET=${H3S_BENCH_DETERMINISTIC:-1}
+DEADLINE_S=${H3S_BENCH_DEADLINE_S:-540}
+T_START=$(date +%s)
 JOBS=$(nproc 2>/dev/null || echo 4)
 mkdir -p "$OUT"
 LOG=$OUT/bench.log
 : >"$LOG"
 log() { echo "$@" | tee -a "$LOG"; }
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-log "run_gpu_bench: start $START, source $SRC, build $BUILD, reps $REPS, warm-up $WARMUP"
+log "run_gpu_bench: start $START, source $SRC, build $BUILD, S in {$SEQS}, B in {1, 4}, reps $REPS, warm-up $WARMUP, deterministic provider $DET, deadline ${DEADLINE_S}s"
+
+# limit NEEDED_AFTER CAP: seconds a step may take, at most CAP, leaving NEEDED_AFTER seconds of the deadline for
+# the steps after it (at least 10)
+limit() {
+    local left=$((T_START + DEADLINE_S - $(date +%s) - $1))
+    [ "$left" -gt "$2" ] && left=$2
+    [ "$left" -lt 10 ] && left=10
+    echo "$left"
+}
 
 # ------------------------------------------------------------------ environment
 {
@@ -61,100 +86,77 @@ if [ "$BUILD_OK" = 1 ]; then
 fi
 log "build: ok=$BUILD_OK in $(($(date +%s) - T0))s (${TARGETS[*]})"
 
-# ------------------------------------------------------------------ the two sides, one after the other
+# ------------------------------------------------------------------ the three sides, one after the other
+# Time limits: what is left of the deadline, keeping room for the runs after each (60 s per provider mode, 20 s for
+# the table); caps 300 s for the strict side (all S together), 150 s per provider mode.  rc 124 = stopped by its
+# limit (its JSON keeps the (S, B) it finished).
+rm -f "$OUT"/strict.json "$OUT"/strict_S*.json "$OUT"/provider.json "$OUT"/provider_det.json
+AFTER_STRICT=$((DET == 1 ? 140 : 80))
 STRICT_RC=-1
 if [ "$BUILD_OK" = 1 ]; then
-    log "== strict: $BUILD/bench_gpu_block --reps $REPS --warmup $WARMUP --json strict.json"
-    "$BUILD/bench_gpu_block" --reps "$REPS" --warmup "$WARMUP" --json "$OUT/strict.json" 2>&1 | tee -a "$LOG"
-    STRICT_RC=${PIPESTATUS[0]}
+    # one process per S (strict_S<S>.json each), so that a failure at one S (the binary exits on the first
+    # operator error) leaves the others; the block's parameters are re-made per process (device fills, fast)
+    STRICT_END=$(($(date +%s) + $(limit "$AFTER_STRICT" 300)))
+    STRICT_RC=""
+    for S in ${SEQS//,/ }; do
+        T=$((STRICT_END - $(date +%s)))
+        if [ "$T" -lt 10 ]; then
+            log "== strict S = $S: skipped, the strict side's time is spent"
+            STRICT_RC="$STRICT_RC S$S:skipped"
+            continue
+        fi
+        log "== strict S = $S (limit ${T}s): bench_gpu_block --seqs $S --reps $REPS --warmup $WARMUP --json strict_S$S.json"
+        timeout -k 10 "$T" "$BUILD/bench_gpu_block" --seqs "$S" --reps "$REPS" --warmup "$WARMUP" \
+            --json "$OUT/strict_S$S.json" 2>&1 | tee -a "$LOG"
+        STRICT_RC="$STRICT_RC S$S:${PIPESTATUS[0]}"
+    done
+    STRICT_RC=${STRICT_RC# }
 fi
-log "== provider: python3 bench/provider/h3_block_provider.py --reps $REPS --warmup $WARMUP --json provider.json"
-PYTHONUNBUFFERED=1 python3 "$SRC/bench/provider/h3_block_provider.py" --reps "$REPS" --warmup "$WARMUP" \
-    --json "$OUT/provider.json" 2>&1 | tee -a "$LOG"
+T=$(limit $((DET == 1 ? 80 : 20)) 150)
+log "== provider, ordinary (limit ${T}s): python3 bench/provider/h3_block_provider.py --seqs $SEQS --reps $REPS --warmup $WARMUP --json provider.json"
+PYTHONUNBUFFERED=1 timeout -k 10 "$T" python3 "$SRC/bench/provider/h3_block_provider.py" --seqs "$SEQS" \
+    --reps "$REPS" --warmup "$WARMUP" --json "$OUT/provider.json" 2>&1 | tee -a "$LOG"
 PROVIDER_RC=${PIPESTATUS[0]}
-log "strict rc=$STRICT_RC, provider rc=$PROVIDER_RC"
+DET_RC=skipped
+if [ "$DET" = 1 ]; then
+    T=$(limit 20 150)
+    log "== provider, deterministic (limit ${T}s): CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 bench/provider/h3_block_provider.py --deterministic --seqs $SEQS --reps $REPS --warmup $WARMUP --json provider_det.json"
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1 timeout -k 10 "$T" python3 \
+        "$SRC/bench/provider/h3_block_provider.py" --deterministic --seqs "$SEQS" --reps "$REPS" --warmup "$WARMUP" \
+        --json "$OUT/provider_det.json" 2>&1 | tee -a "$LOG"
+    DET_RC=${PIPESTATUS[0]}
+fi
+log "strict rc=$STRICT_RC (per S), provider rc=$PROVIDER_RC, deterministic provider rc=$DET_RC (124: stopped by its time limit)"
 
 if [ "${H3S_BENCH_TEST:-0}" = 1 ] && [ "$BUILD_OK" = 1 ]; then
-    "$BUILD/test_gpu_block" >"$OUT/test_gpu_block.log" 2>&1
-    log "test_gpu_block rc=$? ($(tail -n 2 "$OUT/test_gpu_block.log" | tr '\n' ' '))"
+    T=$(limit 20 120)
+    timeout -k 10 "$T" "$BUILD/test_gpu_block" >"$OUT/test_gpu_block.log" 2>&1
+    log "test_gpu_block rc=$? (limit ${T}s; $(tail -n 2 "$OUT/test_gpu_block.log" | tr '\n' ' '))"
 fi
 
-# ------------------------------------------------------------------ combined table
+# ------------------------------------------------------------------ combined table, plot, Markdown
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-python3 - "$OUT" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$GCC_V" "$COMMIT" "$REPS" "$WARMUP" <<'PY' 2>&1 | tee -a "$LOG"
+python3 - "$OUT/meta.json" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$GCC_V" "$COMMIT" "$REPS" "$WARMUP" \
+    "$STRICT_RC" "$PROVIDER_RC" "$DET_RC" "$DEADLINE_S" <<'PY'
 import json, sys
-out, start, end, gpu, driver, nvcc, gcc, commit, reps, warmup = sys.argv[1:]
-def load(name):
+path, start, end, gpu, driver, nvcc, gcc, commit, reps, warmup, src, prc, drc, deadline = sys.argv[1:]
+def code(v):  # an exit status, or a word ("skipped")
     try:
-        return json.load(open(f"{out}/{name}"))
-    except (OSError, ValueError) as e:
-        return {"skipped": f"{name} not written ({e})"}
-strict, prov = load("strict.json"), load("provider.json")
-rows = []
-if "skipped" not in strict and "skipped" not in prov:
-    sb = {b["B"]: b for b in strict["batches"]}
-    for pb in prov["batches"]:
-        B = pb["B"]
-        if B not in sb:
-            continue
-        s = sb[B]
-        for phase, skey, pkey in (("forward", "forward_ms", "forward_ms"), ("backward", "backward_ms", "backward_ms"),
-                                  ("forward+backward", "fwd_bwd_ms", "fwd_bwd_ms")):
-            st, pt = s[skey]["median"], pb[pkey]["median"]
-            rows.append({"B": B, "phase": phase, "strict_ms": st, "provider_ms": pt, "ratio": st / pt,
-                         "strict_tflops": s[skey]["tflops"], "provider_tflops": pb[pkey]["tflops"]})
-        rows.append({"B": B, "phase": "forward (provider with autograd recording)", "strict_ms": s["forward_ms"]["median"],
-                     "provider_ms": pb["forward_grad_ms"]["median"],
-                     "ratio": s["forward_ms"]["median"] / pb["forward_grad_ms"]["median"],
-                     "strict_tflops": s["forward_ms"]["tflops"], "provider_tflops": pb["forward_grad_ms"]["tflops"]})
-side = []
-if rows:
-    for pb in prov["batches"]:
-        s = {b["B"]: b for b in strict["batches"]}.get(pb["B"])
-        if not s:
-            continue
-        e = {"B": pb["B"],
-             "weight_grad_elements": s["repeat"]["weight_grad_elements"],
-             "strict_weight_grad_differ": s["repeat"]["weight_grad_differ"],
-             "provider_weight_grad_differ": pb["repeat"]["weight_grad_differ"],
-             "provider_weight_grad_elements": pb["repeat"]["weight_grad_elements"],
-             "strict_output_differ": s["repeat"]["output_differ"],
-             "provider_output_differ": pb["repeat"]["output_differ"]}
-        if "batch_invariance" in pb and "batch_invariance" in s:
-            e["item0_elements"] = pb["batch_invariance"]["item0_vs_B1_elements"]
-            e["strict_item0_output_differ"] = s["batch_invariance"]["output_differ"]
-            e["provider_item0_output_differ"] = pb["batch_invariance"]["output_differ"]
-            e["strict_item0_dx_differ"] = s["batch_invariance"]["grad_x_differ"]
-            e["provider_item0_dx_differ"] = pb["batch_invariance"]["grad_x_differ"]
-        side.append(e)
-summary = {
-    "what": "one MiniMax-H3 block at release geometry, strict CUDA (bench/bench_gpu_block.c) against plain PyTorch "
-            "bf16 (bench/provider/h3_block_provider.py), side by side in one run; ratio = strict time / provider time",
-    "command": "OUT=<dir> bash bench/provider/run_gpu_bench.sh",
-    "start_utc": start, "end_utc": end,
-    "device": {"gpu": gpu, "driver": driver},
-    "toolchain": {"nvcc": nvcc.strip(), "gcc": gcc, "torch": prov.get("torch"), "torch_cuda": prov.get("cuda")},
-    "source": {"commit": commit},
-    "reps": int(reps), "warmup": int(warmup),
-    "table": rows,
-    "repeat_and_batch": side,
-    "strict": strict,
-    "provider": prov,
-}
-json.dump(summary, open(f"{out}/bench_block.json", "w"), indent=2)
-if rows:
-    print(f"\n{'B':>2}  {'phase':<44} {'strict ms':>10} {'provider ms':>12} {'ratio':>7}")
-    for r in rows:
-        print(f"{r['B']:>2}  {r['phase']:<44} {r['strict_ms']:>10.2f} {r['provider_ms']:>12.2f} {r['ratio']:>7.2f}")
-    for e in side:
-        print(f"B = {e['B']}: weight grads first vs last run differ: strict {e['strict_weight_grad_differ']}, "
-              f"provider {e['provider_weight_grad_differ']} of {e['weight_grad_elements']}"
-              + (f"; item 0 vs B = 1 output differ: strict {e['strict_item0_output_differ']}, provider "
-                 f"{e['provider_item0_output_differ']} of {e['item0_elements']}" if "item0_elements" in e else ""))
-else:
-    print("no table: strict", strict.get("skipped", "ok"), "/ provider", prov.get("skipped", "ok"))
-sys.exit(0 if rows else 1)
+        return int(v)
+    except ValueError:
+        return v
+json.dump({"start_utc": start, "end_utc": end, "device": {"gpu": gpu, "driver": driver},
+           "toolchain": {"nvcc": nvcc.strip(), "gcc": gcc}, "source": {"commit": commit},
+           "reps": int(reps), "warmup": int(warmup),
+           "exit_status": {"strict": code(src), "provider": code(prc), "provider_deterministic": code(drc),
+                           "note": "124: stopped by its time limit (the JSON keeps the (S, B) it finished)"},
+           "deadline_s": int(deadline)}, open(path, "w"), indent=2)
 PY
+python3 "$SRC/bench/provider/block_combine.py" "$OUT" --meta "$OUT/meta.json" --seqs "$SEQS" --plot bench_block.png 2>&1 \
+    | tee -a "$LOG"
 RC=${PIPESTATUS[0]}
-log "run_gpu_bench: end $END, rc=$RC"
+if [ -s "$OUT/bench_block.json" ]; then
+    python3 "$SRC/bench/provider/block_table.py" "$OUT/bench_block.json" --repeat --sdpa >"$OUT/bench_block.md" 2>&1
+fi
+log "run_gpu_bench: end $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - T_START))s, rc=$RC"
 exit $RC
