@@ -3,7 +3,9 @@
 strict_S<S>.json (bench_gpu_block, one process per S; or one strict.json for all S), provider.json
 (h3_block_provider.py) and provider_det.json (the same with --deterministic), all in OUT.  Then the PNG plot (block_plot.py) and the Markdown table (block_table.py, printed).
 
-  python3 bench/provider/block_combine.py OUT --meta meta.json [--plot bench_block.png]
+  python3 bench/provider/block_combine.py PARTS --meta meta.json [--dest OUT] [--plot bench_block.png]
+
+PARTS holds the sides' JSON; bench_block.json and the plot go to --dest (default PARTS).
 
 `table` has one row per (S, B, phase) that the strict side measured: S, B, phase, strict_ms, provider_ms, ratio
 (strict / provider), provider_det_ms, ratio_det (strict / deterministic provider), strict_tflops, provider_tflops,
@@ -147,11 +149,13 @@ def combine(strict, prov, det):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out", help="the folder with strict.json, provider.json, provider_det.json")
+    ap.add_argument("out", help="the folder with strict_S<S>.json (or strict.json), provider.json, provider_det.json")
+    ap.add_argument("--dest", help="where bench_block.json and the plot go (default: that folder)")
     ap.add_argument("--meta", help="JSON with the run's environment (written by run_gpu_bench.sh)")
     ap.add_argument("--plot", help="PNG to draw (a file name in OUT)")
     ap.add_argument("--seqs", help="the S values asked for, comma-separated (to name the ones without a result)")
     a = ap.parse_args()
+    dest = a.dest or a.out
     meta = load(a.meta) if a.meta else {}
     if "skipped" in meta:
         meta = {}
@@ -181,14 +185,14 @@ def main():
     })
     if a.plot and rows:
         try:
-            used = block_plot.plot(summary, os.path.join(a.out, a.plot))
+            used = block_plot.plot(summary, os.path.join(dest, a.plot))
             summary["plot"] = {"file": a.plot, "renderer": used}
             print(f"plot: wrote {a.plot} ({used})")
         except Exception as e:  # the figure is secondary to the numbers
             summary["plot"] = {"error": f"{type(e).__name__}: {e}"}
             print(f"plot: not drawn: {type(e).__name__}: {e}")
     summary.update({"strict": strict, "provider": prov, "provider_deterministic": det})
-    with open(os.path.join(a.out, "bench_block.json"), "w") as f:
+    with open(os.path.join(dest, "bench_block.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
     if rows:

@@ -9,14 +9,16 @@
 #
 #   OUT=/some/dir bash bench/provider/run_gpu_bench.sh
 #
-# Outputs in $OUT (default ./out/gpu_bench): bench_block.json (all three sides and the ratios), bench_block.png,
-# bench_block.md (the tables of block_table.py), strict_S<S>.json (one strict process per S), provider.json,
-# provider_det.json, bench.log
-# (environment, build, every run's output), nvidia-smi.txt, and with H3S_BENCH_TEST=1 also test_gpu_block.log (the
-# block's invariance test, built and run after the benchmarks).  Progress lines ("[strict] S = .., B = ..: phase",
-# "[provider ordinary] ...") show as it goes.
+# Outputs in $OUT (default ./out/gpu_bench), five files (six with H3S_BENCH_TEST=1; a device call returns at most
+# eight): bench_block.json (all three sides in full and the ratios), bench_block.png, bench_block.md (the tables of
+# block_table.py), bench.log (environment, build, every run's output), nvidia-smi.txt, and with H3S_BENCH_TEST=1
+# test_gpu_block.log (the block's invariance test, built and run after the benchmarks).  The sides' own files
+# (strict_S<S>.json, one strict process per S; provider.json; provider_det.json; meta.json) go to H3S_BENCH_WORK
+# (default a new folder under /tmp); bench_block.json holds their content.  Progress lines show as it goes:
+# "[strict] S = .., B = ..: phase", "[provider ordinary] ...", "[provider deterministic] ...".
 #
 # Knobs: H3S_BENCH_SEQS (default 12,925,4253,8349; 925 alone is the single-S run of earlier versions),
+# H3S_BENCH_WORK (the sides' own files, above),
 # H3S_BENCH_REPS (default 15), H3S_BENCH_WARMUP (3), H3S_BENCH_DETERMINISTIC (1; 0 skips the deterministic
 # provider), H3S_BENCH_BUILD (build dir, default /tmp/h3s-build-bench), H3S_SOURCE_COMMIT (the commit the tree was
 # copied from, where there is no .git), H3S_BENCH_DEADLINE_S (default 540: the whole script, build included, ends
@@ -35,13 +37,14 @@ SEQS=${H3S_BENCH_SEQS:-12,925,4253,8349}
 DET=${H3S_BENCH_DETERMINISTIC:-1}
 DEADLINE_S=${H3S_BENCH_DEADLINE_S:-540}
 T_START=$(date +%s)
+WORK=${H3S_BENCH_WORK:-$(mktemp -d /tmp/h3s-bench.XXXXXX)}
 JOBS=$(nproc 2>/dev/null || echo 4)
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$WORK"
 LOG=$OUT/bench.log
 : >"$LOG"
 log() { echo "$@" | tee -a "$LOG"; }
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-log "run_gpu_bench: start $START, source $SRC, build $BUILD, S in {$SEQS}, B in {1, 4}, reps $REPS, warm-up $WARMUP, deterministic provider $DET, deadline ${DEADLINE_S}s"
+log "run_gpu_bench: start $START, source $SRC, build $BUILD, work $WORK, S in {$SEQS}, B in {1, 4}, reps $REPS, warm-up $WARMUP, deterministic provider $DET, deadline ${DEADLINE_S}s"
 
 # limit NEEDED_AFTER CAP: seconds a step may take, at most CAP, leaving NEEDED_AFTER seconds of the deadline for
 # the steps after it (at least 10)
@@ -90,7 +93,8 @@ log "build: ok=$BUILD_OK in $(($(date +%s) - T0))s (${TARGETS[*]})"
 # Time limits: what is left of the deadline, keeping room for the runs after each (60 s per provider mode, 20 s for
 # the table); caps 300 s for the strict side (all S together), 150 s per provider mode.  rc 124 = stopped by its
 # limit (its JSON keeps the (S, B) it finished).
-rm -f "$OUT"/strict.json "$OUT"/strict_S*.json "$OUT"/provider.json "$OUT"/provider_det.json
+rm -f "$WORK"/strict.json "$WORK"/strict_S*.json "$WORK"/provider.json "$WORK"/provider_det.json "$WORK"/meta.json \
+    "$OUT"/bench_block.json "$OUT"/bench_block.png "$OUT"/bench_block.md
 AFTER_STRICT=$((DET == 1 ? 140 : 80))
 STRICT_RC=-1
 if [ "$BUILD_OK" = 1 ]; then
@@ -107,7 +111,7 @@ if [ "$BUILD_OK" = 1 ]; then
         fi
         log "== strict S = $S (limit ${T}s): bench_gpu_block --seqs $S --reps $REPS --warmup $WARMUP --json strict_S$S.json"
         timeout -k 10 "$T" "$BUILD/bench_gpu_block" --seqs "$S" --reps "$REPS" --warmup "$WARMUP" \
-            --json "$OUT/strict_S$S.json" 2>&1 | tee -a "$LOG"
+            --json "$WORK/strict_S$S.json" 2>&1 | tee -a "$LOG"
         STRICT_RC="$STRICT_RC S$S:${PIPESTATUS[0]}"
     done
     STRICT_RC=${STRICT_RC# }
@@ -115,7 +119,7 @@ fi
 T=$(limit $((DET == 1 ? 80 : 20)) 150)
 log "== provider, ordinary (limit ${T}s): python3 bench/provider/h3_block_provider.py --seqs $SEQS --reps $REPS --warmup $WARMUP --json provider.json"
 PYTHONUNBUFFERED=1 timeout -k 10 "$T" python3 "$SRC/bench/provider/h3_block_provider.py" --seqs "$SEQS" \
-    --reps "$REPS" --warmup "$WARMUP" --json "$OUT/provider.json" 2>&1 | tee -a "$LOG"
+    --reps "$REPS" --warmup "$WARMUP" --json "$WORK/provider.json" 2>&1 | tee -a "$LOG"
 PROVIDER_RC=${PIPESTATUS[0]}
 DET_RC=skipped
 if [ "$DET" = 1 ]; then
@@ -123,7 +127,7 @@ if [ "$DET" = 1 ]; then
     log "== provider, deterministic (limit ${T}s): CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 bench/provider/h3_block_provider.py --deterministic --seqs $SEQS --reps $REPS --warmup $WARMUP --json provider_det.json"
     CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1 timeout -k 10 "$T" python3 \
         "$SRC/bench/provider/h3_block_provider.py" --deterministic --seqs "$SEQS" --reps "$REPS" --warmup "$WARMUP" \
-        --json "$OUT/provider_det.json" 2>&1 | tee -a "$LOG"
+        --json "$WORK/provider_det.json" 2>&1 | tee -a "$LOG"
     DET_RC=${PIPESTATUS[0]}
 fi
 log "strict rc=$STRICT_RC (per S), provider rc=$PROVIDER_RC, deterministic provider rc=$DET_RC (124: stopped by its time limit)"
@@ -136,7 +140,7 @@ fi
 
 # ------------------------------------------------------------------ combined table, plot, Markdown
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-python3 - "$OUT/meta.json" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$GCC_V" "$COMMIT" "$REPS" "$WARMUP" \
+python3 - "$WORK/meta.json" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$GCC_V" "$COMMIT" "$REPS" "$WARMUP" \
     "$STRICT_RC" "$PROVIDER_RC" "$DET_RC" "$DEADLINE_S" <<'PY'
 import json, sys
 path, start, end, gpu, driver, nvcc, gcc, commit, reps, warmup, src, prc, drc, deadline = sys.argv[1:]
@@ -152,8 +156,8 @@ json.dump({"start_utc": start, "end_utc": end, "device": {"gpu": gpu, "driver": 
                            "note": "124: stopped by its time limit (the JSON keeps the (S, B) it finished)"},
            "deadline_s": int(deadline)}, open(path, "w"), indent=2)
 PY
-python3 "$SRC/bench/provider/block_combine.py" "$OUT" --meta "$OUT/meta.json" --seqs "$SEQS" --plot bench_block.png 2>&1 \
-    | tee -a "$LOG"
+python3 "$SRC/bench/provider/block_combine.py" "$WORK" --dest "$OUT" --meta "$WORK/meta.json" --seqs "$SEQS" \
+    --plot bench_block.png 2>&1 | tee -a "$LOG"
 RC=${PIPESTATUS[0]}
 if [ -s "$OUT/bench_block.json" ]; then
     python3 "$SRC/bench/provider/block_table.py" "$OUT/bench_block.json" --repeat --sdpa >"$OUT/bench_block.md" 2>&1
