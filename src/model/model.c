@@ -909,6 +909,29 @@ static h3s_status tp_gather_cols(const tp_geom *g, const h3s_tensor *local, int 
     return st;
 }
 
+/* tp_gather_cols into `dst` [M, W], memory the caller holds (a tape tensor). */
+static h3s_status tp_gather_into(const tp_geom *g, const h3s_tensor *local, int kind, int64_t unit, int64_t W,
+                                 h3s_tensor *dst) {
+    h3s_tensor whole;
+    H3S_TRY(tp_gather_cols(g, local, kind, unit, W, &whole));
+    memcpy(dst->data, whole.data, h3s_tensor_nbytes(&whole));
+    h3s_tensor_free(&whole);
+    return H3S_OK;
+}
+
+/* tp_gather_cols into a tensor the tape holds from now on (*out). */
+static h3s_status tp_gather_keep(h3s_tape *tp, const h3s_tensor *local, int kind, int64_t unit, int64_t W,
+                                 h3s_tensor **out) {
+    h3s_tensor whole;
+    H3S_TRY(tp_gather_cols(tp->m->tpg, local, kind, unit, W, &whole));
+    *out = arena_adopt(&tp->ar, &whole);
+    if (!*out) {
+        h3s_tensor_free(&whole);
+        return H3S_ERR_NOMEM;
+    }
+    return H3S_OK;
+}
+
 /* Every rank's rows of a parameter gradient `local` [n_r, K] (or [n_r]) into `dst` [N, K]; unit: rows per bound
  * unit (D for heads). */
 static h3s_status tp_gather_rows(const tp_geom *g, const h3s_tensor *local, int kind, int64_t unit, h3s_tensor *dst) {
@@ -966,6 +989,31 @@ static h3s_status dgrad(const h3s_tensor *dy, const h3s_tensor *w, h3s_tensor *d
 
 /* ------------------------------------------------------------------ sequence parallel -- */
 
+/* The AdaLN row index of this rank's rows. */
+static const h3s_tensor *par_adaln_rows(const h3s_tape *tp) { return tp->sp ? &tp->adaln_l : &tp->adaln_rows; }
+
+/* This rank's part of a transformer block (h3s_model_set_parallel): M packed rows from row lo (all B * S without
+ * sequence parallel) with their rope tables, hl heads, fl FFN columns and cl hidden columns (all of them without
+ * tensor parallel). */
+typedef struct par_part {
+    int64_t M, lo, hl, fl, cl;
+    const h3s_tensor *cos, *sin;
+} par_part;
+
+static par_part par_part_of(const h3s_tape *tp) {
+    const h3s_config *c = &tp->m->cfg;
+    const tp_geom *g = tp->m->tpg;
+    par_part p;
+    p.M = tp->sp ? h3s_sp_rows(&tp->plan) : tp->B * tp->S;
+    p.lo = tp->sp ? h3s_sp_lo(&tp->plan) : 0;
+    p.hl = g ? g->heads[g->rank + 1] - g->heads[g->rank] : c->num_attention_heads;
+    p.fl = g ? g->ffn[g->rank + 1] - g->ffn[g->rank] : c->ffn_dim;
+    p.cl = g ? g->hid[g->rank + 1] - g->hid[g->rank] : c->hidden_size;
+    p.cos = tp->sp ? &tp->cos_l : tp->cos_t;
+    p.sin = tp->sp ? &tp->sin_l : tp->sin_t;
+    return p;
+}
+
 /* Rows [row0, row0 + n) of a 2-D host tensor, borrowed. */
 static h3s_tensor rows_view(const h3s_tensor *t, int64_t row0, int64_t n) {
     int64_t shape[2] = {n, t->ndim == 2 ? t->shape[1] : 1};
@@ -973,15 +1021,26 @@ static h3s_tensor rows_view(const h3s_tensor *t, int64_t row0, int64_t n) {
     return h3s_tensor_view((char *)t->data + (size_t)row0 * rb, t->dtype, 2, shape);
 }
 
-/* The rows of every item this rank's slice touches (attention reads its whole document). */
-static h3s_status gather_items(const h3s_tape *tp, const h3s_tensor *local, h3s_tensor *out, int64_t *kv_lo) {
+static void tensors_free(h3s_tensor *t, int n) {
+    for (int k = 0; k < n; k++)
+        h3s_tensor_free(&t[k]);
+}
+
+/* The rows of every item this rank's slice touches (attention reads its whole document), of each of the n tensors
+ * local[k] into out[k] (copies; on failure none is left); *kv_lo: the first row gathered. */
+static h3s_status gather_items(const h3s_tape *tp, int n, const h3s_tensor *const *local, h3s_tensor *out,
+                               int64_t *kv_lo) {
     const h3s_sp_plan *p = &tp->plan;
+    memset(out, 0, (size_t)n * sizeof *out);
     int64_t *need = h3s_malloc((size_t)p->n * 2, sizeof *need);
     if (!need) return H3S_ERR_NOMEM;
     h3s_sp_item_ranges(p, tp->S, need, need + p->n);
     *kv_lo = need[p->rank];
-    h3s_status st = h3s_sp_exchange_rows(p, local, need, need + p->n, out);
+    h3s_status st = H3S_OK;
+    for (int k = 0; st == H3S_OK && k < n; k++)
+        st = h3s_sp_exchange_rows(p, local[k], need, need + p->n, &out[k]);
     free(need);
+    if (st != H3S_OK) tensors_free(out, n);
     return st;
 }
 
@@ -1014,6 +1073,12 @@ static h3s_status tile_partial(void *ctx, int64_t row0, int64_t n, const h3s_ten
     case TILE_HEAD_NORM: return h3s_head_rmsnorm_backward(&in[0], o->heads, o->w, o->eps, &in[1], NULL, &parts[0]);
     }
     return h3s_fail(H3S_ERR_INVALID, "sp: unknown tile operator %d", o->kind);
+}
+
+/* One node's cross-row sums over this rank's owned tiles of x and dy (in that order, the operator's inputs). */
+static h3s_status tile_sums(tile_op *o, const h3s_tensor *x, const h3s_tensor *dy, h3s_sp_sum *sums, int nsums) {
+    const h3s_tensor *in[2] = {x, dy};
+    return h3s_sp_tile_sums(&o->tp->plan, in, 2, sums, nsums, tile_partial, o);
 }
 
 static h3s_sp_sum whole_sum(h3s_tensor *dst) {
@@ -1059,9 +1124,8 @@ static h3s_status sp_linear_dw(const h3s_tape *tp, const h3s_tensor *x, const h3
             dyp = &dyc;
         }
         tile_op o = {TILE_LINEAR, tp, &wv, NULL, 0, 0, 0, 0, 0, 0};
-        const h3s_tensor *in[2] = {x, dyp};
         h3s_sp_sum sum = whole_sum(&dwv);
-        h3s_status st = h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+        h3s_status st = tile_sums(&o, x, dyp, &sum, 1);
         h3s_tensor_free(&dyc);
         H3S_TRY(st);
     }
@@ -1135,6 +1199,21 @@ static h3s_status par_linear_dw(const h3s_tape *tp, const h3s_tensor *x, const h
     return h3s_linear_backward(x, w, dy, NULL, dw, NULL);
 }
 
+/* A linear whose reduction axis is split over the tensor-parallel ranks (o_proj over the heads, ffn_down over the FFN
+ * width), forward on this rank's part: x (columns of layout kind, unit columns per bound unit, K in all) gathered
+ * whole and kept on the tape (*x_full, for the backward), this rank's output columns against its weight rows w,
+ * then every rank's columns into y.  Without tensor parallel, y = x w^T with w whole. */
+static h3s_status par_hid_linear_forward(h3s_tape *tp, const h3s_tensor *x, int kind, int64_t unit, int64_t K,
+                                         const h3s_tensor *w, h3s_tensor **x_full, h3s_tensor *y) {
+    const tp_geom *g = tp->m->tpg;
+    if (!g) return h3s_linear_forward(x, w, NULL, y);
+    h3s_tensor *part;
+    H3S_TRY(tp_gather_keep(tp, x, kind, unit, K, x_full));
+    NEW(part, tp->m->act, y->shape[0], g->hid[g->rank + 1] - g->hid[g->rank]);
+    H3S_TRY(h3s_linear_forward(*x_full, w, NULL, part));
+    return tp_gather_into(g, part, COL_HID, 1, y->shape[1], y);
+}
+
 static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_acts *a, h3s_tensor **x_out) {
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
@@ -1144,23 +1223,19 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     const tp_geom *g = m->tpg;
     const tp_block *tb = g ? &g->blocks[i] : NULL;
     int64_t S = tp->S, H = c->hidden_size, heads = c->num_attention_heads, Dh = c->attention_head_dim;
-    int64_t M = tp->sp ? h3s_sp_rows(&tp->plan) : tp->B * S, lo = tp->sp ? h3s_sp_lo(&tp->plan) : 0;
     int64_t HD = heads * Dh, F = c->ffn_dim;
-    int64_t hl = g ? g->heads[g->rank + 1] - g->heads[g->rank] : heads, HDl = hl * Dh;
-    int64_t fl = g ? g->ffn[g->rank + 1] - g->ffn[g->rank] : F, cl = g ? g->hid[g->rank + 1] - g->hid[g->rank] : H;
-    const h3s_tensor *idx = tp->sp ? &tp->adaln_l : &tp->adaln_rows;
-    const h3s_tensor *cos_r = tp->sp ? &tp->cos_l : tp->cos_t, *sin_r = tp->sp ? &tp->sin_l : tp->sin_t;
+    const par_part p = par_part_of(tp);
+    int64_t M = p.M, lo = p.lo, hl = p.hl, HDl = hl * Dh, fl = p.fl;
+    const h3s_tensor *idx = par_adaln_rows(tp), *cos_r = p.cos, *sin_r = p.sin;
     a->x_in = x;
     NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
     NEW(a->table, m->act, tp->T, 18 * H);
     if (g) {
         /* this rank's columns of the table, then every rank's (a copy) */
-        h3s_tensor *part, whole;
+        h3s_tensor *part;
         NEW(part, m->act, tp->T, g->ada[g->rank + 1] - g->ada[g->rank]);
         H3S_TRY(h3s_adaln_projection_forward(tp->temb, &tb->ada, &tb->ada_b, a->a_silu, part));
-        H3S_TRY(tp_gather_cols(g, part, COL_ADA, 1, 18 * H, &whole));
-        memcpy(a->table->data, whole.data, h3s_tensor_nbytes(&whole));
-        h3s_tensor_free(&whole);
+        H3S_TRY(tp_gather_into(g, part, COL_ADA, 1, 18 * H, a->table));
     } else {
         H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, li),
                                              W("%s.%lld.adaln_proj.linear.bias", pre, li), a->a_silu, a->table));
@@ -1197,34 +1272,22 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     h3s_tensor stats3 = stats_view(a->stats, hl);
     h3s_attn_mask mask = block_mask(tp, 0);
     if (tp->sp) {
-        h3s_tensor kg = {0}, vg = {0};
-        int64_t kv_lo = 0, kv_lo2 = 0;
-        h3s_status st = gather_items(tp, a->kr, &kg, &kv_lo);
-        if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &kv_lo2);
-        if (st == H3S_OK)
-            st = h3s_attention_forward_rows(a->qr, &kg, &vg, tp->B, S, hl, &mask, lo, lo + M, kv_lo, a->att, &stats3);
-        h3s_tensor_free(&kg);
-        h3s_tensor_free(&vg);
+        const h3s_tensor *kv_local[2] = {a->kr, a->v};
+        h3s_tensor kv[2];
+        int64_t kv_lo = 0;
+        H3S_TRY(gather_items(tp, 2, kv_local, kv, &kv_lo));
+        h3s_status st =
+            h3s_attention_forward_rows(a->qr, &kv[0], &kv[1], tp->B, S, hl, &mask, lo, lo + M, kv_lo, a->att, &stats3);
+        tensors_free(kv, 2);
         H3S_TRY(st);
     } else {
         H3S_TRY(h3s_attention_forward(a->qr, a->kr, a->v, tp->B, hl, &mask, a->att, &stats3));
     }
     H3S_TRY(emit_par(r, a->att, COL_HEADS, HD, S, "block.%lld.attention", li));
     NEW(a->o, m->act, M, H);
-    if (g) {
-        /* o_proj sums over every head: the whole attention output, this rank's output columns, then all columns */
-        h3s_tensor full, *ol, whole;
-        H3S_TRY(tp_gather_cols(g, a->att, COL_HEADS, Dh, HD, &full));
-        a->att_full = arena_adopt(&tp->ar, &full);
-        if (!a->att_full) return H3S_ERR_NOMEM;
-        NEW(ol, m->act, M, cl);
-        H3S_TRY(h3s_linear_forward(a->att_full, &tb->wo, NULL, ol));
-        H3S_TRY(tp_gather_cols(g, ol, COL_HID, 1, H, &whole));
-        memcpy(a->o->data, whole.data, h3s_tensor_nbytes(&whole));
-        h3s_tensor_free(&whole);
-    } else {
-        H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), NULL, a->o));
-    }
+    /* o_proj sums over every head */
+    H3S_TRY(par_hid_linear_forward(tp, a->att, COL_HEADS, Dh, HD,
+                                   g ? &tb->wo : W("%s.%lld.attn.to_out.0.weight", pre, li), &a->att_full, a->o));
     H3S_TRY(emit_par(r, a->o, COL_FULL, H, S, "block.%lld.o_proj", li));
     NEW(a->x1, m->act, M, H);
     H3S_TRY(h3s_residual_forward(x, a->o, &table6, idx, 2, a->x1));
@@ -1239,20 +1302,9 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     H3S_TRY(h3s_swiglu_forward(a->u, a->h));
     H3S_TRY(emit_par(r, a->h, COL_FFN, F, S, "block.%lld.swiglu", li));
     NEW(a->f, m->act, M, H);
-    if (g) {
-        /* ffn_down sums over the whole inner width: gathered, then this rank's output columns */
-        h3s_tensor full, *fpart, whole;
-        H3S_TRY(tp_gather_cols(g, a->h, COL_FFN, 1, F, &full));
-        a->h_full = arena_adopt(&tp->ar, &full);
-        if (!a->h_full) return H3S_ERR_NOMEM;
-        NEW(fpart, m->act, M, cl);
-        H3S_TRY(h3s_linear_forward(a->h_full, &tb->w2, NULL, fpart));
-        H3S_TRY(tp_gather_cols(g, fpart, COL_HID, 1, H, &whole));
-        memcpy(a->f->data, whole.data, h3s_tensor_nbytes(&whole));
-        h3s_tensor_free(&whole);
-    } else {
-        H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), NULL, a->f));
-    }
+    /* ffn_down sums over the whole inner width */
+    H3S_TRY(par_hid_linear_forward(tp, a->h, COL_FFN, 1, F, g ? &tb->w2 : W("%s.%lld.ff.net.2.weight", pre, li),
+                                   &a->h_full, a->f));
     H3S_TRY(emit_par(r, a->f, COL_FULL, H, S, "block.%lld.ffn_down", li));
     NEW(a->x2, m->act, M, H);
     H3S_TRY(h3s_residual_forward(a->x1, a->f, &table6, idx, 5, a->x2));
@@ -1683,20 +1735,25 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     return H3S_OK;
 }
 
-/* The cross-row sums of a block's backward over this rank's rows: by owned tiles under sequence parallel, else the
- * operator's own fold. */
-static h3s_status par_residual_gate(const h3s_tape *tp, const h3s_tensor *y, const h3s_tensor *dout,
-                                    const h3s_tensor *table6, int chunk, h3s_tensor *dtable6) {
+/* The backward of a block's node on this rank's part: the row-wise gradients on its rows, then the cross-row sums
+ * by owned tiles under sequence parallel, else by the operator's own fold.  A gated residual: dx and dbranch, then
+ * the gate's table gradient. */
+static h3s_status par_residual_backward(const h3s_tape *tp, const h3s_tensor *y, const h3s_tensor *dout,
+                                        const h3s_tensor *table6, int chunk, h3s_tensor *dx, h3s_tensor *dbranch,
+                                        h3s_tensor *dtable6) {
+    H3S_TRY(h3s_residual_backward(y, table6, par_adaln_rows(tp), chunk, dout, dx, dbranch, NULL));
     if (!tp->sp) return h3s_residual_backward(y, table6, &tp->adaln_rows, chunk, dout, NULL, NULL, dtable6);
     tile_op res = {TILE_RESIDUAL, tp, NULL, table6, 0, 0, chunk, 0, 0, 0};
-    const h3s_tensor *in[2] = {y, dout};
     h3s_sp_sum gate = table_sum(tp, dtable6, chunk, chunk, 1);
-    return h3s_sp_tile_sums(&tp->plan, in, 2, &gate, 1, tile_partial, &res);
+    return tile_sums(&res, y, dout, &gate, 1);
 }
 
-static h3s_status par_norm_sums(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table6,
-                                int shift, int scale, double eps, const h3s_tensor *dy, h3s_tensor *dw,
-                                h3s_tensor *dtable6) {
+/* An AdaLN-modulated RMSNorm (shift and scale chunks of table6): dx, then the weight's and the table's gradients. */
+static h3s_status par_norm_backward(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w,
+                                    const h3s_tensor *table6, int shift, int scale, double eps, const h3s_tensor *dy,
+                                    h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable6) {
+    h3s_modulation rows = {table6, par_adaln_rows(tp), shift, scale};
+    H3S_TRY(h3s_rmsnorm_backward(x, w, &rows, eps, dy, dx, NULL, NULL));
     if (!tp->sp) {
         h3s_modulation mod = {table6, &tp->adaln_rows, shift, scale};
         return h3s_rmsnorm_backward(x, w, &mod, eps, dy, NULL, dw, dtable6);
@@ -1706,8 +1763,7 @@ static h3s_status par_norm_sums(const h3s_tape *tp, const h3s_tensor *x, const h
     int ns = 0;
     if (dw) sums[ns++] = whole_sum(dw);
     sums[ns++] = table_sum(tp, dtable6, shift, scale, 2);
-    const h3s_tensor *in[2] = {x, dy};
-    return h3s_sp_tile_sums(&tp->plan, in, 2, sums, ns, tile_partial, &o);
+    return tile_sums(&o, x, dy, sums, ns);
 }
 
 static h3s_status par_head_norm_dw(const h3s_tape *tp, const h3s_tensor *x, int64_t heads, const h3s_tensor *w,
@@ -1716,8 +1772,7 @@ static h3s_status par_head_norm_dw(const h3s_tape *tp, const h3s_tensor *x, int6
     if (!tp->sp) return h3s_head_rmsnorm_backward(x, heads, w, eps, dy, NULL, dw);
     tile_op o = {TILE_HEAD_NORM, tp, w, NULL, heads, eps, 0, 0, 0, 1};
     h3s_sp_sum sum = whole_sum(dw);
-    const h3s_tensor *in[2] = {x, dy};
-    return h3s_sp_tile_sums(&tp->plan, in, 2, &sum, 1, tile_partial, &o);
+    return tile_sums(&o, x, dy, &sum, 1);
 }
 
 /* A tensor-parallel weight gradient: this rank's rows (dw_local, from fn's inputs) computed over its rows of the
@@ -1734,6 +1789,29 @@ static h3s_status par_slice_dw(const h3s_tape *tp, const h3s_tensor *x, const h3
     return st;
 }
 
+/* A block linear's backward on this rank's rows, its weight whole: dx row by row, dW as par_linear_dw. */
+static h3s_status par_linear_backward(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *w,
+                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+    H3S_TRY(h3s_linear_backward(x, w, dy, dx, NULL, NULL));
+    return par_linear_dw(tp, x, w, dy, dw);
+}
+
+/* par_hid_linear_forward's backward under tensor parallel: dx, this rank's columns of x, from every output column of
+ * dy (whole) against the weight's columns w_cols; the gradient of its weight rows w_rows from dy's columns of its
+ * range against the whole input x_full (dw NULL: not requested). */
+static h3s_status tp_hid_linear_backward(const h3s_tape *tp, const h3s_tensor *x, const h3s_tensor *x_full,
+                                         const h3s_tensor *w_rows, const h3s_tensor *w_cols, const h3s_tensor *dy,
+                                         h3s_tensor *dx, h3s_tensor *dw) {
+    const tp_geom *g = tp->m->tpg;
+    H3S_TRY(dgrad(dy, w_cols, dx, x));
+    if (!dw) return H3S_OK;
+    h3s_tensor dyc;
+    H3S_TRY(cols_of(dy, g->hid[g->rank], g->hid[g->rank + 1], &dyc));
+    h3s_status st = par_slice_dw(tp, x_full, w_rows, &dyc, COL_HID, dw);
+    h3s_tensor_free(&dyc);
+    return st;
+}
+
 /* A transformer block's backward on this rank's part (h3s_model_set_parallel): row-wise gradients on its rows,
  * attention over the gathered rows of its items, input gradients of the tensor-parallel GEMMs by output columns
  * over the whole reduction axis, every cross-row sum by owned tiles. */
@@ -1747,16 +1825,12 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     const tp_geom *tg = m->tpg;
     const tp_block *tb = tg ? &tg->blocks[i] : NULL;
     int64_t S = tp->S, H = c->hidden_size, heads = c->num_attention_heads, Dh = c->attention_head_dim;
-    int64_t M = tp->sp ? h3s_sp_rows(&tp->plan) : tp->B * S, lo = tp->sp ? h3s_sp_lo(&tp->plan) : 0;
     int64_t HD = heads * Dh, F = c->ffn_dim, E = c->time_embed_dim;
-    int64_t hl = tg ? tg->heads[tg->rank + 1] - tg->heads[tg->rank] : heads, HDl = hl * Dh;
-    int64_t fl = tg ? tg->ffn[tg->rank + 1] - tg->ffn[tg->rank] : F;
-    int64_t c0 = tg ? tg->hid[tg->rank] : 0, c1 = tg ? tg->hid[tg->rank + 1] : H, cl = c1 - c0;
-    const h3s_tensor *idx = tp->sp ? &tp->adaln_l : &tp->adaln_rows;
-    const h3s_tensor *cos_r = tp->sp ? &tp->cos_l : tp->cos_t, *sin_r = tp->sp ? &tp->sin_l : tp->sin_t;
+    const par_part p = par_part_of(tp);
+    int64_t M = p.M, lo = p.lo, hl = p.hl, HDl = hl * Dh, fl = p.fl, cl = p.cl;
+    const h3s_tensor *cos_r = p.cos, *sin_r = p.sin;
     h3s_dtype gd = m->grad;
     h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H), *dtable, dtable6;
-    h3s_modulation mod1 = {&table6, idx, 0, 1}, mod2 = {&table6, idx, 3, 4};
     NEW(dtable, gd, tp->T, 18 * H);
     dtable6 = view2(dtable, tp->T * 3, 6 * H);
 
@@ -1764,22 +1838,16 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
     NEW(dx1a, gd, M, H);
     NEW(df, gd, M, H);
-    H3S_TRY(h3s_residual_backward(a->f, &table6, idx, 5, dx2, dx1a, df, NULL));
-    H3S_TRY(par_residual_gate(tp, a->f, dx2, &table6, 5, &dtable6));
+    H3S_TRY(par_residual_backward(tp, a->f, dx2, &table6, 5, dx1a, df, &dtable6));
     H3S_TRY(emit_par(r, df, COL_FULL, H, S, "block.%lld.residual_mlp.grad", li));
     NEW(dh, gd, M, fl);
     if (tg) {
         /* dh of this rank's FFN columns: every output column of ffn_down (df is whole) against its weight columns */
-        H3S_TRY(dgrad(df, &tb->w2_c, dh, a->h));
-        h3s_tensor dfc;
-        H3S_TRY(cols_of(df, c0, c1, &dfc));
-        h3s_status st = par_slice_dw(tp, a->h_full, &tb->w2, &dfc, COL_HID, PG("%s.%lld.ff.net.2.weight", pre, li));
-        h3s_tensor_free(&dfc);
-        H3S_TRY(st);
+        H3S_TRY(tp_hid_linear_backward(tp, a->h, a->h_full, &tb->w2, &tb->w2_c, df, dh,
+                                       PG("%s.%lld.ff.net.2.weight", pre, li)));
     } else {
-        const h3s_tensor *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
-        H3S_TRY(h3s_linear_backward(a->h, w2, df, dh, NULL, NULL));
-        H3S_TRY(par_linear_dw(tp, a->h, w2, df, PG("%s.%lld.ff.net.2.weight", pre, li)));
+        H3S_TRY(par_linear_backward(tp, a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh,
+                                    PG("%s.%lld.ff.net.2.weight", pre, li)));
     }
     H3S_TRY(emit_par(r, dh, COL_FFN, F, S, "block.%lld.ffn_down.grad", li));
     NEW(du, gd, M, 2 * fl);
@@ -1788,49 +1856,35 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     NEW(dn2, gd, M, H);
     if (tg) {
         /* dn2 sums over the whole inner width: du gathered, this rank's hidden columns, then all columns */
-        h3s_tensor duf, *part, whole;
-        H3S_TRY(tp_gather_cols(tg, du, COL_SWIGLU, 1, 2 * F, &duf));
-        h3s_tensor *dufp = arena_adopt(&tp->ar, &duf);
-        if (!dufp) return H3S_ERR_NOMEM;
+        h3s_tensor *duf, *part;
+        H3S_TRY(tp_gather_keep(tp, du, COL_SWIGLU, 1, 2 * F, &duf));
         NEW(part, gd, M, cl);
-        H3S_TRY(dgrad(dufp, &tb->w0_c, part, a->n2));
-        H3S_TRY(tp_gather_cols(tg, part, COL_HID, 1, H, &whole));
-        memcpy(dn2->data, whole.data, h3s_tensor_nbytes(&whole));
-        h3s_tensor_free(&whole);
+        H3S_TRY(dgrad(duf, &tb->w0_c, part, a->n2));
+        H3S_TRY(tp_gather_into(tg, part, COL_HID, 1, H, dn2));
         H3S_TRY(par_slice_dw(tp, a->n2, &tb->w0, du, COL_SWIGLU, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
     } else {
-        const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li);
-        H3S_TRY(h3s_linear_backward(a->n2, w0, du, dn2, NULL, NULL));
-        H3S_TRY(par_linear_dw(tp, a->n2, w0, du, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+        H3S_TRY(par_linear_backward(tp, a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), du, dn2,
+                                    PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
     }
     H3S_TRY(emit_par(r, dn2, COL_FULL, H, S, "block.%lld.ffn_gate_up.grad", li));
     NEW(dx1b, gd, M, H);
-    const h3s_tensor *wn2 = W("%s.%lld.norm2.weight", pre, li);
-    H3S_TRY(h3s_rmsnorm_backward(a->x1, wn2, &mod2, c->norm_eps, dn2, dx1b, NULL, NULL));
-    H3S_TRY(
-        par_norm_sums(tp, a->x1, wn2, &table6, 3, 4, c->norm_eps, dn2, PG("%s.%lld.norm2.weight", pre, li), &dtable6));
+    H3S_TRY(par_norm_backward(tp, a->x1, W("%s.%lld.norm2.weight", pre, li), &table6, 3, 4, c->norm_eps, dn2, dx1b,
+                              PG("%s.%lld.norm2.weight", pre, li), &dtable6));
     NEW(dx1, gd, M, H);
     H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
     H3S_TRY(emit_par(r, dx1, COL_FULL, H, S, "block.%lld.norm2.grad", li));
     NEW(dxa, gd, M, H);
     NEW(dout_o, gd, M, H);
-    H3S_TRY(h3s_residual_backward(a->o, &table6, idx, 2, dx1, dxa, dout_o, NULL));
-    H3S_TRY(par_residual_gate(tp, a->o, dx1, &table6, 2, &dtable6));
+    H3S_TRY(par_residual_backward(tp, a->o, dx1, &table6, 2, dxa, dout_o, &dtable6));
     H3S_TRY(emit_par(r, dout_o, COL_FULL, H, S, "block.%lld.residual_attn.grad", li));
     NEW(datt, gd, M, HDl);
     if (tg) {
-        /* datt of this rank's heads: every output column of o_proj against its weight columns */
-        H3S_TRY(dgrad(dout_o, &tb->wo_c, datt, a->att));
-        h3s_tensor doc;
-        H3S_TRY(cols_of(dout_o, c0, c1, &doc));
-        h3s_status st =
-            par_slice_dw(tp, a->att_full, &tb->wo, &doc, COL_HID, PG("%s.%lld.attn.to_out.0.weight", pre, li));
-        h3s_tensor_free(&doc);
-        H3S_TRY(st);
+        /* datt of this rank's heads: every output column of o_proj (dout_o is whole) against its weight columns */
+        H3S_TRY(tp_hid_linear_backward(tp, a->att, a->att_full, &tb->wo, &tb->wo_c, dout_o, datt,
+                                       PG("%s.%lld.attn.to_out.0.weight", pre, li)));
     } else {
-        const h3s_tensor *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
-        H3S_TRY(h3s_linear_backward(a->att, wo, dout_o, datt, NULL, NULL));
-        H3S_TRY(par_linear_dw(tp, a->att, wo, dout_o, PG("%s.%lld.attn.to_out.0.weight", pre, li)));
+        H3S_TRY(par_linear_backward(tp, a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), dout_o, datt,
+                                    PG("%s.%lld.attn.to_out.0.weight", pre, li)));
     }
     H3S_TRY(emit_par(r, datt, COL_HEADS, HD, S, "block.%lld.o_proj.grad", li));
     NEW(dqa, gd, M, HDl);
@@ -1840,22 +1894,14 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     if (tp->sp) {
         /* the owner of a key row sums over every query of its item: queries, outputs, statistics and output
          * gradients of the slice's items are gathered (copies) */
-        h3s_tensor qg = {0}, kg = {0}, vg = {0}, og = {0}, sg = {0}, dg = {0};
-        int64_t kv_lo = 0, l2 = 0;
-        h3s_status st = gather_items(tp, a->qr, &qg, &kv_lo);
-        if (st == H3S_OK) st = gather_items(tp, a->kr, &kg, &l2);
-        if (st == H3S_OK) st = gather_items(tp, a->v, &vg, &l2);
-        if (st == H3S_OK) st = gather_items(tp, a->att, &og, &l2);
-        if (st == H3S_OK) st = gather_items(tp, a->stats, &sg, &l2);
-        if (st == H3S_OK) st = gather_items(tp, datt, &dg, &l2);
-        if (st == H3S_OK) {
-            h3s_tensor s3 = stats_view(&sg, hl);
-            st = h3s_attention_backward_rows(&qg, &kg, &vg, &og, &s3, tp->B, S, hl, &mask, &dg, lo, lo + M, kv_lo, dqa,
-                                             dka, dv);
-        }
-        h3s_tensor *gathered[6] = {&qg, &kg, &vg, &og, &sg, &dg};
-        for (int k = 0; k < 6; k++)
-            h3s_tensor_free(gathered[k]);
+        const h3s_tensor *local[6] = {a->qr, a->kr, a->v, a->att, a->stats, datt};
+        h3s_tensor gq[6]; /* q, k, v, o, statistics, d_o */
+        int64_t kv_lo = 0;
+        H3S_TRY(gather_items(tp, 6, local, gq, &kv_lo));
+        h3s_tensor s3 = stats_view(&gq[4], hl);
+        h3s_status st = h3s_attention_backward_rows(&gq[0], &gq[1], &gq[2], &gq[3], &s3, tp->B, S, hl, &mask, &gq[5],
+                                                    lo, lo + M, kv_lo, dqa, dka, dv);
+        tensors_free(gq, 6);
         H3S_TRY(st);
     } else {
         h3s_tensor s3 = stats_view(a->stats, hl);
@@ -1902,20 +1948,15 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
             /* dn1 sums over every head: the projection's gradient gathered, this rank's hidden columns, then all */
             const h3s_tensor *wr = k == 0 ? &tb->wq : k == 1 ? &tb->wk : &tb->wv;
             const h3s_tensor *wc = k == 0 ? &tb->wq_c : k == 1 ? &tb->wk_c : &tb->wv_c;
-            h3s_tensor full, *part, whole;
-            H3S_TRY(tp_gather_cols(tg, dps[k], COL_HEADS, Dh, HD, &full));
-            h3s_tensor *fullp = arena_adopt(&tp->ar, &full);
-            if (!fullp) return H3S_ERR_NOMEM;
+            h3s_tensor *full, *part;
+            H3S_TRY(tp_gather_keep(tp, dps[k], COL_HEADS, Dh, HD, &full));
             NEW(part, gd, M, cl);
-            H3S_TRY(dgrad(fullp, wc, part, a->n1));
-            H3S_TRY(tp_gather_cols(tg, part, COL_HID, 1, H, &whole));
-            memcpy(dns[k]->data, whole.data, h3s_tensor_nbytes(&whole));
-            h3s_tensor_free(&whole);
+            H3S_TRY(dgrad(full, wc, part, a->n1));
+            H3S_TRY(tp_gather_into(tg, part, COL_HID, 1, H, dns[k]));
             H3S_TRY(par_slice_dw(tp, a->n1, wr, dps[k], COL_HEADS, PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
         } else {
-            const h3s_tensor *wp = W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]);
-            H3S_TRY(h3s_linear_backward(a->n1, wp, dps[k], dns[k], NULL, NULL));
-            H3S_TRY(par_linear_dw(tp, a->n1, wp, dps[k], PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+            H3S_TRY(par_linear_backward(tp, a->n1, W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]), dps[k], dns[k],
+                                        PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
         }
         H3S_TRY(emit_par(r, dns[k], COL_FULL, H, S, "block.%lld.%s_proj.grad", li, proj[k]));
     }
@@ -1923,10 +1964,8 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
     H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
     NEW(dxb, gd, M, H);
-    const h3s_tensor *wn1 = W("%s.%lld.norm1.weight", pre, li);
-    H3S_TRY(h3s_rmsnorm_backward(a->x_in, wn1, &mod1, c->norm_eps, dn1, dxb, NULL, NULL));
-    H3S_TRY(par_norm_sums(tp, a->x_in, wn1, &table6, 0, 1, c->norm_eps, dn1, PG("%s.%lld.norm1.weight", pre, li),
-                          &dtable6));
+    H3S_TRY(par_norm_backward(tp, a->x_in, W("%s.%lld.norm1.weight", pre, li), &table6, 0, 1, c->norm_eps, dn1, dxb,
+                              PG("%s.%lld.norm1.weight", pre, li), &dtable6));
     NEW(dx, gd, M, H);
     H3S_TRY(h3s_grad_add(dxa, dxb, dx));
     H3S_TRY(emit_par(r, dx, COL_FULL, H, S, "block.%lld.norm1.grad", li));
@@ -1938,18 +1977,16 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
         /* dtemb sums over the table's columns: this rank's embedding columns against the weight's columns, then
          * all; the weight and bias gradients of this rank's table columns */
         int64_t e0 = tg->emb[tg->rank], e1 = tg->emb[tg->rank + 1];
-        h3s_tensor tc = {0}, ac = {0}, part = {0}, whole = {0};
+        h3s_tensor tc = {0}, ac = {0}, part = {0};
         h3s_status st = cols_of(tp->temb, e0, e1, &tc);
         if (st == H3S_OK) st = cols_of(a->a_silu, e0, e1, &ac);
         int64_t ps[2] = {tp->T, e1 - e0};
         if (st == H3S_OK) st = h3s_tensor_alloc(&part, gd, 2, ps);
         if (st == H3S_OK) st = h3s_adaln_projection_backward(&tc, &ac, &tb->ada_c, dtable, &part, NULL, NULL);
-        if (st == H3S_OK) st = tp_gather_cols(tg, &part, COL_EMB, 1, E, &whole);
-        if (st == H3S_OK) memcpy(dtemb->data, whole.data, h3s_tensor_nbytes(&whole));
+        if (st == H3S_OK) st = tp_gather_into(tg, &part, COL_EMB, 1, E, dtemb);
         h3s_tensor_free(&tc);
         h3s_tensor_free(&ac);
         h3s_tensor_free(&part);
-        h3s_tensor_free(&whole);
         H3S_TRY(st);
         if (dwa || dba) {
             int64_t a0 = tg->ada[tg->rank], a1 = tg->ada[tg->rank + 1];
