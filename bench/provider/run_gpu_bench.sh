@@ -10,7 +10,7 @@
 #   OUT=/some/dir bash bench/provider/run_gpu_bench.sh
 #
 # Outputs in $OUT (default ./out/gpu_bench), five files (six with H3S_BENCH_TEST=1; a device call returns at most
-# eight): bench_block.json (all three sides in full and the ratios), bench_block.png, bench_block.md (the tables of
+# eight): bench_block.json (all three sides in full and the ratios), bench_block.png, bench_block_tables.txt (the tables of
 # block_table.py), bench.log (environment, build, every run's output), nvidia-smi.txt, and with H3S_BENCH_TEST=1
 # test_gpu_block.log (the block's invariance test, built and run after the benchmarks).  The sides' own files
 # (strict_S<S>.json, one strict process per S; provider.json; provider_det.json; meta.json) go to H3S_BENCH_WORK
@@ -94,7 +94,7 @@ log "build: ok=$BUILD_OK in $(($(date +%s) - T0))s (${TARGETS[*]})"
 # the table); caps 300 s for the strict side (all S together), 150 s per provider mode.  rc 124 = stopped by its
 # limit (its JSON keeps the (S, B) it finished).
 rm -f "$WORK"/strict.json "$WORK"/strict_S*.json "$WORK"/provider.json "$WORK"/provider_det.json "$WORK"/meta.json \
-    "$OUT"/bench_block.json "$OUT"/bench_block.png "$OUT"/bench_block.md
+    "$OUT"/bench_block.json "$OUT"/bench_block.png "$OUT"/bench_block_tables.txt
 AFTER_STRICT=$((DET == 1 ? 140 : 80))
 STRICT_RC=-1
 if [ "$BUILD_OK" = 1 ]; then
@@ -160,7 +160,7 @@ python3 "$SRC/bench/provider/block_combine.py" "$WORK" --dest "$OUT" --meta "$WO
     --plot bench_block.png 2>&1 | tee -a "$LOG"
 RC=${PIPESTATUS[0]}
 if [ -s "$OUT/bench_block.json" ]; then
-    python3 "$SRC/bench/provider/block_table.py" "$OUT/bench_block.json" --repeat --sdpa >"$OUT/bench_block.md" 2>&1
+    python3 "$SRC/bench/provider/block_table.py" "$OUT/bench_block.json" --repeat --sdpa >"$OUT/bench_block_tables.txt" 2>&1
 fi
 log "run_gpu_bench: end $(date -u +%Y-%m-%dT%H:%M:%SZ), $(($(date +%s) - T_START))s, rc=$RC"
 exit $RC
