@@ -162,6 +162,20 @@ static const opt common_opts[] = {
     {"--help", NULL, 0, "this command's usage and options (also -h)", NULL},
 };
 
+/* Options several commands take, each spelled once (a command lists them in its table, in its own order). */
+static const opt opt_model = {"--model", "DIR", 1, "model directory", NULL};
+static const opt opt_device = {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL};
+static const opt opt_threads = {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it",
+                                NULL};
+static const opt opt_grad_operands = {"--grad-operands", "bf16|split", 0,
+                                      "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo",
+                                      NULL};
+static const opt opt_sp = {"--sp", "A", 0,
+                           "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL};
+static const opt opt_tp = {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL};
+static const opt opt_force_run = {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory",
+                                  NULL};
+
 typedef struct command {
     const char *name;
     int (*fn)(int, char **);
@@ -791,13 +805,13 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
 }
 
 static int cmd_forward(int argc, char **argv) {
-    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+    opt o[] = {opt_model,
                {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
                {"--out", "OUT.safetensors", 1, "output file: sample and audio_sample, F32", NULL},
-               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
-               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
-               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
-               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
+               opt_device,
+               opt_sp,
+               opt_tp,
+               opt_threads};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
@@ -880,17 +894,16 @@ static h3s_status write_grads(const char *path, const h3s_grads *g, provenance *
 }
 
 static int cmd_grad(int argc, char **argv) {
-    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+    opt o[] = {opt_model,
                {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
                {"--cotangent", "CT.safetensors", 1, "upstream gradients: sample and audio_sample, F32", NULL},
                {"--out", "GRADS.safetensors", 1, "input gradients and one gradient per parameter, F32", NULL},
-               {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL},
-               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
-               {"--grad-operands", "bf16|split", 0,
-                "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
-               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
-               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
-               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL}};
+               opt_force_run,
+               opt_device,
+               opt_grad_operands,
+               opt_sp,
+               opt_tp,
+               opt_threads};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *ct, *out;
     h3s_backend_kind kind;
@@ -948,7 +961,7 @@ static int cmd_grad(int argc, char **argv) {
 }
 
 static int cmd_cotangent(int argc, char **argv) {
-    opt o[] = {{"--model", "DIR", 1, "model directory", NULL},
+    opt o[] = {opt_model,
                {"--inputs", "IN.safetensors", 1, "the inputs whose outputs the cotangent matches", NULL},
                {"--seed", "N", 1, "seed of the values; item 0 depends on it alone", NULL},
                {"--out", "CT.safetensors", 1, "cotangent file to write: sample and audio_sample, F32", NULL}};
@@ -1105,10 +1118,9 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--steps", "N", 0, "Euler steps per request (default 4)", NULL},
                {"--batch", "B", 0, "size of the training batch; item 0 is the rollout's request (default 4)", NULL},
                {"--out", "REPORT.json", 1, "report: every comparison of every step", NULL},
-               {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
-               {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
-               {"--grad-operands", "bf16|split", 0,
-                "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
+               opt_device,
+               opt_threads,
+               opt_grad_operands,
                {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL},
                {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
@@ -1116,9 +1128,9 @@ static int cmd_trajectory(int argc, char **argv) {
                 "with --inputs: the training batch goes on with this file's items", NULL},
                {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
                {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL},
-               {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
-               {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
-               {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
+               opt_sp,
+               opt_tp,
+               opt_force_run};
     int n = sizeof o / sizeof o[0];
     const char *out;
     h3s_backend_kind kind;
@@ -1300,18 +1312,17 @@ static int cmd_trajectory(int argc, char **argv) {
 
 static int cmd_replay(int argc, char **argv) {
     opt o[] = {
-        {"--model", "DIR", 1, "model directory", NULL},
+        opt_model,
         {"--inputs", "IN.safetensors", 1, "the batch to replay (batch 2 or more also checks item 0 alone)", NULL},
         {"--out", "REPORT.json", 1, "per-node report: SHA-256, repeat, batch, error against FP64", NULL},
-        {"--device", "cpu|cuda", 0, "strict backend to run on (default cpu)", NULL},
-        {"--threads", "N", 0, "CPU threads (default: OpenMP's); results never depend on it", NULL},
-        {"--grad-operands", "bf16|split", 0,
-         "CUDA backward: dy rounded to BF16 (default) or split exactly into hi + lo", NULL},
+        opt_device,
+        opt_threads,
+        opt_grad_operands,
         {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
         {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL},
-        {"--sp", "A", 0, "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL},
-        {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL},
-        {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory", NULL}};
+        opt_sp,
+        opt_tp,
+        opt_force_run};
     int n = sizeof o / sizeof o[0];
     const char *model, *inputs, *out;
     h3s_backend_kind kind;
