@@ -4,10 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* ln 2 split so that k * LN2_HI is exact for |k| < 2^11. */
-static const double LN2_HI = 6.93147180369123816490e-01;
-static const double LN2_LO = 1.90821492927058770002e-10;
-static const double INV_LN2 = 1.44269504088896338700e+00;
+static const double LN2_HI = H3S_DET_LN2_HI, LN2_LO = H3S_DET_LN2_LO, INV_LN2 = H3S_DET_INV_LN2;
 
 double h3s_det_exp(double x) {
     if (isnan(x)) return x;
@@ -16,21 +13,8 @@ double h3s_det_exp(double x) {
     double k = nearbyint(x * INV_LN2);
     double r = (x - k * LN2_HI) - k * LN2_LO; /* |r| <= 0.347 */
     /* Taylor series to r^14/14!: truncation < 1e-18 relative for |r| <= 0.35. */
-    double p = 1.0 / 87178291200.0;
-    static const double c[] = {1.0 / 6227020800.0,
-                               1.0 / 479001600.0,
-                               1.0 / 39916800.0,
-                               1.0 / 3628800.0,
-                               1.0 / 362880.0,
-                               1.0 / 40320.0,
-                               1.0 / 5040.0,
-                               1.0 / 720.0,
-                               1.0 / 120.0,
-                               1.0 / 24.0,
-                               1.0 / 6.0,
-                               0.5,
-                               1.0,
-                               1.0};
+    double p = H3S_DET_EXP_C14;
+    static const double c[] = H3S_DET_EXP_POLY;
     for (unsigned i = 0; i < sizeof c / sizeof c[0]; i++)
         p = p * r + c[i];
     return ldexp(p, (int)k);

@@ -238,29 +238,16 @@ ATTN_AVX2 static void accum_avx2(float *acc, int64_t D, const float *coef, const
  * scaling by 2^k, which is exact (as ldexp is) while the result is a normal double, i.e. for
  * x >= -708.  Lanes outside [-708, 0] (and NaN) are recomputed by the scalar function, so
  * the values equal h3s_det_expf everywhere (checked against it in tests/test_attention.c). */
-static const double exp_poly[] = {1.0 / 6227020800.0,
-                                  1.0 / 479001600.0,
-                                  1.0 / 39916800.0,
-                                  1.0 / 3628800.0,
-                                  1.0 / 362880.0,
-                                  1.0 / 40320.0,
-                                  1.0 / 5040.0,
-                                  1.0 / 720.0,
-                                  1.0 / 120.0,
-                                  1.0 / 24.0,
-                                  1.0 / 6.0,
-                                  0.5,
-                                  1.0,
-                                  1.0};
+static const double exp_poly[] = H3S_DET_EXP_POLY;
 
 /* nv <= EXP_GROUPS groups of four values at once (independent chains hide the latency of the
  * polynomial). */
 #define EXP_GROUPS 4
 
 ATTN_AVX2 static inline void exp_groups_avx2(const float *x, float *y, int nv) {
-    const __m256d inv_ln2 = _mm256_set1_pd(1.44269504088896338700e+00);
-    const __m256d ln2_hi = _mm256_set1_pd(6.93147180369123816490e-01);
-    const __m256d ln2_lo = _mm256_set1_pd(1.90821492927058770002e-10);
+    const __m256d inv_ln2 = _mm256_set1_pd(H3S_DET_INV_LN2);
+    const __m256d ln2_hi = _mm256_set1_pd(H3S_DET_LN2_HI);
+    const __m256d ln2_lo = _mm256_set1_pd(H3S_DET_LN2_LO);
     const __m256d shifter = _mm256_set1_pd(6755399441055744.0); /* 1.5 * 2^52 */
     __m256d r[EXP_GROUPS], p[EXP_GROUPS];
     __m256i e[EXP_GROUPS];
@@ -271,7 +258,7 @@ ATTN_AVX2 static inline void exp_groups_avx2(const float *x, float *y, int nv) {
         e[g] = _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(kk), _mm256_set1_epi64x(1023)), 52);
         kk = _mm256_sub_pd(kk, shifter);
         r[g] = _mm256_sub_pd(_mm256_sub_pd(xd, _mm256_mul_pd(kk, ln2_hi)), _mm256_mul_pd(kk, ln2_lo));
-        p[g] = _mm256_set1_pd(1.0 / 87178291200.0);
+        p[g] = _mm256_set1_pd(H3S_DET_EXP_C14);
     }
     for (unsigned i = 0; i < sizeof exp_poly / sizeof exp_poly[0]; i++) {
         __m256d c = _mm256_set1_pd(exp_poly[i]);
