@@ -89,20 +89,25 @@ char *h3s_escape_dup(const char *s) {
     return out;
 }
 
+/* Room for `need` bytes in this thread's message buffer: 0, or -1 when out of memory (the buffer unchanged). */
+static int reserve_message(size_t need) {
+    if (need <= h3s_error_cap) return 0;
+    char *p = realloc(h3s_error_message, need);
+    if (!p) return -1;
+    pthread_once(&h3s_error_once, error_key_create);
+    (void)pthread_setspecific(h3s_error_key, p);
+    h3s_error_message = p;
+    h3s_error_cap = need;
+    return 0;
+}
+
 /* Store `raw` (len bytes) escaped as this thread's message. */
 static void set_message(const char *raw, size_t len) {
     size_t need = h3s_escape_into(raw, len, NULL) + 1;
-    if (need > h3s_error_cap) {
-        char *p = realloc(h3s_error_message, need);
-        if (!p) {
-            snprintf(h3s_error_fallback, sizeof h3s_error_fallback,
-                     "out of memory recording an error message of %zu bytes", len);
-            return;
-        }
-        pthread_once(&h3s_error_once, error_key_create);
-        (void)pthread_setspecific(h3s_error_key, p);
-        h3s_error_message = p;
-        h3s_error_cap = need;
+    if (reserve_message(need)) {
+        snprintf(h3s_error_fallback, sizeof h3s_error_fallback, "out of memory recording an error message of %zu bytes",
+                 len);
+        return;
     }
     h3s_error_fallback[0] = '\0';
     h3s_escape_into(raw, len, h3s_error_message);
@@ -122,12 +127,10 @@ static char *vformat(const char *fmt, va_list ap, size_t *len) {
     return s;
 }
 
-h3s_status h3s_fail(h3s_status status, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+/* The message fmt and its arguments become the last error; status is returned. */
+static h3s_status vfail(h3s_status status, const char *fmt, va_list ap) {
     size_t len = 0;
     char *raw = vformat(fmt, ap, &len);
-    va_end(ap);
     if (raw)
         set_message(raw, len);
     else
@@ -136,18 +139,20 @@ h3s_status h3s_fail(h3s_status status, const char *fmt, ...) {
     return status;
 }
 
+h3s_status h3s_fail(h3s_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    status = vfail(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
 h3s_status h3s_set_error(h3s_status status, const char *fmt, ...) {
     if (!fmt) fmt = "(no message)";
     va_list ap;
     va_start(ap, fmt);
-    size_t len = 0;
-    char *raw = vformat(fmt, ap, &len);
+    status = vfail(status, fmt, ap);
     va_end(ap);
-    if (raw)
-        set_message(raw, len);
-    else
-        snprintf(h3s_error_fallback, sizeof h3s_error_fallback, "out of memory formatting an error message");
-    free(raw);
     return status;
 }
 
@@ -167,16 +172,7 @@ h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) {
         memcpy(joined + pesc, ": ", 2);
         memcpy(joined + pesc + 2, old, olen + 1);
         size_t total = pesc + 2 + olen + 1;
-        if (total > h3s_error_cap) {
-            char *p = realloc(h3s_error_message, total);
-            if (p) {
-                pthread_once(&h3s_error_once, error_key_create);
-                (void)pthread_setspecific(h3s_error_key, p);
-                h3s_error_message = p;
-                h3s_error_cap = total;
-            }
-        }
-        if (total <= h3s_error_cap) {
+        if (reserve_message(total) == 0) {
             memcpy(h3s_error_message, joined, total);
             h3s_error_fallback[0] = '\0';
         }
