@@ -20,6 +20,8 @@
 h3s_status h3s_fail(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
 /* Prefix the current message with "context: " (keeps the status). */
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) H3S_PRINTF(2, 3);
+/* One progress line (fmt and its arguments, at most 255 bytes) to an optional callback; nothing when fn is NULL. */
+void h3s_progress_line(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...) H3S_PRINTF(3, 4);
 void h3s_clear_error(void);
 
 /* Escaping used for every error message: bytes < 0x20 and 0x7f, and bytes that are not part of valid UTF-8, become

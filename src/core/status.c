@@ -156,6 +156,16 @@ h3s_status h3s_set_error(h3s_status status, const char *fmt, ...) {
     return status;
 }
 
+void h3s_progress_line(void (*fn)(void *ctx, const char *line), void *ctx, const char *fmt, ...) {
+    if (!fn) return;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fn(ctx, line);
+}
+
 h3s_status h3s_fail_context(h3s_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -1,7 +1,6 @@
 #include "report/report.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "core/core.h"
@@ -218,17 +217,6 @@ static double rel_l2_f64(const h3s_tensor *a, const h3s_tensor *ref) {
     return sqrt(num / den);
 }
 
-static void replay_progress(const h3s_replay_opts *o, const char *fmt, ...) H3S_PRINTF(2, 3);
-static void replay_progress(const h3s_replay_opts *o, const char *fmt, ...) {
-    if (!o->progress) return;
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    o->progress(o->progress_ctx, line);
-}
-
 h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_replay_opts *o, cJSON **report) {
     h3s_model *m = NULL, *gm = NULL;
     pass_result a, b, one, gold;
@@ -245,14 +233,17 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
     gold.rec.keep_values = 1;
     int64_t B = in->hidden_states.shape[0];
     int npass = o->with_golden ? 4 : 3;
-    if (st == H3S_OK) replay_progress(o, "pass 1/%d: batch %lld, forward and backward", npass, (long long)B);
+    if (st == H3S_OK)
+        h3s_progress_line(o->progress, o->progress_ctx, "pass 1/%d: batch %lld, forward and backward", npass,
+                          (long long)B);
     if (st == H3S_OK) st = run_pass(m, in, o->cotangent_seed, &a);
-    if (st == H3S_OK) replay_progress(o, "pass 2/%d: batch %lld again (repeat)", npass, (long long)B);
+    if (st == H3S_OK)
+        h3s_progress_line(o->progress, o->progress_ctx, "pass 2/%d: batch %lld again (repeat)", npass, (long long)B);
     if (st == H3S_OK) st = run_pass(m, in, o->cotangent_seed, &b);
-    if (st == H3S_OK) replay_progress(o, "pass 3/%d: item 0 alone", npass);
+    if (st == H3S_OK) h3s_progress_line(o->progress, o->progress_ctx, "pass 3/%d: item 0 alone", npass);
     if (st == H3S_OK) st = run_pass(m, &in1, o->cotangent_seed, &one);
     if (st == H3S_OK && o->with_golden) {
-        replay_progress(o, "pass 4/%d: FP64 golden, batch %lld", npass, (long long)B);
+        h3s_progress_line(o->progress, o->progress_ctx, "pass 4/%d: FP64 golden, batch %lld", npass, (long long)B);
         st = h3s_model_create(w, H3S_BACKEND_GOLDEN, &gm);
         if (st == H3S_OK) st = run_pass(gm, in, o->cotangent_seed, &gold);
     }

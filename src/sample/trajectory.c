@@ -1,6 +1,5 @@
 #include "sample/trajectory.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "core/core.h"
@@ -94,17 +93,6 @@ static h3s_status lane_forward_backward(h3s_model *m, lane *l, int with_grad, ui
     h3s_tape_free(l->tape);
     l->tape = NULL;
     return st;
-}
-
-static void progress(const h3s_trajectory_opts *o, const char *fmt, ...) H3S_PRINTF(2, 3);
-static void progress(const h3s_trajectory_opts *o, const char *fmt, ...) {
-    if (!o->progress) return;
-    char line[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    o->progress(o->progress_ctx, line);
 }
 
 /* F32 copy of `src` ([B, N, W], any float dtype). */
@@ -205,12 +193,13 @@ static h3s_status run_seed(h3s_model *m, const h3s_trajectory_opts *o, const h3s
         lane_bind(&roll, lay, &timestep, &ts_idx);
         lane_bind(&train, lay, &timestep, &ts_idx);
         uint64_t ct_seed = seed * 1000003ULL + (uint64_t)i;
-        progress(o, "seed %llu: step %lld/%lld (t_video %.4f, t_audio %.4f): rollout (batch 1)",
-                 (unsigned long long)seed, (long long)(i + 1), (long long)nsteps, tv, ta);
+        h3s_progress_line(o->progress, o->progress_ctx,
+                          "seed %llu: step %lld/%lld (t_video %.4f, t_audio %.4f): rollout (batch 1)",
+                          (unsigned long long)seed, (long long)(i + 1), (long long)nsteps, tv, ta);
         st = lane_forward_backward(m, &roll, o->with_grad, ct_seed);
         if (st == H3S_OK) {
-            progress(o, "seed %llu: step %lld/%lld: training layout (batch %lld)", (unsigned long long)seed,
-                     (long long)(i + 1), (long long)nsteps, (long long)o->batch);
+            h3s_progress_line(o->progress, o->progress_ctx, "seed %llu: step %lld/%lld: training layout (batch %lld)",
+                              (unsigned long long)seed, (long long)(i + 1), (long long)nsteps, (long long)o->batch);
             st = lane_forward_backward(m, &train, o->with_grad, ct_seed);
         }
         if (st == H3S_OK) {
