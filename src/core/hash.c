@@ -3,18 +3,23 @@
 
 #include "core/core.h"
 
-h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int dlen = 0;
-    if (!data && len) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL data");
-    if (EVP_Digest(len ? data : "", len, digest, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32)
-        return h3s_fail(H3S_ERR_INVALID, "sha256: libcrypto EVP_Digest failed");
+/* A 32-byte digest as 64 lowercase hex digits and a NUL. */
+static void to_hex(const unsigned char *digest, char out_hex[65]) {
     static const char hex[] = "0123456789abcdef";
     for (unsigned i = 0; i < 32; i++) {
         out_hex[2 * i] = hex[digest[i] >> 4];
         out_hex[2 * i + 1] = hex[digest[i] & 15];
     }
     out_hex[64] = '\0';
+}
+
+h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    if (!data && len) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL data");
+    if (EVP_Digest(len ? data : "", len, digest, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32)
+        return h3s_fail(H3S_ERR_INVALID, "sha256: libcrypto EVP_Digest failed");
+    to_hex(digest, out_hex);
     return H3S_OK;
 }
 
@@ -58,11 +63,6 @@ h3s_status h3s_sha256_end(h3s_sha256_ctx *ctx, char out_hex[65]) {
     EVP_MD_CTX_free(ctx->md);
     free(ctx);
     if (!ok) return h3s_fail(H3S_ERR_INVALID, "sha256: libcrypto final failed");
-    static const char hex[] = "0123456789abcdef";
-    for (unsigned i = 0; i < 32; i++) {
-        out_hex[2 * i] = hex[digest[i] >> 4];
-        out_hex[2 * i + 1] = hex[digest[i] & 15];
-    }
-    out_hex[64] = '\0';
+    to_hex(digest, out_hex);
     return H3S_OK;
 }
