@@ -167,9 +167,44 @@ H3S_API h3s_backend_kind h3s_model_backend(const h3s_model *m);
 H3S_API int64_t h3s_model_param_count(const h3s_model *m);
 H3S_API h3s_status h3s_model_param(const h3s_model *m, int64_t i, const char **name, h3s_tensor *view);
 
-/* The activations a forward keeps for its backward. */
+/* The activations a forward keeps for its backward.  A tape holds a reference to its model's memory meter, so it
+ * may be freed before or after the model; it is used with the model that made it only. */
 typedef struct h3s_tape h3s_tape;
 H3S_API void h3s_tape_free(h3s_tape *t);
+
+/* ------------------------------------------------------------------ memory plan
+ * Per-block activation recomputation (docs/ARCHITECTURE.md, "The graph and its tape").  With
+ * H3S_RECOMPUTE_BLOCKS a forward that makes a tape keeps, of every transformer block and every token-refiner
+ * block, only the block's input (one BF16 row of the hidden width per packed row; the rope tables, the time
+ * embedding and the index tensors are the tape's own and stay); the backward runs each block's forward again (the
+ * same code path, the same kernels, without the node hook) into a scratch arena just before that block's backward
+ * and releases it after.  The gradients, and every node the hook sees in the backward, are bit-identical to the
+ * run without recomputation (tests/test_recompute.c); the hook sees each forward node once, in the forward.  The
+ * mode is the model's and applies to the forwards made after the call; a tape remembers the mode it was made
+ * with, so a backward always matches its forward.  It combines with h3s_model_set_parallel (every rank runs the
+ * recomputation at the same point, so its collectives pair up as in the forward; byte-identical to one process,
+ * tests/test_sp.c), with every backend (the block code is the CPU and CUDA backends' shared graph) and with
+ * h3s_model_backward_select.  Whatever the mode, a block's backward releases its own temporaries when it ends:
+ * the backward holds one block's gradients at a time. */
+typedef enum h3s_recompute {
+    H3S_RECOMPUTE_NONE = 0,  /* every activation a backward needs stays on the tape (the default) */
+    H3S_RECOMPUTE_BLOCKS = 1 /* each block keeps its input; its forward runs again in the backward */
+} h3s_recompute;
+/* "none" or "blocks" -> the mode; H3S_ERR_INVALID (naming what was given) otherwise. */
+H3S_API h3s_status h3s_recompute_parse(const char *name, h3s_recompute *out);
+/* Set the mode for the model's next forwards; H3S_ERR_INVALID for a NULL model or an unknown mode. */
+H3S_API h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode);
+/* The model's mode (H3S_RECOMPUTE_NONE for NULL). */
+H3S_API h3s_recompute h3s_model_recompute(const h3s_model *m);
+/* Bytes of the tensors the model's passes hold in backend memory (device memory on CUDA, host memory otherwise):
+ * activations on tapes, the backward's temporaries and its parameter gradients before they are handed to the
+ * caller.  Not counted: the weights, the caller's outputs (sample, gradients on the host), index tensors, the
+ * CUDA kernels' own workspace and index cache.  live: now (tapes still held count); peak: the most since the model
+ * was created or the last h3s_model_reset_peak_bytes.  0 for NULL. */
+H3S_API int64_t h3s_model_live_bytes(const h3s_model *m);
+H3S_API int64_t h3s_model_peak_bytes(const h3s_model *m);
+/* Start a new peak from the bytes live now. */
+H3S_API void h3s_model_reset_peak_bytes(h3s_model *m);
 
 /* Forward.  sample [B, Nv, video_width] and audio_sample [B, Na, audio_in_channels] are allocated by the call as
  * host tensors (F32 strict, F64 golden) owned by the caller.  hook may be NULL.  When tape != NULL the

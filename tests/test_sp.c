@@ -9,8 +9,10 @@
  * its rows to the tile's owner), a batch of 12 (two tiles, the second starting inside a slice), padding rows with
  * an attention mask, a second configuration of odd sizes (5 heads: 3 + 2 over two ranks, 2 + 2 + 1 over three),
  * explicit uneven slices (one row; a slice ending one row before a tile boundary), and weight gradients folded in
- * chunks of a few rows.  On the odd configuration the dual trajectory's and the replay's JSON reports are compared
- * too (every CPU model of the process parallel, h3s_set_parallel).  A build without MPI prints SKIP. */
+ * chunks of a few rows; per-block recomputation (H3S_RECOMPUTE_BLOCKS) on the parallel model against one process
+ * without it, on the odd configuration at every (sp, tp) and on a padded, masked batch of 12.  On the odd configuration
+ * the dual trajectory's and the replay's JSON reports are compared too (every CPU model of the process parallel,
+ * h3s_set_parallel).  A build without MPI prints SKIP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,8 @@ static void run_logged(h3s_model *m, const h3s_inputs *in, run *r, node_log *log
 }
 
 /* One case on this rank: alone, then as a slice of the world; everything compared. */
-static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch,
-                         int64_t pad_to, int with_mask, const int64_t *sizes) {
+static void compare_case_mode(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch,
+                              int64_t pad_to, int with_mask, const int64_t *sizes, h3s_recompute recompute) {
     h3s_weights *w = NULL;
     CHECK_OK(h3s_weights_create(c, 17, &w));
     if (!w) return;
@@ -75,6 +77,7 @@ static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, cons
     CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &alone));
     CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &par));
     CHECK_OK(h3s_model_set_parallel(par, comm, sp, tp));
+    CHECK_OK(h3s_model_set_recompute(par, recompute));
     if (sizes) CHECK_OK(h3s_model_set_sp_slices(par, sizes, sp));
     run ra, rp;
     node_log la = {0}, lp = {0};
@@ -101,6 +104,11 @@ static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, cons
     h3s_model_free(par);
     request_free(&q);
     h3s_weights_free(w);
+}
+
+static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch,
+                         int64_t pad_to, int with_mask, const int64_t *sizes) {
+    compare_case_mode(comm, sp, tp, label, c, batch, pad_to, with_mask, sizes, H3S_RECOMPUTE_NONE);
 }
 
 /* The dual trajectory and the replay report of a configuration, alone and with every CPU model of the process
@@ -187,6 +195,9 @@ static int worker(void) {
             h3s_weights_free(w);
         }
         compare_case(comm, sp, tp, "odd config, batch 11", &odd, 11, 0, 0, NULL);
+        /* per-block recomputation on the parallel model against one process without it */
+        compare_case_mode(comm, sp, tp, "odd config, batch 11, recompute blocks", &odd, 11, 0, 0, NULL,
+                          H3S_RECOMPUTE_BLOCKS);
         compare_reports(comm, sp, tp, "odd config", &odd);
     }
     /* explicit uneven slices (S is 37 rows for this layout; batch 12 gives 444 rows) */
@@ -210,6 +221,8 @@ static int worker(void) {
     CHECK_OK(h3s_model_set_sp_fold_budget(3000));
     compare_case(comm, n, 1, "tiny, batch 12, weight gradients folded in small chunks", &tiny, 12, 0, 0, NULL);
     if (n == 4) compare_case(comm, 2, 2, "odd config, sp 2 x tp 2, small fold chunks", &odd, 11, 0, 0, NULL);
+    compare_case_mode(comm, n, 1, "tiny, batch 12, small fold chunks, recompute blocks", &tiny, 12, 16, 1, NULL,
+                      H3S_RECOMPUTE_BLOCKS);
     CHECK_OK(h3s_model_set_sp_fold_budget((int64_t)256 << 20));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_sp_fold_budget(0));
 

@@ -69,6 +69,8 @@ struct h3s_model {
     struct tp_geom *tpg; /* tensor parallel: this rank's ranges and weight slices (NULL when tp == 1) */
     int64_t *sp_sizes;   /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
     int64_t sp_nsizes;
+    h3s_recompute recompute; /* h3s_model_set_recompute: what the next forwards keep for their backward */
+    struct mem_meter *meter; /* bytes the passes hold (h3s_model_peak_bytes) */
 };
 
 /* ------------------------------------------------------------------ tensors & arena ---- */
@@ -125,8 +127,31 @@ static h3s_status to_host(const h3s_tensor *t, h3s_tensor *out) {
     return st;
 }
 
+/* Bytes of the tensors a model's passes hold (tapes, backward temporaries, parameter gradients in backend memory;
+ * not the weights): live now and the most since the model was created or h3s_model_reset_peak_bytes.  Shared by the
+ * model and every tape it made (a tape may be freed after its model), freed with the last of them. */
+typedef struct mem_meter {
+    int64_t live, peak;
+    int refs;
+} mem_meter;
+
+static void meter_add(mem_meter *mm, const h3s_tensor *t) {
+    if (!mm || !t->owns_data) return;
+    mm->live += (int64_t)h3s_tensor_nbytes(t);
+    if (mm->live > mm->peak) mm->peak = mm->live;
+}
+
+static void meter_sub(mem_meter *mm, const h3s_tensor *t) {
+    if (mm && t->owns_data) mm->live -= (int64_t)h3s_tensor_nbytes(t);
+}
+
+static void meter_release(mem_meter *mm) {
+    if (mm && --mm->refs == 0) free(mm);
+}
+
 typedef struct arena {
     const h3s_model *m;
+    mem_meter *meter; /* may be NULL */
     h3s_tensor **items;
     int64_t n, cap;
 } arena;
@@ -147,6 +172,7 @@ static h3s_tensor *arena_adopt(arena *a, h3s_tensor *t) {
     if (!slot) return NULL;
     *slot = *t;
     a->items[a->n++] = slot;
+    meter_add(a->meter, slot);
     return slot;
 }
 
@@ -161,12 +187,49 @@ static h3s_tensor *arena_new(arena *a, h3s_dtype dt, int64_t rows, int64_t cols)
 
 static void arena_free(arena *a) {
     for (int64_t i = 0; i < a->n; i++) {
+        meter_sub(a->meter, a->items[i]);
         backend_free(a->m, a->items[i]);
         free(a->items[i]);
     }
     free(a->items);
     a->items = NULL;
     a->n = a->cap = 0;
+}
+
+/* An empty arena over the same model and meter as `like`. */
+static arena arena_empty(const arena *like) { return (arena){like->m, like->meter, NULL, 0, 0}; }
+
+/* Move the slot `t` (a tensor `from` holds) into `to`: the pointer stays valid, the tensor is not copied.  The
+ * slot is searched from the end (the tensor moved is one of the last made). */
+static h3s_status arena_move(arena *from, h3s_tensor *t, arena *to) {
+    for (int64_t i = from->n - 1; i >= 0; i--) {
+        if (from->items[i] != t) continue;
+        if (to->n == to->cap) {
+            int64_t cap = to->cap ? 2 * to->cap : 64;
+            h3s_tensor **items = realloc(to->items, (size_t)cap * sizeof *items);
+            if (!items) return h3s_fail(H3S_ERR_NOMEM, "out of memory growing the activation tape");
+            to->items = items;
+            to->cap = cap;
+        }
+        memmove(from->items + i, from->items + i + 1, (size_t)(from->n - i - 1) * sizeof *from->items);
+        from->n--;
+        to->items[to->n++] = t;
+        return H3S_OK;
+    }
+    return h3s_fail(H3S_ERR_INVALID, "model: a tensor to keep is not in the scratch arena");
+}
+
+/* Release one tensor of the arena now (its slot pointer becomes invalid); a tensor it does not hold is left. */
+static void arena_drop(arena *a, h3s_tensor *t) {
+    for (int64_t i = a->n - 1; i >= 0; i--) {
+        if (a->items[i] != t) continue;
+        meter_sub(a->meter, t);
+        backend_free(a->m, t);
+        free(t);
+        memmove(a->items + i, a->items + i + 1, (size_t)(a->n - i - 1) * sizeof *a->items);
+        a->n--;
+        return;
+    }
 }
 
 /* ------------------------------------------------------------------ model ------------- */
@@ -186,6 +249,7 @@ void h3s_model_free(h3s_model *m) {
     free(m->sp_sizes);
     parallel_release(m);
     h3s_weights_free(m->own_weights);
+    meter_release(m->meter);
     free(m);
 }
 
@@ -205,8 +269,15 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
     m->act = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_BF16;
     m->f32 = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_F32;
     m->grad = m->f32;
+    m->meter = h3s_calloc(1, sizeof *m->meter);
+    if (!m->meter) {
+        free(m);
+        return H3S_ERR_NOMEM;
+    }
+    m->meter->refs = 1;
     h3s_status st = h3s_param_specs(&m->cfg, &m->specs, &m->nparams);
     if (st != H3S_OK) {
+        meter_release(m->meter);
         free(m);
         return st;
     }
@@ -297,6 +368,37 @@ h3s_status h3s_model_param(const h3s_model *m, int64_t i, const char **name, h3s
     view->owns_data = 0;
     if (name) *name = m->specs[i].name;
     return H3S_OK;
+}
+
+h3s_status h3s_recompute_parse(const char *name, h3s_recompute *out) {
+    if (!name || !out) return h3s_fail(H3S_ERR_INVALID, "recompute_parse: NULL argument");
+    if (!strcmp(name, "none")) {
+        *out = H3S_RECOMPUTE_NONE;
+    } else if (!strcmp(name, "blocks")) {
+        *out = H3S_RECOMPUTE_BLOCKS;
+    } else {
+        return h3s_fail(H3S_ERR_INVALID, "recompute must be blocks or none, got '%s'", name);
+    }
+    return H3S_OK;
+}
+
+h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_recompute: NULL model");
+    if (mode != H3S_RECOMPUTE_NONE && mode != H3S_RECOMPUTE_BLOCKS)
+        return h3s_fail(H3S_ERR_INVALID, "model_set_recompute: unknown mode %d (expected none 0 or blocks 1)",
+                        (int)mode);
+    m->recompute = mode;
+    return H3S_OK;
+}
+
+h3s_recompute h3s_model_recompute(const h3s_model *m) { return m ? m->recompute : H3S_RECOMPUTE_NONE; }
+
+int64_t h3s_model_peak_bytes(const h3s_model *m) { return m && m->meter ? m->meter->peak : 0; }
+
+int64_t h3s_model_live_bytes(const h3s_model *m) { return m && m->meter ? m->meter->live : 0; }
+
+void h3s_model_reset_peak_bytes(h3s_model *m) {
+    if (m && m->meter) m->meter->peak = m->meter->live;
 }
 
 static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) H3S_PRINTF(2, 3);
@@ -574,11 +676,15 @@ struct h3s_tape {
     int sp, tpar;
     h3s_sp_plan plan;
     h3s_tensor cos_l, sin_l, adaln_l;
+    /* H3S_RECOMPUTE_BLOCKS: every block (and refiner block) kept only its input, a->x_in; the backward runs the
+     * block's forward again into a scratch arena (block_backward_kept) */
+    h3s_recompute recompute;
 };
 
 void h3s_tape_free(h3s_tape *t) {
     if (!t) return;
     arena_free(&t->ar);
+    meter_release(t->ar.meter);
     h3s_tensor *host[] = {&t->adaln_rows,     &t->ts_rows,   &t->doc,       &t->key_valid,
                           &t->text_key_valid, &t->video_idx, &t->audio_idx, &t->text_idx};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
@@ -1313,6 +1419,39 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     return H3S_OK;
 }
 
+/* Which block graph a block runs: a token-refiner block, a transformer block in this process, or a transformer
+ * block's part on this rank (h3s_model_set_parallel). */
+enum { BLK_REFINER, BLK_PLAIN, BLK_PAR };
+
+static h3s_status run_block_forward(run_ctx *r, int kind, int64_t i, h3s_tensor *x, int64_t S, block_acts *a,
+                                    h3s_tensor **x_out) {
+    switch (kind) {
+    case BLK_REFINER: return block_forward(r, 1, i, x, S, a, x_out);
+    case BLK_PLAIN: return block_forward(r, 0, i, x, S, a, x_out);
+    default: return block_forward_par(r, i, x, a, x_out);
+    }
+}
+
+/* A block's forward as the tape keeps it.  Without recomputation every activation stays on the tape.  With
+ * H3S_RECOMPUTE_BLOCKS the block runs into a scratch arena, its output moves to the tape (the next block's input)
+ * and the rest is released: the block keeps only a->x_in.  The shared tensors (rope tables, temb, index tensors)
+ * are the tape's own and stay. */
+static h3s_status block_forward_kept(run_ctx *r, int kind, int64_t i, h3s_tensor *x, int64_t S, block_acts *a,
+                                     h3s_tensor **x_out) {
+    h3s_tape *tp = r->tp;
+    if (tp->recompute == H3S_RECOMPUTE_NONE) return run_block_forward(r, kind, i, x, S, a, x_out);
+    arena keep = tp->ar;
+    tp->ar = arena_empty(&keep);
+    h3s_status st = run_block_forward(r, kind, i, x, S, a, x_out);
+    arena scratch = tp->ar;
+    tp->ar = keep;
+    if (st == H3S_OK) st = arena_move(&scratch, *x_out, &tp->ar);
+    arena_free(&scratch);
+    memset(a, 0, sizeof *a);
+    a->x_in = x;
+    return st;
+}
+
 /* Host index tensors shared by every node of a pass. */
 static h3s_status build_indices(h3s_tape *tp, const h3s_inputs *in) {
     int64_t B = tp->B, S = tp->S;
@@ -1428,7 +1567,7 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     /* token refiner over the text rows */
     h3s_tensor *x = tp->text_emb;
     for (int64_t i = 0; i < c->num_refiner_layers; i++)
-        H3S_TRY(block_forward(r, 1, i, x, Nt, &tp->refiner[i], &x));
+        H3S_TRY(block_forward_kept(r, BLK_REFINER, i, x, Nt, &tp->refiner[i], &x));
     tp->text_pre_final = x;
     NEW(tp->text_final, m->act, B * Nt, H);
     H3S_TRY(h3s_rmsnorm_forward(x, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps, tp->text_final));
@@ -1449,7 +1588,7 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
         x = arena_adopt(&tp->ar, &xl);
         if (!x) return H3S_ERR_NOMEM;
         for (int64_t i = 0; i < c->num_layers; i++)
-            H3S_TRY(block_forward_par(r, i, x, &tp->blocks[i], &x));
+            H3S_TRY(block_forward_kept(r, BLK_PAR, i, x, S, &tp->blocks[i], &x));
         h3s_tensor full;
         H3S_TRY(h3s_sp_allgather_rows(&tp->plan, x, &full));
         x = arena_adopt(&tp->ar, &full);
@@ -1459,10 +1598,10 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
         }
     } else if (tp->tpar) {
         for (int64_t i = 0; i < c->num_layers; i++)
-            H3S_TRY(block_forward_par(r, i, x, &tp->blocks[i], &x));
+            H3S_TRY(block_forward_kept(r, BLK_PAR, i, x, S, &tp->blocks[i], &x));
     } else {
         for (int64_t i = 0; i < c->num_layers; i++)
-            H3S_TRY(block_forward(r, 0, i, x, S, &tp->blocks[i], &x));
+            H3S_TRY(block_forward_kept(r, BLK_PLAIN, i, x, S, &tp->blocks[i], &x));
     }
     tp->x_last = x;
 
@@ -1544,6 +1683,9 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
     if (!tp) return H3S_ERR_NOMEM;
     tp->m = m;
     tp->ar.m = m;
+    tp->ar.meter = m->meter;
+    m->meter->refs++;
+    tp->recompute = m->recompute;
     tp->B = B;
     tp->S = in->position_ids.shape[0];
     tp->Nv = in->hidden_states.shape[1];
@@ -1607,7 +1749,9 @@ static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) {
 
 #define PG(...) pgrad(g, __VA_ARGS__)
 
-/* dtemb += contribution (first contribution is copied). */
+/* dtemb += contribution.  The first contribution is adopted: it is norm_out's, which lives in the backward's own
+ * arena until the backward ends; a block's contribution lives in the block's scratch arena (block_backward_kept)
+ * and is only ever added. */
 static h3s_status accumulate_dtemb(grad_ctx *g, h3s_tensor *contrib) {
     if (!g->dtemb) {
         g->dtemb = contrib;
@@ -2014,6 +2158,46 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     return H3S_OK;
 }
 
+static h3s_status run_block_backward(grad_ctx *g, int kind, int64_t i, int64_t S, block_acts *a, h3s_tensor *dx2,
+                                     h3s_tensor **dx_out) {
+    switch (kind) {
+    case BLK_REFINER: return block_backward(g, 1, i, S, a, dx2, dx_out);
+    case BLK_PLAIN: return block_backward(g, 0, i, S, a, dx2, dx_out);
+    default: return block_backward_par(g, i, a, dx2, dx_out);
+    }
+}
+
+/* A block's backward, its temporaries in a scratch arena released when it ends: only its input gradient *dx_out
+ * moves to the backward's arena, and the gradient it started from (dx2, the later block's output) is released
+ * there.  On a tape made with H3S_RECOMPUTE_BLOCKS the block's forward runs again first, into the same scratch
+ * arena, from the kept input: the same operators on the same inputs in the same order, so the same bits, and
+ * without the hook (it saw the block's forward nodes in the forward), so the hook sees exactly the backward nodes
+ * it sees without recomputation.  Under h3s_model_set_parallel every rank runs the recomputation at the same
+ * point, so its collectives pair up as in the forward. */
+static h3s_status block_backward_kept(grad_ctx *g, int kind, int64_t i, int64_t S, block_acts *a, h3s_tensor *dx2,
+                                      h3s_tensor **dx_out) {
+    h3s_tape *tp = g->r.tp;
+    arena outer = tp->ar;
+    tp->ar = arena_empty(&outer);
+    block_acts re;
+    block_acts *use = a;
+    h3s_status st = H3S_OK;
+    if (tp->recompute != H3S_RECOMPUTE_NONE) {
+        run_ctx quiet = {tp, NULL, NULL};
+        h3s_tensor *x2 = NULL;
+        memset(&re, 0, sizeof re);
+        st = run_block_forward(&quiet, kind, i, a->x_in, S, &re, &x2);
+        use = &re;
+    }
+    if (st == H3S_OK) st = run_block_backward(g, kind, i, S, use, dx2, dx_out);
+    arena scratch = tp->ar;
+    tp->ar = outer;
+    if (st == H3S_OK) st = arena_move(&scratch, *dx_out, &tp->ar);
+    arena_free(&scratch);
+    if (st == H3S_OK) arena_drop(&tp->ar, dx2);
+    return st;
+}
+
 static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const h3s_tensor *d_audio) {
     run_ctx *r = &g->r;
     h3s_tape *tp = r->tp;
@@ -2053,7 +2237,7 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
         dx = arena_adopt(&tp->ar, &dl);
         if (!dx) return H3S_ERR_NOMEM;
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
-            H3S_TRY(block_backward_par(g, i, &tp->blocks[i], dx, &dx));
+            H3S_TRY(block_backward_kept(g, BLK_PAR, i, S, &tp->blocks[i], dx, &dx));
         h3s_tensor full;
         H3S_TRY(h3s_sp_allgather_rows(&tp->plan, dx, &full));
         dx = arena_adopt(&tp->ar, &full);
@@ -2063,10 +2247,10 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
         }
     } else if (tp->tpar) {
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
-            H3S_TRY(block_backward_par(g, i, &tp->blocks[i], dx, &dx));
+            H3S_TRY(block_backward_kept(g, BLK_PAR, i, S, &tp->blocks[i], dx, &dx));
     } else {
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
-            H3S_TRY(block_backward(g, 0, i, S, &tp->blocks[i], dx, &dx));
+            H3S_TRY(block_backward_kept(g, BLK_PLAIN, i, S, &tp->blocks[i], dx, &dx));
     }
     H3S_TRY(emit(r, dx, 1, S, "pack.grad"));
 
@@ -2083,7 +2267,7 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
                                  dtext, dt, PG("token_refiner.final_norm.weight"), NULL));
     H3S_TRY(emit(r, dt, 1, Nt, "refiner.final_norm.grad"));
     for (int64_t i = c->num_refiner_layers - 1; i >= 0; i--)
-        H3S_TRY(block_backward(g, 1, i, Nt, &tp->refiner[i], dt, &dt));
+        H3S_TRY(block_backward_kept(g, BLK_REFINER, i, Nt, &tp->refiner[i], dt, &dt));
 
     h3s_tensor *denc, *dhv, *dha;
     NEW(denc, gd, B * Nt, c->text_dim);
@@ -2169,13 +2353,14 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     g.want = want_params;
     /* Backward temporaries live in their own arena so the forward tape stays reusable. */
     arena fwd = tape->ar;
-    tape->ar = (arena){m, NULL, 0, 0};
+    tape->ar = arena_empty(&fwd);
     g.pg = h3s_calloc((size_t)m->nparams, sizeof *g.pg);
     h3s_status st = g.pg ? H3S_OK : H3S_ERR_NOMEM;
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
         st = backend_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
+        if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
@@ -2195,12 +2380,23 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
                 memcpy(out->params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
                 continue;
             }
-            st = to_host(&g.pg[i], &out->params[i]);
+            if (g.pg[i].device) {
+                st = to_host(&g.pg[i], &out->params[i]);
+                meter_sub(m->meter, &g.pg[i]);
+                backend_free(m, &g.pg[i]);
+            } else {
+                /* host memory already: handed over, not copied (no second copy of every gradient) */
+                meter_sub(m->meter, &g.pg[i]);
+                out->params[i] = g.pg[i];
+                memset(&g.pg[i], 0, sizeof g.pg[i]);
+            }
         }
     }
     if (g.pg)
-        for (int64_t i = 0; i < m->nparams; i++)
+        for (int64_t i = 0; i < m->nparams; i++) {
+            meter_sub(m->meter, &g.pg[i]);
             backend_free(m, &g.pg[i]);
+        }
     free(g.pg);
     arena_free(&tape->ar);
     tape->ar = fwd;

@@ -3,8 +3,9 @@
  * One graph serves every backend: the backend only decides the dtypes and the memory the
  * nodes' tensors live in (strict CPU: BF16 activations / F32 gradients in host memory;
  * golden: F64 everywhere; CUDA: strict dtypes in device memory).  Every activation the
- * backward needs is kept on the tape (no recomputation); see docs/ARCHITECTURE.md for the
- * memory this costs. */
+ * backward needs is kept on the tape, or, with h3s_model_set_recompute(m, H3S_RECOMPUTE_BLOCKS),
+ * only each block's input, the block's forward running again in the backward; see
+ * docs/ARCHITECTURE.md for the memory either costs. */
 #ifndef H3S_MODEL_H
 #define H3S_MODEL_H
 

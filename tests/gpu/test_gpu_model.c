@@ -1,6 +1,8 @@
 /* The whole tiny model on the CUDA backend (--device cuda): accuracy of the forward and of
  * every gradient against the FP64 golden, repeat, batch invariance (item 0 of B = 3 vs B = 1),
- * padding invariance, and the dual trajectory reporting 0 differing comparisons. */
+ * padding invariance, per-block recomputation (H3S_RECOMPUTE_BLOCKS: outputs and every gradient byte for byte as
+ * without it, B = 3 and B = 3 with padding, less device memory held) and the dual trajectory reporting 0 differing
+ * comparisons. */
 #include "cuda/cuda_ops.h"
 #include "model_util.h"
 #include "sample/trajectory.h"
@@ -62,6 +64,27 @@ int main(void) {
           "GPU d encoder item 0 differs");
     CHECK(h3t_bitwise_equal(&p.sample, &a.sample), "GPU: padding changed the video output");
     CHECK(h3t_bitwise_equal(&p.grads.hidden_states, &a.grads.hidden_states), "GPU: padding changed d hidden_states");
+
+    /* Per-block recomputation on the device: the same kernels on the same inputs, so the same bits; the model's
+     * tensors peak lower (the tape keeps each block's input only). */
+    {
+        int64_t peak_plain = h3s_model_peak_bytes(gpu);
+        h3s_model *rec = NULL;
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &rec));
+        CHECK_OK(h3s_model_set_recompute(rec, H3S_RECOMPUTE_BLOCKS));
+        run ra, rp;
+        forward_backward(rec, &q3.in, &ra);
+        forward_backward(rec, &qp.in, &rp);
+        CHECK(runs_equal(&a, &ra), "GPU: recomputation changed outputs or gradients (B = 3)");
+        CHECK(runs_equal(&p, &rp), "GPU: recomputation changed outputs or gradients (B = 3, padding)");
+        printf("gpu recomputation: model tensors peak %lld bytes without, %lld with\n", (long long)peak_plain,
+               (long long)h3s_model_peak_bytes(rec));
+        CHECK(h3s_model_peak_bytes(rec) < peak_plain, "GPU: recomputation did not lower the peak");
+        CHECK(h3s_model_live_bytes(rec) == 0, "GPU: device bytes still counted after the passes");
+        run_free(&ra);
+        run_free(&rp);
+        h3s_model_free(rec);
+    }
 
     /* The dual trajectory on the GPU: the main job's settings. */
     uint64_t seeds[3] = {11, 22, 33};
