@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fnmatch.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -498,23 +500,44 @@ static double physical_memory_bytes(void) {
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
 }
 
-/* Peak host memory of a forward + backward, estimated (docs/ARCHITECTURE.md, "The graph and its tape"): the BF16
- * activations every block keeps per packed row for the backward (in device memory with --device cuda, which this
- * does not check), the refiner's over the text rows, and the F32 gradient of every parameter (always on the host).
- * Refused before anything runs when it exceeds the memory, unless --force. */
+/* Peak memory of a forward + backward, estimated (docs/ARCHITECTURE.md, "The graph and its tape"; the same
+ * formula as scripts/memory_plan.py).  Per packed row and block the tape keeps, without recomputation, the BF16
+ * activations of the block (6H + 8 heads*D + 3F values, and 2 F32 softmax statistics per head); with
+ * --recompute blocks only the block's input (H BF16 values), plus one block's activations rebuilt at a time.  The
+ * backward holds one block's F32 gradients at a time (12H + 8 heads*D + 3F per row) and the F32 gradient of every
+ * parameter asked for.  activations: bytes of the tape and the backward's temporaries (device memory with --device
+ * cuda); params: bytes of the F32 parameter gradients asked for (host memory). */
+typedef struct memory_estimate {
+    double activations, params;
+} memory_estimate;
+
+static memory_estimate estimate_backward_memory(const h3s_config *c, int64_t batch, int64_t S, int64_t Nt,
+                                                int recompute, double param_elems) {
+    double H = (double)c->hidden_size, F = (double)c->ffn_dim;
+    double hd = (double)c->num_attention_heads * (double)c->attention_head_dim;
+    double per_row = (6.0 * H + 8.0 * hd + 3.0 * F) * 2 + 2.0 * (double)c->num_attention_heads * 4;
+    double grad_row = (12.0 * H + 8.0 * hd + 3.0 * F) * 4;
+    double b = (double)batch, block_rows = b * (double)S, text_rows = b * (double)Nt;
+    double rows = block_rows * (double)c->num_layers + text_rows * (double)c->num_refiner_layers;
+    double widest = block_rows > text_rows ? block_rows : text_rows;
+    memory_estimate e;
+    e.activations = (recompute ? rows * H * 2 + widest * per_row : rows * per_row) + widest * grad_row;
+    e.params = param_elems * 4;
+    return e;
+}
+
+/* Refused before anything runs when the host part exceeds the memory, unless --force: the activations (unless they
+ * live on the device) and the parameter gradients; the FP64 golden keeps F64 activations (4x BF16), an F64 copy of
+ * the weights and F64 gradients. */
 static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_backend_kind kind, int64_t batch,
                                  int64_t S, int64_t Nt, int golden, int force) {
     const h3s_config *c = h3s_weights_config(w);
-    double hd = (double)c->num_attention_heads * (double)c->attention_head_dim;
-    double per_row = (6.0 * (double)c->hidden_size + 8.0 * hd + 3.0 * (double)c->ffn_dim) * 2 +
-                     2.0 * (double)c->num_attention_heads * 4;
-    double rows = (double)batch * ((double)S * (double)c->num_layers + (double)Nt * (double)c->num_refiner_layers);
     double params = 0;
     for (int64_t i = 0; i < h3s_weights_count(w); i++)
         params += (double)h3s_tensor_numel(h3s_weights_at(w, i, NULL));
-    /* the FP64 golden keeps F64 activations (4x BF16), an F64 copy of the weights and F64 gradients */
-    double strict = (kind == H3S_BACKEND_CUDA ? 0 : rows * per_row) + params * 4;
-    double bytes = golden ? rows * per_row * 4 + params * 16 : strict;
+    memory_estimate e = estimate_backward_memory(c, batch, S, Nt, 0, params);
+    double strict = (kind == H3S_BACKEND_CUDA ? 0 : e.activations) + e.params;
+    double bytes = golden ? e.activations * 4 + params * 16 : strict;
     double mem = physical_memory_bytes();
     if (force || mem <= 0 || bytes <= mem) return 0;
     char need[32], have[32];
@@ -524,6 +547,13 @@ static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_bac
                      "the %s of memory; nothing run (--force runs it anyway)",
                      what, need, have),
            -1;
+}
+
+/* The host's peak resident set of this process so far (getrusage; Linux reports KiB), 0 when unknown. */
+static double host_peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss * 1024.0;
 }
 
 /* A request built in memory: refused when it exceeds the machine's memory, or `limit` without --force. */
@@ -879,25 +909,92 @@ static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_te
     return H3S_OK;
 }
 
+/* The input gradients and the parameter gradients computed (those not asked for have no data and are left out). */
 static h3s_status write_grads(const char *path, const h3s_grads *g, provenance *prov) {
-    int64_t n = 3 + g->count;
-    h3s_st_entry *e = n > 0 ? calloc((size_t)n, sizeof *e) : NULL;
-    if (!e) return h3s_set_error(H3S_ERR_NOMEM, "out of memory for %lld gradient entries", (long long)n);
+    int64_t n = 3;
+    h3s_st_entry *e = calloc((size_t)(3 + g->count), sizeof *e);
+    if (!e) return h3s_set_error(H3S_ERR_NOMEM, "out of memory for %lld gradient entries", (long long)(3 + g->count));
     e[0] = (h3s_st_entry){"hidden_states", g->hidden_states};
     e[1] = (h3s_st_entry){"audio_hidden_states", g->audio_hidden_states};
     e[2] = (h3s_st_entry){"encoder_hidden_states", g->encoder_hidden_states};
     for (int64_t i = 0; i < g->count; i++)
-        e[3 + i] = (h3s_st_entry){g->names[i], g->params[i]};
+        if (g->params[i].data) e[n++] = (h3s_st_entry){g->names[i], g->params[i]};
     h3s_status st = h3s_st_write_meta(path, e, n, provenance_meta(prov), prov->n);
     free(e);
     return st;
+}
+
+/* --recompute blocks|none (default none): per-block activation recomputation of the model (h3s_model_set_recompute). */
+static int parse_recompute(const opt *opts, int nopts, h3s_recompute *mode) {
+    const char *r = get(opts, nopts, "--recompute");
+    *mode = H3S_RECOMPUTE_NONE;
+    if (!r) return 0;
+    if (h3s_recompute_parse(r, mode) != H3S_OK) return fail_line("--recompute must be blocks or none, got '%s'", r), -1;
+    return 0;
+}
+
+/* --param-grads all|none|GLOB: which parameter gradients grad computes and writes.  *want (the caller's, free) gets
+ * one byte per parameter of the model in canonical order, or NULL for all; *count the number asked for and
+ * *elems their elements.  A pattern (fnmatch, over the checkpoint names) that matches nothing is a usage error. */
+static int parse_param_grads(const char *spec, const h3s_model *m, unsigned char **want, int64_t *count,
+                             double *elems) {
+    int64_t n = h3s_model_param_count(m);
+    *want = NULL;
+    *count = 0;
+    *elems = 0;
+    int all = !spec || !strcmp(spec, "all"), none = spec && !strcmp(spec, "none");
+    unsigned char *w = all ? NULL : calloc((size_t)n + 1, 1);
+    if (!all && !w) return fail_line("out of memory for %lld parameter flags", (long long)n), -1;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = NULL;
+        h3s_tensor view;
+        if (h3s_model_param(m, i, &name, &view) != H3S_OK) {
+            free(w);
+            return fail_line("--param-grads: %s", h3s_last_error()), -1;
+        }
+        int take = all || (!none && fnmatch(spec, name, 0) == 0);
+        if (w) w[i] = (unsigned char)take;
+        if (take) {
+            (*count)++;
+            *elems += (double)h3s_tensor_numel(&view);
+        }
+    }
+    if (!all && !none && *count == 0) {
+        free(w);
+        return fail_line("--param-grads '%s' matches no parameter name of this model (use all, none or a glob such as "
+                         "'transformer_blocks.0.*')",
+                         spec),
+               -1;
+    }
+    *want = w;
+    return 0;
+}
+
+/* --verbose: the memory estimate of this grad and what was measured (the host's peak resident set; the peak of the
+ * model's activation and gradient tensors, in device memory with --device cuda). */
+static void report_grad_memory(const memory_estimate *e, const h3s_model *m, h3s_backend_kind kind) {
+    if (progress_get_level() < PROGRESS_VERBOSE) return;
+    char act[32], par[32], rss[32], peak[32];
+    format_bytes(e->activations, act, sizeof act);
+    format_bytes(e->params, par, sizeof par);
+    format_bytes(host_peak_rss_bytes(), rss, sizeof rss);
+    format_bytes((double)h3s_model_peak_bytes(m), peak, sizeof peak);
+    const char *where = kind == H3S_BACKEND_CUDA ? "device" : "host";
+    fprintf(stderr,
+            "h3strict grad: memory: estimated %s of activations and backward temporaries (%s) + %s of parameter "
+            "gradients (host); measured: model tensors peaked at %s (%s), host peak resident set %s\n",
+            act, where, par, peak, where, rss);
 }
 
 static int cmd_grad(int argc, char **argv) {
     opt o[] = {opt_model,
                {"--inputs", "IN.safetensors", 1, "forward arguments under their diffusers names", NULL},
                {"--cotangent", "CT.safetensors", 1, "upstream gradients: sample and audio_sample, F32", NULL},
-               {"--out", "GRADS.safetensors", 1, "input gradients and one gradient per parameter, F32", NULL},
+               {"--out", "GRADS.safetensors", 1, "input gradients and the parameter gradients asked for, F32", NULL},
+               {"--param-grads", "all|none|GLOB", 0,
+                "parameter gradients to compute and write (default all; GLOB: fnmatch over checkpoint names)", NULL},
+               {"--recompute", "blocks|none", 0,
+                "blocks: keep each block's input only, recompute its forward in the backward (same bits)", NULL},
                opt_force_run,
                opt_device,
                opt_grad_operands,
@@ -911,19 +1008,41 @@ static int cmd_grad(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
         need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
+    h3s_recompute recompute;
+    if (parse_recompute(o, n, &recompute)) return EXIT_USAGE;
     int prc = apply_parallel(o, n, kind);
     if (prc) return prc;
     if (check_output(out, model, inputs, ct)) return check_output_code;
     loaded l;
     h3s_st_file *ctf = NULL;
     const h3s_tensor *ds = NULL, *da = NULL;
+    unsigned char *want = NULL;
+    int64_t nwant = 0;
+    double want_elems = 0;
+    memory_estimate est = {0, 0};
     h3s_status st = agree(load_all(model, inputs, kind, &l));
-    if (st == H3S_OK &&
-        backward_memory_guard("this grad", l.w, kind, l.in.hidden_states.shape[0], l.in.token_tags.shape[0],
-                              l.in.text_indices.shape[0], 0, get(o, n, "--force") != NULL)) {
+    if (st == H3S_OK && parse_param_grads(get(o, n, "--param-grads"), l.model, &want, &nwant, &want_elems)) {
         loaded_free(&l);
         return EXIT_USAGE;
     }
+    if (st == H3S_OK) {
+        est = estimate_backward_memory(h3s_weights_config(l.w), l.in.hidden_states.shape[0], l.in.token_tags.shape[0],
+                                       l.in.text_indices.shape[0], recompute == H3S_RECOMPUTE_BLOCKS, want_elems);
+        double host = (kind == H3S_BACKEND_CUDA ? 0 : est.activations) + est.params, mem = physical_memory_bytes();
+        if (get(o, n, "--force") == NULL && mem > 0 && host > mem) {
+            char need_s[32], have[32];
+            format_bytes(host, need_s, sizeof need_s);
+            format_bytes(mem, have, sizeof have);
+            fail_line("this grad needs about %s (%s and F32 parameter gradients), more than the %s of memory; nothing "
+                      "run (--force runs it anyway%s)",
+                      need_s, recompute ? "block inputs, one block's activations" : "activations kept for the backward",
+                      have, recompute ? "" : "; --recompute blocks or --param-grads none need less");
+            free(want);
+            loaded_free(&l);
+            return EXIT_USAGE;
+        }
+    }
+    if (st == H3S_OK) st = h3s_model_set_recompute(l.model, recompute);
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
     if (st == H3S_OK) st = agree(read_cotangent(ct, &ctf, &ds, &da));
     if (st == H3S_OK) st = agree(provenance_add_file(&l.prov, "cotangent_sha256", ct));
@@ -940,7 +1059,7 @@ static int cmd_grad(int argc, char **argv) {
     if (st == H3S_OK) st = h3s_model_forward(l.model, &l.in, g_comm ? NULL : count_node, &nc, &tape, &sample, &audio);
     if (st == H3S_OK) progress_stage(PHASE_RUN, "backward");
     node_counter bc = {0, st == H3S_OK ? backward_nodes(h3s_weights_config(l.w)) : 0};
-    if (st == H3S_OK) st = h3s_model_backward(l.model, tape, ds, da, g_comm ? NULL : count_node, &bc, &g);
+    if (st == H3S_OK) st = h3s_model_backward_select(l.model, tape, ds, da, want, g_comm ? NULL : count_node, &bc, &g);
     if (ran && st != H3S_OK && g_comm) return fail_parallel_pass(st);
     if (st == H3S_OK) progress_stage(PHASE_WRITE, "writing %s", out);
     if (ran && st == H3S_OK) {
@@ -948,9 +1067,11 @@ static int cmd_grad(int argc, char **argv) {
         st = agree(st);
     }
     if (st == H3S_OK) progress_end();
+    if (st == H3S_OK) report_grad_memory(&est, l.model, kind);
     if (st == H3S_OK)
-        printf("wrote %s: 3 input gradients and %lld parameter gradients (%s)\n", out, (long long)g.count,
+        printf("wrote %s: 3 input gradients and %lld parameter gradients (%s)\n", out, (long long)nwant,
                h3s_backend_name(kind));
+    free(want);
     h3s_grads_free(&g);
     h3s_tape_free(tape);
     h3s_tensor_free(&sample);
