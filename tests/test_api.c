@@ -16,29 +16,7 @@
 #include "h3s_replay.h"
 #include "h3s_sample.h"
 
-static int checks = 0, failures = 0;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        checks++;                                                                                                      \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-        }                                                                                                              \
-    } while (0)
-#define CHECK_OK(expr)                                                                                                 \
-    do {                                                                                                               \
-        h3s_status s_ = (expr);                                                                                        \
-        CHECK(s_ == H3S_OK, "%s -> %s: %s", #expr, h3s_status_name(s_), h3s_last_error());                             \
-    } while (0)
-#define CHECK_FAILS(want, expr)                                                                                        \
-    do {                                                                                                               \
-        h3s_status s_ = (expr);                                                                                        \
-        CHECK(s_ == (want), "%s -> %s (%s), expected %s", #expr, h3s_status_name(s_), h3s_last_error(),                \
-              h3s_status_name(want));                                                                                  \
-        CHECK(h3s_last_error()[0] != '\0', "%s left no message", #expr);                                               \
-    } while (0)
+#include "check.h"
 
 static int same_bytes(const h3s_tensor *a, const h3s_tensor *b) {
     if (!a->data || !b->data || a->dtype != b->dtype || h3s_tensor_nbytes(a) != h3s_tensor_nbytes(b)) return 0;
@@ -593,6 +571,5 @@ int main(void) {
     char rm[600];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", dir);
-    printf("test_api: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return h3t_finish("test_api");
 }

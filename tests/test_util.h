@@ -1,8 +1,5 @@
-/* Minimal test harness shared by every test program (header-only).
- *
- * CHECK records a failure and goes on; a test ends with `return h3t_finish();`.  A test that
- * cannot run here (no GPU, no MPI) calls h3t_skip("reason"): it prints "SKIP: reason" and
- * exits 77, which ctest reports as skipped. */
+/* Minimal test harness shared by every test program but test_api.c (header-only): the checks of check.h, and
+ * tensors to test with. */
 #ifndef H3S_TEST_UTIL_H
 #define H3S_TEST_UTIL_H
 
@@ -16,45 +13,9 @@
 #include "core/rng.h"
 #include "h3s.h"
 
-static int h3t_checks = 0, h3t_failures = 0;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        h3t_checks++;                                                                                                  \
-        if (!(cond)) {                                                                                                 \
-            h3t_failures++;                                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
-            fprintf(stderr, __VA_ARGS__);                                                                              \
-            fprintf(stderr, "\n");                                                                                     \
-        }                                                                                                              \
-    } while (0)
-
-/* The call must succeed; on failure print the library's message. */
-#define CHECK_OK(expr)                                                                                                 \
-    do {                                                                                                               \
-        h3s_status h3t_s_ = (expr);                                                                                    \
-        CHECK(h3t_s_ == H3S_OK, "%s -> %s: %s", #expr, h3s_status_name(h3t_s_), h3s_last_error());                     \
-    } while (0)
-
-/* The call must fail with `want` and leave a non-empty message. */
-#define CHECK_FAILS(want, expr)                                                                                        \
-    do {                                                                                                               \
-        h3s_clear_error();                                                                                             \
-        h3s_status h3t_s_ = (expr);                                                                                    \
-        CHECK(h3t_s_ == (want), "%s -> %s (%s), expected %s", #expr, h3s_status_name(h3t_s_), h3s_last_error(),        \
-              h3s_status_name(want));                                                                                  \
-        CHECK(h3s_last_error()[0] != '\0', "%s left no error message", #expr);                                         \
-    } while (0)
-
-static inline void h3t_skip(const char *reason) {
-    printf("SKIP: %s\n", reason);
-    exit(77);
-}
-
-static inline int h3t_finish(const char *name) {
-    printf("%s: %d checks, %d failed\n", name, h3t_checks, h3t_failures);
-    return h3t_failures ? 1 : 0;
-}
+/* the library's own error state can be reset here (test_api.c, on the public API alone, cannot) */
+#define H3T_CLEAR_ERROR() h3s_clear_error()
+#include "check.h"
 
 /* Allocate or abort the test (allocation failure is not what a test measures). */
 static inline h3s_tensor h3t_alloc(h3s_dtype dtype, int ndim, const int64_t *shape) {
