@@ -171,6 +171,17 @@ static inline void fuzz_request_make(int64_t batch, int64_t pad_to, int with_mas
     }
 }
 
+/* The micro model in memory (weights seeded 1) on the CPU backend, one thread: what the targets that run it use.
+ * The weights stay reachable through *w for the leak checker. */
+static inline h3s_model *fuzz_micro_model(h3s_weights **w) {
+    h3s_config c = fuzz_micro_config();
+    h3s_model *m = NULL;
+    if (h3s_weights_create(&c, 1, w) != H3S_OK || h3s_model_create(*w, H3S_BACKEND_CPU, &m) != H3S_OK)
+        fuzz_die("micro model");
+    h3s_set_num_threads(1);
+    return m;
+}
+
 static inline void fuzz_request_free(fuzz_request *q) { h3s_inputs_free(&q->in); }
 
 /* Write the request as an inputs file (the CLI's names). */

@@ -13,10 +13,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    h3s_config c = fuzz_micro_config();
-    if (h3s_weights_create(&c, 1, &weights) != H3S_OK || h3s_model_create(weights, H3S_BACKEND_CPU, &model) != H3S_OK)
-        fuzz_die("micro model");
-    h3s_set_num_threads(1);
+    model = fuzz_micro_model(&weights);
     fuzz_request_make(2, 0, 0, &req);
     h3s_tensor s = {0}, a = {0};
     if (h3s_model_forward(model, &req.in, NULL, NULL, &tape, &s, &a) != H3S_OK) fuzz_die("forward");

@@ -10,10 +10,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    h3s_config c = fuzz_micro_config();
-    if (h3s_weights_create(&c, 1, &weights) != H3S_OK || h3s_model_create(weights, H3S_BACKEND_CPU, &model) != H3S_OK)
-        fuzz_die("micro model");
-    h3s_set_num_threads(1);
+    model = fuzz_micro_model(&weights);
     return 0;
 }
 
