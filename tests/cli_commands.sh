@@ -2,16 +2,10 @@
 # The CLI contract (docs/cli.md): every command on the tiny model, and bad input exits non-zero
 # with exactly one line on stderr and never leaves a partial output file.
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/check.sh"
 # a loaded machine must not turn a failing command's one stderr line into several: stage lines only where a
 # check asks for them
 export H3S_PROGRESS_AFTER=600
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 
 run_ok() { # name, command...
     local name=$1; shift
@@ -83,5 +77,4 @@ else
     if [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && [ ! -e "$dir/c.safetensors" ]; then ok; else bad "--device cuda failure: $(cat "$dir/err.txt")"; fi
     if [ "$has_gpu" -eq 1 ] && ! grep -q 'no CUDA backend' "$dir/err.txt"; then bad "--device cuda failed with a GPU present: $(cat "$dir/err.txt")"; else ok; fi
 fi
-echo "cli_commands: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_commands

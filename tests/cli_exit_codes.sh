@@ -3,16 +3,10 @@
 # 2 bad usage, 3 bad input file, 4 device or I/O failure; every failure with one line on stderr. Also
 # --opt=value, and progress lines on stderr only (--quiet, --verbose, H3S_PROGRESS_AFTER).
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/check.sh"
 # a loaded machine must not turn a failing command's one stderr line into several: stage lines only where a
 # check asks for them
 export H3S_PROGRESS_AFTER=600
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 
 expect() { # code, name, command...
     local want=$1 name=$2
@@ -174,5 +168,4 @@ grep -q 'h3strict trajectory' "$dir/t.out" && bad "trajectory progress reached s
 "$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/t.json" --quiet >/dev/null 2>"$dir/tq.err"
 [ -s "$dir/tq.err" ] && bad "trajectory --quiet printed: $(cat "$dir/tq.err")" || ok
 
-echo "cli_exit_codes: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_exit_codes

@@ -3,13 +3,7 @@
 # value is bad usage (exit 2, one line, no output file); the CPU backend multiplies the exact F32 dy,
 # so both values give it the same gradient bits.
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/check.sh"
 
 "$CLI" init --preset tiny --seed 5 --out "$dir/m" --quiet >/dev/null 2>&1 || { echo "FAIL: init"; exit 1; }
 "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors" --quiet >/dev/null 2>&1 || { echo "FAIL: inputs"; exit 1; }
@@ -40,5 +34,4 @@ if [ $rc -eq 2 ] && [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && grep -q "grad-operan
 "$CLI" trajectory --out "$dir/t.json" --grad-operands=split --steps 1 --seeds 11 --batch 2 --quiet >/dev/null 2>"$dir/err.txt"
 rc=$?
 if [ $rc -eq 0 ]; then ok; else bad "trajectory --grad-operands=split exited $rc: $(cat "$dir/err.txt")"; fi
-echo "cli_grad_operands: $checks checks, $fails failed"
-[ $fails -eq 0 ]
+finish cli_grad_operands

@@ -5,7 +5,7 @@
 # a slice) and with padding rows and an attention mask; a rank with a bad or different input file makes every rank
 # exit non-zero with one line and no output; a world that does not match --sp x --tp is refused.
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+. "$(dirname "$0")/check.sh"
 if [ "${H3S_MPI_BUILT:-OFF}" != "ON" ]; then
     echo "SKIP: this build has no MPI communicator (configure found no Open MPI)"
     exit 77
@@ -16,16 +16,10 @@ if [ -z "$MPIEXEC" ]; then
     exit 77
 fi
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to compare the files"; exit 77; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 export H3S_PROGRESS_AFTER=600 OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # under the sanitizers: ASan's checks stay, LeakSanitizer cannot attribute Open MPI's unloaded components (test_sp)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 mpi() { "$MPIEXEC" --oversubscribe "$@"; }
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 
 # tensors of two safetensors files (metadata aside), or two JSON reports less command and provenance
 cat >"$dir/same.py" <<'PY'
@@ -134,5 +128,4 @@ if [ $rc -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q 'needs 2 ranks: run
 else bad "--sp 2 alone exited $rc: $(cat err.txt)"; fi
 [ -e o.safetensors ] && bad "--sp 2 alone wrote an output"
 
-echo "cli_parallel: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_parallel

@@ -5,16 +5,10 @@
 # protected file byte-identical afterwards, no temporary left (dot-files included).  On the code before these
 # rules every "refuse" below succeeded (exit 0) or hung (the FIFO), and the seeds/keyframes checks failed.
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
+. "$(dirname "$0")/check.sh"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to edit files"; exit 77; }
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 # a loaded machine must not turn a refused command's one stderr line into several: no progress stage lines
 export H3S_PROGRESS_AFTER=600
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 
 run_ok() { # name, command...
     local name=$1; shift
@@ -196,5 +190,4 @@ PY
 refuse index-repeated "" "more than once" "$CLI" verify --model "$dir/j"
 code_is index-repeated 3
 
-echo "cli_reliability: $checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish cli_reliability
