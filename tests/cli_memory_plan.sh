@@ -5,13 +5,7 @@
 # one without the options; a glob that matches nothing, or a bad --recompute, is bad usage (exit 2, one line, no
 # output file); --verbose reports the memory estimate and the measured peaks.
 set -u
-CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-checks=0
-ok() { checks=$((checks + 1)); }
-bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
+. "$(dirname "$0")/check.sh"
 
 "$CLI" init --preset tiny --seed 5 --out "$dir/m" --quiet >/dev/null 2>&1 || { echo "FAIL: init"; exit 1; }
 "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors" --quiet >/dev/null 2>&1 || { echo "FAIL: inputs"; exit 1; }
@@ -93,5 +87,4 @@ grep -q "matches no parameter" "$dir/err.txt" && ok || bad "no-match message: $(
     --out "$dir/v.safetensors" --recompute blocks --verbose >/dev/null 2>"$dir/err.txt"
 if grep -q "memory: estimated .* measured: model tensors peaked at .* host peak resident set" "$dir/err.txt"; then ok
 else bad "--verbose memory line missing: $(cat "$dir/err.txt")"; fi
-echo "cli_memory_plan: $checks checks, $fails failed"
-[ $fails -eq 0 ]
+finish cli_memory_plan
