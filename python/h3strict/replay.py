@@ -396,7 +396,7 @@ def _run_provider(model, x, device, backward, ct, offload=False, record_inputs=T
     layout = {k: x[k] for k in ("video_indices", "audio_indices", "text_indices")}
     tap = _Tap(model, backward, offload, record_inputs)
     tap.install(layout)
-    args = {k: v.to(device) for k, v in x.items()}
+    args = provider_arguments(x, device)
     leaves = ("hidden_states", "audio_hidden_states", "encoder_hidden_states")
     params = {}
     try:
@@ -884,6 +884,28 @@ def _inputs(path):
         raise ReplayError(EXIT_INPUT, f"{path}: has padding rows (tag -1); diffusers' forward accepts none, so the "
                                       "provider could not run this request (write inputs without --pad-to)")
     return {k: v.clone() for k, v in x.items()}
+
+
+# ------------------------------------------------------------------ the provider for other tools (model_bench.py)
+
+def load_provider(model_dir, device="cpu"):
+    """diffusers' MiniMaxH3Transformer3DModel from a model directory (or a pipeline snapshot holding transformer/)
+    exactly as the replay loads the provider: from_pretrained with torch_dtype=torch.bfloat16, which keeps the
+    checkpoint's F32 modules F32 (it needs accelerate), then moved to `device`, in eval mode.  Raises ReplayError."""
+    return _load_provider(os.fspath(model_dir), device)[0]
+
+
+def read_inputs(path):
+    """An inputs file as the replay reads it: the library's reader and checks, then a refusal of what diffusers'
+    forward cannot take (an attention mask, padding rows); a dict of CPU tensors the caller owns.  Raises
+    ReplayError."""
+    return _inputs(os.fspath(path))
+
+
+def provider_arguments(x, device):
+    """diffusers' forward keyword arguments for an inputs dict (read_inputs, h3strict.torch.load_inputs): the
+    file's tensor names are the forward's argument names, so each tensor goes to `device` under its own name."""
+    return {k: v.to(device) for k, v in x.items()}
 
 
 def _file_sha(path):
