@@ -21,8 +21,9 @@
 # H3S_MODEL_AUTO_MAX, default 16).  The release model has 50 blocks (66 GB of BF16 weights), more than the 64 GiB
 # disk of the device; a block is 1.29 GB and the rest of the model 1.72 GB, so L = 8 is a 12.1 GB directory.  A
 # requested L that the free disk (with 3 GB to spare) or the GPU memory (estimate: twice the weights, for the
-# weights and the gradients, plus 3 GB of activations per block and 8 GB) would not hold is lowered, and the log
-# says so.  The L that ran is in bench_model.json ("layers").
+# weights and the gradients, plus 3 GB of activations per block and 8 GB) would not hold, or that init could not
+# write in the time left (H3S_MODEL_INIT_S_PER_GB, default 5 s per GB, with 30% to spare), is lowered, and the
+# log says so.  The L that ran is in bench_model.json ("layers").
 #
 # S: H3S_MODEL_SEQS (default 1133,8762), each one of the layouts below
 # (S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents).
@@ -36,7 +37,7 @@
 #
 # Time: H3S_MODEL_DEADLINE_S (default 560): the whole script ends within this many seconds.  Every step runs under
 # `timeout` with what is left of it, keeping room for the steps after it (the provider side is given at least
-# H3S_MODEL_PROVIDER_S, default 150 s); each side also gets its own deadline, spreads its time over its phases
+# H3S_MODEL_PROVIDER_S, default 120 s); each side also gets its own deadline, spreads its time over its phases
 # (at most H3S_MODEL_PHASE_S, default 40 s, per (S, phase)) and rewrites its JSON after every phase, so a side
 # stopped early keeps what it finished (bench_model.json then says "complete": false).  Expected on an H200 at
 # L = 8: build about 1-1.5 min from scratch, init about 1 min, each side 1-2 min; about 5-6 minutes in all.
@@ -71,7 +72,8 @@ WARMUP=${H3S_MODEL_WARMUP:-1}
 PHASE_S=${H3S_MODEL_PHASE_S:-40}
 SAMPLE_MS=${H3S_MODEL_SAMPLE_MS:-2}
 DEADLINE_S=${H3S_MODEL_DEADLINE_S:-560}
-PROVIDER_S=${H3S_MODEL_PROVIDER_S:-150}
+PROVIDER_S=${H3S_MODEL_PROVIDER_S:-120}
+INIT_S_PER_GB=${H3S_MODEL_INIT_S_PER_GB:-5}
 MROOT=${H3S_MODEL_ROOT:-/tmp/h3s-model-bench}
 BUILD=${H3S_MODEL_BUILD:-/tmp/h3s-build-model}
 PY=${H3S_PYTHON:-python3}
@@ -174,13 +176,19 @@ if [ "$BUILD_OK" = 1 ]; then
     M=$MROOT/model_${PRESET}_L$LAYERS
     if [ ! -f "$M.complete" ] || [ "$LAYERS" = auto ]; then
         # a model of another L (or an unfinished one) is ours to remove: the disk holds one at a time
-        rm -rf "$MROOT"/model_* "$MROOT"/inputs_*
+        # (init writes into a hidden .model_*.init-* folder first and renames it when done)
+        rm -rf "$MROOT"/model_* "$MROOT"/.model_* "$MROOT"/inputs_*
         AVAIL_MB=$(($(df -P -k "$MROOT" | awk 'NR == 2 {print $4}') / 1000))
         DISK_L=$(((AVAIL_MB - 3000 - REST_MB) / BLOCK_MB))
         WANT=$LAYERS
         if [ "$LAYERS" = auto ]; then WANT=${H3S_MODEL_AUTO_MAX:-16}; fi
         L=$WANT
         [ "$DISK_L" -lt "$L" ] && L=$DISK_L
+        # the time init may take (what is left, keeping room for the inputs and both sides), at
+        # H3S_MODEL_INIT_S_PER_GB seconds per GB written, with 30% to spare
+        INIT_T=$(limit $((PROVIDER_S + 100)) 400)
+        TIME_L=$(((INIT_T * 10000 / (INIT_S_PER_GB * 13) - REST_MB) / BLOCK_MB))
+        [ "$TIME_L" -lt "$L" ] && L=$TIME_L
         if [ "$DEVICE" = cuda ] && [ "$GPU_MIB" -gt 0 ]; then
             GPU_L=$(((GPU_MIB * 1048576 / 1000000 - 8000 - 2 * REST_MB) / (2 * BLOCK_MB + 3000)))
             [ "$GPU_L" -lt "$L" ] && L=$GPU_L
@@ -188,17 +196,18 @@ if [ "$BUILD_OK" = 1 ]; then
             GPU_L=n/a
         fi
         [ "$L" -lt 1 ] && L=1
-        log "layers: asked $LAYERS, the disk holds $DISK_L (${AVAIL_MB} MB free under $MROOT), the GPU memory about $GPU_L: L = $L"
+        log "layers: asked $LAYERS, the disk holds $DISK_L (${AVAIL_MB} MB free under $MROOT), the GPU memory about $GPU_L, init's time (${INIT_T}s at ${INIT_S_PER_GB} s/GB) $TIME_L: L = $L"
         [ "$LAYERS" != auto ] && [ "$L" != "$LAYERS" ] && log "layers: L lowered from $LAYERS to $L"
         LAYERS=$L
         M=$MROOT/model_${PRESET}_L$LAYERS
-        T=$(limit $((PROVIDER_S + 100)) 400)
+        T=$INIT_T
         log "== init (limit ${T}s): h3strict init --preset $PRESET --layers $LAYERS --seed 1 --out $M"
         T0=$(date +%s)
         timeout -k 10 "$T" "$H" init --preset "$PRESET" --layers "$LAYERS" --seed 1 --out "$M" >>"$LOG" 2>&1
         rc=$?
         [ "$rc" = 0 ] && touch "$M.complete"
-        log "init: rc=$rc in $(($(date +%s) - T0))s, $(du -sh "$M" 2>/dev/null | cut -f1)"
+        log "init: rc=$rc in $(($(date +%s) - T0))s, $(du -sh "$M" 2>/dev/null | cut -f1)$([ "$rc" = 0 ] || echo ": no model, nothing to measure (124: stopped by its time limit)")"
+        [ "$rc" = 0 ] || rm -rf "$MROOT"/.model_*
     else
         log "model: reusing $M"
     fi
