@@ -92,4 +92,43 @@ static inline int item0_equal(const h3s_tensor *batched, const h3s_tensor *alone
     return memcmp(batched->data, alone->data, h3s_tensor_nbytes(alone)) == 0;
 }
 
+/* Every node a hook sees, in order: its name, the SHA-256 of its bytes, and the bytes in all (log_node is the hook,
+ * its context a zeroed node_log). */
+typedef struct node_log {
+    int64_t n, cap, bytes;
+    char (*names)[200];
+    char (*sha)[65];
+} node_log;
+
+static inline h3s_status log_node(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
+    (void)batched, (void)rows_per_item;
+    node_log *l = ctx;
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? 2 * l->cap : 256;
+        void *a = realloc(l->names, (size_t)cap * sizeof *l->names), *b = a ? realloc(l->sha, (size_t)cap * 65) : NULL;
+        if (a) l->names = a;
+        if (!b) return H3S_ERR_NOMEM;
+        l->sha = b;
+        l->cap = cap;
+    }
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
+    H3S_TRY(h3s_sha256_hex(out->data, h3s_tensor_nbytes(out), l->sha[l->n]));
+    l->bytes += (int64_t)h3s_tensor_nbytes(out);
+    l->n++;
+    return H3S_OK;
+}
+
+static inline void node_log_free(node_log *l) {
+    free(l->names);
+    free(l->sha);
+    memset(l, 0, sizeof *l);
+}
+
+/* The first node where two logs differ in name or bytes; -1 when none does (the counts are the caller's check). */
+static inline int64_t node_log_first_diff(const node_log *a, const node_log *b) {
+    for (int64_t i = 0; i < a->n && i < b->n; i++)
+        if (strcmp(a->names[i], b->names[i]) || strcmp(a->sha[i], b->sha[i])) return i;
+    return -1;
+}
+
 #endif

@@ -12,36 +12,6 @@
 
 #include "model_util.h"
 
-typedef struct node_log {
-    int64_t n, cap, bytes;
-    char (*names)[200];
-    char (*sha)[65];
-} node_log;
-
-static h3s_status log_node(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
-    (void)batched, (void)rows_per_item;
-    node_log *l = ctx;
-    if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 256;
-        void *a = realloc(l->names, (size_t)cap * sizeof *l->names), *b = a ? realloc(l->sha, (size_t)cap * 65) : NULL;
-        if (a) l->names = a;
-        if (!b) return H3S_ERR_NOMEM;
-        l->sha = b;
-        l->cap = cap;
-    }
-    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
-    H3S_TRY(h3s_sha256_hex(out->data, h3s_tensor_nbytes(out), l->sha[l->n]));
-    l->bytes += (int64_t)h3s_tensor_nbytes(out);
-    l->n++;
-    return H3S_OK;
-}
-
-static void node_log_free(node_log *l) {
-    free(l->names);
-    free(l->sha);
-    memset(l, 0, sizeof *l);
-}
-
 /* Forward + backward (all gradients, or those of want) with the hook logging every node. */
 static void run_logged(h3s_model *m, const h3s_inputs *in, const unsigned char *want, run *r, node_log *log) {
     memset(r, 0, sizeof *r);
@@ -108,9 +78,7 @@ static void compare_case(const char *label, h3s_backend_kind kind, const h3s_con
     CHECK(runs_same(&ra, &rr), "[%s, %d threads] outputs or gradients differ with recomputation", label, threads);
     CHECK(la.n == lr.n && la.n > 0, "[%s] the hook saw %lld nodes without recomputation, %lld with", label,
           (long long)la.n, (long long)lr.n);
-    int64_t first = -1;
-    for (int64_t i = 0; i < la.n && i < lr.n && first < 0; i++)
-        if (strcmp(la.names[i], lr.names[i]) || strcmp(la.sha[i], lr.sha[i])) first = i;
+    int64_t first = node_log_first_diff(&la, &lr);
     CHECK(first < 0, "[%s, %d threads] first differing node: %s (with recomputation: %s)", label, threads,
           first >= 0 ? la.names[first] : "", first >= 0 ? lr.names[first] : "");
     /* recomputation keeps less: the peak of the pass is lower (the tape of a multi-block model dominates) */

@@ -22,35 +22,6 @@
 #include "h3s_sample.h"
 #include "model_util.h"
 
-typedef struct node_log {
-    int64_t n, cap;
-    char (*names)[200];
-    char (*sha)[65];
-} node_log;
-
-static h3s_status log_node(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
-    (void)batched, (void)rows_per_item;
-    node_log *l = ctx;
-    if (l->n == l->cap) {
-        int64_t cap = l->cap ? 2 * l->cap : 256;
-        void *a = realloc(l->names, (size_t)cap * sizeof *l->names), *b = a ? realloc(l->sha, (size_t)cap * 65) : NULL;
-        if (a) l->names = a;
-        if (!b) return H3S_ERR_NOMEM;
-        l->sha = b;
-        l->cap = cap;
-    }
-    snprintf(l->names[l->n], sizeof l->names[l->n], "%s", name);
-    H3S_TRY(h3s_sha256_hex(out->data, h3s_tensor_nbytes(out), l->sha[l->n]));
-    l->n++;
-    return H3S_OK;
-}
-
-static void node_log_free(node_log *l) {
-    free(l->names);
-    free(l->sha);
-    memset(l, 0, sizeof *l);
-}
-
 static void run_logged(h3s_model *m, const h3s_inputs *in, run *r, node_log *log) {
     memset(r, 0, sizeof *r);
     h3s_tape *tape = NULL;
@@ -86,9 +57,7 @@ static void compare_case_mode(h3s_comm *comm, int sp, int tp, const char *label,
     CHECK(runs_equal(&ra, &rp), "[%s, sp %d tp %d, rank %d] outputs or gradients differ from one process", label, sp,
           tp, comm->rank);
     CHECK(la.n == lp.n && la.n > 0, "[%s] %lld nodes alone, %lld in parallel", label, (long long)la.n, (long long)lp.n);
-    int64_t first = -1;
-    for (int64_t i = 0; i < la.n && i < lp.n && first < 0; i++)
-        if (strcmp(la.names[i], lp.names[i]) || strcmp(la.sha[i], lp.sha[i])) first = i;
+    int64_t first = node_log_first_diff(&la, &lp);
     CHECK(first < 0, "[%s, sp %d tp %d, rank %d] first differing node: %s (parallel: %s)", label, sp, tp, comm->rank,
           first >= 0 ? la.names[first] : "", first >= 0 ? lp.names[first] : "");
     /* the comparison can fail: one flipped bit of one parameter gradient is seen */
