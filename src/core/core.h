@@ -45,6 +45,16 @@ size_t h3s_utf8_seq(const unsigned char *p, size_t n, unsigned *cp);
 void *h3s_malloc(size_t count, size_t size);
 void *h3s_calloc(size_t count, size_t size);
 
+/* A growable string: s[0..len) and a NUL after it.  Zero-initialise it; release s with free.  An append that cannot
+ * grow it sets oom, after which every append does nothing: the writer checks oom once, at the end. */
+typedef struct h3s_strbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} h3s_strbuf;
+/* Room for `extra` more bytes and the NUL: 1, or 0 when oom is (or now gets) set. */
+int h3s_strbuf_reserve(h3s_strbuf *b, size_t extra);
+
 static inline uint16_t h3s_bf16_round(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);

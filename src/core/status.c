@@ -210,6 +210,22 @@ const char *h3s_status_name(h3s_status status) {
 
 const char *h3s_version(void) { return H3S_VERSION_STRING; }
 
+int h3s_strbuf_reserve(h3s_strbuf *b, size_t extra) {
+    if (b->oom) return 0;
+    if (b->s && b->len + extra < b->cap) return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap <= b->len + extra)
+        cap *= 2;
+    char *p = realloc(b->s, cap);
+    if (!p) {
+        b->oom = 1;
+        return 0;
+    }
+    b->s = p;
+    b->cap = cap;
+    return 1;
+}
+
 void *h3s_malloc(size_t count, size_t size) {
     if (size != 0 && count > SIZE_MAX / size) {
         h3s_fail(H3S_ERR_NOMEM, "allocation of %zu x %zu bytes overflows", count, size);

@@ -43,39 +43,18 @@ static int path_exists(const char *path) {
     return lstat(path, &sb) == 0;
 }
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    int oom;
-} text_buf;
-
-static void tb_printf(text_buf *b, const char *fmt, ...) H3S_PRINTF(2, 3);
-static void tb_printf(text_buf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->s && b->len + (size_t)n < b->cap) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap <= b->len + (size_t)n)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
+static void tb_printf(h3s_strbuf *b, const char *fmt, ...) H3S_PRINTF(2, 3);
+static void tb_printf(h3s_strbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) b->oom = 1;
+    if (n < 0 || !h3s_strbuf_reserve(b, (size_t)n)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
 }
 
 h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]) {
@@ -917,7 +896,7 @@ static h3s_status manifest_read(const char *manifest_path, cJSON **out) {
 }
 
 /* The manifest's files against the model (root from manifest_read, deleted here). */
-static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_path, cJSON *root, text_buf *rep) {
+static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_path, cJSON *root, h3s_strbuf *rep) {
     h3s_status st = H3S_OK;
     int n = cJSON_GetArraySize(root);
     manifest_item *items = h3s_calloc((size_t)(n ? n : 1), sizeof *items);
@@ -996,7 +975,7 @@ h3s_status h3s_model_verify(const char *dir, const char *manifest_path, char **r
         cJSON_Delete(manifest);
         return lst;
     }
-    text_buf rep = {0};
+    h3s_strbuf rep = {0};
     const h3s_config *c = &w->config;
     int64_t elements = 0;
     for (int64_t i = 0; i < w->count; i++)
@@ -1052,7 +1031,7 @@ h3s_status h3s_model_manifest_write(const char *dir, const char *manifest_path) 
     for (int64_t f = 0; f < w->nfiles; f++)
         names[k++] = w->file_names[f];
     qsort(names, (size_t)n, sizeof *names, cmp_cstr);
-    text_buf out = {0};
+    h3s_strbuf out = {0};
     h3s_status st = H3S_OK;
     tb_printf(&out, "{\n");
     for (int64_t i = 0; i < n && st == H3S_OK; i++) {

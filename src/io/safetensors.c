@@ -691,40 +691,22 @@ h3s_status h3s_io_write_file_atomic(const char *path, const void *data, size_t l
 
 /* ---------------------------------------------------------------- writer ------------- */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    int oom;
-} strbuf;
-
-static void sb_put(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
+static void sb_put(h3s_strbuf *b, const char *s, size_t n) {
+    if (!h3s_strbuf_reserve(b, n)) return;
     memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = '\0';
 }
 
-static void sb_str(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+static void sb_str(h3s_strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
-static void sb_u64(strbuf *b, uint64_t v) {
+static void sb_u64(h3s_strbuf *b, uint64_t v) {
     char tmp[32];
     int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
     sb_put(b, tmp, (size_t)n);
 }
 
-static void sb_json_string(strbuf *b, const char *s) {
+static void sb_json_string(h3s_strbuf *b, const char *s) {
     sb_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\') {
@@ -781,7 +763,7 @@ static int cmp_cstr_ptr(const void *a, const void *b) {
 
 /* Validate the entries and build the padded header; *data_bytes = total size of the data area. */
 static h3s_status build_header(const char *path, const h3s_st_entry *entries, int64_t count, int need_data,
-                               const h3s_st_meta *meta, int64_t nmeta, strbuf *hdr, uint64_t *data_bytes) {
+                               const h3s_st_meta *meta, int64_t nmeta, h3s_strbuf *hdr, uint64_t *data_bytes) {
     if (count < 0) return h3s_fail(H3S_ERR_INVALID, "st_write %s: count %lld is negative", path, (long long)count);
     if (nmeta < 0 || (nmeta > 0 && !meta)) return h3s_fail(H3S_ERR_INVALID, "st_write %s: bad metadata list", path);
     for (int64_t i = 0; i < nmeta; i++) {
@@ -914,7 +896,7 @@ void h3s_st_writer_abort(h3s_st_writer *w) {
 static h3s_status writer_begin(const char *path, const h3s_st_entry *entries, int64_t count, int need_data,
                                const h3s_st_meta *meta, int64_t nmeta, h3s_st_writer **out) {
     if (!path || !out) return h3s_fail(H3S_ERR_INVALID, "st_write: NULL argument");
-    strbuf hdr = {0};
+    h3s_strbuf hdr = {0};
     uint64_t data_bytes = 0;
     h3s_status st = build_header(path, entries, count, need_data, meta, nmeta, &hdr, &data_bytes);
     if (st != H3S_OK) {
