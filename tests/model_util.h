@@ -131,4 +131,22 @@ static inline int64_t node_log_first_diff(const node_log *a, const node_log *b) 
     return -1;
 }
 
+/* The tiny config with odd sizes everywhere: 5 heads of 12 (rope on 12 of them), hidden 35, FFN 57, 3 blocks, 2
+ * refiner blocks (checked valid). */
+static inline h3s_config odd_config(const h3s_config *tiny) {
+    h3s_config odd = *tiny;
+    odd.num_attention_heads = 5;
+    odd.attention_head_dim = 12;
+    odd.rope_freq_dim = 2;
+    odd.hidden_size = 35;
+    odd.ffn_dim = 57;
+    odd.num_layers = 3;
+    odd.num_refiner_layers = 2;
+    odd.text_dim = 23;
+    odd.time_embed_dim = 29;
+    odd.time_embed_hidden_dim = 31;
+    CHECK_OK(h3s_config_validate(&odd));
+    return odd;
+}
+
 #endif

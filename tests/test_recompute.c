@@ -152,19 +152,7 @@ static void tape_cases(const h3s_config *c) {
 int main(void) {
     h3s_config tiny, odd;
     CHECK_OK(h3s_config_preset("tiny", -1, &tiny));
-    /* odd sizes everywhere: 5 heads of 12 (rope on 12 of them), hidden 35, FFN 57, 3 blocks, 2 refiner blocks */
-    odd = tiny;
-    odd.num_attention_heads = 5;
-    odd.attention_head_dim = 12;
-    odd.rope_freq_dim = 2;
-    odd.hidden_size = 35;
-    odd.ffn_dim = 57;
-    odd.num_layers = 3;
-    odd.num_refiner_layers = 2;
-    odd.text_dim = 23;
-    odd.time_embed_dim = 29;
-    odd.time_embed_hidden_dim = 31;
-    CHECK_OK(h3s_config_validate(&odd));
+    odd = odd_config(&tiny);
 
     const struct {
         const char *name;
