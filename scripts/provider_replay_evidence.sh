@@ -61,31 +61,12 @@ LIB=$(ls "$BUILD"/libh3strict.so 2>/dev/null | head -1)
 [ -n "$LIB" ] || { log "FAIL: no libh3strict.so in $BUILD"; exit 4; }
 
 # ------------------------------------------------------------------ diffusers from the carried wheels
-# The machine's own Python with its torch; diffusers 0.42.1 and accelerate 1.15.0 are used where that Python has
-# them, else their wheels go into a folder on PYTHONPATH without their requirements (the machine's torch, numpy,
-# huggingface_hub and safetensors serve), and only if they then do not import are the requirements that are not
-# torch installed there from the wheels too.
+# (bench/provider/provider_wheels.sh: the machine's own Python with its torch; the two wheels, and only if needed
+# their requirements, into a folder on PYTHONPATH)
 SITE=/tmp/h3s-provider-site
-probe='import torch, diffusers, accelerate; from diffusers import MiniMaxH3Transformer3DModel
-assert (diffusers.__version__, accelerate.__version__) == ("0.42.1", "1.15.0"), (diffusers.__version__, accelerate.__version__)'
-if ! "$PY" -c "$probe" >/dev/null 2>&1; then
-    export PYTHONPATH=$SITE
-    if ! "$PY" -c "$probe" >/dev/null 2>&1; then
-        whls=$(ls "$WHEELS"/diffusers-0.42.1-*.whl "$WHEELS"/accelerate-1.15.0-*.whl 2>/dev/null)
-        [ "$(echo "$whls" | grep -c .)" = 2 ] ||
-            { log "FAIL: no diffusers 0.42.1 and accelerate 1.15.0 wheels in $WHEELS (see the header of this script)"; exit 4; }
-        # shellcheck disable=SC2086
-        "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $whls >>"$LOG" 2>&1 ||
-            { log "FAIL: pip could not install $whls"; exit 4; }
-    fi
-    if ! "$PY" -c "$probe" >>"$LOG" 2>&1; then
-        log "diffusers or accelerate lacks requirements on this machine: installing them from $WHEELS"
-        "$PY" -m pip install -q --no-index --no-compile --find-links "$WHEELS" --target "$SITE" --upgrade \
-            diffusers==0.42.1 psutil pyyaml packaging >>"$LOG" 2>&1 ||
-            { log "FAIL: the requirements are not all in $WHEELS"; exit 4; }
-        "$PY" -c "$probe" >>"$LOG" 2>&1 || { log "FAIL: diffusers 0.42.1 / accelerate 1.15.0 do not import (see $LOG)"; exit 4; }
-    fi
-fi
+# shellcheck source=bench/provider/provider_wheels.sh
+. "$SRC/bench/provider/provider_wheels.sh"
+provider_wheels "$PY" "$WHEELS" "$SITE" 2>>"$LOG" || { log "FAIL: diffusers 0.42.1 / accelerate 1.15.0 (see $LOG)"; exit 4; }
 PYV=$PY
 if [ "$DEVICE" = cuda ]; then
     "$PYV" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" ||
