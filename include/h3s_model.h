@@ -194,6 +194,10 @@ typedef enum h3s_recompute {
 H3S_API h3s_status h3s_recompute_parse(const char *name, h3s_recompute *out);
 /* Set the mode for the model's next forwards; H3S_ERR_INVALID for a NULL model or an unknown mode. */
 H3S_API h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode);
+/* The mode of every model created from now on in this process (h3s_model_create, h3s_model_load, and the models
+ * h3s_trajectory and the replay create), process-wide like the thread count; H3S_RECOMPUTE_NONE until set.
+ * H3S_ERR_INVALID for an unknown mode. */
+H3S_API h3s_status h3s_set_recompute(h3s_recompute mode);
 /* The model's mode (H3S_RECOMPUTE_NONE for NULL). */
 H3S_API h3s_recompute h3s_model_recompute(const h3s_model *m);
 /* Bytes of the tensors the model's passes hold in backend memory (device memory on CUDA, host memory otherwise):

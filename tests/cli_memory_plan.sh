@@ -3,7 +3,8 @@
 # --recompute none (the default); --param-grads none writes the three input gradients only, a glob writes the input
 # gradients and exactly the parameters it matches, each with the bytes of the full run; the default output is the
 # one without the options; a glob that matches nothing, or a bad --recompute, is bad usage (exit 2, one line, no
-# output file); --verbose reports the memory estimate and the measured peaks.
+# output file); --verbose reports the memory estimate and the measured peaks.  trajectory and replay with
+# --recompute blocks write the report they write without it.
 set -u
 . "$(dirname "$0")/check.sh"
 
@@ -82,6 +83,30 @@ for args in "--param-grads nothing.matches*" "--recompute layers" "--recompute";
 done
 grad bad.safetensors --param-grads 'nothing.matches*' >/dev/null 2>"$dir/err.txt"
 grep -q "matches no parameter" "$dir/err.txt" && ok || bad "no-match message: $(cat "$dir/err.txt")"
+# trajectory and replay with --recompute blocks: the same report (its provenance and command, which record the
+# command line, left out)
+"$CLI" trajectory --out "$dir/t_none.json" --steps 2 --seeds 11 --batch 2 --quiet >/dev/null 2>&1 || bad "trajectory"
+"$CLI" trajectory --out "$dir/t_blocks.json" --steps 2 --seeds 11 --batch 2 --recompute blocks --quiet \
+    >/dev/null 2>"$dir/err.txt" || bad "trajectory --recompute blocks: $(cat "$dir/err.txt")"
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/r_none.json" --quiet >/dev/null 2>&1 ||
+    bad "replay"
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/r_blocks.json" --recompute blocks \
+    --quiet >/dev/null 2>"$dir/err.txt" || bad "replay --recompute blocks: $(cat "$dir/err.txt")"
+if python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+def load(n):
+    r = json.load(open(f"{d}/{n}.json")); r.pop("provenance", None); r.pop("command", None); return r
+ok = load("t_none") == load("t_blocks") and load("r_none") == load("r_blocks")
+ok = ok and len(json.dumps(load("r_none"))) > 1000
+sys.exit(0 if ok else 1)
+PY
+then ok; else bad "trajectory or replay report differs with --recompute blocks"; fi
+"$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/r_bad.json" --recompute all \
+    >/dev/null 2>"$dir/err.txt"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && [ ! -e "$dir/r_bad.json" ]; then ok
+else bad "replay --recompute all: exit $rc, $(cat "$dir/err.txt")"; fi
 # --verbose: the estimate and the measured peaks
 "$CLI" grad --model "$dir/m" --inputs "$dir/in.safetensors" --cotangent "$dir/ct.safetensors" \
     --out "$dir/v.safetensors" --recompute blocks --verbose >/dev/null 2>"$dir/err.txt"

@@ -206,6 +206,16 @@ int main(void) {
         CHECK(h3s_model_recompute(m) == H3S_RECOMPUTE_NONE, "a refused mode was kept");
         CHECK(h3s_model_peak_bytes(NULL) == 0 && h3s_model_live_bytes(NULL) == 0, "NULL model bytes");
         h3s_model_free(m);
+        /* the process-wide default: models created afterwards take it */
+        CHECK_OK(h3s_set_recompute(H3S_RECOMPUTE_BLOCKS));
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &m));
+        CHECK(h3s_model_recompute(m) == H3S_RECOMPUTE_BLOCKS, "h3s_set_recompute was not applied");
+        h3s_model_free(m);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_set_recompute((h3s_recompute)7));
+        CHECK_OK(h3s_set_recompute(H3S_RECOMPUTE_NONE));
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &m));
+        CHECK(h3s_model_recompute(m) == H3S_RECOMPUTE_NONE, "the default did not return to none");
+        h3s_model_free(m);
         h3s_weights_free(w);
     }
     printf("recomputation: %lld cases, %lld hooked nodes, %lld bytes compared, 0 expected to differ\n",

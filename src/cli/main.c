@@ -175,6 +175,10 @@ static const opt opt_grad_operands = {"--grad-operands", "bf16|split", 0,
 static const opt opt_sp = {"--sp", "A", 0,
                            "under mpirun: sequence-parallel ranks (default 1; A x B = the ranks started)", NULL};
 static const opt opt_tp = {"--tp", "B", 0, "under mpirun: tensor-parallel ranks (default 1)", NULL};
+static const opt opt_recompute = {"--recompute", "blocks|none", 0,
+                                  "blocks: keep each block's input only, recompute its forward in the backward "
+                                  "(same bits)",
+                                  NULL};
 static const opt opt_force_run = {"--force", NULL, 0, "run even when the memory estimate exceeds the machine's memory",
                                   NULL};
 
@@ -461,6 +465,18 @@ static int apply_grad_operands(const opt *opts, int nopts) {
     return 0;
 }
 
+/* --recompute blocks|none (default none): per-block activation recomputation of every model the command creates
+ * (h3s_set_recompute); the memory estimates count it. */
+static h3s_recompute g_recompute = H3S_RECOMPUTE_NONE;
+
+static int apply_recompute(const opt *opts, int nopts) {
+    const char *r = get(opts, nopts, "--recompute");
+    if (!r) return 0;
+    if (h3s_recompute_parse(r, &g_recompute) != H3S_OK || h3s_set_recompute(g_recompute) != H3S_OK)
+        return fail_line("--recompute must be blocks or none, got '%s'", r), -1;
+    return 0;
+}
+
 static int parse_device(const opt *opts, int nopts, h3s_backend_kind *kind) {
     const char *d = get(opts, nopts, "--device");
     *kind = H3S_BACKEND_CPU;
@@ -535,7 +551,7 @@ static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_bac
     double params = 0;
     for (int64_t i = 0; i < h3s_weights_count(w); i++)
         params += (double)h3s_tensor_numel(h3s_weights_at(w, i, NULL));
-    memory_estimate e = estimate_backward_memory(c, batch, S, Nt, 0, params);
+    memory_estimate e = estimate_backward_memory(c, batch, S, Nt, g_recompute == H3S_RECOMPUTE_BLOCKS, params);
     double strict = (kind == H3S_BACKEND_CUDA ? 0 : e.activations) + e.params;
     double bytes = golden ? e.activations * 4 + params * 16 : strict;
     double mem = physical_memory_bytes();
@@ -924,15 +940,6 @@ static h3s_status write_grads(const char *path, const h3s_grads *g, provenance *
     return st;
 }
 
-/* --recompute blocks|none (default none): per-block activation recomputation of the model (h3s_model_set_recompute). */
-static int parse_recompute(const opt *opts, int nopts, h3s_recompute *mode) {
-    const char *r = get(opts, nopts, "--recompute");
-    *mode = H3S_RECOMPUTE_NONE;
-    if (!r) return 0;
-    if (h3s_recompute_parse(r, mode) != H3S_OK) return fail_line("--recompute must be blocks or none, got '%s'", r), -1;
-    return 0;
-}
-
 /* --param-grads all|none|GLOB: which parameter gradients grad computes and writes.  *want (the caller's, free) gets
  * one byte per parameter of the model in canonical order, or NULL for all; *count the number asked for and
  * *elems their elements.  A pattern (fnmatch, over the checkpoint names) that matches nothing is a usage error. */
@@ -993,8 +1000,7 @@ static int cmd_grad(int argc, char **argv) {
                {"--out", "GRADS.safetensors", 1, "input gradients and the parameter gradients asked for, F32", NULL},
                {"--param-grads", "all|none|GLOB", 0,
                 "parameter gradients to compute and write (default all; GLOB: fnmatch over checkpoint names)", NULL},
-               {"--recompute", "blocks|none", 0,
-                "blocks: keep each block's input only, recompute its forward in the backward (same bits)", NULL},
+               opt_recompute,
                opt_force_run,
                opt_device,
                opt_grad_operands,
@@ -1008,8 +1014,8 @@ static int cmd_grad(int argc, char **argv) {
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--cotangent", &ct) ||
         need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
         return EXIT_USAGE;
-    h3s_recompute recompute;
-    if (parse_recompute(o, n, &recompute)) return EXIT_USAGE;
+    if (apply_recompute(o, n)) return EXIT_USAGE;
+    const h3s_recompute recompute = g_recompute;
     int prc = apply_parallel(o, n, kind);
     if (prc) return prc;
     if (check_output(out, model, inputs, ct)) return check_output_code;
@@ -1242,6 +1248,7 @@ static int cmd_trajectory(int argc, char **argv) {
                opt_device,
                opt_threads,
                opt_grad_operands,
+               opt_recompute,
                {"--no-grad", NULL, 0, "skip the backward and the gradient comparisons", NULL},
                {"--inputs", "IN.safetensors", 0, "sample your request (item 0) instead of seeded ones", NULL},
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
@@ -1256,7 +1263,8 @@ static int cmd_trajectory(int argc, char **argv) {
     const char *out;
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
-    if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
+    if (need(o, n, "--out", &out) || parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n) ||
+        apply_recompute(o, n))
         return EXIT_USAGE;
     static const uint64_t default_seeds[3] = {11, 22, 33};
     uint64_t *seeds = NULL;
@@ -1439,6 +1447,7 @@ static int cmd_replay(int argc, char **argv) {
         opt_device,
         opt_threads,
         opt_grad_operands,
+        opt_recompute,
         {"--no-golden", NULL, 0, "skip the FP64 golden run (no per-node errors)", NULL},
         {"--plant-drift", "NODE", 0, "test only: flip one bit of NODE in the repeat run; exits 1", NULL},
         opt_sp,
@@ -1449,7 +1458,7 @@ static int cmd_replay(int argc, char **argv) {
     h3s_backend_kind kind;
     PARSE_OR_RETURN(argc, argv, o);
     if (need(o, n, "--model", &model) || need(o, n, "--inputs", &inputs) || need(o, n, "--out", &out) ||
-        parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n))
+        parse_device(o, n, &kind) || apply_threads(o, n) || apply_grad_operands(o, n) || apply_recompute(o, n))
         return EXIT_USAGE;
     int prc = apply_parallel(o, n, kind);
     if (prc) return prc;

@@ -257,6 +257,8 @@ void h3s_model_free(h3s_model *m) {
  * thread count). */
 static h3s_comm *g_default_comm;
 static int g_default_sp = 1, g_default_tp = 1;
+/* h3s_set_recompute: the recomputation mode of every model created afterwards */
+static h3s_recompute g_default_recompute = H3S_RECOMPUTE_NONE;
 
 h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
@@ -269,6 +271,7 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
     m->act = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_BF16;
     m->f32 = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : H3S_F32;
     m->grad = m->f32;
+    m->recompute = g_default_recompute;
     m->meter = h3s_calloc(1, sizeof *m->meter);
     if (!m->meter) {
         free(m);
@@ -388,6 +391,13 @@ h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode) {
         return h3s_fail(H3S_ERR_INVALID, "model_set_recompute: unknown mode %d (expected none 0 or blocks 1)",
                         (int)mode);
     m->recompute = mode;
+    return H3S_OK;
+}
+
+h3s_status h3s_set_recompute(h3s_recompute mode) {
+    if (mode != H3S_RECOMPUTE_NONE && mode != H3S_RECOMPUTE_BLOCKS)
+        return h3s_fail(H3S_ERR_INVALID, "set_recompute: unknown mode %d (expected none 0 or blocks 1)", (int)mode);
+    g_default_recompute = mode;
     return H3S_OK;
 }
 
