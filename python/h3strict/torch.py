@@ -327,18 +327,48 @@ class StrictTransformer(torch.nn.Module):
                                          for f, _ in cfg._fields_})
 
     @classmethod
-    def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None):
+    def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None, recompute=None):
         """Load a model directory in diffusers layout, or a pipeline snapshot holding transformer/.
 
         device: "cpu" (strict CPU backend; the weights are copied once into memory the model owns, so an
         optimizer may update the parameters in place) or "cuda" (weights uploaded once; inputs stay host
         tensors).  threads: OpenMP threads for the whole process (None keeps the current setting; results never
-        depend on it).  grad_operands: "bf16" or "split" (the CUDA backward's dy operands; see the README)."""
+        depend on it).  grad_operands: "bf16" or "split" (the CUDA backward's dy operands; see the README).
+        recompute: "none" (default) or "blocks" (see the `recompute` property)."""
         if grad_operands is not None:
             mode = ctypes.c_int()
             check(lib.h3s_grad_operands_parse(str(grad_operands).encode(), ctypes.byref(mode)))
             check(lib.h3s_set_grad_operands(mode.value))
-        return cls(_Model(path, device, threads))
+        model = cls(_Model(path, device, threads))
+        if recompute is not None:
+            model.recompute = recompute
+        return model
+
+    @property
+    def recompute(self):
+        """Per-block activation recomputation of the forwards made from now on: "none" keeps every activation the
+        backward needs; "blocks" keeps only each block's input and runs the block's forward again in the backward
+        (less memory, one more block forward per block; the gradients are bit-identical either way)."""
+        return "blocks" if lib.h3s_model_recompute(self._core.handle) == 1 else "none"
+
+    @recompute.setter
+    def recompute(self, mode):
+        if not isinstance(mode, str):
+            raise ValueError(f"recompute must be 'none' or 'blocks', got {mode!r}")
+        m = ctypes.c_int()
+        check(lib.h3s_recompute_parse(mode.encode(), ctypes.byref(m)))
+        check(lib.h3s_model_set_recompute(self._core.handle, m.value))
+
+    def memory_bytes(self, reset_peak=False):
+        """(live, peak) bytes of the tensors the model's passes hold in backend memory (device memory on CUDA):
+        tapes, the backward's temporaries and its parameter gradients before they are handed over; not the
+        weights.  The peak counts from the model's creation or the last call with reset_peak=True (which starts
+        a new peak from the bytes live after this reading)."""
+        h = self._core.handle
+        live, peak = int(lib.h3s_model_live_bytes(h)), int(lib.h3s_model_peak_bytes(h))
+        if reset_peak:
+            lib.h3s_model_reset_peak_bytes(h)
+        return live, peak
 
     def seeded_inputs(self, batch=1, seed=0, t_video=0.25, t_audio=0.6, text_tokens=6, frames=2,
                       latent_height=4, latent_width=6, audio_latents=4):

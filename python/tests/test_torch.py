@@ -121,6 +121,33 @@ def test_gradients_bitwise_equal_cli(model, work):
             assert p.grad.dtype == p.dtype and bits_equal(p.grad, expect[name].to(p.dtype)), name
 
 
+def test_recompute_blocks_gives_the_same_gradients_in_less_memory(work):
+    """recompute="blocks" keeps each block's input only and runs the block again in the backward: every gradient is
+    the CLI's (no recomputation) bit for bit, and the model's peak pass memory is lower."""
+    x = inputs(work, 2)
+    ct = read_safetensors(work / "ct.safetensors")
+    expect = read_safetensors(work / "grads.safetensors")
+    peaks = {}
+    for mode in ("none", "blocks"):
+        m = StrictTransformer.from_pretrained(work / "m", device="cpu", threads=2, recompute=mode)
+        assert m.recompute == mode
+        xin = {k: (v.clone().requires_grad_(True) if k == "hidden_states" else v) for k, v in x.items()}
+        out = m(**xin)
+        torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+        assert bits_equal(xin["hidden_states"].grad, expect["hidden_states"]), mode
+        for name, _ in m.named_parameters():
+            assert bits_equal(m.grads_f32[name], expect[name]), (mode, name)
+        live, peaks[mode] = m.memory_bytes(reset_peak=True)
+        assert 0 <= live <= peaks[mode]
+        assert m.memory_bytes()[1] <= peaks[mode], "reset_peak starts a new peak from the live bytes"
+    assert 0 < peaks["blocks"] < peaks["none"], peaks
+    with pytest.raises(H3StrictError, match="recompute|blocks"):
+        m.recompute = "sometimes"
+    with pytest.raises(ValueError):
+        m.recompute = 1
+    assert m.recompute == "blocks", "a refused mode leaves the model's mode as it was"
+
+
 def test_item0_of_batch3_equals_batch1(model, work):
     outs, grads = [], []
     for b in (3, 1):
