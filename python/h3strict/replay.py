@@ -114,7 +114,8 @@ def _first_differing_row(a, b, rows):
 
 def _sha(t):
     t = t.detach().contiguous().cpu()
-    return hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()
+    # the tensor's bytes are hashed in place (a numpy view is a buffer), not copied first
+    return hashlib.sha256(t.reshape(-1).view(torch.uint8).numpy() if t.numel() else b"").hexdigest()
 
 
 def _rel_l2(x, ref):
