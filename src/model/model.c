@@ -50,6 +50,61 @@ h3s_status h3s_backend_check(h3s_backend_kind kind) {
     return h3s_fail(H3S_ERR_INVALID, "backend_check: unknown backend %d", (int)kind);
 }
 
+/* The parameters outside the blocks, by the index of their name in g_global_param_names. */
+enum {
+    GP_TIME_EMBEDDER_LINEAR_1_WEIGHT,
+    GP_TIME_EMBEDDER_LINEAR_1_BIAS,
+    GP_TIME_EMBEDDER_LINEAR_2_WEIGHT,
+    GP_TIME_EMBEDDER_LINEAR_2_BIAS,
+    GP_PROJ_IN_WEIGHT,
+    GP_PROJ_IN_BIAS,
+    GP_AUDIO_PROJ_IN_WEIGHT,
+    GP_AUDIO_PROJ_IN_BIAS,
+    GP_CONTEXT_EMBEDDER_WEIGHT,
+    GP_CONTEXT_EMBEDDER_BIAS,
+    GP_TOKEN_REFINER_FINAL_NORM_WEIGHT,
+    GP_NORM_OUT_LINEAR_WEIGHT,
+    GP_NORM_OUT_LINEAR_BIAS,
+    GP_NORM_OUT_NORM_WEIGHT,
+    GP_PROJ_OUT_WEIGHT,
+    GP_PROJ_OUT_BIAS,
+    GP_AUDIO_PROJ_OUT_WEIGHT,
+    GP_AUDIO_PROJ_OUT_BIAS,
+    GP_COUNT
+};
+static const char *const g_global_param_names[GP_COUNT] = {
+    "time_embedder.linear_1.weight",
+    "time_embedder.linear_1.bias",
+    "time_embedder.linear_2.weight",
+    "time_embedder.linear_2.bias",
+    "proj_in.weight",
+    "proj_in.bias",
+    "audio_proj_in.weight",
+    "audio_proj_in.bias",
+    "context_embedder.weight",
+    "context_embedder.bias",
+    "token_refiner.final_norm.weight",
+    "norm_out.linear.weight",
+    "norm_out.linear.bias",
+    "norm_out.norm.weight",
+    "proj_out.weight",
+    "proj_out.bias",
+    "audio_proj_out.weight",
+    "audio_proj_out.bias",
+};
+
+/* The parameters of one block, as indices into the model's weights (m->w) and a backward's gradients (spec
+ * order), resolved once when the model is created: a pass reads them by field, never by name. */
+typedef struct block_params {
+    int64_t adaln_w, adaln_b; /* the AdaLN projection (transformer blocks; -1 in a token-refiner block) */
+    int64_t norm1, norm2;
+    int64_t to[3];      /* attn.to_q, to_k, to_v */
+    int64_t norm_qk[2]; /* attn.norm_q, norm_k */
+    int64_t to_out;     /* attn.to_out.0 */
+    int64_t ff_in;      /* ff.net.0.proj (gate and up) */
+    int64_t ff_out;     /* ff.net.2 (down) */
+} block_params;
+
 struct h3s_model {
     h3s_config cfg;
     h3s_backend_kind kind;
@@ -61,6 +116,8 @@ struct h3s_model {
     h3s_param_spec *specs;
     h3s_tensor *w;            /* weights in the backend's form, spec order */
     h3s_weights *own_weights; /* h3s_model_load: the loaded weights, when m->w borrows them */
+    block_params *bp, *rbp;   /* [num_layers] transformer blocks, [num_refiner_layers] token-refiner blocks */
+    int64_t gp[GP_COUNT];     /* the parameters outside the blocks (spec order index, -1 when the config has none) */
     /* parallel execution (h3s_model_set_parallel): comm == NULL runs in this process alone */
     h3s_comm *comm;
     int sp, tp;
@@ -245,6 +302,8 @@ void h3s_model_free(h3s_model *m) {
         if (m->w[i].owns_data) backend_free(m, &m->w[i]);
     }
     free(m->w);
+    free(m->bp);
+    free(m->rbp);
     free(m->specs);
     free(m->sp_sizes);
     parallel_release(m);
@@ -259,6 +318,47 @@ static h3s_comm *g_default_comm;
 static int g_default_sp = 1, g_default_tp = 1;
 /* h3s_set_recompute: the recomputation mode of every model created afterwards */
 static h3s_recompute g_default_recompute = H3S_RECOMPUTE_NONE;
+
+/* Index of the parameter "<pre>.<i>.<suffix>" in spec order, or -1. */
+static int64_t block_param_index(const h3s_model *m, const char *pre, int64_t i, const char *suffix) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.%lld.%s", pre, (long long)i, suffix);
+    for (int64_t k = 0; k < m->nparams; k++)
+        if (!strcmp(m->specs[k].name, name)) return k;
+    return -1;
+}
+
+/* m->bp, m->rbp and m->gp from the parameter specs; a block missing a parameter is a format error naming it. */
+static h3s_status resolve_block_params(h3s_model *m) {
+    const int64_t nb = m->cfg.num_layers, nr = m->cfg.num_refiner_layers;
+    m->bp = h3s_calloc((size_t)(nb > 0 ? nb : 1), sizeof *m->bp);
+    m->rbp = h3s_calloc((size_t)(nr > 0 ? nr : 1), sizeof *m->rbp);
+    if (!m->bp || !m->rbp) return H3S_ERR_NOMEM;
+    static const char *const suffix[] = {
+        "adaln_proj.linear.weight", "adaln_proj.linear.bias", "norm1.weight",         "norm2.weight",
+        "attn.to_q.weight",         "attn.to_k.weight",       "attn.to_v.weight",     "attn.norm_q.weight",
+        "attn.norm_k.weight",       "attn.to_out.0.weight",   "ff.net.0.proj.weight", "ff.net.2.weight"};
+    for (int refiner = 0; refiner < 2; refiner++) {
+        const char *pre = refiner ? "token_refiner.refiner_blocks" : "transformer_blocks";
+        for (int64_t i = 0; i < (refiner ? nr : nb); i++) {
+            block_params *b = refiner ? &m->rbp[i] : &m->bp[i];
+            int64_t *field[] = {&b->adaln_w, &b->adaln_b,    &b->norm1,      &b->norm2,  &b->to[0], &b->to[1],
+                                &b->to[2],   &b->norm_qk[0], &b->norm_qk[1], &b->to_out, &b->ff_in, &b->ff_out};
+            for (size_t f = 0; f < sizeof suffix / sizeof suffix[0]; f++) {
+                *field[f] = block_param_index(m, pre, i, suffix[f]);
+                if (*field[f] < 0 && !(refiner && f < 2))
+                    return h3s_fail(H3S_ERR_FORMAT, "model: no parameter named %s.%lld.%s", pre, (long long)i,
+                                    suffix[f]);
+            }
+        }
+    }
+    for (int k = 0; k < GP_COUNT; k++) {
+        m->gp[k] = -1;
+        for (int64_t j = 0; j < m->nparams && m->gp[k] < 0; j++)
+            if (!strcmp(m->specs[j].name, g_global_param_names[k])) m->gp[k] = j;
+    }
+    return H3S_OK;
+}
 
 h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
@@ -288,6 +388,11 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
     if (!m->w) {
         h3s_model_free(m);
         return H3S_ERR_NOMEM;
+    }
+    st = resolve_block_params(m);
+    if (st != H3S_OK) {
+        h3s_model_free(m);
+        return st;
     }
     for (int64_t i = 0; i < m->nparams; i++) {
         const h3s_tensor *src = h3s_weights_get(wts, m->specs[i].name);
@@ -409,24 +514,6 @@ int64_t h3s_model_live_bytes(const h3s_model *m) { return m && m->meter ? m->met
 
 void h3s_model_reset_peak_bytes(h3s_model *m) {
     if (m && m->meter) m->meter->peak = m->meter->live;
-}
-
-static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) H3S_PRINTF(2, 3);
-static const h3s_tensor *weight(const h3s_model *m, const char *fmt, ...) {
-    char name[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    for (int64_t i = 0; i < m->nparams; i++)
-        if (!strcmp(m->specs[i].name, name)) return &m->w[i];
-    return NULL;
-}
-
-static int64_t param_index(const h3s_model *m, const char *name) {
-    for (int64_t i = 0; i < m->nparams; i++)
-        if (!strcmp(m->specs[i].name, name)) return i;
-    return -1;
 }
 
 /* ------------------------------------------------------------------ inputs ------------ */
@@ -734,7 +821,8 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
 /* Parameter lookup by formatted name.  h3s_model_create checked that every parameter of
  * the spec list exists, so a NULL here is a naming bug in this file; the operator it is
  * passed to then fails with "NULL tensor" rather than reading anything. */
-#define W(...) weight(m, __VA_ARGS__)
+/* A parameter outside the blocks (NULL when the config has none). */
+static const h3s_tensor *gweight(const h3s_model *m, int k) { return m->gp[k] >= 0 ? &m->w[m->gp[k]] : NULL; }
 
 /* The [M, heads * 2] statistics buffer seen as the [M, heads, 2] tensor attention takes. */
 static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
@@ -764,7 +852,6 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *pre = refiner ? "token_refiner.refiner_blocks" : "transformer_blocks";
     const char *node = refiner ? "refiner" : "block";
     int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
     int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
@@ -774,33 +861,32 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     if (!refiner) {
         NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
         NEW(a->table, m->act, tp->T, 18 * H);
-        H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, (long long)i),
-                                             W("%s.%lld.adaln_proj.linear.bias", pre, (long long)i), a->a_silu,
-                                             a->table));
+        H3S_TRY(h3s_adaln_projection_forward(tp->temb, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_w],
+                                             &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_b], a->a_silu, a->table));
         H3S_TRY(emit(r, a->table, 0, 0, "%s.%lld.adaln_projection", node, (long long)i));
         table6 = view2(a->table, tp->T * 3, 6 * H);
         mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
         mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
     }
     NEW(a->n1, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(x, W("%s.%lld.norm1.weight", pre, (long long)i), refiner ? NULL : &mod1, c->norm_eps,
-                                a->n1));
+    H3S_TRY(h3s_rmsnorm_forward(x, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm1], refiner ? NULL : &mod1,
+                                c->norm_eps, a->n1));
     H3S_TRY(emit(r, a->n1, 1, S, "%s.%lld.norm1", node, (long long)i));
     NEW(a->q, m->act, M, HD);
     NEW(a->k, m->act, M, HD);
     NEW(a->v, m->act, M, HD);
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_q.weight", pre, (long long)i), NULL, a->q));
+    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[0]], NULL, a->q));
     H3S_TRY(emit(r, a->q, 1, S, "%s.%lld.q_proj", node, (long long)i));
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_k.weight", pre, (long long)i), NULL, a->k));
+    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[1]], NULL, a->k));
     H3S_TRY(emit(r, a->k, 1, S, "%s.%lld.k_proj", node, (long long)i));
-    H3S_TRY(h3s_linear_forward(a->n1, W("%s.%lld.attn.to_v.weight", pre, (long long)i), NULL, a->v));
+    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[2]], NULL, a->v));
     H3S_TRY(emit(r, a->v, 1, S, "%s.%lld.v_proj", node, (long long)i));
     NEW(a->qn, m->act, M, HD);
     NEW(a->kn, m->act, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, (long long)i), c->qk_norm_eps,
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm_qk[0]], c->qk_norm_eps,
                                      a->qn));
     H3S_TRY(emit(r, a->qn, 1, S, "%s.%lld.q_norm", node, (long long)i));
-    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, (long long)i), c->qk_norm_eps,
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm_qk[1]], c->qk_norm_eps,
                                      a->kn));
     H3S_TRY(emit(r, a->kn, 1, S, "%s.%lld.k_norm", node, (long long)i));
     h3s_tensor *qa = a->qn, *ka = a->kn;
@@ -821,23 +907,23 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     H3S_TRY(h3s_attention_forward(qa, ka, a->v, B, heads, &mask, a->att, &stats3));
     H3S_TRY(emit(r, a->att, 1, S, "%s.%lld.attention", node, (long long)i));
     NEW(a->o, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, (long long)i), NULL, a->o));
+    H3S_TRY(h3s_linear_forward(a->att, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to_out], NULL, a->o));
     H3S_TRY(emit(r, a->o, 1, S, "%s.%lld.o_proj", node, (long long)i));
     NEW(a->x1, m->act, M, H);
     H3S_TRY(h3s_residual_forward(x, a->o, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 2, a->x1));
     H3S_TRY(emit(r, a->x1, 1, S, "%s.%lld.residual_attn", node, (long long)i));
     NEW(a->n2, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(a->x1, W("%s.%lld.norm2.weight", pre, (long long)i), refiner ? NULL : &mod2,
+    H3S_TRY(h3s_rmsnorm_forward(a->x1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm2], refiner ? NULL : &mod2,
                                 c->norm_eps, a->n2));
     H3S_TRY(emit(r, a->n2, 1, S, "%s.%lld.norm2", node, (long long)i));
     NEW(a->u, m->act, M, 2 * F);
-    H3S_TRY(h3s_linear_forward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, (long long)i), NULL, a->u));
+    H3S_TRY(h3s_linear_forward(a->n2, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_in], NULL, a->u));
     H3S_TRY(emit(r, a->u, 1, S, "%s.%lld.ffn_gate_up", node, (long long)i));
     NEW(a->h, m->act, M, F);
     H3S_TRY(h3s_swiglu_forward(a->u, a->h));
     H3S_TRY(emit(r, a->h, 1, S, "%s.%lld.swiglu", node, (long long)i));
     NEW(a->f, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->h, W("%s.%lld.ff.net.2.weight", pre, (long long)i), NULL, a->f));
+    H3S_TRY(h3s_linear_forward(a->h, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_out], NULL, a->f));
     H3S_TRY(emit(r, a->f, 1, S, "%s.%lld.ffn_down", node, (long long)i));
     NEW(a->x2, m->act, M, H);
     H3S_TRY(h3s_residual_forward(a->x1, a->f, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 5, a->x2));
@@ -1334,7 +1420,6 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *pre = "transformer_blocks";
     long long li = (long long)i;
     const tp_geom *g = m->tpg;
     const tp_block *tb = g ? &g->blocks[i] : NULL;
@@ -1353,29 +1438,29 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
         H3S_TRY(h3s_adaln_projection_forward(tp->temb, &tb->ada, &tb->ada_b, a->a_silu, part));
         H3S_TRY(tp_gather_into(g, part, COL_ADA, 1, 18 * H, a->table));
     } else {
-        H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                             W("%s.%lld.adaln_proj.linear.bias", pre, li), a->a_silu, a->table));
+        H3S_TRY(h3s_adaln_projection_forward(tp->temb, &m->w[(&m->bp[li])->adaln_w], &m->w[(&m->bp[li])->adaln_b],
+                                             a->a_silu, a->table));
     }
     H3S_TRY(emit(r, a->table, 0, 0, "block.%lld.adaln_projection", li));
     h3s_tensor table6 = view2(a->table, tp->T * 3, 6 * H);
     h3s_modulation mod1 = {&table6, idx, 0, 1}, mod2 = {&table6, idx, 3, 4};
     NEW(a->n1, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(x, W("%s.%lld.norm1.weight", pre, li), &mod1, c->norm_eps, a->n1));
+    H3S_TRY(h3s_rmsnorm_forward(x, &m->w[(&m->bp[li])->norm1], &mod1, c->norm_eps, a->n1));
     H3S_TRY(emit_par(r, a->n1, COL_FULL, H, S, "block.%lld.norm1", li));
     NEW(a->q, m->act, M, HDl);
     NEW(a->k, m->act, M, HDl);
     NEW(a->v, m->act, M, HDl);
-    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wq : W("%s.%lld.attn.to_q.weight", pre, li), NULL, a->q));
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wq : &m->w[(&m->bp[li])->to[0]], NULL, a->q));
     H3S_TRY(emit_par(r, a->q, COL_HEADS, HD, S, "block.%lld.q_proj", li));
-    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wk : W("%s.%lld.attn.to_k.weight", pre, li), NULL, a->k));
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wk : &m->w[(&m->bp[li])->to[1]], NULL, a->k));
     H3S_TRY(emit_par(r, a->k, COL_HEADS, HD, S, "block.%lld.k_proj", li));
-    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wv : W("%s.%lld.attn.to_v.weight", pre, li), NULL, a->v));
+    H3S_TRY(h3s_linear_forward(a->n1, g ? &tb->wv : &m->w[(&m->bp[li])->to[2]], NULL, a->v));
     H3S_TRY(emit_par(r, a->v, COL_HEADS, HD, S, "block.%lld.v_proj", li));
     NEW(a->qn, m->act, M, HDl);
     NEW(a->kn, m->act, M, HDl);
-    H3S_TRY(h3s_head_rmsnorm_forward(a->q, hl, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, a->qn));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->q, hl, &m->w[(&m->bp[li])->norm_qk[0]], c->qk_norm_eps, a->qn));
     H3S_TRY(emit_par(r, a->qn, COL_HEADS, HD, S, "block.%lld.q_norm", li));
-    H3S_TRY(h3s_head_rmsnorm_forward(a->k, hl, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, a->kn));
+    H3S_TRY(h3s_head_rmsnorm_forward(a->k, hl, &m->w[(&m->bp[li])->norm_qk[1]], c->qk_norm_eps, a->kn));
     H3S_TRY(emit_par(r, a->kn, COL_HEADS, HD, S, "block.%lld.k_norm", li));
     NEW(a->qr, m->act, M, HDl);
     NEW(a->kr, m->act, M, HDl);
@@ -1402,25 +1487,25 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     H3S_TRY(emit_par(r, a->att, COL_HEADS, HD, S, "block.%lld.attention", li));
     NEW(a->o, m->act, M, H);
     /* o_proj sums over every head */
-    H3S_TRY(par_hid_linear_forward(tp, a->att, COL_HEADS, Dh, HD,
-                                   g ? &tb->wo : W("%s.%lld.attn.to_out.0.weight", pre, li), &a->att_full, a->o));
+    H3S_TRY(par_hid_linear_forward(tp, a->att, COL_HEADS, Dh, HD, g ? &tb->wo : &m->w[(&m->bp[li])->to_out],
+                                   &a->att_full, a->o));
     H3S_TRY(emit_par(r, a->o, COL_FULL, H, S, "block.%lld.o_proj", li));
     NEW(a->x1, m->act, M, H);
     H3S_TRY(h3s_residual_forward(x, a->o, &table6, idx, 2, a->x1));
     H3S_TRY(emit_par(r, a->x1, COL_FULL, H, S, "block.%lld.residual_attn", li));
     NEW(a->n2, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(a->x1, W("%s.%lld.norm2.weight", pre, li), &mod2, c->norm_eps, a->n2));
+    H3S_TRY(h3s_rmsnorm_forward(a->x1, &m->w[(&m->bp[li])->norm2], &mod2, c->norm_eps, a->n2));
     H3S_TRY(emit_par(r, a->n2, COL_FULL, H, S, "block.%lld.norm2", li));
     NEW(a->u, m->act, M, 2 * fl);
-    H3S_TRY(h3s_linear_forward(a->n2, g ? &tb->w0 : W("%s.%lld.ff.net.0.proj.weight", pre, li), NULL, a->u));
+    H3S_TRY(h3s_linear_forward(a->n2, g ? &tb->w0 : &m->w[(&m->bp[li])->ff_in], NULL, a->u));
     H3S_TRY(emit_par(r, a->u, COL_SWIGLU, 2 * F, S, "block.%lld.ffn_gate_up", li));
     NEW(a->h, m->act, M, fl);
     H3S_TRY(h3s_swiglu_forward(a->u, a->h));
     H3S_TRY(emit_par(r, a->h, COL_FFN, F, S, "block.%lld.swiglu", li));
     NEW(a->f, m->act, M, H);
     /* ffn_down sums over the whole inner width */
-    H3S_TRY(par_hid_linear_forward(tp, a->h, COL_FFN, 1, F, g ? &tb->w2 : W("%s.%lld.ff.net.2.weight", pre, li),
-                                   &a->h_full, a->f));
+    H3S_TRY(
+        par_hid_linear_forward(tp, a->h, COL_FFN, 1, F, g ? &tb->w2 : &m->w[(&m->bp[li])->ff_out], &a->h_full, a->f));
     H3S_TRY(emit_par(r, a->f, COL_FULL, H, S, "block.%lld.ffn_down", li));
     NEW(a->x2, m->act, M, H);
     H3S_TRY(h3s_residual_forward(a->x1, a->f, &table6, idx, 5, a->x2));
@@ -1555,9 +1640,10 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(emit(r, tp->feats, 0, 0, "timestep_sinusoid"));
     NEW(tp->mlp_hidden, m->f32, T, c->time_embed_hidden_dim);
     NEW(tp->temb, m->f32, T, c->time_embed_dim);
-    H3S_TRY(h3s_timestep_mlp_forward(tp->feats, W("time_embedder.linear_1.weight"), W("time_embedder.linear_1.bias"),
-                                     W("time_embedder.linear_2.weight"), W("time_embedder.linear_2.bias"),
-                                     tp->mlp_hidden, tp->temb));
+    H3S_TRY(h3s_timestep_mlp_forward(tp->feats, gweight(m, GP_TIME_EMBEDDER_LINEAR_1_WEIGHT),
+                                     gweight(m, GP_TIME_EMBEDDER_LINEAR_1_BIAS),
+                                     gweight(m, GP_TIME_EMBEDDER_LINEAR_2_WEIGHT),
+                                     gweight(m, GP_TIME_EMBEDDER_LINEAR_2_BIAS), tp->mlp_hidden, tp->temb));
     H3S_TRY(emit(r, tp->temb, 0, 0, "timestep_mlp"));
 
     /* input projections */
@@ -1565,13 +1651,15 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(upload_input(tp, &in->audio_hidden_states, m->f32, B * Na, Wa, &tp->ha));
     H3S_TRY(upload_input(tp, &in->encoder_hidden_states, m->act, B * Nt, c->text_dim, &tp->enc));
     NEW(tp->video_emb, m->f32, B * Nv, H);
-    H3S_TRY(h3s_linear_forward(tp->hv, W("proj_in.weight"), W("proj_in.bias"), tp->video_emb));
+    H3S_TRY(h3s_linear_forward(tp->hv, gweight(m, GP_PROJ_IN_WEIGHT), gweight(m, GP_PROJ_IN_BIAS), tp->video_emb));
     H3S_TRY(emit(r, tp->video_emb, 1, Nv, "proj_in"));
     NEW(tp->audio_emb, m->f32, B * Na, H);
-    H3S_TRY(h3s_linear_forward(tp->ha, W("audio_proj_in.weight"), W("audio_proj_in.bias"), tp->audio_emb));
+    H3S_TRY(h3s_linear_forward(tp->ha, gweight(m, GP_AUDIO_PROJ_IN_WEIGHT), gweight(m, GP_AUDIO_PROJ_IN_BIAS),
+                               tp->audio_emb));
     H3S_TRY(emit(r, tp->audio_emb, 1, Na, "audio_proj_in"));
     NEW(tp->text_emb, m->act, B * Nt, H);
-    H3S_TRY(h3s_linear_forward(tp->enc, W("context_embedder.weight"), W("context_embedder.bias"), tp->text_emb));
+    H3S_TRY(h3s_linear_forward(tp->enc, gweight(m, GP_CONTEXT_EMBEDDER_WEIGHT), gweight(m, GP_CONTEXT_EMBEDDER_BIAS),
+                               tp->text_emb));
     H3S_TRY(emit(r, tp->text_emb, 1, Nt, "context_embedder"));
 
     /* token refiner over the text rows */
@@ -1580,7 +1668,8 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
         H3S_TRY(block_forward_kept(r, BLK_REFINER, i, x, Nt, &tp->refiner[i], &x));
     tp->text_pre_final = x;
     NEW(tp->text_final, m->act, B * Nt, H);
-    H3S_TRY(h3s_rmsnorm_forward(x, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps, tp->text_final));
+    H3S_TRY(h3s_rmsnorm_forward(x, gweight(m, GP_TOKEN_REFINER_FINAL_NORM_WEIGHT), NULL, c->final_norm_eps,
+                                tp->text_final));
     H3S_TRY(emit(r, tp->text_final, 1, Nt, "refiner.final_norm"));
 
     /* pack */
@@ -1618,11 +1707,11 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     /* output norm and heads */
     NEW(tp->a_out, m->act, T, c->time_embed_dim);
     NEW(tp->table_out, m->act, T, 2 * H);
-    H3S_TRY(h3s_adaln_projection_forward(tp->temb, W("norm_out.linear.weight"), W("norm_out.linear.bias"), tp->a_out,
-                                         tp->table_out));
+    H3S_TRY(h3s_adaln_projection_forward(tp->temb, gweight(m, GP_NORM_OUT_LINEAR_WEIGHT),
+                                         gweight(m, GP_NORM_OUT_LINEAR_BIAS), tp->a_out, tp->table_out));
     NEW(tp->y, m->f32, B * S, H);
-    H3S_TRY(
-        h3s_final_norm_forward(x, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows, c->final_norm_eps, tp->y));
+    H3S_TRY(h3s_final_norm_forward(x, gweight(m, GP_NORM_OUT_NORM_WEIGHT), tp->table_out, &tp->ts_rows,
+                                   c->final_norm_eps, tp->y));
     H3S_TRY(emit(r, tp->y, 1, S, "norm_out"));
     NEW(tp->yv, m->f32, B * Nv, H);
     NEW(tp->ya, m->f32, B * Na, H);
@@ -1631,9 +1720,9 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     h3s_tensor *sv, *sa;
     NEW(sv, m->f32, B * Nv, Wv);
     NEW(sa, m->f32, B * Na, Wa);
-    H3S_TRY(h3s_linear_forward(tp->yv, W("proj_out.weight"), W("proj_out.bias"), sv));
+    H3S_TRY(h3s_linear_forward(tp->yv, gweight(m, GP_PROJ_OUT_WEIGHT), gweight(m, GP_PROJ_OUT_BIAS), sv));
     H3S_TRY(emit(r, sv, 1, Nv, "proj_out"));
-    H3S_TRY(h3s_linear_forward(tp->ya, W("audio_proj_out.weight"), W("audio_proj_out.bias"), sa));
+    H3S_TRY(h3s_linear_forward(tp->ya, gweight(m, GP_AUDIO_PROJ_OUT_WEIGHT), gweight(m, GP_AUDIO_PROJ_OUT_BIAS), sa));
     H3S_TRY(emit(r, sa, 1, Na, "audio_proj_out"));
     H3S_TRY(to_host(sv, sample));
     h3s_status st = to_host(sa, audio_sample);
@@ -1741,23 +1830,14 @@ typedef struct grad_ctx {
     const unsigned char *want;       /* NULL: every parameter gradient; else want[i] selects parameter i */
 } grad_ctx;
 
-static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) H3S_PRINTF(2, 3);
-static h3s_tensor *pgrad(grad_ctx *g, const char *fmt, ...) {
-    char name[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int64_t i = param_index(g->r.tp->m, name);
-    if (i < 0) {
-        h3s_fail(H3S_ERR_FORMAT, "model: no parameter named %s", name);
-        return NULL;
-    }
-    /* not requested: the operator gets NULL and computes no such gradient */
-    return g->want && !g->want[i] ? NULL : &g->pg[i];
-}
+/* The gradient of parameter `i` (spec order, a resolved block_params index), or NULL when not requested. */
+static h3s_tensor *pgi(grad_ctx *g, int64_t i) { return g->want && !g->want[i] ? NULL : &g->pg[i]; }
 
-#define PG(...) pgrad(g, __VA_ARGS__)
+/* The gradient of a parameter outside the blocks, or NULL when not requested (or the config has none). */
+static h3s_tensor *gpgrad(grad_ctx *g, int k) {
+    const int64_t i = g->r.tp->m->gp[k];
+    return i < 0 ? NULL : pgi(g, i);
+}
 
 /* dtemb += contribution.  The first contribution is adopted: it is norm_out's, which lives in the backward's own
  * arena until the backward ends; a block's contribution lives in the block's scratch arena (block_backward_kept)
@@ -1776,7 +1856,6 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *pre = refiner ? "token_refiner.refiner_blocks" : "transformer_blocks";
     const char *node = refiner ? "refiner" : "block";
     long long li = (long long)i;
     int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
@@ -1802,19 +1881,19 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     H3S_TRY(h3s_residual_backward(a->f, tab, idx, 5, dx2, dx1a, df, dtab));
     H3S_TRY(emit(r, df, 1, S, "%s.%lld.residual_mlp.grad", node, li));
     NEW(dh, gd, M, F);
-    H3S_TRY(h3s_linear_backward(a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh,
-                                PG("%s.%lld.ff.net.2.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->h, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_out], df, dh,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_out), NULL));
     H3S_TRY(emit(r, dh, 1, S, "%s.%lld.ffn_down.grad", node, li));
     NEW(du, gd, M, 2 * F);
     H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
     H3S_TRY(emit(r, du, 1, S, "%s.%lld.swiglu.grad", node, li));
     NEW(dn2, gd, M, H);
-    H3S_TRY(h3s_linear_backward(a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), du, dn2,
-                                PG("%s.%lld.ff.net.0.proj.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->n2, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_in], du, dn2,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_in), NULL));
     H3S_TRY(emit(r, dn2, 1, S, "%s.%lld.ffn_gate_up.grad", node, li));
     NEW(dx1b, gd, M, H);
-    H3S_TRY(h3s_rmsnorm_backward(a->x1, W("%s.%lld.norm2.weight", pre, li), refiner ? NULL : &mod2, c->norm_eps, dn2,
-                                 dx1b, PG("%s.%lld.norm2.weight", pre, li), dtab));
+    H3S_TRY(h3s_rmsnorm_backward(a->x1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm2], refiner ? NULL : &mod2,
+                                 c->norm_eps, dn2, dx1b, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm2), dtab));
     NEW(dx1, gd, M, H);
     H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
     H3S_TRY(emit(r, dx1, 1, S, "%s.%lld.norm2.grad", node, li));
@@ -1823,8 +1902,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     H3S_TRY(h3s_residual_backward(a->o, tab, idx, 2, dx1, dxa, dout_o, dtab));
     H3S_TRY(emit(r, dout_o, 1, S, "%s.%lld.residual_attn.grad", node, li));
     NEW(datt, gd, M, HD);
-    H3S_TRY(h3s_linear_backward(a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), dout_o, datt,
-                                PG("%s.%lld.attn.to_out.0.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->att, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to_out], dout_o, datt,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to_out), NULL));
     H3S_TRY(emit(r, datt, 1, S, "%s.%lld.o_proj.grad", node, li));
     NEW(dqa, gd, M, HD);
     NEW(dka, gd, M, HD);
@@ -1849,39 +1928,41 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     }
     NEW(dq, gd, M, HD);
     NEW(dk, gd, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_backward(a->q, heads, W("%s.%lld.attn.norm_q.weight", pre, li), c->qk_norm_eps, dqn, dq,
-                                      PG("%s.%lld.attn.norm_q.weight", pre, li)));
+    H3S_TRY(h3s_head_rmsnorm_backward(a->q, heads, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0]],
+                                      c->qk_norm_eps, dqn, dq,
+                                      pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0])));
     H3S_TRY(emit(r, dq, 1, S, "%s.%lld.q_norm.grad", node, li));
-    H3S_TRY(h3s_head_rmsnorm_backward(a->k, heads, W("%s.%lld.attn.norm_k.weight", pre, li), c->qk_norm_eps, dkn, dk,
-                                      PG("%s.%lld.attn.norm_k.weight", pre, li)));
+    H3S_TRY(h3s_head_rmsnorm_backward(a->k, heads, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[1]],
+                                      c->qk_norm_eps, dkn, dk,
+                                      pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[1])));
     H3S_TRY(emit(r, dk, 1, S, "%s.%lld.k_norm.grad", node, li));
     NEW(dn1, gd, M, H);
     NEW(dn1k, gd, M, H);
     NEW(dn1v, gd, M, H);
-    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_q.weight", pre, li), dq, dn1,
-                                PG("%s.%lld.attn.to_q.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[0]], dq, dn1,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[0]), NULL));
     H3S_TRY(emit(r, dn1, 1, S, "%s.%lld.q_proj.grad", node, li));
-    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_k.weight", pre, li), dk, dn1k,
-                                PG("%s.%lld.attn.to_k.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[1]], dk, dn1k,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[1]), NULL));
     H3S_TRY(emit(r, dn1k, 1, S, "%s.%lld.k_proj.grad", node, li));
-    H3S_TRY(h3s_linear_backward(a->n1, W("%s.%lld.attn.to_v.weight", pre, li), dv, dn1v,
-                                PG("%s.%lld.attn.to_v.weight", pre, li), NULL));
+    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[2]], dv, dn1v,
+                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[2]), NULL));
     H3S_TRY(emit(r, dn1v, 1, S, "%s.%lld.v_proj.grad", node, li));
     /* fixed order: (q + k) + v */
     H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
     H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
     NEW(dxb, gd, M, H);
-    H3S_TRY(h3s_rmsnorm_backward(a->x_in, W("%s.%lld.norm1.weight", pre, li), refiner ? NULL : &mod1, c->norm_eps, dn1,
-                                 dxb, PG("%s.%lld.norm1.weight", pre, li), dtab));
+    H3S_TRY(h3s_rmsnorm_backward(a->x_in, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm1], refiner ? NULL : &mod1,
+                                 c->norm_eps, dn1, dxb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm1), dtab));
     NEW(dx, gd, M, H);
     H3S_TRY(h3s_grad_add(dxa, dxb, dx));
     H3S_TRY(emit(r, dx, 1, S, "%s.%lld.norm1.grad", node, li));
     if (!refiner) {
         h3s_tensor *dtemb;
         NEW(dtemb, gd, tp->T, c->time_embed_dim);
-        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                              dtable, dtemb, PG("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                              PG("%s.%lld.adaln_proj.linear.bias", pre, li)));
+        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->adaln_w],
+                                              dtable, dtemb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_w),
+                                              pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_b)));
         H3S_TRY(emit(r, dtemb, 0, 0, "%s.%lld.adaln_projection.grad", node, li));
         H3S_TRY(accumulate_dtemb(g, dtemb));
     }
@@ -1974,7 +2055,6 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *pre = "transformer_blocks";
     long long li = (long long)i;
     const tp_geom *tg = m->tpg;
     const tp_block *tb = tg ? &tg->blocks[i] : NULL;
@@ -1997,11 +2077,9 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     NEW(dh, gd, M, fl);
     if (tg) {
         /* dh of this rank's FFN columns: every output column of ffn_down (df is whole) against its weight columns */
-        H3S_TRY(tp_hid_linear_backward(tp, a->h, a->h_full, &tb->w2, &tb->w2_c, df, dh,
-                                       PG("%s.%lld.ff.net.2.weight", pre, li)));
+        H3S_TRY(tp_hid_linear_backward(tp, a->h, a->h_full, &tb->w2, &tb->w2_c, df, dh, pgi(g, (&m->bp[li])->ff_out)));
     } else {
-        H3S_TRY(par_linear_backward(tp, a->h, W("%s.%lld.ff.net.2.weight", pre, li), df, dh,
-                                    PG("%s.%lld.ff.net.2.weight", pre, li)));
+        H3S_TRY(par_linear_backward(tp, a->h, &m->w[(&m->bp[li])->ff_out], df, dh, pgi(g, (&m->bp[li])->ff_out)));
     }
     H3S_TRY(emit_par(r, dh, COL_FFN, F, S, "block.%lld.ffn_down.grad", li));
     NEW(du, gd, M, 2 * fl);
@@ -2015,15 +2093,14 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
         NEW(part, gd, M, cl);
         H3S_TRY(dgrad(duf, &tb->w0_c, part, a->n2));
         H3S_TRY(tp_gather_into(tg, part, COL_HID, 1, H, dn2));
-        H3S_TRY(par_slice_dw(tp, a->n2, &tb->w0, du, COL_SWIGLU, PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+        H3S_TRY(par_slice_dw(tp, a->n2, &tb->w0, du, COL_SWIGLU, pgi(g, (&m->bp[li])->ff_in)));
     } else {
-        H3S_TRY(par_linear_backward(tp, a->n2, W("%s.%lld.ff.net.0.proj.weight", pre, li), du, dn2,
-                                    PG("%s.%lld.ff.net.0.proj.weight", pre, li)));
+        H3S_TRY(par_linear_backward(tp, a->n2, &m->w[(&m->bp[li])->ff_in], du, dn2, pgi(g, (&m->bp[li])->ff_in)));
     }
     H3S_TRY(emit_par(r, dn2, COL_FULL, H, S, "block.%lld.ffn_gate_up.grad", li));
     NEW(dx1b, gd, M, H);
-    H3S_TRY(par_norm_backward(tp, a->x1, W("%s.%lld.norm2.weight", pre, li), &table6, 3, 4, c->norm_eps, dn2, dx1b,
-                              PG("%s.%lld.norm2.weight", pre, li), &dtable6));
+    H3S_TRY(par_norm_backward(tp, a->x1, &m->w[(&m->bp[li])->norm2], &table6, 3, 4, c->norm_eps, dn2, dx1b,
+                              pgi(g, (&m->bp[li])->norm2), &dtable6));
     NEW(dx1, gd, M, H);
     H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
     H3S_TRY(emit_par(r, dx1, COL_FULL, H, S, "block.%lld.norm2.grad", li));
@@ -2035,10 +2112,10 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     if (tg) {
         /* datt of this rank's heads: every output column of o_proj (dout_o is whole) against its weight columns */
         H3S_TRY(tp_hid_linear_backward(tp, a->att, a->att_full, &tb->wo, &tb->wo_c, dout_o, datt,
-                                       PG("%s.%lld.attn.to_out.0.weight", pre, li)));
+                                       pgi(g, (&m->bp[li])->to_out)));
     } else {
-        H3S_TRY(par_linear_backward(tp, a->att, W("%s.%lld.attn.to_out.0.weight", pre, li), dout_o, datt,
-                                    PG("%s.%lld.attn.to_out.0.weight", pre, li)));
+        H3S_TRY(
+            par_linear_backward(tp, a->att, &m->w[(&m->bp[li])->to_out], dout_o, datt, pgi(g, (&m->bp[li])->to_out)));
     }
     H3S_TRY(emit_par(r, datt, COL_HEADS, HD, S, "block.%lld.o_proj.grad", li));
     NEW(dqa, gd, M, HDl);
@@ -2075,9 +2152,9 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     const char *qk[2] = {"q", "k"};
     h3s_tensor *xs[2] = {a->q, a->k}, *dys[2] = {dqn, dkn}, *dxs[2] = {dq, dk};
     for (int k = 0; k < 2; k++) {
-        const h3s_tensor *wn = W("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
+        const h3s_tensor *wn = &m->w[(&m->bp[li])->norm_qk[k]];
         H3S_TRY(h3s_head_rmsnorm_backward(xs[k], hl, wn, c->qk_norm_eps, dys[k], dxs[k], NULL));
-        h3s_tensor *dw = PG("%s.%lld.attn.norm_%s.weight", pre, li, qk[k]);
+        h3s_tensor *dw = pgi(g, (&m->bp[li])->norm_qk[k]);
         if (dw && tg) {
             /* the norm weight's sum runs over (row, head) pairs, heads inside rows: every head's columns */
             h3s_tensor xf = {0}, dyf = {0};
@@ -2107,10 +2184,10 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
             NEW(part, gd, M, cl);
             H3S_TRY(dgrad(full, wc, part, a->n1));
             H3S_TRY(tp_gather_into(tg, part, COL_HID, 1, H, dns[k]));
-            H3S_TRY(par_slice_dw(tp, a->n1, wr, dps[k], COL_HEADS, PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+            H3S_TRY(par_slice_dw(tp, a->n1, wr, dps[k], COL_HEADS, pgi(g, (&m->bp[li])->to[k])));
         } else {
-            H3S_TRY(par_linear_backward(tp, a->n1, W("%s.%lld.attn.to_%s.weight", pre, li, proj[k]), dps[k], dns[k],
-                                        PG("%s.%lld.attn.to_%s.weight", pre, li, proj[k])));
+            H3S_TRY(par_linear_backward(tp, a->n1, &m->w[(&m->bp[li])->to[k]], dps[k], dns[k],
+                                        pgi(g, (&m->bp[li])->to[k])));
         }
         H3S_TRY(emit_par(r, dns[k], COL_FULL, H, S, "block.%lld.%s_proj.grad", li, proj[k]));
     }
@@ -2118,15 +2195,14 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
     H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
     H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
     NEW(dxb, gd, M, H);
-    H3S_TRY(par_norm_backward(tp, a->x_in, W("%s.%lld.norm1.weight", pre, li), &table6, 0, 1, c->norm_eps, dn1, dxb,
-                              PG("%s.%lld.norm1.weight", pre, li), &dtable6));
+    H3S_TRY(par_norm_backward(tp, a->x_in, &m->w[(&m->bp[li])->norm1], &table6, 0, 1, c->norm_eps, dn1, dxb,
+                              pgi(g, (&m->bp[li])->norm1), &dtable6));
     NEW(dx, gd, M, H);
     H3S_TRY(h3s_grad_add(dxa, dxb, dx));
     H3S_TRY(emit_par(r, dx, COL_FULL, H, S, "block.%lld.norm1.grad", li));
     h3s_tensor *dtemb;
     NEW(dtemb, gd, tp->T, E);
-    h3s_tensor *dwa = PG("%s.%lld.adaln_proj.linear.weight", pre, li),
-               *dba = PG("%s.%lld.adaln_proj.linear.bias", pre, li);
+    h3s_tensor *dwa = pgi(g, (&m->bp[li])->adaln_w), *dba = pgi(g, (&m->bp[li])->adaln_b);
     if (tg) {
         /* dtemb sums over the table's columns: this rank's embedding columns against the weight's columns, then
          * all; the weight and bias gradients of this rank's table columns */
@@ -2159,8 +2235,8 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
             H3S_TRY(st);
         }
     } else {
-        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, W("%s.%lld.adaln_proj.linear.weight", pre, li),
-                                              dtable, dtemb, dwa, dba));
+        H3S_TRY(
+            h3s_adaln_projection_backward(tp->temb, a->a_silu, &m->w[(&m->bp[li])->adaln_w], dtable, dtemb, dwa, dba));
     }
     H3S_TRY(emit(r, dtemb, 0, 0, "block.%lld.adaln_projection.grad", li));
     H3S_TRY(accumulate_dtemb(g, dtemb));
@@ -2223,10 +2299,11 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
     h3s_tensor *dyv, *dya, *dy, *dx;
     NEW(dyv, gd, B * Nv, H);
     NEW(dya, gd, B * Na, H);
-    H3S_TRY(h3s_linear_backward(tp->yv, W("proj_out.weight"), dsv, dyv, PG("proj_out.weight"), PG("proj_out.bias")));
+    H3S_TRY(h3s_linear_backward(tp->yv, gweight(m, GP_PROJ_OUT_WEIGHT), dsv, dyv, gpgrad(g, GP_PROJ_OUT_WEIGHT),
+                                gpgrad(g, GP_PROJ_OUT_BIAS)));
     H3S_TRY(emit(r, dyv, 1, Nv, "proj_out.grad"));
-    H3S_TRY(h3s_linear_backward(tp->ya, W("audio_proj_out.weight"), dsa, dya, PG("audio_proj_out.weight"),
-                                PG("audio_proj_out.bias")));
+    H3S_TRY(h3s_linear_backward(tp->ya, gweight(m, GP_AUDIO_PROJ_OUT_WEIGHT), dsa, dya,
+                                gpgrad(g, GP_AUDIO_PROJ_OUT_WEIGHT), gpgrad(g, GP_AUDIO_PROJ_OUT_BIAS)));
     H3S_TRY(emit(r, dya, 1, Na, "audio_proj_out.grad"));
     NEW(dy, gd, B * S, H); /* zero: rows no head reads get no gradient */
     H3S_TRY(h3s_rows_scatter(dyv, &tp->video_idx, B, dy));
@@ -2234,12 +2311,13 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
     h3s_tensor *dtable_out, *dtemb_out;
     NEW(dx, gd, B * S, H);
     NEW(dtable_out, gd, tp->T, 2 * H);
-    H3S_TRY(h3s_final_norm_backward(tp->x_last, W("norm_out.norm.weight"), tp->table_out, &tp->ts_rows,
-                                    c->final_norm_eps, dy, dx, PG("norm_out.norm.weight"), dtable_out));
+    H3S_TRY(h3s_final_norm_backward(tp->x_last, gweight(m, GP_NORM_OUT_NORM_WEIGHT), tp->table_out, &tp->ts_rows,
+                                    c->final_norm_eps, dy, dx, gpgrad(g, GP_NORM_OUT_NORM_WEIGHT), dtable_out));
     H3S_TRY(emit(r, dx, 1, S, "norm_out.grad"));
     NEW(dtemb_out, gd, tp->T, c->time_embed_dim);
-    H3S_TRY(h3s_adaln_projection_backward(tp->temb, tp->a_out, W("norm_out.linear.weight"), dtable_out, dtemb_out,
-                                          PG("norm_out.linear.weight"), PG("norm_out.linear.bias")));
+    H3S_TRY(h3s_adaln_projection_backward(tp->temb, tp->a_out, gweight(m, GP_NORM_OUT_LINEAR_WEIGHT), dtable_out,
+                                          dtemb_out, gpgrad(g, GP_NORM_OUT_LINEAR_WEIGHT),
+                                          gpgrad(g, GP_NORM_OUT_LINEAR_BIAS)));
     H3S_TRY(accumulate_dtemb(g, dtemb_out));
 
     if (tp->sp) {
@@ -2273,30 +2351,32 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
     H3S_TRY(h3s_rows_gather(dx, &tp->audio_idx, B, daud));
     h3s_tensor *dt;
     NEW(dt, gd, B * Nt, H);
-    H3S_TRY(h3s_rmsnorm_backward(tp->text_pre_final, W("token_refiner.final_norm.weight"), NULL, c->final_norm_eps,
-                                 dtext, dt, PG("token_refiner.final_norm.weight"), NULL));
+    H3S_TRY(h3s_rmsnorm_backward(tp->text_pre_final, gweight(m, GP_TOKEN_REFINER_FINAL_NORM_WEIGHT), NULL,
+                                 c->final_norm_eps, dtext, dt, gpgrad(g, GP_TOKEN_REFINER_FINAL_NORM_WEIGHT), NULL));
     H3S_TRY(emit(r, dt, 1, Nt, "refiner.final_norm.grad"));
     for (int64_t i = c->num_refiner_layers - 1; i >= 0; i--)
         H3S_TRY(block_backward_kept(g, BLK_REFINER, i, Nt, &tp->refiner[i], dt, &dt));
 
     h3s_tensor *denc, *dhv, *dha;
     NEW(denc, gd, B * Nt, c->text_dim);
-    H3S_TRY(h3s_linear_backward(tp->enc, W("context_embedder.weight"), dt, denc, PG("context_embedder.weight"),
-                                PG("context_embedder.bias")));
+    H3S_TRY(h3s_linear_backward(tp->enc, gweight(m, GP_CONTEXT_EMBEDDER_WEIGHT), dt, denc,
+                                gpgrad(g, GP_CONTEXT_EMBEDDER_WEIGHT), gpgrad(g, GP_CONTEXT_EMBEDDER_BIAS)));
     H3S_TRY(emit(r, denc, 1, Nt, "context_embedder.grad"));
     NEW(dhv, gd, B * Nv, Wv);
-    H3S_TRY(h3s_linear_backward(tp->hv, W("proj_in.weight"), dvid, dhv, PG("proj_in.weight"), PG("proj_in.bias")));
+    H3S_TRY(h3s_linear_backward(tp->hv, gweight(m, GP_PROJ_IN_WEIGHT), dvid, dhv, gpgrad(g, GP_PROJ_IN_WEIGHT),
+                                gpgrad(g, GP_PROJ_IN_BIAS)));
     H3S_TRY(emit(r, dhv, 1, Nv, "proj_in.grad"));
     NEW(dha, gd, B * Na, Wa);
-    H3S_TRY(h3s_linear_backward(tp->ha, W("audio_proj_in.weight"), daud, dha, PG("audio_proj_in.weight"),
-                                PG("audio_proj_in.bias")));
+    H3S_TRY(h3s_linear_backward(tp->ha, gweight(m, GP_AUDIO_PROJ_IN_WEIGHT), daud, dha,
+                                gpgrad(g, GP_AUDIO_PROJ_IN_WEIGHT), gpgrad(g, GP_AUDIO_PROJ_IN_BIAS)));
     H3S_TRY(emit(r, dha, 1, Na, "audio_proj_in.grad"));
 
     H3S_TRY(emit(r, g->dtemb, 0, 0, "timestep_mlp.grad"));
-    H3S_TRY(h3s_timestep_mlp_backward(tp->feats, W("time_embedder.linear_1.weight"), W("time_embedder.linear_2.weight"),
-                                      tp->mlp_hidden, g->dtemb, NULL, PG("time_embedder.linear_1.weight"),
-                                      PG("time_embedder.linear_1.bias"), PG("time_embedder.linear_2.weight"),
-                                      PG("time_embedder.linear_2.bias")));
+    H3S_TRY(h3s_timestep_mlp_backward(
+        tp->feats, gweight(m, GP_TIME_EMBEDDER_LINEAR_1_WEIGHT), gweight(m, GP_TIME_EMBEDDER_LINEAR_2_WEIGHT),
+        tp->mlp_hidden, g->dtemb, NULL, gpgrad(g, GP_TIME_EMBEDDER_LINEAR_1_WEIGHT),
+        gpgrad(g, GP_TIME_EMBEDDER_LINEAR_1_BIAS), gpgrad(g, GP_TIME_EMBEDDER_LINEAR_2_WEIGHT),
+        gpgrad(g, GP_TIME_EMBEDDER_LINEAR_2_BIAS)));
     for (int64_t i = 0; i < m->nparams; i++) {
         if (g->want && !g->want[i]) continue;
         H3S_TRY(emit(r, &g->pg[i], 0, 0, "param.%s", m->specs[i].name));
@@ -2457,15 +2537,10 @@ static h3s_status tp_setup(h3s_model *m) {
     int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1];
     for (int64_t i = 0; i < c->num_layers; i++) {
         tp_block *b = &g->blocks[i];
-        const char *pre = "transformer_blocks";
-        long long li = (long long)i;
-        const h3s_tensor *wq = W("%s.%lld.attn.to_q.weight", pre, li), *wk = W("%s.%lld.attn.to_k.weight", pre, li);
-        const h3s_tensor *wv = W("%s.%lld.attn.to_v.weight", pre, li), *wo = W("%s.%lld.attn.to_out.0.weight", pre, li);
-        const h3s_tensor *w0 = W("%s.%lld.ff.net.0.proj.weight", pre, li), *w2 = W("%s.%lld.ff.net.2.weight", pre, li);
-        const h3s_tensor *wa = W("%s.%lld.adaln_proj.linear.weight", pre, li);
-        const h3s_tensor *ba = W("%s.%lld.adaln_proj.linear.bias", pre, li);
-        if (!wq || !wk || !wv || !wo || !w0 || !w2 || !wa || !ba)
-            return h3s_fail(H3S_ERR_FORMAT, "tensor parallel: block %lld misses a weight", li);
+        const block_params *bp = &m->bp[i]; /* every index resolved (and checked) when the model was created */
+        const h3s_tensor *wq = &m->w[bp->to[0]], *wk = &m->w[bp->to[1]], *wv = &m->w[bp->to[2]];
+        const h3s_tensor *wo = &m->w[bp->to_out], *w0 = &m->w[bp->ff_in], *w2 = &m->w[bp->ff_out];
+        const h3s_tensor *wa = &m->w[bp->adaln_w], *ba = &m->w[bp->adaln_b];
         H3S_TRY(copy_rows(wq, h0, h1, 0, 0, &b->wq));
         H3S_TRY(copy_rows(wk, h0, h1, 0, 0, &b->wk));
         H3S_TRY(copy_rows(wv, h0, h1, 0, 0, &b->wv));
