@@ -1527,6 +1527,23 @@ static h3s_status run_block_forward(run_ctx *r, int kind, int64_t i, h3s_tensor 
     }
 }
 
+/* Sequence parallel: this rank's slice of the packed rows of `full`, as a view the tape's arena holds. */
+static h3s_status sp_local_rows(h3s_tape *tp, h3s_tensor *full, h3s_tensor **out) {
+    h3s_tensor view = rows_view(full, h3s_sp_lo(&tp->plan), h3s_sp_rows(&tp->plan));
+    *out = arena_adopt(&tp->ar, &view);
+    return *out ? H3S_OK : H3S_ERR_NOMEM;
+}
+
+/* Sequence parallel: every rank's slice gathered into the full packed rows, held by the tape's arena. */
+static h3s_status sp_all_rows(h3s_tape *tp, const h3s_tensor *local, h3s_tensor **out) {
+    h3s_tensor full;
+    H3S_TRY(h3s_sp_allgather_rows(&tp->plan, local, &full));
+    *out = arena_adopt(&tp->ar, &full);
+    if (*out) return H3S_OK;
+    h3s_tensor_free(&full);
+    return H3S_ERR_NOMEM;
+}
+
 /* A block's forward as the tape keeps it.  Without recomputation every activation stays on the tape.  With
  * H3S_RECOMPUTE_BLOCKS the block runs into a scratch arena, its output moves to the tape (the next block's input)
  * and the rest is released: the block keeps only a->x_in.  The shared tensors (rope tables, temb, index tensors)
@@ -1683,18 +1700,10 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     if (tp->sp) {
         /* this rank's slice through every block, then the whole residual stream again (a copy) */
         H3S_TRY(sp_prepare(tp));
-        h3s_tensor xl = rows_view(tp->packed, h3s_sp_lo(&tp->plan), h3s_sp_rows(&tp->plan));
-        x = arena_adopt(&tp->ar, &xl);
-        if (!x) return H3S_ERR_NOMEM;
+        H3S_TRY(sp_local_rows(tp, tp->packed, &x));
         for (int64_t i = 0; i < c->num_layers; i++)
             H3S_TRY(block_forward_kept(r, BLK_PAR, i, x, S, &tp->blocks[i], &x));
-        h3s_tensor full;
-        H3S_TRY(h3s_sp_allgather_rows(&tp->plan, x, &full));
-        x = arena_adopt(&tp->ar, &full);
-        if (!x) {
-            h3s_tensor_free(&full);
-            return H3S_ERR_NOMEM;
-        }
+        H3S_TRY(sp_all_rows(tp, x, &x));
     } else if (tp->tpar) {
         for (int64_t i = 0; i < c->num_layers; i++)
             H3S_TRY(block_forward_kept(r, BLK_PAR, i, x, S, &tp->blocks[i], &x));
@@ -2321,18 +2330,10 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
     H3S_TRY(accumulate_dtemb(g, dtemb_out));
 
     if (tp->sp) {
-        h3s_tensor dl = rows_view(dx, h3s_sp_lo(&tp->plan), h3s_sp_rows(&tp->plan));
-        dx = arena_adopt(&tp->ar, &dl);
-        if (!dx) return H3S_ERR_NOMEM;
+        H3S_TRY(sp_local_rows(tp, dx, &dx));
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
             H3S_TRY(block_backward_kept(g, BLK_PAR, i, S, &tp->blocks[i], dx, &dx));
-        h3s_tensor full;
-        H3S_TRY(h3s_sp_allgather_rows(&tp->plan, dx, &full));
-        dx = arena_adopt(&tp->ar, &full);
-        if (!dx) {
-            h3s_tensor_free(&full);
-            return H3S_ERR_NOMEM;
-        }
+        H3S_TRY(sp_all_rows(tp, dx, &dx));
     } else if (tp->tpar) {
         for (int64_t i = c->num_layers - 1; i >= 0; i--)
             H3S_TRY(block_backward_kept(g, BLK_PAR, i, S, &tp->blocks[i], dx, &dx));
