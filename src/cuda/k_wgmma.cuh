@@ -6,7 +6,7 @@
  *     r * 128 + (((c / 8) ^ (r % 8)) * 16) + (c % 8) * 2 (h3w_swz below), the layout the bulk
  *     tensor copy (TMA) writes with CU_TENSOR_MAP_SWIZZLE_128B;
  *   - wgmma.mma_async m64nNk16 with both operands in shared memory (wg_mma_nN, mma_k16) and
- *     with A in registers (wg_mma_rs_nN): BF16 operands, FP32 accumulators;
+ *     with A in registers (wg_mma_rs_n128): BF16 operands, FP32 accumulators;
  *   - mbarrier and TMA helpers. */
 #ifndef H3S_CUDA_K_WGMMA_CUH
 #define H3S_CUDA_K_WGMMA_CUH
@@ -195,20 +195,6 @@ __host__ __device__ __forceinline__ uint32_t h3w_swz(int r, int c) {
 /* acc = A B + acc (scale_d = 1) or A B (scale_d = 0) for one k16 step, A (64 x 16 BF16) in
  * registers in the accumulator-like fragment layout (4 registers per thread: rows lane/4 and
  * lane/4 + 8 of the warp's 16, columns 2 (lane % 4) + {0, 1} and + 8), B from a descriptor. */
-template <int TB> __device__ __forceinline__ void wg_mma_rs_n64(float *d, const uint32_t *a, uint64_t db, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));
-}
-
 template <int TB>
 __device__ __forceinline__ void wg_mma_rs_n128(float *d, const uint32_t *a, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
