@@ -46,27 +46,15 @@ log() { echo "$@" | tee -a "$LOG"; }
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "run_gpu_bench: start $START, source $SRC, build $BUILD, work $WORK, S in {$SEQS}, B in {1, 4}, reps $REPS, warm-up $WARMUP, deterministic provider $DET, deadline ${DEADLINE_S}s"
 
-# limit NEEDED_AFTER CAP: seconds a step may take, at most CAP, leaving NEEDED_AFTER seconds of the deadline for
-# the steps after it (at least 10)
-limit() {
-    local left=$((T_START + DEADLINE_S - $(date +%s) - $1))
-    [ "$left" -gt "$2" ] && left=$2
-    [ "$left" -lt 10 ] && left=10
-    echo "$left"
-}
+# shellcheck source=bench/provider/bench_common.sh
+. "$SRC/bench/provider/bench_common.sh"
 
 # ------------------------------------------------------------------ environment
-{
-    echo "== nvidia-smi"; nvidia-smi 2>&1
-    echo "== nvidia-smi -q (clocks, performance, compute mode)"; nvidia-smi -q -d CLOCK,PERFORMANCE,COMPUTE 2>&1 | head -80
-} >"$OUT/nvidia-smi.txt" 2>&1
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+gpu_environment "$OUT/nvidia-smi.txt"
 NVCC=$(nvcc --version 2>/dev/null | tail -2 | tr '\n' ' ')
 GCC_V=$(gcc --version 2>/dev/null | head -1)
 if [ -n "${H3S_SOURCE_COMMIT:-}" ]; then
     COMMIT=$H3S_SOURCE_COMMIT
-    DIRTY=${H3S_SOURCE_DIRTY:-0}
 elif git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
     COMMIT=$(git -C "$SRC" rev-parse HEAD)
 else

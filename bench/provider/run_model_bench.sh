@@ -89,14 +89,8 @@ log() { echo "$@" | tee -a "$LOG"; }
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "run_model_bench: start $START, source $SRC, device $DEVICE, preset $PRESET, layers $LAYERS, S in {$SEQS}, reps $REPS, warm-up $WARMUP, phase ${PHASE_S}s, deadline ${DEADLINE_S}s, work $WORK, models $MROOT"
 
-# limit NEEDED_AFTER CAP: seconds a step may take, at most CAP, leaving NEEDED_AFTER seconds of the deadline for
-# the steps after it (at least 10)
-limit() {
-    local left=$((T_START + DEADLINE_S - $(date +%s) - $1))
-    [ "$left" -gt "$2" ] && left=$2
-    [ "$left" -lt 10 ] && left=10
-    echo "$left"
-}
+# shellcheck source=bench/provider/bench_common.sh
+. "$SRC/bench/provider/bench_common.sh"
 rm -f "$WORK"/strict.json "$WORK"/provider.json "$WORK"/meta.json "$OUT"/bench_model.json "$OUT"/bench_model_table.txt
 
 # S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents
@@ -116,12 +110,7 @@ GPU_NAME=cpu
 DRIVER=
 GPU_MIB=0
 if [ "$DEVICE" = cuda ]; then
-    {
-        echo "== nvidia-smi"; nvidia-smi 2>&1
-        echo "== nvidia-smi -q (clocks, performance, compute mode)"; nvidia-smi -q -d CLOCK,PERFORMANCE,COMPUTE 2>&1 | head -80
-    } >"$OUT/nvidia-smi.txt" 2>&1
-    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-    DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
+    gpu_environment "$OUT/nvidia-smi.txt"
     GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
     GPU_MIB=${GPU_MIB:-0}
 fi
