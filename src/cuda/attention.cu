@@ -291,6 +291,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_FQ 128       /* forward: queries per CTA (two warpgroups of 64) */
 #define TC_FTHREADS 256 /* forward: threads per CTA */
 #define TC_FK 128       /* forward: keys per tile */
+#define TC_FSTAGES 3    /* forward: shared-memory stages of (K, V) */
 #define TC_DQ 64        /* backward: queries per CTA (dq; one warpgroup) */
 #define TC_BK 64        /* backward: keys per tile (dq) */
 #define TC_BQ 64        /* backward: queries per tile (dk/dv) */
@@ -406,20 +407,27 @@ __device__ __forceinline__ uint8_t *tc_smem_base(uint8_t *raw) {
     return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
 }
 
-/* Forward: one CTA per tile of 128 of a group's queries (warpgroup w owns rows [64 w, 64 w + 64)). */
+/* Forward: one CTA per tile of 128 of a group's queries (warpgroup w owns rows [64 w, 64 w + 64)).
+ *
+ * Software pipeline inside each warpgroup: at key tile i the MMA of s_i = q k_i^T and the MMA of
+ * o += bf16(p_{i-1}) v_{i-1} are issued together, and the softmax of s_i (exp, row sums) runs while the
+ * tensor cores still work on the second; o is rescaled by alpha_i only after that MMA has completed.  So
+ * every operation on o, m and l is the one of the plain loop, in the same order (o_i = alpha_i o_{i-1} +
+ * bf16(p_i) v_i): only when the tensor cores do it changes.  Key tiles go through a ring of three
+ * shared-memory stages (tile i + 1 is copied while s_i reads tile i and the o update reads tile i - 1). */
 __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_attn_args a, tc_groups G) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int KB = tc_tile<TC_FK>::BYTES;
-    /* Q, then two buffers of (K, V): the copies of key tile i + 1 fly while tile i is computed */
+    /* Q, then TC_FSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *KV = Qs + tc_tile<TC_FQ>::BYTES;
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_FQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qcnt = min(G.g_qcnt[g] - t0, TC_FQ), kcnt = G.g_kcnt[g];
     const int *qrows = G.qrows + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    auto issue_kv = [&](int k0, int buf) {
-        uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
+    auto issue_kv = [&](int k0, int stage) {
+        uint8_t *Kb = KV + stage * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_FK);
         tc_gather_async<TC_FK, TC_FTHREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
         tc_gather_async<TC_FK, TC_FTHREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
@@ -428,32 +436,47 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
     float o[TC_D / 2], s[TC_FK / 2];
+    uint32_t pa[TC_FK / 16][4]; /* bf16(p) of the previous tile, read by its o update */
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         o[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < TC_FK / 2; i++)
         s[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_FK / 16; i++)
+        pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_FK, it++) {
-        const int kn = min(kcnt - k0, TC_FK);
-        if (k0 + TC_FK < kcnt) {
-            issue_kv(k0 + TC_FK, (it + 1) & 1);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
+    const int ntiles = (kcnt + TC_FK - 1) / TC_FK;
+    for (int it = 0; it < ntiles; it++) {
+        const int k0 = it * TC_FK, kn = min(kcnt - k0, TC_FK);
+        tc_wait<0>(); /* tile it has landed (this thread's copies) */
         tc_fence_async();
+        /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
+         * whose last wait retired the o update that read stage (it + 1) % 3 (tile it - 2). */
         __syncthreads();
-        const uint8_t *Ks = KV + (it & 1) * 2 * KB, *Vs = Ks + KB;
+        if (it + 1 < ntiles) {
+            issue_kv(k0 + TC_FK, (it + 1) % TC_FSTAGES);
+            tc_commit();
+        }
+        const uint8_t *Ks = KV + (it % TC_FSTAGES) * 2 * KB;
         /* s = q k^T over d in ascending k16 steps, from +0 */
         wg::wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TC_D / 16; kk++)
             wg::mma_k16<TC_FK, 0, 0>(s, tc_desc_k<TC_FQ>(Qs, wgi * 64 * 128, kk), tc_desc_k<TC_FK>(Ks, 0, kk), kk > 0);
         wg::wg_commit();
-        wg::wg_wait<0>();
+        if (it > 0) {
+            /* o += bf16(p_{it-1}) v_{it-1} over that tile's keys in ascending k16 steps */
+            const uint8_t *Vp = KV + ((it - 1) % TC_FSTAGES) * 2 * KB + KB;
+#pragma unroll
+            for (int kc = 0; kc < TC_FK / 16; kc++)
+                wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vp, kc), 1);
+            wg::wg_commit();
+            wg::wg_wait<1>(); /* s is ready; the o update may still run */
+        } else {
+            wg::wg_wait<0>();
+        }
         wg::reg_fence<TC_FK / 2>(s);
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -485,22 +508,24 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
 #pragma unroll
         for (int r = 0; r < 2; r++)
             l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+        wg::wg_wait<0>(); /* the o update of tile it - 1 has completed: o and pa are free */
+        wg::reg_fence<TC_D / 2>(o);
 #pragma unroll
         for (int j = 0; j < TC_D / 8; j++) {
             o[j * 4 + 0] = o[j * 4 + 0] * alpha[0], o[j * 4 + 1] = o[j * 4 + 1] * alpha[0];
             o[j * 4 + 2] = o[j * 4 + 2] * alpha[1], o[j * 4 + 3] = o[j * 4 + 3] * alpha[1];
         }
-        uint32_t pa[TC_FK / 16][4];
         tc_to_a<TC_FK>(s, pa);
-        /* o += bf16(p) v over the tile's keys in ascending k16 steps */
+    }
+    if (ntiles > 0) {
+        const uint8_t *Vp = KV + ((ntiles - 1) % TC_FSTAGES) * 2 * KB + KB;
         wg::wg_fence();
 #pragma unroll
         for (int kc = 0; kc < TC_FK / 16; kc++)
-            wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vs, kc), 1);
+            wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vp, kc), 1);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(o);
-        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
     /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
@@ -910,7 +935,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
 
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + 2 x (K, V) of 128
  * rows; dq Q, bf16(dout) (64 rows each) + 2 x (K, V) of 64 rows; dk/dv K, V (64 rows) + 2 x (Q, bf16(dout)) of 64 */
-#define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 4 * tc_tile<TC_FK>::BYTES)
+#define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
 #define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 4 * tc_tile<TC_BK>::BYTES)
 #define TC_SMEM_KV (1024 + 2 * tc_tile<64>::BYTES + 4 * tc_tile<TC_BQ>::BYTES)
 
