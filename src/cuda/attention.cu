@@ -288,14 +288,16 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #include "cuda/k_wgmma.cuh"
 
 #define TC_D 128
-#define TC_FQ 128       /* forward: queries per CTA (two warpgroups of 64) */
-#define TC_FTHREADS 256 /* forward: threads per CTA */
-#define TC_FK 128       /* forward: keys per tile */
-#define TC_FSTAGES 3    /* forward: shared-memory stages of (K, V) */
-#define TC_DQ 64        /* backward: queries per CTA (dq; one warpgroup) */
-#define TC_BK 64        /* backward: keys per tile (dq) */
-#define TC_BQ 64        /* backward: queries per tile (dk/dv) */
-#define TC_THREADS 128  /* backward: threads per CTA (one warpgroup) */
+#define TC_FQ 128        /* forward: queries per CTA (two warpgroups of 64) */
+#define TC_FTHREADS 256  /* forward: threads per CTA */
+#define TC_FK 128        /* forward: keys per tile */
+#define TC_FSTAGES 3     /* forward: shared-memory stages of (K, V) */
+#define TC_DQ 128        /* backward: queries per CTA (dq; two warpgroups of 64) */
+#define TC_DQTHREADS 256 /* backward dq: threads per CTA */
+#define TC_DQSTAGES 3    /* backward dq: shared-memory stages of (K, V) */
+#define TC_BK 64         /* backward: keys per tile (dq) */
+#define TC_BQ 64         /* backward: queries per tile (dk/dv) */
+#define TC_THREADS 128   /* backward: threads per CTA (one warpgroup) */
 #define TC_LOG2E 1.4426950408889634f
 
 struct tc_groups {
@@ -597,12 +599,16 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
     if (lane == 0) bq_cnt[g * heads + h] = n;
 }
 
-/* dq for one tile of 64 of a group's participating queries (of head h), over the group's key tiles of 64. */
-__global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
+/* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows
+ * [64 w, 64 w + 64)), over the group's key tiles of 64 in ascending order.  Software pipeline inside
+ * each warpgroup, as in the forward: the MMAs of s_i and dP_i are issued with the dq update of tile
+ * i - 1, and the dS of tile i is formed while that update runs; dq sees the same additions in the same
+ * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
+__global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
-    /* Q, bf16(dout), then two buffers of (K, V) */
+    /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
     __shared__ float qm[TC_DQ], qinv[TC_DQ], qdel[TC_DQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
@@ -611,15 +617,15 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
     if (qn <= 0) return;
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    auto issue_kv = [&](int k0, int buf) {
-        uint8_t *Kb = KV + buf * 2 * KB, *Vb = Kb + KB;
+    const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    auto issue_kv = [&](int k0, int stage) {
+        uint8_t *Kb = KV + stage * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_BK);
-        tc_gather_async<TC_BK, TC_THREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async<TC_BK, TC_THREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK, TC_DQTHREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
+        tc_gather_async<TC_BK, TC_DQTHREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
     };
-    tc_gather_async<TC_DQ, TC_THREADS>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
-    tc_gather_async<TC_DQ, TC_THREADS>(Gs, gb, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
+    tc_gather_async<TC_DQ, TC_DQTHREADS>(Gs, gb, qrows, qn, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
     if (threadIdx.x < TC_DQ) {
@@ -630,41 +636,57 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
         qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
     }
     float dq[TC_D / 2], s[TC_BK / 2], dp[TC_BK / 2];
+    uint32_t da[TC_BK / 16][4]; /* bf16(dS) of the previous key tile, read by its dq update */
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dq[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < TC_BK / 2; i++)
         s[i] = dp[i] = 0.0f;
-    for (int k0 = 0, it = 0; k0 < kcnt; k0 += TC_BK, it++) {
-        const int kn = min(kcnt - k0, TC_BK);
-        if (k0 + TC_BK < kcnt) {
-            issue_kv(k0 + TC_BK, (it + 1) & 1);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
+#pragma unroll
+    for (int i = 0; i < TC_BK / 16; i++)
+        da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
+    const int ntiles = (kcnt + TC_BK - 1) / TC_BK;
+    const int qrow0 = wgi * 64; /* this warpgroup's rows of the Q and dout tiles */
+    for (int it = 0; it < ntiles; it++) {
+        const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
+        tc_wait<0>();
         tc_fence_async();
+        /* tile it visible; both warpgroups are past iteration it - 1, whose last wait retired the dq
+         * update that read stage (it + 1) % 3 (tile it - 2) */
         __syncthreads();
-        const uint8_t *Ks = KV + (it & 1) * 2 * KB, *Vs = Ks + KB;
+        if (it + 1 < ntiles) {
+            issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES);
+            tc_commit();
+        }
+        const uint8_t *Ks = KV + (it % TC_DQSTAGES) * 2 * KB, *Vs = Ks + KB;
         /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
         wg::wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BK, 0, 0>(s, tc_desc_k<TC_DQ>(Qs, 0, kk), tc_desc_k<TC_BK>(Ks, 0, kk), kk > 0);
+            wg::mma_k16<TC_BK, 0, 0>(s, tc_desc_k<TC_DQ>(Qs, qrow0 * 128, kk), tc_desc_k<TC_BK>(Ks, 0, kk), kk > 0);
 #pragma unroll
         for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BK, 0, 0>(dp, tc_desc_k<TC_DQ>(Gs, 0, kk), tc_desc_k<TC_BK>(Vs, 0, kk), kk > 0);
+            wg::mma_k16<TC_BK, 0, 0>(dp, tc_desc_k<TC_DQ>(Gs, qrow0 * 128, kk), tc_desc_k<TC_BK>(Vs, 0, kk), kk > 0);
         wg::wg_commit();
-        wg::wg_wait<0>();
+        if (it > 0) {
+            /* dq += bf16(dS_{it-1}) k_{it-1} over that tile's keys in ascending k16 steps */
+            const uint8_t *Kp = KV + ((it - 1) % TC_DQSTAGES) * 2 * KB;
+#pragma unroll
+            for (int kc = 0; kc < TC_BK / 16; kc++)
+                wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Kp, kc), 1);
+            wg::wg_commit();
+            wg::wg_wait<1>(); /* s and dP are ready; the dq update may still run */
+        } else {
+            wg::wg_wait<0>();
+        }
         wg::reg_fence<TC_BK / 2>(s);
         wg::reg_fence<TC_BK / 2>(dp);
 #pragma unroll
         for (int j = 0; j < TC_BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int key = j * 8 + (lane & 3) * 2 + (e & 1), qi = warp * 16 + (lane >> 2) + 8 * (e >> 1);
+                const int key = j * 8 + (lane & 3) * 2 + (e & 1), qi = qrow0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
                 float ds = 0.0f;
                 if (key < kn && qi < qn) {
                     const float p = tc_exp(s[j * 4 + e] * a.scale - qm[qi]) / qinv[qi];
@@ -672,22 +694,24 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dq_kernel(h3c_attn_args a,
                 }
                 s[j * 4 + e] = ds;
             }
-        uint32_t da[TC_BK / 16][4];
+        wg::wg_wait<0>(); /* the dq update of tile it - 1 has completed: da is free */
+        wg::reg_fence<TC_D / 2>(dq);
         tc_to_a<TC_BK>(s, da);
-        /* dq += bf16(dS) k over the tile's keys in ascending k16 steps */
+    }
+    if (ntiles > 0) {
+        const uint8_t *Kp = KV + ((ntiles - 1) % TC_DQSTAGES) * 2 * KB;
         wg::wg_fence();
 #pragma unroll
         for (int kc = 0; kc < TC_BK / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Ks, kc), 1);
+            wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Kp, kc), 1);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
-        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int qi = warp * 16 + (lane >> 2) + 8 * r;
+        const int qi = qrow0 + warp * 16 + (lane >> 2) + 8 * r;
         if (qi >= qn) continue;
         float *dst = a.dq + (int64_t)qrows[qi] * W + col0;
 #pragma unroll
@@ -936,7 +960,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + 2 x (K, V) of 128
  * rows; dq Q, bf16(dout) (64 rows each) + 2 x (K, V) of 64 rows; dk/dv K, V (64 rows) + 2 x (Q, bf16(dout)) of 64 */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
-#define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 4 * tc_tile<TC_BK>::BYTES)
+#define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 2 * TC_DQSTAGES * tc_tile<TC_BK>::BYTES)
 #define TC_SMEM_KV (1024 + 2 * tc_tile<64>::BYTES + 4 * tc_tile<TC_BQ>::BYTES)
 
 static h3s_status tc_smem_attr(const char *op) {
@@ -1014,7 +1038,8 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (st == H3S_OK && a->dq && P.ndq > 0) {
         tc_groups G = P.G;
         G.work = P.dqwork, G.nwork = P.ndq;
-        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_THREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G, gb);
+        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G,
+                                                                                                               gb);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
