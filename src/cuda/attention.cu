@@ -322,6 +322,16 @@ __device__ __forceinline__ uint32_t tc_pack(float lo, float hi) {
     return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
 }
 
+/* The same rounding for an MMA operand (P, dS), in one hardware instruction for two values:
+ * cvt.rn.bf16x2.f32 is round-to-nearest-even, subnormals kept, so every non-NaN value gets the bits
+ * of tc_pack; a NaN becomes the canonical NaN, and any NaN operand makes the product NaN either way.
+ * (tc_pack, which keeps a NaN's payload, writes the node outputs.) */
+__device__ __forceinline__ uint32_t tc_pack_op(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
 __device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
                  : "memory");
@@ -369,10 +379,18 @@ template <int R> __device__ __forceinline__ uint64_t tc_desc_mn(const uint8_t *t
     return wg::desc(wg::smem_u32(tile) + kk * 2048, tc_tile<R>::HALF, 1024);
 }
 
-/* exp(x) = 2^(x log2 e): one FP32 multiply, then the hardware's ex2 (a fixed instruction). */
-__device__ __forceinline__ float tc_exp(float x) {
+/* 2^x: the hardware's ex2 (a fixed instruction; relative error about 2^-22). */
+__device__ __forceinline__ float tc_ex2(float x) {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * TC_LOG2E));
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+/* exp(x) = 2^(x log2 e): one FP32 multiply, then ex2. */
+__device__ __forceinline__ float tc_exp(float x) { return tc_ex2(x * TC_LOG2E); }
+/* log2(x): the hardware's lg2 (a fixed instruction). */
+__device__ __forceinline__ float tc_lg2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
@@ -381,10 +399,10 @@ __device__ __forceinline__ float tc_exp(float x) {
 template <int N> __device__ __forceinline__ void tc_to_a(const float *d, uint32_t (*a)[4]) {
 #pragma unroll
     for (int kc = 0; kc < N / 16; kc++) {
-        a[kc][0] = tc_pack(d[8 * kc + 0], d[8 * kc + 1]);
-        a[kc][1] = tc_pack(d[8 * kc + 2], d[8 * kc + 3]);
-        a[kc][2] = tc_pack(d[8 * kc + 4], d[8 * kc + 5]);
-        a[kc][3] = tc_pack(d[8 * kc + 6], d[8 * kc + 7]);
+        a[kc][0] = tc_pack_op(d[8 * kc + 0], d[8 * kc + 1]);
+        a[kc][1] = tc_pack_op(d[8 * kc + 2], d[8 * kc + 3]);
+        a[kc][2] = tc_pack_op(d[8 * kc + 4], d[8 * kc + 5]);
+        a[kc][3] = tc_pack_op(d[8 * kc + 6], d[8 * kc + 7]);
     }
 }
 
@@ -481,15 +499,26 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
         }
         wg::reg_fence<TC_FK / 2>(s);
         float mx[2] = {-INFINITY, -INFINITY};
+        if (kn == TC_FK) { /* a full tile (every tile but a group's last): no key to mask */
 #pragma unroll
-        for (int j = 0; j < TC_FK / 8; j++)
+            for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = j * 8 + (lane & 3) * 2 + (e & 1);
-                const float v = key < kn ? s[j * 4 + e] * a.scale : -INFINITY;
-                s[j * 4 + e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
+                for (int e = 0; e < 4; e++) {
+                    const float v = s[j * 4 + e] * a.scale;
+                    s[j * 4 + e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+        } else {
+#pragma unroll
+            for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = j * 8 + (lane & 3) * 2 + (e & 1);
+                    const float v = key < kn ? s[j * 4 + e] * a.scale : -INFINITY;
+                    s[j * 4 + e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+        }
         float alpha[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -555,7 +584,7 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
 /* delta[row, h] (as attn_delta_kernel: the FMA chain over d ascending), the participation flag
  * (l > 0 and a non-zero dout row), and dout rounded once to BF16 (the tensor cores' operand, the
  * rounding the gathers used to do per tile), 8 channels per vector load. */
-__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part, uint16_t *gb) {
+__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part, uint16_t *gb, float *lse) {
     for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
         const int64_t off = p * TC_D; /* (row, head) p: row * W + h * D with W = heads * D */
         const uint4 *o4 = (const uint4 *)((const uint16_t *)a.out_in + off);
@@ -579,7 +608,10 @@ __global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *pa
                 make_uint4(tc_pack(gv[0], gv[1]), tc_pack(gv[2], gv[3]), tc_pack(gv[4], gv[5]), tc_pack(gv[6], gv[7]));
         }
         a.delta_out[p] = acc;
-        part[p] = nz && a.stats_in[p * 2 + 1] > 0.0f;
+        const float l = a.stats_in[p * 2 + 1];
+        part[p] = nz && l > 0.0f;
+        /* log2 of the softmax denominator, m log2 e + log2 l (one fma): P = 2^(s scale log2 e - lse) */
+        lse[p] = l > 0.0f ? __fmaf_rn(a.stats_in[p * 2], TC_LOG2E, tc_lg2(l)) : 0.0f;
     }
 }
 
@@ -604,13 +636,14 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
  * each warpgroup, as in the forward: the MMAs of s_i and dP_i are issued with the dq update of tile
  * i - 1, and the dS of tile i is formed while that update runs; dq sees the same additions in the same
  * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
-__global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
+__global__ void __launch_bounds__(TC_DQTHREADS, 1)
+    attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
     /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
-    __shared__ float qm[TC_DQ], qinv[TC_DQ], qdel[TC_DQ];
+    __shared__ float qlse[TC_DQ], qdel[TC_DQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -631,10 +664,10 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_ar
     if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
-        qm[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2] : 0.0f;
-        qinv[i] = i < qn ? a.stats_in[(row * a.heads + h) * 2 + 1] : 1.0f;
+        qlse[i] = i < qn ? lse[row * a.heads + h] : 0.0f;
         qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
     }
+    __syncthreads();
     float dq[TC_D / 2], s[TC_BK / 2], dp[TC_BK / 2];
     uint32_t da[TC_BK / 16][4]; /* bf16(dS) of the previous key tile, read by its dq update */
 #pragma unroll
@@ -648,6 +681,10 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_ar
         da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
     const int ntiles = (kcnt + TC_BK - 1) / TC_BK;
     const int qrow0 = wgi * 64; /* this warpgroup's rows of the Q and dout tiles */
+    /* this thread's two rows: their lse and delta (rows past qn: 0, 0; their dq is never written) */
+    const float rl[2] = {qlse[qrow0 + warp * 16 + (lane >> 2)], qlse[qrow0 + warp * 16 + (lane >> 2) + 8]};
+    const float rd[2] = {qdel[qrow0 + warp * 16 + (lane >> 2)], qdel[qrow0 + warp * 16 + (lane >> 2) + 8]};
+    const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
         tc_wait<0>();
@@ -682,18 +719,23 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_ar
         }
         wg::reg_fence<TC_BK / 2>(s);
         wg::reg_fence<TC_BK / 2>(dp);
+        /* P = 2^(s scale log2 e - lse) (one fma, one ex2), dS = P (dP - delta).  Only keys past the
+         * list's end (a group's last tile) are masked: a row's dq sums over keys, and its own value
+         * depends on nothing but its row. */
 #pragma unroll
         for (int j = 0; j < TC_BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int key = j * 8 + (lane & 3) * 2 + (e & 1), qi = qrow0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
-                float ds = 0.0f;
-                if (key < kn && qi < qn) {
-                    const float p = tc_exp(s[j * 4 + e] * a.scale - qm[qi]) / qinv[qi];
-                    ds = p * (dp[j * 4 + e] - qdel[qi]);
-                }
-                s[j * 4 + e] = ds;
+                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -rl[e >> 1]));
+                s[j * 4 + e] = p * (dp[j * 4 + e] - rd[e >> 1]);
             }
+        if (kn < TC_BK) {
+#pragma unroll
+            for (int j = 0; j < TC_BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (j * 8 + (lane & 3) * 2 + (e & 1) >= kn) s[j * 4 + e] = 0.0f;
+        }
         wg::wg_wait<0>(); /* the dq update of tile it - 1 has completed: da is free */
         wg::reg_fence<TC_D / 2>(dq);
         tc_to_a<TC_BK>(s, da);
@@ -723,13 +765,14 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1) attn_tc_dq_kernel(h3c_attn_ar
 }
 
 /* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h) in tiles of 64. */
-__global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb) {
+__global__ void __launch_bounds__(TC_THREADS)
+    attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int KB = tc_tile<64>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
-    /* K, V, then two buffers of (Q, bf16(dout)) and of the queries' (m, l) and delta */
+    /* K, V, then two buffers of (Q, bf16(dout)) and of the queries' lse and delta */
     uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
-    __shared__ __align__(16) float2 qml_buf[2][TC_BQ];
+    __shared__ __align__(16) float qlse_buf[2][TC_BQ];
     __shared__ __align__(16) float qdel_buf[2][TC_BQ];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
@@ -746,16 +789,16 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
             const int i = threadIdx.x;
             if (i < qn) {
                 const int64_t row = qrows[q0 + i];
-                asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(
-                                 (uint32_t)__cvta_generic_to_shared(&qml_buf[buf][i])),
-                             "l"(a.stats_in + (row * a.heads + h) * 2)
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
+                                 (uint32_t)__cvta_generic_to_shared(&qlse_buf[buf][i])),
+                             "l"(lse + row * a.heads + h)
                              : "memory");
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
                                  (uint32_t)__cvta_generic_to_shared(&qdel_buf[buf][i])),
                              "l"(a.delta + row * a.heads + h)
                              : "memory");
             } else {
-                qml_buf[buf][i] = make_float2(0.0f, 1.0f);
+                qlse_buf[buf][i] = 0.0f;
                 qdel_buf[buf][i] = 0.0f;
             }
         }
@@ -772,7 +815,6 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
     for (int i = 0; i < TC_BQ / 2; i++)
         st[i] = dpt[i] = 0.0f;
     for (int q0 = 0, it = 0; q0 < qcnt; q0 += TC_BQ, it++) {
-        const int qn = min(qcnt - q0, TC_BQ);
         if (q0 + TC_BQ < qcnt) {
             issue_q(q0 + TC_BQ, (it + 1) & 1);
             tc_commit();
@@ -783,7 +825,7 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
         tc_fence_async();
         __syncthreads();
         const uint8_t *Qs = QG + (it & 1) * 2 * QB, *Gs = Qs + QB;
-        const float2 *qml = qml_buf[it & 1];
+        const float *qlse = qlse_buf[it & 1];
         const float *qdel = qdel_buf[it & 1];
         /* transposed scores: rows are this tile's 64 keys, columns the query tile's 64 queries */
         wg::wg_fence();
@@ -797,18 +839,19 @@ __global__ void __launch_bounds__(TC_THREADS) attn_tc_dkdv_kernel(h3c_attn_args 
         wg::wg_wait<0>();
         wg::reg_fence<TC_BQ / 2>(st);
         wg::reg_fence<TC_BQ / 2>(dpt);
+        /* P^T = 2^(s^T scale log2 e - lse), dS^T = P^T (dP^T - delta), with no mask: a key's dk and dv
+         * (a row here) depend on its own row only, and a query slot past the tile's end has Q and dout
+         * rows of +0 and lse = delta = 0, so s = dP = +0, P = 1, dS = +0, and (finite inputs) its products with
+         * those +0 rows add +0, as a masked zero would. */
+        const float c1 = a.scale * TC_LOG2E;
 #pragma unroll
         for (int j = 0; j < TC_BQ / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int qi = j * 8 + (lane & 3) * 2 + (e & 1), kj = warp * 16 + (lane >> 2) + 8 * (e >> 1);
-                float p = 0.0f, ds = 0.0f;
-                if (qi < qn && kj < kn) {
-                    p = tc_exp(st[j * 4 + e] * a.scale - qml[qi].x) / qml[qi].y;
-                    ds = p * (dpt[j * 4 + e] - qdel[qi]);
-                }
+                const int qi = j * 8 + (lane & 3) * 2 + (e & 1);
+                const float p = tc_ex2(__fmaf_rn(st[j * 4 + e], c1, -qlse[qi]));
+                dpt[j * 4 + e] = p * (dpt[j * 4 + e] - qdel[qi]);
                 st[j * 4 + e] = p;
-                dpt[j * 4 + e] = ds;
             }
         uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
         tc_to_a<TC_BQ>(st, pa);
@@ -1020,14 +1063,16 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (a->dv) H3S_TRY(h3c_memset(op, a->dv, (size_t)(rows * W) * sizeof(float)));
     tc_plan P;
     H3S_TRY(tc_plan_build(op, a, 1, &P));
-    /* one workspace: bf16(dout) [rows, W], then the participation flags [pairs] */
+    /* one workspace: bf16(dout) [rows, W], the rows' lse [pairs], then the participation flags [pairs] */
     void *ws = NULL;
     const size_t gb_bytes = ((size_t)(rows * W) * 2 + 255) & ~(size_t)255;
-    h3s_status st = h3c_ws_alloc(op, gb_bytes + (size_t)(pairs > 0 ? pairs : 1), &ws);
+    const size_t lse_bytes = ((size_t)pairs * sizeof(float) + 255) & ~(size_t)255;
+    h3s_status st = h3c_ws_alloc(op, gb_bytes + lse_bytes + (size_t)(pairs > 0 ? pairs : 1), &ws);
     uint16_t *gb = (uint16_t *)ws;
-    uint8_t *part = ws ? (uint8_t *)ws + gb_bytes : NULL;
+    float *lse = ws ? (float *)((uint8_t *)ws + gb_bytes) : NULL;
+    uint8_t *part = ws ? (uint8_t *)ws + gb_bytes + lse_bytes : NULL;
     if (st == H3S_OK) {
-        attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb);
+        attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb, lse);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && P.G.ngroups > 0) {
@@ -1039,14 +1084,14 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
         tc_groups G = P.G;
         G.work = P.dqwork, G.nwork = P.ndq;
         attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G,
-                                                                                                               gb);
+                                                                                                               gb, lse);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
         attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_THREADS, TC_SMEM_KV, H3K_STREAM>>>(*a, G,
-                                                                                                               gb);
+                                                                                                               gb, lse);
         st = h3c_launch_check(op);
     }
     if (ws) h3c_ws_free(ws);
