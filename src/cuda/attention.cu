@@ -363,6 +363,31 @@ __device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *s
     }
 }
 
+/* Two tiles of the same rows from two sources (K and V): the row indices are loaded once. */
+template <int R, int NT>
+__device__ __forceinline__ void tc_gather2_async(uint8_t *t0, const uint16_t *s0, uint8_t *t1, const uint16_t *s1,
+                                                 const int *rowidx, int count, int64_t W, int64_t col0) {
+    static_assert(NT % 16 == 0 && (R * 16) % NT == 0, "gather shape");
+    constexpr int PER = R * 16 / NT, STEP = NT / 16;
+    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+    int rows[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        rows[k] = r0 + k * STEP < count ? rowidx[r0 + k * STEP] : -1;
+#pragma unroll
+    for (int k = 0; k < PER; k++) {
+        const int off = (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r0 + k * STEP, (ch & 7) * 8);
+        if (rows[k] >= 0) {
+            const int64_t so = (int64_t)rows[k] * W + col0 + ch * 8;
+            tc_cp16(t0 + off, s0 + so);
+            tc_cp16(t1 + off, s1 + so);
+        } else {
+            *(uint4 *)(t0 + off) = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(t1 + off) = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
 __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void tc_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -449,8 +474,8 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
     auto issue_kv = [&](int k0, int stage) {
         uint8_t *Kb = KV + stage * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_FK);
-        tc_gather_async<TC_FK, TC_FTHREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async<TC_FK, TC_FTHREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather2_async<TC_FK, TC_FTHREADS>(Kb, (const uint16_t *)a.k, Vb, (const uint16_t *)a.v, krows + k0, kn, W,
+                                             col0);
     };
     tc_gather_async<TC_FQ, TC_FTHREADS>(Qs, (const uint16_t *)a.q, qrows, qcnt, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
@@ -466,7 +491,9 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
 #pragma unroll
     for (int i = 0; i < TC_FK / 16; i++)
         pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
+    /* m: the row's running maximum of the raw products q . k (the scores are s = (q . k) scale) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float c1 = a.scale * TC_LOG2E; /* 2^(x c1) = exp(x scale) */
     const int ntiles = (kcnt + TC_FK - 1) / TC_FK;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_FK, kn = min(kcnt - k0, TC_FK);
@@ -498,41 +525,42 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
             wg::wg_wait<0>();
         }
         wg::reg_fence<TC_FK / 2>(s);
+        /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
         float mx[2] = {-INFINITY, -INFINITY};
-        if (kn == TC_FK) { /* a full tile (every tile but a group's last): no key to mask */
+        if (kn == TC_FK) {
 #pragma unroll
             for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float v = s[j * 4 + e] * a.scale;
-                    s[j * 4 + e] = v;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
-                }
+                for (int e = 0; e < 4; e++)
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j * 4 + e]);
         } else {
 #pragma unroll
             for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = j * 8 + (lane & 3) * 2 + (e & 1);
-                    const float v = key < kn ? s[j * 4 + e] * a.scale : -INFINITY;
+                    const float v = key < kn ? s[j * 4 + e] : -INFINITY;
                     s[j * 4 + e] = v;
                     mx[e >> 1] = fmaxf(mx[e >> 1], v);
                 }
         }
-        float alpha[2];
+        /* alpha = 2^(m2_old - m2_new) with m2 = m c1; the exponent base mb = m2, or 0 while the row has no
+         * finite score (then every p is 2^-inf = 0, as a masked key's) */
+        float alpha[2], mb[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
-            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_exp(m[r] - mn);
+            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_ex2(m[r] * c1 - mn * c1);
             m[r] = mn;
+            mb[r] = mn == -INFINITY ? 0.0f : mn * c1;
         }
+        /* p = 2^(s c1 - m2): one fma, one ex2 */
         float rs[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < TC_FK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float v = s[j * 4 + e];
-                const float p = v == -INFINITY ? 0.0f : tc_exp(v - m[e >> 1]);
+                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -mb[e >> 1]));
                 s[j * 4 + e] = p;
                 rs[e >> 1] = rs[e >> 1] + p;
             }
@@ -574,7 +602,8 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
             *(uint32_t *)(dst + d) = tc_pack(v0, v1);
         }
         if ((lane & 3) == 0) {
-            a.stats[(row * a.heads + h) * 2] = m[r];
+            /* the maximum score: m scale (rounding is monotonic, so this is the maximum of the rounded scores) */
+            a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
             a.stats[(row * a.heads + h) * 2 + 1] = l[r];
         }
     }
@@ -654,11 +683,10 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     auto issue_kv = [&](int k0, int stage) {
         uint8_t *Kb = KV + stage * 2 * KB, *Vb = Kb + KB;
         const int kn = min(kcnt - k0, TC_BK);
-        tc_gather_async<TC_BK, TC_DQTHREADS>(Kb, (const uint16_t *)a.k, krows + k0, kn, W, col0);
-        tc_gather_async<TC_BK, TC_DQTHREADS>(Vb, (const uint16_t *)a.v, krows + k0, kn, W, col0);
+        tc_gather2_async<TC_BK, TC_DQTHREADS>(Kb, (const uint16_t *)a.k, Vb, (const uint16_t *)a.v, krows + k0, kn, W,
+                                              col0);
     };
-    tc_gather_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, qrows, qn, W, col0);
-    tc_gather_async<TC_DQ, TC_DQTHREADS>(Gs, gb, qrows, qn, W, col0);
+    tc_gather2_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, Gs, gb, qrows, qn, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
     tc_commit();
     if (threadIdx.x < TC_DQ) {
@@ -783,8 +811,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     auto issue_q = [&](int q0, int buf) {
         uint8_t *Qb = QG + buf * 2 * QB, *Gb = Qb + QB;
         const int qn = min(qcnt - q0, TC_BQ);
-        tc_gather_async<TC_BQ, TC_THREADS>(Qb, (const uint16_t *)a.q, qrows + q0, qn, W, col0);
-        tc_gather_async<TC_BQ, TC_THREADS>(Gb, gb, qrows + q0, qn, W, col0);
+        tc_gather2_async<TC_BQ, TC_THREADS>(Qb, (const uint16_t *)a.q, Gb, gb, qrows + q0, qn, W, col0);
         if (threadIdx.x < TC_BQ) {
             const int i = threadIdx.x;
             if (i < qn) {
@@ -803,8 +830,7 @@ __global__ void __launch_bounds__(TC_THREADS)
             }
         }
     };
-    tc_gather_async<64, TC_THREADS>(Ks, (const uint16_t *)a.k, krows, kn, W, col0);
-    tc_gather_async<64, TC_THREADS>(Vs, (const uint16_t *)a.v, krows, kn, W, col0);
+    tc_gather2_async<64, TC_THREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
     if (qcnt > 0) issue_q(0, 0);
     tc_commit();
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
