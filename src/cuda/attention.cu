@@ -332,60 +332,58 @@ __device__ __forceinline__ uint32_t tc_pack_op(float lo, float hi) {
     return r;
 }
 
-__device__ __forceinline__ void tc_cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
+/* 16 bytes from global memory to shared address `dst` (cp.async), or 16 zero bytes when `bytes` is 0
+ * (the copy's zero fill: nothing is read). */
+__device__ __forceinline__ void tc_cp16z(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
-/* Gather `count` BF16 rows (this head's 128 columns) into an R-row tile with asynchronous 16-byte
- * copies (cp.async; the caller commits the group); rows past `count` are zero, written directly.
- * NT threads (the CTA) share the work: thread t moves 16-byte piece t % 16 of rows t / 16,
- * t / 16 + NT / 16, ...  The row indices are loaded first, all at once, so that their latencies
- * overlap instead of following each copy.  Visible to the tensor cores after tc_wait,
+/* Gather `count` BF16 rows (this head's 128 columns) into R-row tiles, one per source (NS = 1, or 2 for K
+ * and V, Q and dout: the same rows), with asynchronous 16-byte copies (cp.async; the caller commits the
+ * group); rows past `count` are zero (the copy's zero fill).  NT threads (the CTA) share the work:
+ * thread t moves 16-byte piece t % 16 of rows t / 16, t / 16 + NT / 16, ...  The row indices are loaded
+ * first, all at once, so that their latencies overlap instead of following each copy; each copy then
+ * costs one address product and the copy itself.  Visible to the tensor cores after tc_wait,
  * tc_fence_async and __syncthreads. */
-template <int R, int NT>
-__device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *src, const int *rowidx, int count,
-                                                int64_t W, int64_t col0) {
+template <int R, int NT, int NS>
+__device__ __forceinline__ void tc_gather_n(uint8_t *const *tiles, const uint16_t *const *srcs, const int *rowidx,
+                                            int count, int64_t W, int64_t col0) {
     static_assert(NT % 16 == 0 && (R * 16) % NT == 0, "gather shape");
     constexpr int PER = R * 16 / NT, STEP = NT / 16;
     const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+    const int wb = (int)(W * 2); /* row stride in bytes (W <= 65535 x 128) */
     int rows[PER];
 #pragma unroll
     for (int k = 0; k < PER; k++)
         rows[k] = r0 + k * STEP < count ? rowidx[r0 + k * STEP] : -1;
 #pragma unroll
-    for (int k = 0; k < PER; k++) {
-        uint8_t *dst = tile + (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r0 + k * STEP, (ch & 7) * 8);
-        if (rows[k] >= 0)
-            tc_cp16(dst, src + (int64_t)rows[k] * W + col0 + ch * 8);
-        else
-            *(uint4 *)dst = make_uint4(0, 0, 0, 0);
+    for (int n = 0; n < NS; n++) {
+        const char *base = (const char *)(srcs[n] + col0 + ch * 8);
+        const uint32_t t = wg::smem_u32(tiles[n]) + (ch >> 3) * tc_tile<R>::HALF;
+#pragma unroll
+        for (int k = 0; k < PER; k++) {
+            const bool live = rows[k] >= 0;
+            tc_cp16z(t + wg::h3w_swz(r0 + k * STEP, (ch & 7) * 8), base + (int64_t)(live ? rows[k] : 0) * wb,
+                     live ? 16 : 0);
+        }
     }
+}
+
+template <int R, int NT>
+__device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *src, const int *rowidx, int count,
+                                                int64_t W, int64_t col0) {
+    uint8_t *t[1] = {tile};
+    const uint16_t *sp[1] = {src};
+    tc_gather_n<R, NT, 1>(t, sp, rowidx, count, W, col0);
 }
 
 /* Two tiles of the same rows from two sources (K and V): the row indices are loaded once. */
 template <int R, int NT>
 __device__ __forceinline__ void tc_gather2_async(uint8_t *t0, const uint16_t *s0, uint8_t *t1, const uint16_t *s1,
                                                  const int *rowidx, int count, int64_t W, int64_t col0) {
-    static_assert(NT % 16 == 0 && (R * 16) % NT == 0, "gather shape");
-    constexpr int PER = R * 16 / NT, STEP = NT / 16;
-    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
-    int rows[PER];
-#pragma unroll
-    for (int k = 0; k < PER; k++)
-        rows[k] = r0 + k * STEP < count ? rowidx[r0 + k * STEP] : -1;
-#pragma unroll
-    for (int k = 0; k < PER; k++) {
-        const int off = (ch >> 3) * tc_tile<R>::HALF + wg::h3w_swz(r0 + k * STEP, (ch & 7) * 8);
-        if (rows[k] >= 0) {
-            const int64_t so = (int64_t)rows[k] * W + col0 + ch * 8;
-            tc_cp16(t0 + off, s0 + so);
-            tc_cp16(t1 + off, s1 + so);
-        } else {
-            *(uint4 *)(t0 + off) = make_uint4(0, 0, 0, 0);
-            *(uint4 *)(t1 + off) = make_uint4(0, 0, 0, 0);
-        }
-    }
+    uint8_t *t[2] = {t0, t1};
+    const uint16_t *sp[2] = {s0, s1};
+    tc_gather_n<R, NT, 2>(t, sp, rowidx, count, W, col0);
 }
 
 __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
