@@ -389,6 +389,11 @@ struct args {
     void *c;
     int64_t ldc;
     int64_t tiles_p, tiles_q;
+    /* Split mode (nsplit > 0, EPI_F32 without FOLD): the reduction is cut into its 256-row fold tiles, each
+     * (fold tile t, output tile) a work item of its own whose chain starts at +0 and whose partial goes to
+     * c + t * split_stride; a second pass folds them in ascending t (the FOLD configuration's sum, computed
+     * apart).  0 = off. */
+    int64_t nsplit, split_stride;
 };
 
 /* A kernel configuration: every field a compile-time constant. */
@@ -409,7 +414,7 @@ template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
-                                         int64_t q0, int c, const args &g, int64_t base) {
+                                         int64_t q0, int c, const args &g, int64_t base, int64_t coff) {
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
@@ -504,7 +509,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                 *(uint32_t *)((uint16_t *)g.c + p * g.ldc + q) =
                     (uint32_t)h3k_f2bf(v0) | ((uint32_t)h3k_f2bf(v1) << 16);
             } else {
-                *(float2 *)((float *)g.c + p * g.ldc + q) = make_float2(v0, v1);
+                *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v0, v1);
             }
         }
     }
@@ -523,7 +528,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
      * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
      * computes a tile and when, never what the tile computes. */
-    const int64_t GROUP = 16, ntiles = g.tiles_p * g.tiles_q;
+    const int64_t GROUP = 16, tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
     auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) {
         const int64_t per_group = GROUP * g.tiles_q;
         const int64_t gid = id / per_group, first_p = gid * GROUP;
@@ -531,7 +536,18 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         const int64_t in = id - gid * per_group;
         p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
     };
-    const int64_t nk = (g.R + BK - 1) / BK;
+    const int64_t nk_all = (g.R + BK - 1) / BK;
+    constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
+    /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
+    auto work = [&](int64_t id, int64_t &p0, int64_t &q0, int64_t &kb0, int64_t &nk, int64_t &coff) {
+        kb0 = 0, nk = nk_all, coff = 0;
+        if (g.nsplit > 0) {
+            const int64_t t = id / tiles_pq;
+            id -= t * tiles_pq;
+            kb0 = t * FB, nk = nk_all - kb0 < FB ? nk_all - kb0 : FB, coff = t * g.split_stride;
+        }
+        tile_origin(id, p0, q0);
+    };
 
     const int wgi = threadIdx.x / 128;
     if (threadIdx.x == 0) {
@@ -548,14 +564,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         if (threadIdx.x == 0) {
             int64_t gk = 0; /* reduction blocks issued over all this CTA's tiles */
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
-                int64_t p0, q0;
-                tile_origin(id, p0, q0);
+                int64_t p0, q0, kb0, nk, coff;
+                work(id, p0, q0, kb0, nk, coff);
                 for (int64_t kb = 0; kb < nk; kb++, gk++) {
                     const int s = (int)(gk % STAGES);
                     mbar_wait(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
                     mbar_expect_tx(&full[s], C::STAGE);
                     uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
-                    const int r0 = (int)(kb * BK);
+                    const int r0 = (int)((kb0 + kb) * BK);
                     if (C::AMN) {
 #pragma unroll
                         for (int i = 0; i < BM / 64; i++)
@@ -576,10 +592,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     } else {
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         int64_t base = 0;
-        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x, base += nk) {
-            int64_t p0, q0;
-            tile_origin(id, p0, q0);
-            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base);
+        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+            int64_t p0, q0, kb0, nk, coff;
+            work(id, p0, q0, kb0, nk, coff);
+            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff);
+            base += nk;
         }
     }
 #endif
@@ -612,6 +629,25 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
+/* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
+ * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
+ * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
+ * split_fold_kernel: the same partials added in the same order, so the same bits, with every multiprocessor
+ * streaming the weight instead of one per 64 output columns. */
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1> dgrad_fold;
+
+/* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
+ * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride. */
+__global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
+                                  int64_t ldc) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * Q; e += (int64_t)gridDim.x * blockDim.x) {
+        const float *src = part + e;
+        float tot = src[0];
+        for (int64_t t = 1; t < nsplit; t++)
+            tot = tot + src[t * stride];
+        out[(e / Q) * ldc + e % Q] = tot;
+    }
+}
 
 static PFN_cuTensorMapEncodeTiled_v12000 encode_fn = NULL;
 
@@ -649,7 +685,10 @@ static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int
  * B(q, r) likewise. */
 template <class C>
 static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const void *a, int64_t lda, const void *b,
-                         int64_t ldb, const void *bias, void *out, int64_t ldc) {
+                         int64_t ldb, const void *bias, void *out, int64_t ldc, int64_t nsplit = 0,
+                         int64_t split_stride = 0) {
+    if (nsplit > 0 && (C::EPI != EPI_F32 || C::FOLD))
+        return h3s_fail(H3S_ERR_INVALID, "%s: split mode needs an F32 configuration without the fold", op);
     if (P <= 0 || Q <= 0) return H3S_OK;
     if (P > INT32_MAX - 256 || Q > INT32_MAX - 256 || R > INT32_MAX - 256)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM dimension beyond 2^31 (%lld x %lld x %lld)", op, (long long)P,
@@ -675,7 +714,8 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.bias = (const uint16_t *)bias;
     g.c = out, g.ldc = ldc;
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
-    const int64_t tiles = g.tiles_p * g.tiles_q;
+    g.nsplit = nsplit, g.split_stride = split_stride;
+    const int64_t tiles = g.tiles_p * g.tiles_q * (nsplit > 0 ? nsplit : 1);
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
@@ -692,7 +732,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
             return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
     }
     const int64_t slots = (int64_t)sms * C::MINB;
-    const int64_t nk = (R + BK - 1) / BK;
+    const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
     wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     return h3c_launch_check(op);
@@ -764,12 +804,38 @@ extern "C" h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src
     return round_to_bf16(op, n, src, (uint16_t *)dst);
 }
 
+/* The dgrad of this shape folds its reduction (chosen by (K, N) alone): N >= 8 K, a reduction at least eight
+ * times longer than the output row (the AdaLN projection: 96,768 into 2,688). */
+extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
+
+/* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every 256-row fold
+ * tile is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise (and for any
+ * forced configuration but 3) dgrad_fold adds them in registers.  The same bits either way. */
+static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
+                               float *dx) {
+    const int c = g_force_config >= 0 ? g_force_config : (M <= H3C_DGRAD_SPLIT_M ? 3 : 0);
+    if (c != 3 || M > H3C_DGRAD_SPLIT_M || M <= 0)
+        return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    const int64_t nsplit = (N + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE, stride = M * K;
+    void *part = NULL;
+    H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
+    h3s_status st = wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, part, K, nsplit, stride);
+    if (st == H3S_OK) {
+        wg::split_fold_kernel<<<h3k_blocks(stride, 256), 256, 0, H3K_STREAM>>>(M, K, nsplit, (const float *)part,
+                                                                               stride, dx, K);
+        st = h3c_launch_check(op);
+    }
+    h3c_ws_free(part);
+    return st;
+}
+
 extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
                                                const void *w, float *dx) {
     if (!h3c_gemm_wgmma_shape(N, K))
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand dgrad needs multiples of 8", op,
                         (long long)K, (long long)N);
     /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N; A K-major, B MN-major */
+    if (h3c_gemm_dgrad_folds(N, K)) return dgrad_folded(op, M, N, K, dyb, w, dx);
     switch (pick_config(M, K)) {
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
