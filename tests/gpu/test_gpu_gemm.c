@@ -12,11 +12,12 @@
  * differ from the BF16-operand one somewhere.
  *
  * The AdaLN shape's dgrad folds its reduction every 256 rows (h3c_gemm_dgrad_folds): configuration 0 (the
- * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 16 compute every
+ * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 64 compute every
  * partial as a work item of its own and add them in a second pass; the comparison covers both.
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
- * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes (a shorter run; the JSON says so). */
+ * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
+ * (shorter runs; the JSON says so). */
 #include "cuda/cuda_internal.h"
 #include "gpu_util.h"
 
@@ -109,8 +110,24 @@ static void modes_differ(int64_t M, int64_t K, int64_t N) {
 int main(void) {
     gpu_require();
     const int small = gpu_small();
-    const int64_t Ms[] = {1, 2, 7, 12, 64, 925, 1133, 4253, 8349, 33396};
-    const int nM = (int)(sizeof Ms / sizeof Ms[0]);
+    int64_t Ms[] = {1, 2, 7, 12, 64, 925, 1133, 4253, 8349, 33396};
+    int nM = (int)(sizeof Ms / sizeof Ms[0]);
+    const char *only_m = getenv("H3S_GEMM_MS");
+    int partial = 0;
+    if (only_m && only_m[0]) { /* keep the listed M, in the list's order */
+        int k = 0;
+        for (int i = 0; i < nM; i++) {
+            char key[32];
+            snprintf(key, sizeof key, ",%lld,", (long long)Ms[i]);
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", only_m);
+            if (strstr(list, key)) Ms[k++] = Ms[i];
+        }
+        printf("  M limited to %s (H3S_GEMM_MS): %d of %d values\n", only_m, k, nM);
+        CHECK(k > 0, "H3S_GEMM_MS=%s names none of the test's M", only_m);
+        partial = k < nM;
+        nM = k;
+    }
     const int64_t shapes[5][2] = {{5376, 7168}, {7168, 5376}, {5376, 28672}, {14336, 5376}, {2688, 32256}};
     const int64_t small_shapes[3][2] = {{136, 200}, {264, 72}, {64, 2048}};
     const char *only = getenv("H3S_GEMM_SHAPES");
@@ -123,7 +140,6 @@ int main(void) {
         CHECK(!h3c_gemm_dgrad_folds(shapes[i][1], shapes[i][0]), "fold rule: %lld -> %lld does not fold",
               (long long)shapes[i][0], (long long)shapes[i][1]);
     printf("configuration and row invariance, M in {1, 2, 7, 12, 64, 925, 1133, 4253, 8349, 33396}\n");
-    int partial = 0;
     if (small)
         for (int i = 0; i < 3; i++)
             shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
