@@ -12,7 +12,7 @@
  * differ from the BF16-operand one somewhere.
  *
  * The AdaLN shape's dgrad folds its reduction every 256 rows (h3c_gemm_dgrad_folds): configuration 0 (the
- * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 64 compute every
+ * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 16 compute every
  * partial as a work item of its own and add them in a second pass; the comparison covers both.
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
