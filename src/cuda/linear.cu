@@ -624,8 +624,9 @@ typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_c0;
 typedef cfg<128, 192, 5, 0, 1, EPI_F32, 0> dgrad_c1;
 typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
 /* 64 x 64 tiles, one CTA per multiprocessor with a 13-stage ring: for M <= 64 when the output has
- * too few tiles to fill the device (the AdaLN projection's dgrad: 2688 / 64 = 42 tiles, each
- * streaming a long slice of the weight), so that more of the weight is in flight per CTA. */
+ * too few tiles to fill the device (e.g. the q/k/v dgrad's 5376 / 64 = 84 tiles, each streaming a
+ * slice of the weight), so that more of the weight is in flight per CTA.  (The AdaLN projection's
+ * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
