@@ -234,7 +234,9 @@ extern "C" void h3s_cuda_release_caches(void) {
         for (int i = 0; i < H3C_CACHE_SLOTS; i++)
             if (g_cache[i].dev) cache_drop(&g_cache[i]);
     }
+    const int ready = g_state == 1;
     pthread_mutex_unlock(&g_lock);
+    if (ready) h3c_attention_release_plans();
 }
 
 /* ------------------------------------------------------------------ error codes */
