@@ -22,6 +22,7 @@
 #include <math.h>
 
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "cuda/k_common.cuh"
@@ -924,31 +925,44 @@ struct tc_plan {
 /* Groups of (item, document), their query and attendable-key rows in ascending position, and the
  * work lists; built on the host from doc and key_valid (copied from the device when they live
  * there: one synchronisation) and uploaded in one workspace. */
-static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int backward, tc_plan *P) {
+/* The masks on the host: the caller's own host tensors (the model's case: no copy, no synchronisation), else
+ * copied from the device into docv / kvv (one synchronisation). */
+static h3s_status tc_masks_host(const char *op, const h3c_attn_args *a, std::vector<int64_t> &docv,
+                                std::vector<uint8_t> &kvv, const int64_t **doc_out, const uint8_t **kv_out) {
+    const int64_t B = a->B, S = a->S;
+    const int64_t *doc = a->doc_host;
+    const uint8_t *kv = a->kv_host;
+    if (a->doc && !doc) {
+        docv.resize((size_t)S);
+        cudaError_t e = cudaMemcpyAsync(docv.data(), a->doc, (size_t)S * 8, cudaMemcpyDeviceToHost, H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.doc copy: %s", op, cudaGetErrorString(e));
+        doc = docv.data();
+    }
+    if (a->kv && !kv) {
+        kvv.resize((size_t)(B * S));
+        cudaError_t e = cudaMemcpyAsync(kvv.data(), a->kv, (size_t)(B * S), cudaMemcpyDeviceToHost, H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.key_valid copy: %s", op, cudaGetErrorString(e));
+        kv = kvv.data();
+    }
+    if ((a->doc && !a->doc_host) || (a->kv && !a->kv_host)) {
+        cudaError_t e = cudaStreamSynchronize(H3K_STREAM);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: %s", op, cudaGetErrorString(e));
+    }
+    *doc_out = a->doc ? doc : NULL;
+    *kv_out = a->kv ? kv : NULL;
+    return H3S_OK;
+}
+
+static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int backward, const int64_t *doc,
+                                const uint8_t *kv, tc_plan *P) {
     memset(P, 0, sizeof *P);
     const int64_t B = a->B, S = a->S;
     if (B * S > INT32_MAX / 2)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rows exceed the tensor-core attention's 2^30 limit", op,
                         (long long)(B * S));
-    std::vector<int64_t> doc;
-    std::vector<uint8_t> kv;
-    if (a->doc) {
-        doc.resize((size_t)S);
-        cudaError_t e = cudaMemcpyAsync(doc.data(), a->doc, (size_t)S * 8, cudaMemcpyDeviceToHost, H3K_STREAM);
-        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.doc copy: %s", op, cudaGetErrorString(e));
-    }
-    if (a->kv) {
-        kv.resize((size_t)(B * S));
-        cudaError_t e = cudaMemcpyAsync(kv.data(), a->kv, (size_t)(B * S), cudaMemcpyDeviceToHost, H3K_STREAM);
-        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: mask.key_valid copy: %s", op, cudaGetErrorString(e));
-    }
-    if (a->doc || a->kv) {
-        cudaError_t e = cudaStreamSynchronize(H3K_STREAM);
-        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: %s", op, cudaGetErrorString(e));
-    }
     /* documents: positions of each distinct value, ascending (values in order of first use) */
     std::vector<std::vector<int>> docs;
-    if (a->doc) {
+    if (doc) {
         std::map<int64_t, size_t> slot;
         for (int64_t s = 0; s < S; s++) {
             auto it = slot.find(doc[(size_t)s]);
@@ -975,7 +989,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
             for (int s : docs[d]) {
                 const int row = (int)(b * S + s);
                 qrows.push_back(row);
-                if (!a->kv || kv[(size_t)row]) krows.push_back(row);
+                if (!kv || kv[(size_t)row]) krows.push_back(row);
             }
             gqc.push_back((int)qrows.size() - gqo.back());
             gkc.push_back((int)krows.size() - gko.back());
@@ -1024,6 +1038,69 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     return H3S_OK;
 }
 
+/* Plans by content.  Every block of a model pass calls attention with the same masks and geometry, so the plan
+ * (group lists, work lists) is built and uploaded once and found again by its key: the geometry, forward or
+ * backward, and the mask bytes themselves (kept in the entry and compared in full, so another mask can never be
+ * served a stale plan).  A backward plan's compacted-query region is rewritten by every backward call, in stream
+ * order.  At most TC_PLAN_SLOTS entries, least recently used evicted; an evicted plan's device memory goes back
+ * to the pool in stream order (kernels queued before still read it safely).  The plan decides which CTA does
+ * what, never an output's arithmetic, so a cached plan gives the bits a fresh one gives.  g_plan_lock is held
+ * from the lookup to the last launch that reads the plan. */
+#define TC_PLAN_SLOTS 16
+
+struct tc_plan_entry {
+    std::vector<uint8_t> key;
+    tc_plan P;
+    uint64_t used;
+};
+
+static std::mutex g_plan_lock;
+static std::vector<tc_plan_entry> g_plans;
+static uint64_t g_plan_tick = 0;
+
+template <class T> static void key_put(std::vector<uint8_t> &k, const T *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    k.insert(k.end(), b, b + n * sizeof(T));
+}
+
+/* The plan for this call, from the cache or built and inserted (the caller holds g_plan_lock). */
+static h3s_status tc_plan_get(const char *op, const h3c_attn_args *a, int backward, tc_plan *P) {
+    std::vector<int64_t> docv;
+    std::vector<uint8_t> kvv;
+    const int64_t *doc = NULL;
+    const uint8_t *kv = NULL;
+    H3S_TRY(tc_masks_host(op, a, docv, kvv, &doc, &kv));
+    std::vector<uint8_t> key;
+    const int64_t head[6] = {a->B, a->S, a->heads, backward, doc != NULL, kv != NULL};
+    key_put(key, head, 6);
+    if (doc) key_put(key, doc, (size_t)a->S);
+    if (kv) key_put(key, kv, (size_t)(a->B * a->S));
+    for (tc_plan_entry &e : g_plans)
+        if (e.key == key) {
+            e.used = ++g_plan_tick;
+            *P = e.P;
+            return H3S_OK;
+        }
+    H3S_TRY(tc_plan_build(op, a, backward, doc, kv, P));
+    if (g_plans.size() >= TC_PLAN_SLOTS) {
+        size_t lru = 0;
+        for (size_t i = 1; i < g_plans.size(); i++)
+            if (g_plans[i].used < g_plans[lru].used) lru = i;
+        h3c_ws_free(g_plans[lru].P.ws);
+        g_plans.erase(g_plans.begin() + (long)lru);
+    }
+    g_plans.push_back(tc_plan_entry{key, *P, ++g_plan_tick});
+    return H3S_OK;
+}
+
+/* Drop every cached plan (h3s_cuda_release_caches; the caller has synchronised the stream). */
+extern "C" void h3c_attention_release_plans(void) {
+    std::lock_guard<std::mutex> lk(g_plan_lock);
+    for (tc_plan_entry &e : g_plans)
+        h3c_ws_free(e.P.ws);
+    g_plans.clear();
+}
+
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + 2 x (K, V) of 128
  * rows; dq Q, bf16(dout) (64 rows each) + 2 x (K, V) of 64 rows; dk/dv K, V (64 rows) + 2 x (Q, bf16(dout)) of 64 */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
@@ -1063,8 +1140,9 @@ static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backwar
 static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 0));
     H3S_TRY(tc_smem_attr(op));
+    std::lock_guard<std::mutex> lk(g_plan_lock);
     tc_plan P;
-    H3S_TRY(tc_plan_build(op, a, 0, &P));
+    H3S_TRY(tc_plan_get(op, a, 0, &P));
     h3s_status st = H3S_OK;
     if (P.nfwd > 0) {
         tc_groups G = P.G;
@@ -1073,7 +1151,6 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
                                                                                                                      G);
         st = h3c_launch_check(op);
     }
-    h3c_ws_free(P.ws);
     return st;
 }
 
@@ -1085,8 +1162,9 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (a->dq) H3S_TRY(h3c_memset(op, a->dq, (size_t)(rows * W) * sizeof(float)));
     if (a->dk) H3S_TRY(h3c_memset(op, a->dk, (size_t)(rows * W) * sizeof(float)));
     if (a->dv) H3S_TRY(h3c_memset(op, a->dv, (size_t)(rows * W) * sizeof(float)));
+    std::lock_guard<std::mutex> lk(g_plan_lock);
     tc_plan P;
-    H3S_TRY(tc_plan_build(op, a, 1, &P));
+    H3S_TRY(tc_plan_get(op, a, 1, &P));
     /* one workspace: bf16(dout) [rows, W], the rows' lse [pairs], then the participation flags [pairs] */
     void *ws = NULL;
     const size_t gb_bytes = ((size_t)(rows * W) * 2 + 255) & ~(size_t)255;
@@ -1119,7 +1197,6 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
         st = h3c_launch_check(op);
     }
     if (ws) h3c_ws_free(ws);
-    h3c_ws_free(P.ws);
     return st;
 }
 

@@ -167,12 +167,18 @@ typedef struct h3c_attn_args {
     const float *dout, *delta; /* backward: F32 [B*S, heads*D]; delta workspace [B*S*heads] */
     float *dq, *dk, *dv;
     float *delta_out;
+    /* the masks' host data when the caller gave host tensors (the plan is built from them, with no copy back and
+     * no synchronisation); NULL otherwise */
+    const int64_t *doc_host;
+    const uint8_t *kv_host;
 } h3c_attn_args;
 
 /* Supported head dims: 1..128; 128 runs on the tensor cores (src/cuda/attention.cu), the others on
  * the two-pass CUDA-core kernels.  The test hook routes 128 to the CUDA-core kernels too. */
 void h3c_attention_force_reference(int on);
 h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
+/* Frees the tensor-core attention's cached plans (h3s_cuda_release_caches). */
+void h3c_attention_release_plans(void);
 h3s_status h3c_attention_backward(const char *op, const h3c_attn_args *a);
 
 /* ------------------------------------------------------------------ elementwise */

@@ -395,11 +395,13 @@ static h3s_status attn_common(const char *op, const h3s_tensor *q, const h3s_ten
         const void *p = NULL;
         H3S_TRY(index_tensor(op, "mask.doc", mask->doc, H3S_I64, a->S, &p));
         a->doc = (const int64_t *)p;
+        if (mask->doc->device == 0) a->doc_host = (const int64_t *)mask->doc->data;
     }
     if (mask && mask->key_valid) {
         const void *p = NULL;
         H3S_TRY(index_tensor(op, "mask.key_valid", mask->key_valid, H3S_BOOL, rows, &p));
         a->kv = (const uint8_t *)p;
+        if (mask->key_valid->device == 0) a->kv_host = (const uint8_t *)mask->key_valid->data;
     }
     H3S_TRY(dev_tensor(op, "out", out, H3S_BF16, 2, rows, width, -1));
     return dev_tensor(op, "stats", stats, H3S_F32, 3, rows, heads, 2);

@@ -16,6 +16,12 @@
 int h3s_cuda_available(void);
 /* Device memory for a tensor (device == 1, owns_data); h3s_cuda_tensor_free releases it. */
 h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+/* The same in the library's stream order (the model's activations and gradients): taken from the stream-ordered
+ * pool and zero-filled by queued work, with no synchronisation, so the host keeps queueing kernels; ready for every
+ * library operation (they run on that stream), and for other streams or the host only after h3s_cuda_sync.
+ * owns_data is H3S_CUDA_OWNS_ORDERED; h3s_cuda_tensor_free returns it to the pool in stream order. */
+h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+#define H3S_CUDA_OWNS_ORDERED 2
 void h3s_cuda_tensor_free(h3s_tensor *t);
 /* Copies between host and device tensors of equal dtype and element count. */
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev);

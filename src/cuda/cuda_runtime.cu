@@ -234,7 +234,9 @@ extern "C" void h3s_cuda_release_caches(void) {
         for (int i = 0; i < H3C_CACHE_SLOTS; i++)
             if (g_cache[i].dev) cache_drop(&g_cache[i]);
     }
+    const int ready = g_state == 1;
     pthread_mutex_unlock(&g_lock);
+    if (ready) h3c_attention_release_plans();
 }
 
 /* ------------------------------------------------------------------ error codes */
@@ -280,8 +282,9 @@ extern "C" h3s_status h3s_cuda_sync(void) {
 
 /* ------------------------------------------------------------------ tensors */
 
-extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
-    static const char op[] = "cuda_tensor_alloc";
+/* Checks and byte count shared by the two allocators. */
+static h3s_status tensor_bytes(const char *op, h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape,
+                               size_t *bytes) {
     if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: tensor is NULL", op);
     memset(t, 0, sizeof *t);
     if (ndim < 0 || ndim > H3S_MAX_DIMS)
@@ -298,7 +301,24 @@ extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int 
         n *= (size_t)shape[d];
     }
     H3S_TRY(h3c_init(op));
-    size_t bytes = n * h3s_dtype_size(dtype);
+    *bytes = n * h3s_dtype_size(dtype);
+    return H3S_OK;
+}
+
+static void tensor_set(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape, void *p, int owns) {
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++)
+        t->shape[d] = shape[d];
+    t->data = p;
+    t->owns_data = owns;
+    t->device = 1;
+}
+
+extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    static const char op[] = "cuda_tensor_alloc";
+    size_t bytes = 0;
+    H3S_TRY(tensor_bytes(op, t, dtype, ndim, shape, &bytes));
     void *p = NULL;
     if (bytes) {
         cudaError_t e = cudaMalloc(&p, bytes);
@@ -315,21 +335,40 @@ extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int 
             return cuda_fail(op, "zero fill", e);
         }
     }
-    t->dtype = dtype;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++)
-        t->shape[d] = shape[d];
-    t->data = p;
-    t->owns_data = 1;
-    t->device = 1;
+    tensor_set(t, dtype, ndim, shape, p, 1);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    static const char op[] = "cuda_tensor_alloc";
+    size_t bytes = 0;
+    H3S_TRY(tensor_bytes(op, t, dtype, ndim, shape, &bytes));
+    void *p = NULL;
+    if (bytes) {
+        cudaError_t e = cudaMallocAsync(&p, bytes, g_stream);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return h3s_fail(e == cudaErrorMemoryAllocation ? H3S_ERR_NOMEM : H3S_ERR_DEVICE,
+                            "%s: device memory of %zu bytes: %s", op, bytes, cudaGetErrorString(e));
+        }
+        /* zero-filled like h3s_tensor_alloc, in stream order: every later use on the stream sees the zeros */
+        e = cudaMemsetAsync(p, 0, bytes, g_stream);
+        if (e != cudaSuccess) {
+            cudaFreeAsync(p, g_stream);
+            return cuda_fail(op, "zero fill", e);
+        }
+    }
+    tensor_set(t, dtype, ndim, shape, p, H3S_CUDA_OWNS_ORDERED);
     return H3S_OK;
 }
 
 extern "C" void h3s_cuda_tensor_free(h3s_tensor *t) {
     if (!t) return;
     if (t->device && t->owns_data && t->data) {
-        /* queued kernels may still use it: cudaFree waits for the device */
-        cudaFree(t->data);
+        if (t->owns_data == H3S_CUDA_OWNS_ORDERED)
+            cudaFreeAsync(t->data, g_stream); /* after every use queued so far on the stream */
+        else
+            cudaFree(t->data); /* queued kernels may still use it: cudaFree waits for the device */
     }
     t->data = NULL;
     t->owns_data = 0;

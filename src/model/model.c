@@ -132,8 +132,10 @@ struct h3s_model {
 
 /* ------------------------------------------------------------------ tensors & arena ---- */
 
+/* Activations and gradients: on the GPU in the library's stream order (no synchronisation per tensor, so the host
+ * queues a whole pass ahead of the device); the weights are uploaded with the synchronous allocator (to_backend). */
 static h3s_status backend_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
-    if (m->device) return h3s_cuda_tensor_alloc(t, dt, ndim, shape);
+    if (m->device) return h3s_cuda_tensor_alloc_ordered(t, dt, ndim, shape);
     return h3s_tensor_alloc(t, dt, ndim, shape);
 }
 

@@ -569,6 +569,57 @@ static void test_attention_batch(void) {
     }
 }
 
+/* SHA-256 of out, stats, dq, dk, dv of one forward + backward with the given masks (host tensors). */
+static void attention_hashes(int64_t B, int64_t S, int64_t heads, int64_t D, h3s_tensor *doc, h3s_tensor *kv,
+                             char h[5][65]) {
+    const int64_t M = B * S, W = heads * D;
+    h3s_attn_mask mask = {doc, kv};
+    h3s_tensor qd = gdev2(H3S_BF16, M, W), kd = gdev2(H3S_BF16, M, W), vd = gdev2(H3S_BF16, M, W),
+               gd = gdev2(H3S_F32, M, W);
+    gfill(&qd, 2001, 1.0f), gfill(&kd, 2002, 1.0f), gfill(&vd, 2003, 1.0f), gfill(&gd, 2004, 1.0f);
+    int64_t sdims[3] = {M, heads, 2};
+    h3s_tensor od = gdev2(H3S_BF16, M, W), std = gdev(H3S_F32, 3, sdims);
+    h3s_tensor dqd = gdev2(H3S_F32, M, W), dkd = gdev2(H3S_F32, M, W), dvd = gdev2(H3S_F32, M, W);
+    CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, B, heads, &mask, &od, &std));
+    CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, B, heads, &mask, &gd, &dqd, &dkd, &dvd));
+    const h3s_tensor *outs[5] = {&od, &std, &dqd, &dkd, &dvd};
+    for (int i = 0; i < 5; i++)
+        ghash(outs[i], 0, -1, h[i]);
+    h3s_tensor alld[] = {qd, kd, vd, gd, od, std, dqd, dkd, dvd};
+    free_all(alld, 9, 1);
+}
+
+/* The tensor-core attention keeps its plans by content: new mask bytes in the same host buffers get a plan of
+ * their own (the results of fresh tensors holding them), and the first masks' results come back unchanged. */
+static void test_attention_plan_cache(void) {
+    const int64_t B = 2, S = SZ(200, 20), heads = 2, D = SZ(128, 16);
+    attn_case c = {B, S, heads, D, 1, 1};
+    h3s_tensor doc, kv, doc2, kv2;
+    make_masks(&c, &doc, &kv);
+    make_masks(&c, &doc2, &kv2);
+    for (int64_t s = 0; s < S; s++) /* another document split and other masked keys */
+        ((int64_t *)doc2.data)[s] = s < S / 3 ? 3 : 8;
+    for (int64_t i = 0; i < B * S; i++)
+        ((uint8_t *)kv2.data)[i] = (i % 4) != 1;
+    char ha[5][65], hb[5][65], hc[5][65], hd[5][65];
+    attention_hashes(B, S, heads, D, &doc, &kv, ha);
+    attention_hashes(B, S, heads, D, &doc2, &kv2, hb);
+    memcpy(doc.data, doc2.data, (size_t)S * 8); /* the first buffers now hold the second masks */
+    memcpy(kv.data, kv2.data, (size_t)(B * S));
+    attention_hashes(B, S, heads, D, &doc, &kv, hc);
+    h3s_tensor_free(&doc2), h3s_tensor_free(&kv2);
+    make_masks(&c, &doc2, &kv2); /* fresh buffers with the first masks again */
+    attention_hashes(B, S, heads, D, &doc2, &kv2, hd);
+    int differ = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK(strcmp(hc[i], hb[i]) == 0, "attention output %d: new masks in old buffers differ from fresh buffers", i);
+        CHECK(strcmp(hd[i], ha[i]) == 0, "attention output %d: the first masks again differ from their first run", i);
+        differ += strcmp(ha[i], hb[i]) != 0;
+    }
+    CHECK(differ > 0, "the two mask sets must give different results (control)");
+    h3s_tensor_free(&doc), h3s_tensor_free(&kv), h3s_tensor_free(&doc2), h3s_tensor_free(&kv2);
+}
+
 /* The same live sequence with padding inserted between live positions (padding keys masked
  * by key_valid, padding rows a document of their own): every live row's out, stats, dq, dk
  * and dv have the unpadded bits. */
@@ -870,6 +921,7 @@ int main(void) {
     for (int i = 0; i < 4; i++)
         test_attention_case(&cases[i]);
     test_attention_batch();
+    test_attention_plan_cache();
     test_attention_padding(64);
     test_attention_padding(128);
     test_residual(1);

@@ -23,6 +23,34 @@ static void test_roundtrip(void) {
     h3s_tensor_free(&h), h3s_tensor_free(&b), h3s_tensor_free(&zh), h3s_tensor_free(&wrong);
 }
 
+/* The stream-ordered allocator of the model's activations: zero-filled in stream order, usable by the next
+ * operation without a synchronisation, freed in stream order, refused sizes and shapes as the plain one. */
+static void test_ordered(void) {
+    h3s_tensor o;
+    int64_t s[2] = {33, 7};
+    CHECK_OK(h3s_cuda_tensor_alloc_ordered(&o, H3S_F32, 2, s));
+    CHECK(o.device == 1 && o.owns_data == H3S_CUDA_OWNS_ORDERED && o.data, "ordered tensor flags");
+    h3s_tensor zh = h3t_alloc2(H3S_F32, 33, 7);
+    CHECK(gequal(&o, &zh), "ordered zero fill");
+    /* written by an operation queued right after the allocation, then read back */
+    h3s_tensor a = hrand(H3S_F32, 33, 7, 9, 1.0f), b = hrand(H3S_F32, 33, 7, 10, 1.0f);
+    h3s_tensor ad = gup(&a), bd = gup(&b);
+    CHECK_OK(h3s_grad_add(&ad, &bd, &o));
+    h3s_tensor want = h3t_alloc2(H3S_F32, 33, 7);
+    CHECK_OK(h3s_grad_add(&a, &b, &want));
+    CHECK(gequal(&o, &want), "ordered tensor written by the next operation");
+    h3s_cuda_tensor_free(&o);
+    CHECK(o.data == NULL && o.owns_data == 0, "ordered free clears the tensor");
+    int64_t huge[2] = {(int64_t)1 << 40, 1 << 10}, neg[2] = {-1, 3};
+    const h3s_status big = h3s_cuda_tensor_alloc_ordered(&o, H3S_F32, 2, huge); /* 4 PiB */
+    CHECK(big == H3S_ERR_NOMEM && o.data == NULL && o.owns_data == 0, "4 PiB refused as NOMEM (got %s: %s)",
+          h3s_status_name(big), h3s_last_error());
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_cuda_tensor_alloc_ordered(&o, H3S_F32, 2, neg));
+    CHECK_OK(h3s_cuda_sync());
+    gfree(&ad), gfree(&bd);
+    h3s_tensor_free(&zh), h3s_tensor_free(&a), h3s_tensor_free(&b), h3s_tensor_free(&want);
+}
+
 static void test_fail_closed(void) {
     /* host tensors handed to a CUDA twin directly */
     h3s_tensor x = hrand(H3S_BF16, 8, 16, 1, 1.0f), w = hrand(H3S_BF16, 4, 16, 2, 0.2f);
@@ -118,6 +146,7 @@ static void test_fill(void) {
 int main(void) {
     gpu_require();
     test_roundtrip();
+    test_ordered();
     test_fail_closed();
     test_bad_device_index();
     test_index_cache();
