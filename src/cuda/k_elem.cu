@@ -5,7 +5,10 @@
  * Every output element is computed by one thread from its own inputs with the CPU's formula,
  * one IEEE FP32 operation at a time (the build has --fmad=false); transcendental functions are
  * the CPU's double recipes with the device's double exp/log/sin/cos, rounded once to float.
- * Grids are grid-stride loops: the launch shape never reaches the bits. */
+ * Grids are grid-stride loops: the launch shape never reaches the bits.  The memory-bound row
+ * kernels (rope apply, residual, swiglu, grad_add) give a thread VW consecutive elements instead
+ * of one, each still computed alone with the same expression (docs/numerics/cuda.md, "Row
+ * kernels"). */
 #include <math.h>
 
 #include <type_traits>
