@@ -68,9 +68,9 @@ template <typename OK> static int el_pick_vw(int vmax, OK ok) {
     return 1;
 }
 
-/* Test hook (tests/gpu/test_gpu_ops.c): 1 runs the previous one-thread-per-element kernels (the
- *  *_ref_kernel below and round_bf16_ref_kernel in linear.cu), which the vectorised row kernels
- * must match bit for bit. */
+/* Test hook (tests/gpu/test_gpu_ops.c): on = 1 runs the previous one-thread-per-element kernels
+ * (the *_ref_kernel below, round_bf16_ref_kernel in linear.cu), which the row kernels must match
+ * bit for bit. */
 static int g_elem_reference = 0;
 
 extern "C" void h3c_elem_force_reference(int on) { g_elem_reference = on != 0; }
@@ -151,8 +151,9 @@ __global__ void rope_apply_ref_kernel(int backward, int64_t M, int64_t S, int64_
  * pass-through chunks (VW channels from R + (k - pc) VW).  Every pair is computed with the
  * reference's expressions, in its order, with its roundings; the thread reads both halves of all
  * its pairs before it writes any, and no other thread touches them, so out may still alias in.
- * The head and chunk come from one division of the chunk index by cph in I (32-bit unsigned when
- * the launcher proved M, S and heads D below 2^31, else 64-bit), per VW pairs. */
+ * The head and chunk come from one division of the chunk index by cph (chunks per head), and the
+ * table row from m % S once per row a thread visits, both in I: 32-bit unsigned when the launcher
+ * checked M, S and heads D below 2^31, else 64-bit. */
 template <int VW, typename T> __device__ __forceinline__ void rope_load(const T *p, T (&v)[VW]) {
     if constexpr (sizeof(T) == 2)
         h3k_ld_bf16v<VW>(p, v);
