@@ -182,6 +182,11 @@ void h3c_attention_release_plans(void);
 h3s_status h3c_attention_backward(const char *op, const h3c_attn_args *a);
 
 /* ------------------------------------------------------------------ elementwise */
+/* Test hook: on = 1 runs the one-thread-per-element reference kernels instead of the row kernels
+ * (rope apply, residual, swiglu, grad_add, and h3c_round_bf16), which must give the same bits;
+ * h3c_elem_reference() reads the setting. */
+void h3c_elem_force_reference(int on);
+int h3c_elem_reference(void);
 h3s_status h3c_rope_table(const char *op, int64_t S, int64_t F, double theta, const void *pos, int pos_dt,
                           float *cos_out, float *sin_out);
 /* forward: BF16 x -> BF16 y; backward: F32 dy -> F32 dx (in may alias out). */

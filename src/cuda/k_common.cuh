@@ -28,6 +28,89 @@ __device__ __forceinline__ uint16_t h3k_f2bf(float x) {
     return (uint16_t)(u >> 16);
 }
 
+/* VW (1, 2, 4 or 8) consecutive BF16 / F32 elements at p, moved with the widest access the
+ * launcher proved aligned: min(VW * element size, 16) bytes (two 16-byte accesses for 8 F32).
+ * Stores are written with __stwb (st.global.wb, the default write-back policy) so that the
+ * compiler emits one vector store instead of splitting it.
+ * Only the width of the memory access changes; each element's bits are moved unchanged, and
+ * element j of the array is element j after p (little-endian: the lower half of a 32-bit word
+ * is the lower address). */
+template <int VW> __device__ __forceinline__ void h3k_ld_bf16v(const uint16_t *p, uint16_t (&v)[VW]) {
+    static_assert(VW == 1 || VW == 2 || VW == 4 || VW == 8, "vector width");
+    if constexpr (VW == 1) {
+        v[0] = p[0];
+    } else {
+        uint32_t w[VW / 2];
+        if constexpr (VW == 8) {
+            const uint4 q = *(const uint4 *)p;
+            w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+        } else if constexpr (VW == 4) {
+            const uint2 q = *(const uint2 *)p;
+            w[0] = q.x, w[1] = q.y;
+        } else {
+            w[0] = *(const uint32_t *)p;
+        }
+#pragma unroll
+        for (int j = 0; j < VW / 2; j++) {
+            v[2 * j] = (uint16_t)(w[j] & 0xffffu);
+            v[2 * j + 1] = (uint16_t)(w[j] >> 16);
+        }
+    }
+}
+
+template <int VW> __device__ __forceinline__ void h3k_st_bf16v(uint16_t *p, const uint16_t (&v)[VW]) {
+    static_assert(VW == 1 || VW == 2 || VW == 4 || VW == 8, "vector width");
+    if constexpr (VW == 1) {
+        p[0] = v[0];
+    } else {
+        uint32_t w[VW / 2];
+#pragma unroll
+        for (int j = 0; j < VW / 2; j++)
+            w[j] = (uint32_t)v[2 * j] | ((uint32_t)v[2 * j + 1] << 16);
+        if constexpr (VW == 8)
+            __stwb((uint4 *)p, make_uint4(w[0], w[1], w[2], w[3]));
+        else if constexpr (VW == 4)
+            __stwb((uint2 *)p, make_uint2(w[0], w[1]));
+        else
+            __stwb((unsigned int *)p, w[0]);
+    }
+}
+
+template <int VW> __device__ __forceinline__ void h3k_ld_f32v(const float *p, float (&v)[VW]) {
+    static_assert(VW == 1 || VW == 2 || VW == 4 || VW == 8, "vector width");
+    if constexpr (VW == 1) {
+        v[0] = p[0];
+    } else if constexpr (VW == 2) {
+        const float2 q = *(const float2 *)p;
+        v[0] = q.x, v[1] = q.y;
+    } else {
+#pragma unroll
+        for (int k = 0; k < VW / 4; k++) {
+            const float4 q = ((const float4 *)p)[k];
+            v[4 * k] = q.x, v[4 * k + 1] = q.y, v[4 * k + 2] = q.z, v[4 * k + 3] = q.w;
+        }
+    }
+}
+
+template <int VW> __device__ __forceinline__ void h3k_st_f32v(float *p, const float (&v)[VW]) {
+    static_assert(VW == 1 || VW == 2 || VW == 4 || VW == 8, "vector width");
+    if constexpr (VW == 1) {
+        p[0] = v[0];
+    } else if constexpr (VW == 2) {
+        __stwb((float2 *)p, make_float2(v[0], v[1]));
+    } else {
+#pragma unroll
+        for (int k = 0; k < VW / 4; k++)
+            __stwb((float4 *)p + k, make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]));
+    }
+}
+
+/* Host side: p is aligned for h3k_*v of VW elements of `size` bytes (min(VW * size, 16)). */
+static inline int h3k_vec_aligned(const void *p, int VW, int size) {
+    const uintptr_t a = (uintptr_t)(VW * size < 16 ? VW * size : 16);
+    return ((uintptr_t)p % a) == 0;
+}
+
 /* Element i of a BF16 or F32 buffer as float; store with one rounding to the buffer's dtype. */
 __device__ __forceinline__ float h3k_ld(const void *p, int dt, int64_t i) {
     return dt == H3S_BF16 ? h3k_bf2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];

@@ -5,8 +5,13 @@
  * Every output element is computed by one thread from its own inputs with the CPU's formula,
  * one IEEE FP32 operation at a time (the build has --fmad=false); transcendental functions are
  * the CPU's double recipes with the device's double exp/log/sin/cos, rounded once to float.
- * Grids are grid-stride loops: the launch shape never reaches the bits. */
+ * Grids are grid-stride loops: the launch shape never reaches the bits.  The memory-bound row
+ * kernels (rope apply, residual, swiglu, grad_add) give a thread VW consecutive elements instead
+ * of one, each still computed alone with the same expression (docs/numerics/cuda.md, "Row
+ * kernels"). */
 #include <math.h>
+
+#include <type_traits>
 
 #include "cuda/k_common.cuh"
 
@@ -22,6 +27,55 @@
         }                                                                                                              \
         return H3S_OK;                                                                                                 \
     } while (0)
+
+/* The row kernels (rope apply, residual, swiglu) run on a 2-D grid: blockIdx.y walks the rows
+ * (grid-stride when there are more than 65,535), blockIdx.x and threadIdx.x walk a row's chunks
+ * of VW consecutive elements (grid-stride too; not unrolled, which would make the compiler divide
+ * for the trip count at every row).  The row and column come from the grid, not from
+ * dividing a flat 64-bit index by the row width (a 64-bit division is a long emulated sequence
+ * on the GPU, and these kernels did several per element).  Per row, blocks_x = ceil(chunks /
+ * 256) blocks of the fewest whole warps that cover the chunks, so few threads idle. */
+#define ROW_LOOP(m, M) _Pragma("unroll 1") for (int64_t m = blockIdx.y; m < (M); m += gridDim.y)
+#define COL_LOOP(c, n)                                                                                                 \
+    _Pragma("unroll 1") for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < (n);                      \
+                             c += (int64_t)gridDim.x * blockDim.x)
+
+struct el_grid {
+    dim3 grid, block;
+};
+
+static el_grid el_rows(int64_t M, int64_t chunks) {
+    int64_t bx = (chunks + EL_THREADS - 1) / EL_THREADS;
+    if (bx > 65535) bx = 65535; /* COL_LOOP covers the rest */
+    if (bx < 1) bx = 1;
+    int64_t t = (chunks + bx - 1) / bx;
+    t = (t + 31) / 32 * 32;
+    if (t > EL_THREADS) t = EL_THREADS;
+    if (t < 32) t = 32;
+    const int64_t gy = M > 65535 ? 65535 : (M < 1 ? 1 : M); /* ROW_LOOP covers the rest */
+    el_grid g;
+    g.grid = dim3((unsigned)bx, (unsigned)gy, 1);
+    g.block = dim3((unsigned)t, 1, 1);
+    return g;
+}
+
+/* The widest VW in {8, 4, 2, 1} (at most vmax) for which every access of a row kernel is aligned:
+ * `ok(VW)` checks the shape (the row widths and offsets are multiples of VW) and the pointers.
+ * The choice depends on shapes and addresses only, never on data. */
+template <typename OK> static int el_pick_vw(int vmax, OK ok) {
+    for (int vw = vmax; vw > 1; vw /= 2)
+        if (ok(vw)) return vw;
+    return 1;
+}
+
+/* Test hook (tests/gpu/test_gpu_ops.c): on = 1 runs the previous one-thread-per-element kernels
+ * (the *_ref_kernel below, round_bf16_ref_kernel in linear.cu), which the row kernels must match
+ * bit for bit. */
+static int g_elem_reference = 0;
+
+extern "C" void h3c_elem_force_reference(int on) { g_elem_reference = on != 0; }
+
+extern "C" int h3c_elem_reference(void) { return g_elem_reference; }
 
 /* ------------------------------------------------------------------ rope */
 
@@ -53,10 +107,11 @@ extern "C" h3s_status h3c_rope_table(const char *op, int64_t S, int64_t F, doubl
     LAUNCH(rope_table_kernel, S * 3 * F, S, F, theta, pos, pos_dt, cos_out, sin_out);
 }
 
-/* One thread per (row, head, slot): slots < half rotate the pair (i, half + i), reading both
- * before writing either (so out may alias in); later slots copy a pass-through channel. */
-__global__ void rope_apply_kernel(int backward, int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R,
-                                  const float *ct, const float *st, const void *in, void *out) {
+/* The reference (h3c_elem_force_reference): one thread per (row, head, slot): slots < half rotate
+ * the pair (i, half + i), reading both before writing either (so out may alias in); later slots
+ * copy a pass-through channel. */
+__global__ void rope_apply_ref_kernel(int backward, int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R,
+                                      const float *ct, const float *st, const void *in, void *out) {
     const int64_t half = R / 2, slots = half + (D - R), W = heads * D;
     GRID_STRIDE(e, M * heads * slots) {
         const int64_t m = e / (heads * slots), rem = e % (heads * slots), h = rem / slots, sl = rem % slots;
@@ -91,17 +146,137 @@ __global__ void rope_apply_kernel(int backward, int64_t M, int64_t S, int64_t he
     }
 }
 
+/* The row kernel: one thread per (row, head, chunk).  A head's chunks are first the pair chunks
+ * (VW consecutive pairs (i, half + i), i = k VW ... k VW + VW - 1) and then, unless out is in, the
+ * pass-through chunks (VW channels from R + (k - pc) VW).  Every pair is computed with the
+ * reference's expressions, in its order, with its roundings; the thread reads both halves of all
+ * its pairs before it writes any, and no other thread touches them, so out may still alias in.
+ * The head and chunk come from one division of the chunk index by cph (chunks per head), and the
+ * table row from m % S once per row a thread visits, both in I: 32-bit unsigned when the launcher
+ * checked M, S and heads D below 2^31, else 64-bit. */
+template <int VW, typename T> __device__ __forceinline__ void rope_load(const T *p, T (&v)[VW]) {
+    if constexpr (sizeof(T) == 2)
+        h3k_ld_bf16v<VW>(p, v);
+    else
+        h3k_ld_f32v<VW>(p, v);
+}
+
+template <int VW, typename T> __device__ __forceinline__ void rope_store(T *p, const T (&v)[VW]) {
+    if constexpr (sizeof(T) == 2)
+        h3k_st_bf16v<VW>(p, v);
+    else
+        h3k_st_f32v<VW>(p, v);
+}
+
+template <int VW, typename I, int BACKWARD>
+__global__ void rope_apply_vec_kernel(int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R, I pc, I cph,
+                                      const float *ct, const float *st, const void *in, void *out) {
+    typedef typename std::conditional<BACKWARD, float, uint16_t>::type T;
+    const int64_t half = R / 2, W = heads * D;
+    const int64_t chunks = heads * (int64_t)cph;
+    ROW_LOOP(m, M) {
+        const int64_t ms = (int64_t)((I)m % (I)S);
+        const float *c = ct + ms * R, *s = st + ms * R;
+        COL_LOOP(t, chunks) {
+            const I h = (I)t / cph, k = (I)t - h * cph;
+            const int64_t base = m * W + (int64_t)h * D;
+            const T *x = (const T *)in + base;
+            T *y = (T *)out + base;
+            if (k < pc) {
+                const int64_t i = (int64_t)k * VW;
+                T a[VW], b[VW], ya[VW], yb[VW];
+                float c1[VW], s1[VW], c2[VW], s2[VW];
+                rope_load<VW>(x + i, a);
+                rope_load<VW>(x + half + i, b);
+                h3k_ld_f32v<VW>(c + i, c1);
+                h3k_ld_f32v<VW>(s + i, s1);
+                h3k_ld_f32v<VW>(c + half + i, c2);
+                h3k_ld_f32v<VW>(s + half + i, s2);
+#pragma unroll
+                for (int j = 0; j < VW; j++) {
+                    if constexpr (!BACKWARD) {
+                        float x1 = h3k_bf2f(a[j]), x2 = h3k_bf2f(b[j]);
+                        float p1 = x1 * c1[j], p2 = x2 * s1[j];
+                        float q1 = x2 * c2[j], q2 = x1 * s2[j];
+                        ya[j] = h3k_f2bf(p1 - p2);
+                        yb[j] = h3k_f2bf(q1 + q2);
+                    } else {
+                        float g1 = a[j], g2 = b[j];
+                        float p1 = g1 * c1[j], p2 = g2 * s2[j];
+                        float q1 = g2 * c2[j], q2 = g1 * s1[j];
+                        ya[j] = p1 + p2;
+                        yb[j] = q1 - q2;
+                    }
+                }
+                rope_store<VW>(y + i, ya);
+                rope_store<VW>(y + half + i, yb);
+            } else {
+                const int64_t d = R + (int64_t)(k - pc) * VW;
+                T v[VW];
+                rope_load<VW>(x + d, v);
+                rope_store<VW>(y + d, v);
+            }
+        }
+    }
+}
+
+template <int VW, typename I, int BACKWARD>
+static void rope_apply_launch(int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R, const float *cos_t,
+                              const float *sin_t, const void *in, void *out) {
+    const int64_t pc = R / 2 / VW, cph = pc + (in != out ? (D - R) / VW : 0);
+    const el_grid g = el_rows(M, heads * cph);
+    rope_apply_vec_kernel<VW, I, BACKWARD>
+        <<<g.grid, g.block, 0, H3K_STREAM>>>(M, S, heads, D, R, (I)pc, (I)cph, cos_t, sin_t, in, out);
+}
+
+template <typename I, int BACKWARD>
+static void rope_apply_vw(int vw, int64_t M, int64_t S, int64_t heads, int64_t D, int64_t R, const float *cos_t,
+                          const float *sin_t, const void *in, void *out) {
+    switch (vw) {
+    case 8: /* picked for the BF16 forward only: F32 stays at 4 (16 bytes an access) */
+        if constexpr (!BACKWARD) rope_apply_launch<8, I, BACKWARD>(M, S, heads, D, R, cos_t, sin_t, in, out);
+        break;
+    case 4: rope_apply_launch<4, I, BACKWARD>(M, S, heads, D, R, cos_t, sin_t, in, out); break;
+    case 2: rope_apply_launch<2, I, BACKWARD>(M, S, heads, D, R, cos_t, sin_t, in, out); break;
+    default: rope_apply_launch<1, I, BACKWARD>(M, S, heads, D, R, cos_t, sin_t, in, out); break;
+    }
+}
+
 extern "C" h3s_status h3c_rope_apply(const char *op, int backward, int64_t M, int64_t S, int64_t heads, int64_t D,
                                      int64_t R, const float *cos_t, const float *sin_t, const void *in, void *out) {
     const int64_t n = M * heads * (R / 2 + (D - R));
-    LAUNCH(rope_apply_kernel, n, backward, M, S, heads, D, R, cos_t, sin_t, in, out);
+    if (g_elem_reference) LAUNCH(rope_apply_ref_kernel, n, backward, M, S, heads, D, R, cos_t, sin_t, in, out);
+    if (n <= 0) return H3S_OK;
+    /* VW pairs per chunk: half and the pass-through width multiples of VW (so are R, D, every head's
+     * base and every chunk's offset), the data (BF16 forward, F32 backward) and the tables aligned. */
+    const int esz = backward ? 4 : 2;
+    const int vw = el_pick_vw(backward ? 4 : 8, [&](int v) {
+        return (R / 2) % v == 0 && (D - R) % v == 0 && h3k_vec_aligned(in, v, esz) && h3k_vec_aligned(out, v, esz) &&
+               h3k_vec_aligned(cos_t, v, 4) && h3k_vec_aligned(sin_t, v, 4);
+    });
+    const int64_t lim = (int64_t)1 << 31;
+    const int narrow = M < lim && S < lim && heads * D < lim;
+    if (narrow && backward)
+        rope_apply_vw<uint32_t, 1>(vw, M, S, heads, D, R, cos_t, sin_t, in, out);
+    else if (narrow)
+        rope_apply_vw<uint32_t, 0>(vw, M, S, heads, D, R, cos_t, sin_t, in, out);
+    else if (backward)
+        rope_apply_vw<uint64_t, 1>(vw, M, S, heads, D, R, cos_t, sin_t, in, out);
+    else
+        rope_apply_vw<uint64_t, 0>(vw, M, S, heads, D, R, cos_t, sin_t, in, out);
+    return h3c_launch_check(op);
 }
 
-/* ------------------------------------------------------------------ residual */
+/* ------------------------------------------------------------------ residual
+ * The *_ref_kernel are the reference (h3c_elem_force_reference): one thread per element.  The
+ * row kernels give each thread VW consecutive elements of one row, each with the reference's
+ * expression; a row with a bad table index is reported (h3k_index, as the reference does for each
+ * of its elements) and skipped.  out may alias r or y, and dr or dy may alias dout: a thread reads
+ * its elements before it writes them, and no other thread touches them. */
 
-__global__ void residual_forward_kernel(int64_t M, int64_t H, const uint16_t *r, const uint16_t *y,
-                                        const uint16_t *table, const int64_t *index, int64_t R, int64_t ld_table,
-                                        int64_t gate_off, uint16_t *out, int *flag) {
+__global__ void residual_forward_ref_kernel(int64_t M, int64_t H, const uint16_t *r, const uint16_t *y,
+                                            const uint16_t *table, const int64_t *index, int64_t R, int64_t ld_table,
+                                            int64_t gate_off, uint16_t *out, int *flag) {
     GRID_STRIDE(e, M * H) {
         const int64_t m = e / H, k = e % H;
         float v = h3k_bf2f(y[e]);
@@ -114,16 +289,66 @@ __global__ void residual_forward_kernel(int64_t M, int64_t H, const uint16_t *r,
     }
 }
 
+template <int VW>
+__global__ void residual_forward_vec_kernel(int64_t M, int64_t H, const uint16_t *r, const uint16_t *y,
+                                            const uint16_t *table, const int64_t *index, int64_t R, int64_t ld_table,
+                                            int64_t gate_off, uint16_t *out, int *flag) {
+    ROW_LOOP(m, M) {
+        COL_LOOP(c, H / VW) {
+            const int64_t k = c * VW, e = m * H + k;
+            uint16_t rv[VW], yv[VW], tv[VW], o[VW];
+            h3k_ld_bf16v<VW>(r + e, rv);
+            h3k_ld_bf16v<VW>(y + e, yv);
+            if (table) {
+                const int64_t row = h3k_index(index, m, R, flag, H3C_CODE_RESIDUAL_FORWARD);
+                if (row < 0) continue;
+                h3k_ld_bf16v<VW>(table + row * ld_table + gate_off + k, tv);
+            }
+#pragma unroll
+            for (int j = 0; j < VW; j++) {
+                float v = h3k_bf2f(yv[j]);
+                if (table) v = h3k_bf2f(tv[j]) * v; /* exact: 8-bit x 8-bit significands */
+                o[j] = h3k_f2bf(h3k_bf2f(rv[j]) + v);
+            }
+            h3k_st_bf16v<VW>(out + e, o);
+        }
+    }
+}
+
+template <int VW>
+static void residual_forward_launch(int64_t M, int64_t H, const uint16_t *r, const uint16_t *y, const uint16_t *table,
+                                    const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off,
+                                    uint16_t *out) {
+    const el_grid g = el_rows(M, H / VW);
+    residual_forward_vec_kernel<VW>
+        <<<g.grid, g.block, 0, H3K_STREAM>>>(M, H, r, y, table, index, R, ld_table, gate_off, out, h3c_error_flag());
+}
+
 extern "C" h3s_status h3c_residual_forward(const char *op, int64_t M, int64_t H, const void *r, const void *y,
                                            const void *table, const int64_t *index, int64_t R, int64_t ld_table,
                                            int64_t gate_off, void *out) {
-    LAUNCH(residual_forward_kernel, M * H, M, H, (const uint16_t *)r, (const uint16_t *)y, (const uint16_t *)table,
-           index, R, ld_table, gate_off, (uint16_t *)out, h3c_error_flag());
+    const uint16_t *r16 = (const uint16_t *)r, *y16 = (const uint16_t *)y, *t16 = (const uint16_t *)table;
+    uint16_t *o16 = (uint16_t *)out;
+    if (g_elem_reference)
+        LAUNCH(residual_forward_ref_kernel, M * H, M, H, r16, y16, t16, index, R, ld_table, gate_off, o16,
+               h3c_error_flag());
+    if (M * H <= 0) return H3S_OK;
+    const int vw = el_pick_vw(8, [&](int v) {
+        return H % v == 0 && h3k_vec_aligned(r, v, 2) && h3k_vec_aligned(y, v, 2) && h3k_vec_aligned(out, v, 2) &&
+               (!table || (ld_table % v == 0 && gate_off % v == 0 && h3k_vec_aligned(table, v, 2)));
+    });
+    switch (vw) {
+    case 8: residual_forward_launch<8>(M, H, r16, y16, t16, index, R, ld_table, gate_off, o16); break;
+    case 4: residual_forward_launch<4>(M, H, r16, y16, t16, index, R, ld_table, gate_off, o16); break;
+    case 2: residual_forward_launch<2>(M, H, r16, y16, t16, index, R, ld_table, gate_off, o16); break;
+    default: residual_forward_launch<1>(M, H, r16, y16, t16, index, R, ld_table, gate_off, o16); break;
+    }
+    return h3c_launch_check(op);
 }
 
-__global__ void residual_backward_kernel(int64_t M, int64_t H, const uint16_t *table, const int64_t *index, int64_t R,
-                                         int64_t ld_table, int64_t gate_off, const float *dout, float *dr, float *dy,
-                                         int *flag) {
+__global__ void residual_backward_ref_kernel(int64_t M, int64_t H, const uint16_t *table, const int64_t *index,
+                                             int64_t R, int64_t ld_table, int64_t gate_off, const float *dout,
+                                             float *dr, float *dy, int *flag) {
     GRID_STRIDE(e, M * H) {
         const int64_t m = e / H, k = e % H;
         const float g = dout[e];
@@ -138,17 +363,68 @@ __global__ void residual_backward_kernel(int64_t M, int64_t H, const uint16_t *t
     }
 }
 
+template <int VW>
+__global__ void residual_backward_vec_kernel(int64_t M, int64_t H, const uint16_t *table, const int64_t *index,
+                                             int64_t R, int64_t ld_table, int64_t gate_off, const float *dout,
+                                             float *dr, float *dy, int *flag) {
+    ROW_LOOP(m, M) {
+        COL_LOOP(c, H / VW) {
+            const int64_t k = c * VW, e = m * H + k;
+            float g[VW], gy[VW];
+            h3k_ld_f32v<VW>(dout + e, g);
+#pragma unroll
+            for (int j = 0; j < VW; j++)
+                gy[j] = g[j];
+            if (table && dy) {
+                const int64_t row = h3k_index(index, m, R, flag, H3C_CODE_RESIDUAL_BACKWARD);
+                if (row < 0) continue;
+                uint16_t tv[VW];
+                h3k_ld_bf16v<VW>(table + row * ld_table + gate_off + k, tv);
+#pragma unroll
+                for (int j = 0; j < VW; j++)
+                    gy[j] = g[j] * h3k_bf2f(tv[j]);
+            }
+            if (dr) h3k_st_f32v<VW>(dr + e, g);
+            if (dy) h3k_st_f32v<VW>(dy + e, gy);
+        }
+    }
+}
+
+template <int VW>
+static void residual_backward_launch(int64_t M, int64_t H, const uint16_t *table, const int64_t *index, int64_t R,
+                                     int64_t ld_table, int64_t gate_off, const float *dout, float *dr, float *dy) {
+    const el_grid g = el_rows(M, H / VW);
+    residual_backward_vec_kernel<VW>
+        <<<g.grid, g.block, 0, H3K_STREAM>>>(M, H, table, index, R, ld_table, gate_off, dout, dr, dy, h3c_error_flag());
+}
+
 extern "C" h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table,
                                                  const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off,
                                                  const float *dout, float *dr, float *dy) {
     if (!dr && !dy) return H3S_OK;
-    LAUNCH(residual_backward_kernel, M * H, M, H, (const uint16_t *)table, index, R, ld_table, gate_off, dout, dr, dy,
-           h3c_error_flag());
+    const uint16_t *t16 = (const uint16_t *)table;
+    if (g_elem_reference)
+        LAUNCH(residual_backward_ref_kernel, M * H, M, H, t16, index, R, ld_table, gate_off, dout, dr, dy,
+               h3c_error_flag());
+    if (M * H <= 0) return H3S_OK;
+    const int vw = el_pick_vw(4, [&](int v) {
+        return H % v == 0 && h3k_vec_aligned(dout, v, 4) && (!dr || h3k_vec_aligned(dr, v, 4)) &&
+               (!dy || h3k_vec_aligned(dy, v, 4)) &&
+               (!table || (ld_table % v == 0 && gate_off % v == 0 && h3k_vec_aligned(table, v, 2)));
+    });
+    switch (vw) {
+    case 4: residual_backward_launch<4>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
+    case 2: residual_backward_launch<2>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
+    default: residual_backward_launch<1>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
+    }
+    return h3c_launch_check(op);
 }
 
-/* ------------------------------------------------------------------ swiglu and silu */
+/* ------------------------------------------------------------------ swiglu and silu
+ * The row kernels give each thread VW consecutive f of one row: value and gate chunks at
+ * u[m, f] and u[m, F + f], the reference's expressions element by element. */
 
-__global__ void swiglu_forward_kernel(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
+__global__ void swiglu_forward_ref_kernel(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
     GRID_STRIDE(e, M * F) {
         const int64_t m = e / F, f = e % F;
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
@@ -156,11 +432,45 @@ __global__ void swiglu_forward_kernel(int64_t M, int64_t F, const uint16_t *u, u
     }
 }
 
-extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h) {
-    LAUNCH(swiglu_forward_kernel, M * F, M, F, (const uint16_t *)u, (uint16_t *)h);
+template <int VW> __global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
+    ROW_LOOP(m, M) {
+        COL_LOOP(c, F / VW) {
+            const int64_t f = c * VW;
+            uint16_t vv[VW], gv[VW], o[VW];
+            h3k_ld_bf16v<VW>(u + m * 2 * F + f, vv);
+            h3k_ld_bf16v<VW>(u + m * 2 * F + F + f, gv);
+#pragma unroll
+            for (int j = 0; j < VW; j++) {
+                float v = h3k_bf2f(vv[j]), g = h3k_bf2f(gv[j]);
+                o[j] = h3k_f2bf(v * h3k_siluf(g));
+            }
+            h3k_st_bf16v<VW>(h + m * F + f, o);
+        }
+    }
 }
 
-__global__ void swiglu_backward_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
+template <int VW> static void swiglu_forward_launch(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
+    const el_grid g = el_rows(M, F / VW);
+    swiglu_forward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, F, u, h);
+}
+
+extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h) {
+    const uint16_t *u16 = (const uint16_t *)u;
+    uint16_t *h16 = (uint16_t *)h;
+    if (g_elem_reference) LAUNCH(swiglu_forward_ref_kernel, M * F, M, F, u16, h16);
+    if (M * F <= 0) return H3S_OK;
+    const int vw =
+        el_pick_vw(8, [&](int v) { return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(h, v, 2); });
+    switch (vw) {
+    case 8: swiglu_forward_launch<8>(M, F, u16, h16); break;
+    case 4: swiglu_forward_launch<4>(M, F, u16, h16); break;
+    case 2: swiglu_forward_launch<2>(M, F, u16, h16); break;
+    default: swiglu_forward_launch<1>(M, F, u16, h16); break;
+    }
+    return h3c_launch_check(op);
+}
+
+__global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
     GRID_STRIDE(e, M * F) {
         const int64_t m = e / F, f = e % F;
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
@@ -170,9 +480,49 @@ __global__ void swiglu_backward_kernel(int64_t M, int64_t F, const uint16_t *u, 
     }
 }
 
+template <int VW>
+__global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
+    ROW_LOOP(m, M) {
+        COL_LOOP(c, F / VW) {
+            const int64_t f = c * VW;
+            uint16_t vv[VW], gv[VW];
+            float dv[VW], a[VW], b[VW];
+            h3k_ld_bf16v<VW>(u + m * 2 * F + f, vv);
+            h3k_ld_bf16v<VW>(u + m * 2 * F + F + f, gv);
+            h3k_ld_f32v<VW>(dh + m * F + f, dv);
+#pragma unroll
+            for (int j = 0; j < VW; j++) {
+                float v = h3k_bf2f(vv[j]), g = h3k_bf2f(gv[j]);
+                float d = dv[j];
+                a[j] = d * h3k_siluf(g);
+                b[j] = (d * v) * h3k_silu_gradf(g);
+            }
+            h3k_st_f32v<VW>(du + m * 2 * F + f, a);
+            h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
+        }
+    }
+}
+
+template <int VW>
+static void swiglu_backward_launch(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
+    const el_grid g = el_rows(M, F / VW);
+    swiglu_backward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, F, u, dh, du);
+}
+
 extern "C" h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh,
                                           float *du) {
-    LAUNCH(swiglu_backward_kernel, M * F, M, F, (const uint16_t *)u, dh, du);
+    const uint16_t *u16 = (const uint16_t *)u;
+    if (g_elem_reference) LAUNCH(swiglu_backward_ref_kernel, M * F, M, F, u16, dh, du);
+    if (M * F <= 0) return H3S_OK;
+    const int vw = el_pick_vw(4, [&](int v) {
+        return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(dh, v, 4) && h3k_vec_aligned(du, v, 4);
+    });
+    switch (vw) {
+    case 4: swiglu_backward_launch<4>(M, F, u16, dh, du); break;
+    case 2: swiglu_backward_launch<2>(M, F, u16, dh, du); break;
+    default: swiglu_backward_launch<1>(M, F, u16, dh, du); break;
+    }
+    return h3c_launch_check(op);
 }
 
 __global__ void silu_to_bf16_kernel(int64_t n, const float *t, uint16_t *a) {
@@ -278,12 +628,36 @@ extern "C" h3s_status h3c_rows_copy(const char *op, int scatter, int code, int64
            dst_dt, index, h3c_error_flag());
 }
 
-__global__ void add_f32_kernel(int64_t n, const float *a, const float *b, float *out) {
+__global__ void add_f32_ref_kernel(int64_t n, const float *a, const float *b, float *out) {
     GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
 }
 
+/* VW consecutive elements per thread (the same one addition each), then the n % VW tail elements,
+ * one per thread of the grid's first threads.  out may alias a or b (the same element). */
+template <int VW> __global__ void add_f32_vec_kernel(int64_t n, const float *a, const float *b, float *out) {
+    const int64_t nv = n / VW;
+    GRID_STRIDE(i, nv) {
+        float x[VW], y[VW], o[VW];
+        h3k_ld_f32v<VW>(a + i * VW, x);
+        h3k_ld_f32v<VW>(b + i * VW, y);
+#pragma unroll
+        for (int j = 0; j < VW; j++)
+            o[j] = x[j] + y[j];
+        h3k_st_f32v<VW>(out + i * VW, o);
+    }
+    const int64_t t = nv * VW + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) out[t] = a[t] + b[t];
+}
+
 extern "C" h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, float *out) {
-    LAUNCH(add_f32_kernel, n, n, a, b, out);
+    if (g_elem_reference) LAUNCH(add_f32_ref_kernel, n, n, a, b, out);
+    if (n <= 0) return H3S_OK;
+    if (h3k_vec_aligned(a, 4, 4) && h3k_vec_aligned(b, 4, 4) && h3k_vec_aligned(out, 4, 4))
+        add_f32_vec_kernel<4>
+            <<<h3k_blocks(n / 4 > 0 ? n / 4 : 1, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, out);
+    else
+        add_f32_vec_kernel<1><<<h3k_blocks(n, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, out);
+    return h3c_launch_check(op);
 }
 
 __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {

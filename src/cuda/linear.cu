@@ -602,10 +602,28 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
 #endif
 }
 
-/* dy (F32) rounded once to BF16 (round to nearest even), the tensor cores' operand. */
-__global__ void round_bf16_kernel(int64_t n, const float *src, uint16_t *dst) {
+/* dy (F32) rounded once to BF16 (round to nearest even), the tensor cores' operand.  The reference
+ * (h3c_elem_force_reference): one element per thread. */
+__global__ void round_bf16_ref_kernel(int64_t n, const float *src, uint16_t *dst) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         dst[i] = h3k_f2bf(src[i]);
+}
+
+/* VW consecutive elements per thread (16-byte loads, one VW * 2-byte store), each rounded by the
+ * same h3k_f2bf, then the n % VW tail elements, one per thread of the grid's first threads. */
+template <int VW> __global__ void round_bf16_vec_kernel(int64_t n, const float *src, uint16_t *dst) {
+    const int64_t nv = n / VW;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv; i += (int64_t)gridDim.x * blockDim.x) {
+        float x[VW];
+        uint16_t o[VW];
+        h3k_ld_f32v<VW>(src + i * VW, x);
+#pragma unroll
+        for (int j = 0; j < VW; j++)
+            o[j] = h3k_f2bf(x[j]);
+        h3k_st_bf16v<VW>(dst + i * VW, o);
+    }
+    const int64_t t = nv * VW + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) dst[t] = h3k_f2bf(src[t]);
 }
 
 } /* namespace wg */
@@ -797,7 +815,12 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
 
 static h3s_status round_to_bf16(const char *op, int64_t n, const float *src, uint16_t *dst) {
     if (n <= 0) return H3S_OK;
-    wg::round_bf16_kernel<<<h3k_blocks(n, 256), 256, 0, H3K_STREAM>>>(n, src, dst);
+    if (h3c_elem_reference())
+        wg::round_bf16_ref_kernel<<<h3k_blocks(n, 256), 256, 0, H3K_STREAM>>>(n, src, dst);
+    else if (h3k_vec_aligned(src, 8, 4) && h3k_vec_aligned(dst, 8, 2))
+        wg::round_bf16_vec_kernel<8><<<h3k_blocks(n / 8 > 0 ? n / 8 : 1, 256), 256, 0, H3K_STREAM>>>(n, src, dst);
+    else
+        wg::round_bf16_vec_kernel<1><<<h3k_blocks(n, 256), 256, 0, H3K_STREAM>>>(n, src, dst);
     return h3c_launch_check(op);
 }
 

@@ -5,7 +5,8 @@
  *   - repeatability: a second run gives identical bits;
  *   - row invariance: a sub-range of rows computed alone gives the bits of the full run;
  *   - batch invariance (B in {1, 2, 4}) for attention and the per-row-table ops;
- *   - attention padding invariance (masked keys between live ones change no live bit).
+ *   - attention padding invariance (masked keys between live ones change no live bit);
+ *   - the vectorised row kernels give the bits of the one-thread-per-element reference kernels.
  * H3S_GPU_TEST_SMALL=1 shrinks every problem (the compute-sanitizer runs). */
 #include "cuda/cuda_internal.h"
 #include "gpu_util.h"
@@ -898,6 +899,194 @@ static void test_rows_and_add(void) {
     free_all(alld, 6, 1);
 }
 
+/* ================================================================== row kernels against the reference
+ * The vectorised row kernels (rope apply, residual, swiglu, grad_add, round to BF16) against the
+ * one-thread-per-element reference kernels (h3c_elem_force_reference): the same bits, on inputs
+ * full of special values (NaN with payloads, infinities, subnormals, rounding ties), for every
+ * vector width (shapes and element offsets that make the launcher pick 8, 4, 2 and 1), odd tails,
+ * in place, and the production shapes (S = 925, hidden 5376, ffn 14336, 56 heads x 128). */
+
+typedef struct {
+    h3s_tensor dev, init; /* n + 8 elements on the device; their initial content on the host */
+} ebuf;
+
+static uint64_t emix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* kind 0: poison (0x7f bytes, shows unwritten elements); 1: seeded values with specials mixed in */
+static ebuf ebuf_new(h3s_dtype dt, int64_t n, uint64_t seed, int kind) {
+    ebuf b;
+    b.init = kind ? hrand(dt, n + 8, 0, seed, 1.0f) : h3t_alloc1(dt, n + 8);
+    if (!kind) h3t_poison(&b.init);
+    for (int64_t i = 0; kind && i < n + 8; i++) {
+        const uint64_t r = emix(seed * 1000003ull + (uint64_t)i);
+        if (r % 5) continue; /* one element in five is special */
+        const uint32_t hi = (uint32_t)(r >> 32), pick = (uint32_t)(r >> 8) % 5;
+        uint32_t u = pick == 0   ? hi                                              /* any bits: NaN payloads too */
+                     : pick == 1 ? hi & 0x807fffffu                                /* subnormal or zero */
+                     : pick == 2 ? (hi & 0x80000000u) | 0x7f800000u                /* infinity */
+                     : pick == 3 ? (hi & 0x80000000u) | 0x7f800000u | (hi & 0x7fu) /* NaN, small payload */
+                                 : (hi & 0xffff0000u) | 0x8000u;                   /* a BF16 rounding tie */
+        if (dt == H3S_BF16)
+            ((uint16_t *)b.init.data)[i] = (uint16_t)(u >> 16 | (pick == 3 ? (hi & 0x3fu) : 0u));
+        else
+            ((uint32_t *)b.init.data)[i] = u;
+    }
+    b.dev = gup(&b.init);
+    return b;
+}
+
+static void ebuf_reset(ebuf *b) {
+    if (h3s_cuda_upload(&b->init, &b->dev) != H3S_OK) gpu_die("upload");
+}
+
+/* Element `off` of the buffer (offsets 1, 2, 4 misalign the vector accesses on purpose). */
+static void *ebuf_at(ebuf *b, int64_t off) { return (char *)b->dev.data + (size_t)off * h3s_dtype_size(b->dev.dtype); }
+
+static void ebuf_free(ebuf *b) {
+    gfree(&b->dev);
+    h3s_tensor_free(&b->init);
+}
+
+/* Run `call` (a statement using the buffers) with the reference and with the row kernels, from the
+ * same initial contents, and compare every listed buffer bit for bit. */
+#define ELEM_SAME_BITS(what, bufs, nb, call)                                                                           \
+    do {                                                                                                               \
+        h3s_tensor got_[2][4];                                                                                         \
+        for (int ref_ = 1; ref_ >= 0; ref_--) {                                                                        \
+            for (int i_ = 0; i_ < (nb); i_++)                                                                          \
+                ebuf_reset((bufs)[i_]);                                                                                \
+            h3c_elem_force_reference(ref_);                                                                            \
+            CHECK_OK(call);                                                                                            \
+            for (int i_ = 0; i_ < (nb); i_++)                                                                          \
+                got_[ref_][i_] = gdown(&(bufs)[i_]->dev);                                                              \
+        }                                                                                                              \
+        int same_ = 1;                                                                                                 \
+        for (int i_ = 0; i_ < (nb); i_++) {                                                                            \
+            same_ = same_ && h3t_bitwise_equal(&got_[0][i_], &got_[1][i_]);                                            \
+            h3s_tensor_free(&got_[0][i_]);                                                                             \
+            h3s_tensor_free(&got_[1][i_]);                                                                             \
+        }                                                                                                              \
+        CHECK(same_, "%s: the row kernels give the reference's bits", what);                                           \
+    } while (0)
+
+static void elem_swiglu(int64_t M, int64_t F, int64_t ou, int64_t oo) {
+    char what[160];
+    snprintf(what, sizeof what, "swiglu M=%lld F=%lld offsets %lld %lld", (long long)M, (long long)F, (long long)ou,
+             (long long)oo);
+    ebuf u = ebuf_new(H3S_BF16, M * 2 * F, 201, 1), h = ebuf_new(H3S_BF16, M * F, 0, 0);
+    ebuf dh = ebuf_new(H3S_F32, M * F, 202, 1), du = ebuf_new(H3S_F32, M * 2 * F, 0, 0);
+    ebuf *fw[] = {&u, &h}, *bw[] = {&u, &dh, &du};
+    ELEM_SAME_BITS(what, fw, 2, h3c_swiglu_forward("t", M, F, ebuf_at(&u, ou), ebuf_at(&h, oo)));
+    ELEM_SAME_BITS(
+        what, bw, 3,
+        h3c_swiglu_backward("t", M, F, ebuf_at(&u, ou), (const float *)ebuf_at(&dh, oo), (float *)ebuf_at(&du, oo)));
+    ebuf_free(&u), ebuf_free(&h), ebuf_free(&dh), ebuf_free(&du);
+}
+
+/* gate chunk 5 of 6 (gate_off = 5 H) or, with C = 3, chunk 1 */
+static void elem_residual(int64_t M, int64_t H, int with_table, int64_t C, int64_t o1, int64_t ot, int inplace) {
+    char what[160];
+    snprintf(what, sizeof what, "residual M=%lld H=%lld table %d C=%lld offsets %lld %lld in place %d", (long long)M,
+             (long long)H, with_table, (long long)C, (long long)o1, (long long)ot, inplace);
+    const int64_t R = 4, ld = C * H, gate_off = (C - 1) * H;
+    ebuf r = ebuf_new(H3S_BF16, M * H, 211, 1), y = ebuf_new(H3S_BF16, M * H, 212, 1);
+    ebuf out = ebuf_new(H3S_BF16, M * H, 0, 0), table = ebuf_new(H3S_BF16, R * ld, 213, 1);
+    ebuf dout = ebuf_new(H3S_F32, M * H, 214, 1), dr = ebuf_new(H3S_F32, M * H, 0, 0),
+         dy = ebuf_new(H3S_F32, M * H, 0, 0);
+    h3s_tensor idx_h = rand_index(M, R, 215), idx_d = gup(&idx_h);
+    const void *T = with_table ? ebuf_at(&table, ot) : NULL;
+    const int64_t *I = with_table ? (const int64_t *)idx_d.data : NULL;
+    void *o = inplace ? ebuf_at(&r, o1) : ebuf_at(&out, o1);
+    ebuf *fw[] = {&r, &y, &out, &table}, *bw[] = {&dout, &dr, &dy, &table};
+    ELEM_SAME_BITS(what, fw, 4,
+                   h3c_residual_forward("t", M, H, ebuf_at(&r, o1), ebuf_at(&y, o1), T, I, R, ld, gate_off, o));
+    /* dr and dy, then dy alone written over dout (the wrappers allow dr or dy to alias dout) */
+    float *g = (float *)ebuf_at(&dout, o1);
+    ELEM_SAME_BITS(what, bw, 4,
+                   h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1),
+                                              (float *)ebuf_at(&dy, o1)));
+    ELEM_SAME_BITS(what, bw, 4, h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, NULL, g));
+    ebuf_free(&r), ebuf_free(&y), ebuf_free(&out), ebuf_free(&table), ebuf_free(&dout), ebuf_free(&dr);
+    ebuf_free(&dy);
+    h3s_tensor_free(&idx_h);
+    gfree(&idx_d);
+}
+
+static void elem_rope(int64_t S, int64_t B, int64_t heads, int64_t D, int64_t F, int64_t oi, int64_t ot) {
+    const int64_t M = S * B, R = 6 * F, W = heads * D;
+    ebuf c = ebuf_new(H3S_F32, S * R, 221, 1), sn = ebuf_new(H3S_F32, S * R, 222, 1);
+    ebuf x = ebuf_new(H3S_BF16, M * W, 223, 1), y = ebuf_new(H3S_BF16, M * W, 0, 0);
+    ebuf g = ebuf_new(H3S_F32, M * W, 224, 1), dx = ebuf_new(H3S_F32, M * W, 0, 0);
+    const float *ct = (const float *)ebuf_at(&c, ot), *st = (const float *)ebuf_at(&sn, ot);
+    for (int inplace = 0; inplace < 2; inplace++) {
+        char what[160];
+        snprintf(what, sizeof what, "rope S=%lld B=%lld heads=%lld D=%lld F=%lld offsets %lld %lld in place %d",
+                 (long long)S, (long long)B, (long long)heads, (long long)D, (long long)F, (long long)oi, (long long)ot,
+                 inplace);
+        ebuf *fw[] = {&c, &sn, &x, &y}, *bw[] = {&c, &sn, &g, &dx};
+        void *xi = ebuf_at(&x, oi), *gi = ebuf_at(&g, oi);
+        ELEM_SAME_BITS(what, fw, 4,
+                       h3c_rope_apply("t", 0, M, S, heads, D, R, ct, st, xi, inplace ? xi : ebuf_at(&y, oi)));
+        ELEM_SAME_BITS(what, bw, 4,
+                       h3c_rope_apply("t", 1, M, S, heads, D, R, ct, st, gi, inplace ? gi : ebuf_at(&dx, oi)));
+    }
+    ebuf_free(&c), ebuf_free(&sn), ebuf_free(&x), ebuf_free(&y), ebuf_free(&g), ebuf_free(&dx);
+}
+
+static void elem_add_round(int64_t n, int64_t oa, int64_t oo) {
+    char what[160];
+    snprintf(what, sizeof what, "grad_add / round_bf16 n=%lld offsets %lld %lld", (long long)n, (long long)oa,
+             (long long)oo);
+    ebuf a = ebuf_new(H3S_F32, n, 231, 1), b = ebuf_new(H3S_F32, n, 232, 1), o = ebuf_new(H3S_F32, n, 0, 0);
+    ebuf r = ebuf_new(H3S_BF16, n, 0, 0);
+    ebuf *ab[] = {&a, &b, &o}, *rb[] = {&a, &r};
+    const float *pa = (const float *)ebuf_at(&a, oa), *pb = (const float *)ebuf_at(&b, oo);
+    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, (float *)ebuf_at(&o, oo)));
+    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, (float *)pa)); /* in place over a */
+    ELEM_SAME_BITS(what, rb, 2, h3c_round_bf16("t", n, pa, ebuf_at(&r, oo)));
+    ebuf_free(&a), ebuf_free(&b), ebuf_free(&o), ebuf_free(&r);
+}
+
+static void test_elem_rows(void) {
+    printf("row kernels against the one-thread-per-element reference\n");
+    /* swiglu: production ffn, then F and offsets that pick vector widths 8, 4, 2 and 1 */
+    elem_swiglu(SZ(925, 3), SZ(14336, 96), 0, 0);
+    const int64_t sw[][3] = {{96, 0, 0}, {100, 0, 0}, {6, 0, 0},  {7, 0, 0},
+                             {96, 1, 0}, {96, 0, 1},  {96, 2, 2}, {96, 4, 0}};
+    for (int i = 0; i < 8; i++)
+        elem_swiglu(7, sw[i][0], sw[i][1], sw[i][2]);
+    /* residual: production hidden, then H 40 (8), 12 with gate offset 60 (4), 6 (2), 13 (1), misaligned views */
+    for (int t = 0; t < 2; t++) {
+        elem_residual(SZ(925, 4), SZ(5376, 40), t, 6, 0, 0, 0);
+        elem_residual(9, 40, t, 6, 0, 0, 1);
+        elem_residual(9, 12, t, 6, 0, 0, 0);
+        elem_residual(9, 6, t, 3, 0, 0, 0);
+        elem_residual(9, 13, t, 6, 0, 0, 0);
+        elem_residual(9, 40, t, 6, 1, 0, 0);
+        elem_residual(9, 40, t, 6, 2, 0, 1);
+        elem_residual(9, 40, t, 6, 0, 3, 0);
+    }
+    /* rope: production heads, then pair and pass-through widths that pick 8, 4, 2 and 1 */
+    elem_rope(SZ(925, 4), 1, SZ(56, 3), 128, 16, 0, 0);
+    const int64_t rp[][3] = {{3, 128, 16}, {2, 32, 2}, {2, 12, 2}, {1, 128, 21}, {2, 64, 8}, {4, 40, 4}, {2, 6, 1}};
+    for (int i = 0; i < 7; i++) {
+        elem_rope(4, 2, rp[i][0], rp[i][1], rp[i][2], 0, 0);
+        elem_rope(4, 2, rp[i][0], rp[i][1], rp[i][2], 1, 0);
+        elem_rope(4, 2, rp[i][0], rp[i][1], rp[i][2], 2, 1);
+    }
+    /* grad_add and round_bf16: production sizes, tails of every length, misaligned views */
+    elem_add_round(SZ(925 * 14336, 4099), 0, 0);
+    const int64_t ar[][3] = {{1, 0, 0}, {7, 0, 0}, {9, 0, 0}, {561, 0, 0}, {4099, 1, 0}, {4099, 0, 1}, {4099, 4, 2}};
+    for (int i = 0; i < 7; i++)
+        elem_add_round(ar[i][0], ar[i][1], ar[i][2]);
+    h3c_elem_force_reference(0);
+}
+
 int main(void) {
     gpu_require();
     double t0 = gpu_now();
@@ -930,6 +1119,7 @@ int main(void) {
     test_adaln();
     test_timestep();
     test_rows_and_add();
+    test_elem_rows();
     printf("elapsed %.2f s\n", gpu_now() - t0);
     return h3t_finish("test_gpu_ops");
 }
