@@ -299,7 +299,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_BQ 64         /* backward: queries per tile (dk/dv) */
 #define TC_KV 128        /* backward: keys per CTA (dk/dv; two warpgroups of 64) */
 #define TC_KVTHREADS 256 /* backward dk/dv: threads per CTA */
-#define TC_KVSTAGES 2    /* backward dk/dv: shared-memory stages of (Q, bf16(dout)) */
+#define TC_KVSTAGES 3    /* backward dk/dv: shared-memory stages of (Q, bf16(dout)) */
 #define TC_LOG2E 1.4426950408889634f
 
 struct tc_groups {
@@ -804,7 +804,13 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
  * formed from them and the queries' lse and delta alone; dv and dk add bf16(P^T) bf16(dout) and bf16(dS^T) q
  * over the query tiles in ascending order, four ascending k16 steps each; then dk * scale.  No other key
  * enters, so neither the other warpgroup nor the CTA (nor whether the tile's other half exists) can move
- * a bit.  A last tile of at most 64 keys leaves warpgroup 1 with no key: it only helps with the copies. */
+ * a bit.  A last tile of at most 64 keys leaves warpgroup 1 with no key: it only helps with the copies.
+ *
+ * Software pipeline inside each warpgroup, as in dq: the MMAs of s^T_i and dP^T_i are issued with the dv/dk
+ * update of query tile i - 1, and P^T_i, dS^T_i are formed while that update runs; dv and dk see the same
+ * additions in the same order as the plain loop (tile i's update is issued only after tile i - 1's has
+ * completed).  Query tiles go through three shared-memory stages: tile i + 1 is copied while s^T_i reads
+ * tile i and the update of tile i - 1 reads its stage. */
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
 #if TC_SM90
@@ -820,8 +826,10 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     const int *krows = G.krows + G.g_koff[g] + t0, *qrows = G.bq + h * G.total_q + G.g_qoff[g];
     const int qcnt = G.bq_cnt[g * a.heads + h];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int krow0 = wgi * 64;     /* this warpgroup's rows of the K and V tiles */
-    const bool active = kn > krow0; /* uniform over the warpgroup */
+    const int krow0 = wgi * 64; /* this warpgroup's rows of the K and V tiles */
+    /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
+     * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
+    const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
     auto issue_q = [&](int q0, int stage) {
         uint8_t *Qb = QG + stage * 2 * QB, *Gb = Qb + QB;
         const int qn = min(qcnt - q0, TC_BQ);
@@ -848,19 +856,25 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     if (qcnt > 0) issue_q(0, 0);
     tc_commit();
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
+    uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4]; /* bf16(P^T), bf16(dS^T) of the previous query tile */
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dk[i] = dv[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < TC_BQ / 2; i++)
         st[i] = dpt[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_BQ / 16; i++)
+        pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
+    static_assert(TC_KVSTAGES == 3, "dk/dv: the pipeline reads two query-tile stages while a third is copied");
     const float c1 = a.scale * TC_LOG2E;
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
         tc_wait<0>(); /* query tile it has landed (this thread's copies) */
         tc_fence_async();
         /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
-         * whose last wait retired the dv/dk update that read stage (it + 1) % TC_KVSTAGES (tile it - 1). */
+         * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
+         * (three stages: tile it + 1 is copied while tile it is read by s^T, dP^T and tile it - 1 by the update). */
         __syncthreads();
         if (it + 1 < ntiles) {
             issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES);
@@ -879,7 +893,21 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         for (int kk = 0; kk < TC_D / 16; kk++)
             wg::mma_k16<TC_BQ, 0, 0>(dpt, tc_desc_k<TC_KV>(Vs, krow0 * 128, kk), tc_desc_k<TC_BQ>(Gs, 0, kk), kk > 0);
         wg::wg_commit();
-        wg::wg_wait<0>();
+        if (it > 0) {
+            /* dv += bf16(P^T) bf16(dout), dk += bf16(dS^T) q of tile it - 1, over its queries in ascending k16
+             * steps */
+            const uint8_t *Qp = QG + ((it - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
+#pragma unroll
+            for (int kc = 0; kc < TC_BQ / 16; kc++)
+                wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
+#pragma unroll
+            for (int kc = 0; kc < TC_BQ / 16; kc++)
+                wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
+            wg::wg_commit();
+            wg::wg_wait<1>(); /* s^T and dP^T are ready; the dv/dk update may still run */
+        } else {
+            wg::wg_wait<0>();
+        }
         wg::reg_fence<TC_BQ / 2>(st);
         wg::reg_fence<TC_BQ / 2>(dpt);
         /* P^T = 2^(s^T scale log2 e - lse), dS^T = P^T (dP^T - delta), with no mask: a key's dk and dv
@@ -895,17 +923,22 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
                 dpt[j * 4 + e] = p * (dpt[j * 4 + e] - qdel[qi]);
                 st[j * 4 + e] = p;
             }
-        uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
+        wg::wg_wait<0>(); /* the dv/dk update of tile it - 1 has completed: pa and da are free */
+        wg::reg_fence<TC_D / 2>(dv);
+        wg::reg_fence<TC_D / 2>(dk);
         tc_to_a<TC_BQ>(st, pa);
         tc_to_a<TC_BQ>(dpt, da);
-        /* dv += bf16(P) bf16(dout), dk += bf16(dS) q over the tile's queries in ascending k16 steps */
+    }
+    if (ntiles > 0 && active) {
+        /* the last tile's update */
+        const uint8_t *Qp = QG + ((ntiles - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
         wg::wg_fence();
 #pragma unroll
         for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gs, kc), 1);
+            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
 #pragma unroll
         for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qs, kc), 1);
+            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dv);
