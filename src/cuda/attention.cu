@@ -298,7 +298,9 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_DQSTAGES 3    /* backward dq: shared-memory stages of (K, V) */
 #define TC_BK 64         /* backward: keys per tile (dq) */
 #define TC_BQ 64         /* backward: queries per tile (dk/dv) */
-#define TC_THREADS 128   /* backward: threads per CTA (one warpgroup) */
+#define TC_KV 128        /* backward: keys per CTA (dk/dv; two warpgroups of 64) */
+#define TC_KVTHREADS 256 /* backward dk/dv: threads per CTA */
+#define TC_KVSTAGES 3    /* backward dk/dv: shared-memory stages of (Q, bf16(dout)) */
 #define TC_LOG2E 1.4426950408889634f
 
 struct tc_groups {
@@ -791,84 +793,128 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
 #endif
 }
 
-/* dk, dv for one tile of 64 of a group's keys, over its participating queries (head h) in tiles of 64. */
-__global__ void __launch_bounds__(TC_THREADS)
+/* dk, dv for one tile of 128 of a group's keys, warpgroup w owning keys [64 w, 64 w + 64) of the tile, over
+ * the group's participating queries (head h) in ascending tiles of 64; both warpgroups share every gathered
+ * Q, bf16(dout), lse and delta tile (each is gathered once per 128 keys).
+ *
+ * Which warpgroup or CTA computes a key changes none of its bits.  The key tiles of 128 are cut from the
+ * group's list at its first entry, so warpgroup w's keys are exactly a tile of 64 cut the same way (keys
+ * [t0 + 64 w, t0 + 64 w + 64) of the list), each in the same row of its warpgroup's 64 (and in the same
+ * swizzle phase: 64 is a multiple of 8).  A key's dk and dv are its own rows of the MMAs: s^T and dP^T are
+ * its row of K (V) against the query tile over d in eight ascending k16 steps from +0; P^T and dS^T are
+ * formed from them and the queries' lse and delta alone; dv and dk add bf16(P^T) bf16(dout) and bf16(dS^T) q
+ * over the query tiles in ascending order, four ascending k16 steps each; then dk * scale.  No other key
+ * enters, so neither the other warpgroup nor the CTA (nor whether the tile's other half exists) can move
+ * a bit.  A last tile of at most 64 keys leaves warpgroup 1 with no key: it only helps with the copies.
+ *
+ * Software pipeline inside each warpgroup, as in dq: the MMAs of s^T_i and dP^T_i are issued with the dv/dk
+ * update of query tile i - 1, and P^T_i, dS^T_i are formed while that update runs; dv and dk see the same
+ * additions in the same order as the plain loop (tile i's update is issued only after tile i - 1's has
+ * completed).  Query tiles go through three shared-memory stages: tile i + 1 is copied while s^T_i reads
+ * tile i and the update of tile i - 1 reads its stage. */
+__global__ void __launch_bounds__(TC_KVTHREADS, 1)
     attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
-    constexpr int KB = tc_tile<64>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
-    /* K, V, then two buffers of (Q, bf16(dout)) and of the queries' lse and delta */
+    constexpr int KB = tc_tile<TC_KV>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
+    /* K, V (128 rows), then TC_KVSTAGES stages of (Q, bf16(dout)) and of the queries' lse and delta */
     uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
-    __shared__ __align__(16) float qlse_buf[2][TC_BQ];
-    __shared__ __align__(16) float qdel_buf[2][TC_BQ];
-    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * 64;
+    __shared__ __align__(16) float qlse_buf[TC_KVSTAGES][TC_BQ];
+    __shared__ __align__(16) float qdel_buf[TC_KVSTAGES][TC_BQ];
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_KV;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
-    const int kn = min(G.g_kcnt[g] - t0, 64);
+    const int kn = min(G.g_kcnt[g] - t0, TC_KV);
     const int *krows = G.krows + G.g_koff[g] + t0, *qrows = G.bq + h * G.total_q + G.g_qoff[g];
     const int qcnt = G.bq_cnt[g * a.heads + h];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    auto issue_q = [&](int q0, int buf) {
-        uint8_t *Qb = QG + buf * 2 * QB, *Gb = Qb + QB;
+    const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int krow0 = wgi * 64; /* this warpgroup's rows of the K and V tiles */
+    /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
+     * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
+    const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
+    auto issue_q = [&](int q0, int stage) {
+        uint8_t *Qb = QG + stage * 2 * QB, *Gb = Qb + QB;
         const int qn = min(qcnt - q0, TC_BQ);
-        tc_gather2_async<TC_BQ, TC_THREADS>(Qb, (const uint16_t *)a.q, Gb, gb, qrows + q0, qn, W, col0);
+        tc_gather2_async<TC_BQ, TC_KVTHREADS>(Qb, (const uint16_t *)a.q, Gb, gb, qrows + q0, qn, W, col0);
         if (threadIdx.x < TC_BQ) {
             const int i = threadIdx.x;
             if (i < qn) {
                 const int64_t row = qrows[q0 + i];
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
-                                 (uint32_t)__cvta_generic_to_shared(&qlse_buf[buf][i])),
+                                 (uint32_t)__cvta_generic_to_shared(&qlse_buf[stage][i])),
                              "l"(lse + row * a.heads + h)
                              : "memory");
                 asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
-                                 (uint32_t)__cvta_generic_to_shared(&qdel_buf[buf][i])),
+                                 (uint32_t)__cvta_generic_to_shared(&qdel_buf[stage][i])),
                              "l"(a.delta + row * a.heads + h)
                              : "memory");
             } else {
-                qlse_buf[buf][i] = 0.0f;
-                qdel_buf[buf][i] = 0.0f;
+                qlse_buf[stage][i] = 0.0f;
+                qdel_buf[stage][i] = 0.0f;
             }
         }
     };
-    tc_gather2_async<64, TC_THREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
+    tc_gather2_async<TC_KV, TC_KVTHREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
     if (qcnt > 0) issue_q(0, 0);
     tc_commit();
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
+    uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4]; /* bf16(P^T), bf16(dS^T) of the previous query tile */
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dk[i] = dv[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < TC_BQ / 2; i++)
         st[i] = dpt[i] = 0.0f;
-    for (int q0 = 0, it = 0; q0 < qcnt; q0 += TC_BQ, it++) {
-        if (q0 + TC_BQ < qcnt) {
-            issue_q(q0 + TC_BQ, (it + 1) & 1);
-            tc_commit();
-            tc_wait<1>();
-        } else {
-            tc_wait<0>();
-        }
+#pragma unroll
+    for (int i = 0; i < TC_BQ / 16; i++)
+        pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
+    static_assert(TC_KVSTAGES == 3, "dk/dv: the pipeline reads two query-tile stages while a third is copied");
+    const float c1 = a.scale * TC_LOG2E;
+    const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
+    for (int it = 0; it < ntiles; it++) {
+        tc_wait<0>(); /* query tile it has landed (this thread's copies) */
         tc_fence_async();
+        /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
+         * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
+         * (three stages: tile it + 1 is copied while tile it is read by s^T, dP^T and tile it - 1 by the update). */
         __syncthreads();
-        const uint8_t *Qs = QG + (it & 1) * 2 * QB, *Gs = Qs + QB;
-        const float *qlse = qlse_buf[it & 1];
-        const float *qdel = qdel_buf[it & 1];
-        /* transposed scores: rows are this tile's 64 keys, columns the query tile's 64 queries */
+        if (it + 1 < ntiles) {
+            issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES);
+            tc_commit();
+        }
+        if (!active) continue;
+        const uint8_t *Qs = QG + (it % TC_KVSTAGES) * 2 * QB, *Gs = Qs + QB;
+        const float *qlse = qlse_buf[it % TC_KVSTAGES];
+        const float *qdel = qdel_buf[it % TC_KVSTAGES];
+        /* transposed scores: rows are this warpgroup's 64 keys, columns the query tile's 64 queries */
         wg::wg_fence();
 #pragma unroll
         for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BQ, 0, 0>(st, tc_desc_k<64>(Ks, 0, kk), tc_desc_k<TC_BQ>(Qs, 0, kk), kk > 0);
+            wg::mma_k16<TC_BQ, 0, 0>(st, tc_desc_k<TC_KV>(Ks, krow0 * 128, kk), tc_desc_k<TC_BQ>(Qs, 0, kk), kk > 0);
 #pragma unroll
         for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BQ, 0, 0>(dpt, tc_desc_k<64>(Vs, 0, kk), tc_desc_k<TC_BQ>(Gs, 0, kk), kk > 0);
+            wg::mma_k16<TC_BQ, 0, 0>(dpt, tc_desc_k<TC_KV>(Vs, krow0 * 128, kk), tc_desc_k<TC_BQ>(Gs, 0, kk), kk > 0);
         wg::wg_commit();
-        wg::wg_wait<0>();
+        if (it > 0) {
+            /* dv += bf16(P^T) bf16(dout), dk += bf16(dS^T) q of tile it - 1, over its queries in ascending k16
+             * steps */
+            const uint8_t *Qp = QG + ((it - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
+#pragma unroll
+            for (int kc = 0; kc < TC_BQ / 16; kc++)
+                wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
+#pragma unroll
+            for (int kc = 0; kc < TC_BQ / 16; kc++)
+                wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
+            wg::wg_commit();
+            wg::wg_wait<1>(); /* s^T and dP^T are ready; the dv/dk update may still run */
+        } else {
+            wg::wg_wait<0>();
+        }
         wg::reg_fence<TC_BQ / 2>(st);
         wg::reg_fence<TC_BQ / 2>(dpt);
         /* P^T = 2^(s^T scale log2 e - lse), dS^T = P^T (dP^T - delta), with no mask: a key's dk and dv
          * (a row here) depend on its own row only, and a query slot past the tile's end has Q and dout
          * rows of +0 and lse = delta = 0, so s = dP = +0, P = 1, dS = +0, and (finite inputs) its products with
          * those +0 rows add +0, as a masked zero would. */
-        const float c1 = a.scale * TC_LOG2E;
 #pragma unroll
         for (int j = 0; j < TC_BQ / 8; j++)
 #pragma unroll
@@ -878,28 +924,33 @@ __global__ void __launch_bounds__(TC_THREADS)
                 dpt[j * 4 + e] = p * (dpt[j * 4 + e] - qdel[qi]);
                 st[j * 4 + e] = p;
             }
-        uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4];
+        wg::wg_wait<0>(); /* the dv/dk update of tile it - 1 has completed: pa and da are free */
+        wg::reg_fence<TC_D / 2>(dv);
+        wg::reg_fence<TC_D / 2>(dk);
         tc_to_a<TC_BQ>(st, pa);
         tc_to_a<TC_BQ>(dpt, da);
-        /* dv += bf16(P) bf16(dout), dk += bf16(dS) q over the tile's queries in ascending k16 steps */
+    }
+    if (ntiles > 0 && active) {
+        /* the last tile's update */
+        const uint8_t *Qp = QG + ((ntiles - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
         wg::wg_fence();
 #pragma unroll
         for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gs, kc), 1);
+            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
 #pragma unroll
         for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qs, kc), 1);
+            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dv);
         wg::reg_fence<TC_D / 2>(dk);
-        __syncthreads(); /* this buffer is consumed before the next-but-one tile refills it */
     }
     tc_wait<0>();
+    if (!active) return;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int kj = warp * 16 + (lane >> 2) + 8 * r;
-        if (kj >= kn) continue;
+        const int kj = krow0 + warp * 16 + (lane >> 2) + 8 * r;
+        if (kj >= kn) continue; /* rows past the list's end (zero-filled K, V) are not written */
         const int64_t row = krows[kj];
 #pragma unroll
         for (int j = 0; j < TC_D / 8; j++) {
@@ -997,7 +1048,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
                 fw.push_back(g), fw.push_back(t);
             for (int t = 0; t * TC_DQ < gqc.back(); t++)
                 dw.push_back(g), dw.push_back(t);
-            for (int t = 0; t * 64 < gkc.back(); t++)
+            for (int t = 0; t * TC_KV < gkc.back(); t++)
                 kw.push_back(g), kw.push_back(t);
         }
     const int ng = (int)gi.size(), nq = (int)qrows.size(), nk = (int)krows.size();
@@ -1101,11 +1152,16 @@ extern "C" void h3c_attention_release_plans(void) {
     g_plans.clear();
 }
 
-/* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + 2 x (K, V) of 128
- * rows; dq Q, bf16(dout) (64 rows each) + 2 x (K, V) of 64 rows; dk/dv K, V (64 rows) + 2 x (Q, bf16(dout)) of 64 */
+/* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + TC_FSTAGES x (K, V)
+ * of 128 rows; dq Q, bf16(dout) (128 rows each) + TC_DQSTAGES x (K, V) of 64 rows; dk/dv K, V (128 rows) +
+ * TC_KVSTAGES x (Q, bf16(dout)) of 64 rows.  All within the 227 KB a CTA may use (static_assert below). */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
 #define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 2 * TC_DQSTAGES * tc_tile<TC_BK>::BYTES)
-#define TC_SMEM_KV (1024 + 2 * tc_tile<64>::BYTES + 4 * tc_tile<TC_BQ>::BYTES)
+#define TC_SMEM_KV (1024 + 2 * tc_tile<TC_KV>::BYTES + 2 * TC_KVSTAGES * tc_tile<TC_BQ>::BYTES)
+
+static_assert(TC_SMEM_FWD <= 227 * 1024 && TC_SMEM_DQ <= 227 * 1024 &&
+                  TC_SMEM_KV + 2 * TC_KVSTAGES * TC_BQ * 4 <= 227 * 1024,
+              "tensor-core attention: shared memory per CTA");
 
 static h3s_status tc_smem_attr(const char *op) {
     static int done = 0;
@@ -1192,8 +1248,8 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
-        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_THREADS, TC_SMEM_KV, H3K_STREAM>>>(*a, G,
-                                                                                                               gb, lse);
+        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
+            *a, G, gb, lse);
         st = h3c_launch_check(op);
     }
     if (ws) h3c_ws_free(ws);
