@@ -408,8 +408,6 @@ __device__ __forceinline__ float tc_ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-/* exp(x) = 2^(x log2 e): one FP32 multiply, then ex2. */
-__device__ __forceinline__ float tc_exp(float x) { return tc_ex2(x * TC_LOG2E); }
 /* log2(x): the hardware's lg2 (a fixed instruction). */
 __device__ __forceinline__ float tc_lg2(float x) {
     float y;
