@@ -1,6 +1,7 @@
 # The common part of the CLI test scripts (tests/cli_*.sh), sourced after `set -u`: $CLI is the built h3strict,
 # $dir a scratch directory removed on exit; ok and bad count the checks and the failures (bad prints its reason);
-# `finish NAME` prints the counts and fails when any check did.
+# `finish NAME` prints the counts and fails when any check did; `tiny_request` makes the tiny model, a request and a
+# cotangent (exit 1 when it cannot).
 CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -11,4 +12,11 @@ bad() { checks=$((checks + 1)); fails=$((fails + 1)); echo "FAIL: $*" >&2; }
 finish() { # name
     echo "$1: $checks checks, $fails failed"
     [ "$fails" -eq 0 ]
+}
+tiny_request() { # the tiny model, a batch-2 request and a cotangent: $dir/m, $dir/in.safetensors, $dir/ct.safetensors
+    "$CLI" init --preset tiny --seed 5 --out "$dir/m" --quiet >/dev/null 2>&1 || { echo "FAIL: init"; exit 1; }
+    "$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors" --quiet >/dev/null 2>&1 ||
+        { echo "FAIL: inputs"; exit 1; }
+    "$CLI" cotangent --model "$dir/m" --inputs "$dir/in.safetensors" --seed 3 --out "$dir/ct.safetensors" --quiet \
+        >/dev/null 2>&1 || { echo "FAIL: cotangent"; exit 1; }
 }

@@ -8,10 +8,7 @@
 set -u
 . "$(dirname "$0")/check.sh"
 
-"$CLI" init --preset tiny --seed 5 --out "$dir/m" --quiet >/dev/null 2>&1 || { echo "FAIL: init"; exit 1; }
-"$CLI" inputs --model "$dir/m" --seed 7 --batch 2 --out "$dir/in.safetensors" --quiet >/dev/null 2>&1 || { echo "FAIL: inputs"; exit 1; }
-"$CLI" cotangent --model "$dir/m" --inputs "$dir/in.safetensors" --seed 3 --out "$dir/ct.safetensors" --quiet \
-    >/dev/null 2>&1 || { echo "FAIL: cotangent"; exit 1; }
+tiny_request
 grad() { # grad OUT [options...]
     local out=$1
     shift

@@ -53,13 +53,7 @@ log "run_gpu_bench: start $START, source $SRC, build $BUILD, work $WORK, S in {$
 gpu_environment "$OUT/nvidia-smi.txt"
 NVCC=$(nvcc --version 2>/dev/null | tail -2 | tr '\n' ' ')
 GCC_V=$(gcc --version 2>/dev/null | head -1)
-if [ -n "${H3S_SOURCE_COMMIT:-}" ]; then
-    COMMIT=$H3S_SOURCE_COMMIT
-elif git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
-    COMMIT=$(git -C "$SRC" rev-parse HEAD)
-else
-    COMMIT=${H3S_SOURCE_COMMIT:-unknown}
-fi
+source_commit
 log "gpu: $GPU_NAME, driver $DRIVER; nvcc: $NVCC; gcc: $GCC_V; commit $COMMIT"
 
 # ------------------------------------------------------------------ dependencies

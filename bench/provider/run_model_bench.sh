@@ -114,14 +114,7 @@ if [ "$DEVICE" = cuda ]; then
     GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
     GPU_MIB=${GPU_MIB:-0}
 fi
-if [ -n "${H3S_SOURCE_COMMIT:-}" ]; then
-    COMMIT=$H3S_SOURCE_COMMIT
-elif git -C "$SRC" rev-parse --verify -q HEAD >/dev/null 2>&1; then
-    COMMIT=$(git -C "$SRC" rev-parse HEAD)
-    [ -n "$(git -C "$SRC" status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT (modified)"
-else
-    COMMIT=unknown
-fi
+source_commit
 log "gpu: $GPU_NAME, driver $DRIVER, ${GPU_MIB} MiB; cpus $JOBS; host memory $(free -g 2>/dev/null | awk '/^Mem:/ {print $2 " GiB"}'); commit $COMMIT"
 
 # ------------------------------------------------------------------ build: the CLI and the shared library

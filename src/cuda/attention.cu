@@ -411,8 +411,6 @@ __device__ __forceinline__ float tc_ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-/* exp(x) = 2^(x log2 e): one FP32 multiply, then ex2. */
-__device__ __forceinline__ float tc_exp(float x) { return tc_ex2(x * TC_LOG2E); }
 /* log2(x): the hardware's lg2 (a fixed instruction). */
 __device__ __forceinline__ float tc_lg2(float x) {
     float y;
@@ -422,6 +420,16 @@ __device__ __forceinline__ float tc_lg2(float x) {
 
 /* Accumulator fragment (m64nN, FP32: d[j * 4 + e] at row lane/4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2)
  * to BF16 A fragments of the k16 steps over those N columns. */
+/* acc += A B over the R rows of an MN-major tile: A (64 x R, BF16) from registers in k16 fragments, the
+ * R / 16 k16 steps in ascending order (the accumulator updates o += bf16(p) v, dq += bf16(dS) k,
+ * dv += bf16(P^T) dout, dk += bf16(dS^T) q).  The caller fences before and commits after. */
+template <int R>
+__device__ __forceinline__ void tc_acc_update(float *acc, const uint32_t (*a)[4], const uint8_t *tile) {
+#pragma unroll
+    for (int kc = 0; kc < R / 16; kc++)
+        wg::wg_mma_rs_n128<1>(acc, a[kc], tc_desc_mn<R>(tile, kc), 1);
+}
+
 template <int N> __device__ __forceinline__ void tc_to_a(const float *d, uint32_t (*a)[4]) {
 #pragma unroll
     for (int kc = 0; kc < N / 16; kc++) {
@@ -517,9 +525,7 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
         if (it > 0) {
             /* o += bf16(p_{it-1}) v_{it-1} over that tile's keys in ascending k16 steps */
             const uint8_t *Vp = KV + ((it - 1) % TC_FSTAGES) * 2 * KB + KB;
-#pragma unroll
-            for (int kc = 0; kc < TC_FK / 16; kc++)
-                wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vp, kc), 1);
+            tc_acc_update<TC_FK>(o, pa, Vp);
             wg::wg_commit();
             wg::wg_wait<1>(); /* s is ready; the o update may still run */
         } else {
@@ -580,9 +586,7 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
     if (ntiles > 0) {
         const uint8_t *Vp = KV + ((ntiles - 1) % TC_FSTAGES) * 2 * KB + KB;
         wg::wg_fence();
-#pragma unroll
-        for (int kc = 0; kc < TC_FK / 16; kc++)
-            wg::wg_mma_rs_n128<1>(o, pa[kc], tc_desc_mn<TC_FK>(Vp, kc), 1);
+        tc_acc_update<TC_FK>(o, pa, Vp);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(o);
@@ -738,9 +742,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         if (it > 0) {
             /* dq += bf16(dS_{it-1}) k_{it-1} over that tile's keys in ascending k16 steps */
             const uint8_t *Kp = KV + ((it - 1) % TC_DQSTAGES) * 2 * KB;
-#pragma unroll
-            for (int kc = 0; kc < TC_BK / 16; kc++)
-                wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Kp, kc), 1);
+            tc_acc_update<TC_BK>(dq, da, Kp);
             wg::wg_commit();
             wg::wg_wait<1>(); /* s and dP are ready; the dq update may still run */
         } else {
@@ -772,9 +774,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     if (ntiles > 0) {
         const uint8_t *Kp = KV + ((ntiles - 1) % TC_DQSTAGES) * 2 * KB;
         wg::wg_fence();
-#pragma unroll
-        for (int kc = 0; kc < TC_BK / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dq, da[kc], tc_desc_mn<TC_BK>(Kp, kc), 1);
+        tc_acc_update<TC_BK>(dq, da, Kp);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
@@ -898,12 +898,8 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
             /* dv += bf16(P^T) bf16(dout), dk += bf16(dS^T) q of tile it - 1, over its queries in ascending k16
              * steps */
             const uint8_t *Qp = QG + ((it - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
-#pragma unroll
-            for (int kc = 0; kc < TC_BQ / 16; kc++)
-                wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
-#pragma unroll
-            for (int kc = 0; kc < TC_BQ / 16; kc++)
-                wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
+            tc_acc_update<TC_BQ>(dv, pa, Gp);
+            tc_acc_update<TC_BQ>(dk, da, Qp);
             wg::wg_commit();
             wg::wg_wait<1>(); /* s^T and dP^T are ready; the dv/dk update may still run */
         } else {
@@ -934,12 +930,8 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         /* the last tile's update */
         const uint8_t *Qp = QG + ((ntiles - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
         wg::wg_fence();
-#pragma unroll
-        for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dv, pa[kc], tc_desc_mn<TC_BQ>(Gp, kc), 1);
-#pragma unroll
-        for (int kc = 0; kc < TC_BQ / 16; kc++)
-            wg::wg_mma_rs_n128<1>(dk, da[kc], tc_desc_mn<TC_BQ>(Qp, kc), 1);
+        tc_acc_update<TC_BQ>(dv, pa, Gp);
+        tc_acc_update<TC_BQ>(dk, da, Qp);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dv);
