@@ -84,7 +84,7 @@ int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
 /* 1 when the dgrad of (N, K) folds its reduction every 256 rows (N >= 8 K: a long reduction into few columns,
  * the AdaLN projection's); such a dgrad runs split across the multiprocessors at M <= H3C_DGRAD_SPLIT_M. */
 int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
-#define H3C_DGRAD_SPLIT_M 16
+#define H3C_DGRAD_SPLIT_M 64
 /* Test hooks: the number of forward/dgrad configurations the dispatcher can pick, and an
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
