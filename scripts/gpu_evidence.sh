@@ -186,7 +186,7 @@ summary = {
     "device": {"gpu": gpu, "driver": driver},
     "toolchain": {"nvcc": nvcc.strip(), "cmake": cmake_v, "gcc": gcc_v,
                   "cuda_flags": "CUDA_ARCHITECTURES 90, --fmad=false -prec-div=true -prec-sqrt=true -ftz=false",
-                  "cublaslt": "not used (own mma.sync GEMM)"},
+                  "cublaslt": "not used (own GEMM kernels: wgmma + TMA; mma.sync for split operands)"},
     "source": {"commit": commit, "modified_tracked_files": int(dirty)},
     "build": {"ok": build_ok == "1", "seconds": int(build_s)},
     "tests": tests,

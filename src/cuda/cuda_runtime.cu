@@ -302,6 +302,11 @@ static h3s_status tensor_bytes(const char *op, h3s_tensor *t, h3s_dtype dtype, i
     }
     H3S_TRY(h3c_init(op));
     *bytes = n * h3s_dtype_size(dtype);
+    /* More than the device has can never succeed: refuse it here, with the sizes, rather than as an
+     * allocator error (which tools such as compute-sanitizer also report as a failed API call). */
+    if (*bytes > (size_t)g_prop.totalGlobalMem)
+        return h3s_fail(H3S_ERR_NOMEM, "%s: %zu bytes exceed the device's %zu bytes of memory", op, *bytes,
+                        (size_t)g_prop.totalGlobalMem);
     return H3S_OK;
 }
 
