@@ -223,9 +223,22 @@ typedef struct h3s_grads {
     h3s_tensor hidden_states, audio_hidden_states, encoder_hidden_states; /* shapes of the inputs */
     int64_t count;
     char (*names)[160];
-    h3s_tensor *params; /* host tensors, F32 strict / F64 golden, checkpoint shapes */
+    h3s_tensor *params; /* host tensors (device ones with h3s_model_set_device_grads), F32 strict / F64 golden,
+                         * checkpoint shapes */
 } h3s_grads;
 H3S_API void h3s_grads_free(h3s_grads *g);
+
+/* Where the backward hands the parameter gradients over.  on = 0 (the default): host tensors, as above.  on = 1:
+ * on a CUDA model, the gradients stay in the device memory the pass computed them in and are handed over as they
+ * are (params[i].device == 1, params[i].data a device pointer; no copy to the host and no host memory), for a
+ * caller that trains on the GPU (the PyTorch binding sets it for its CUDA models).  The bits are the same either
+ * way.  Input gradients are host tensors in both modes; CPU and golden models are not affected.  Once handed
+ * over, device gradients are the caller's and no longer counted by h3s_model_live_bytes; h3s_grads_free releases
+ * them, after waiting for all work on the device (other streams may still be reading them).  H3S_ERR_INVALID for
+ * a NULL model. */
+H3S_API h3s_status h3s_model_set_device_grads(h3s_model *m, int on);
+/* 1 when the model's backward hands device gradients over (a CUDA model with h3s_model_set_device_grads on). */
+H3S_API int h3s_model_device_grads(const h3s_model *m);
 
 /* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite), every
  * parameter gradient.  The tape is not consumed: it may be used again, then freed. */

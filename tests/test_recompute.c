@@ -138,6 +138,18 @@ static void tape_cases(const h3s_config *c) {
         h3s_grads_free(&g);
     }
     CHECK(h3s_model_live_bytes(m) > 0, "a held tape counts no bytes");
+    /* device gradients asked of a CPU model: nothing changes (host tensors, the same bits) */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_device_grads(NULL, 1));
+    CHECK(h3s_model_device_grads(NULL) == 0, "a NULL model hands no device gradients over");
+    CHECK_OK(h3s_model_set_device_grads(m, 1));
+    CHECK(h3s_model_device_grads(m) == 0, "a CPU model reports device gradients");
+    {
+        h3s_grads g;
+        CHECK_OK(h3s_model_backward(m, tape, &ds, &da, NULL, NULL, &g));
+        run r = {s, a, g};
+        CHECK(runs_equal(&base, &r) && g.count > 0 && !g.params[0].device, "CPU model with device gradients asked");
+        h3s_grads_free(&g);
+    }
     h3s_model_free(m); /* the tape outlives its model: freeing it afterwards is safe */
     h3s_tape_free(tape);
     h3s_tensor_free(&s);

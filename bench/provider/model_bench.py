@@ -13,8 +13,9 @@ own (so the two never share device memory), then `combine` and `table`.
 The two sides:
   strict    h3strict.torch.StrictTransformer.from_pretrained(DIR, device=...) -- the PyTorch binding over the
             library's resident model (weights uploaded once; inputs are host tensors, as the binding requires; the
-            outputs and the F32 parameter gradients come back as host tensors and the binding copies each
-            gradient to the parameter's device and dtype, as a torch user receives them in .grad)
+            outputs come back as host tensors; on CUDA the F32 parameter gradients stay in the library's device
+            memory (h3s_model_set_device_grads) and the binding converts each on the device to the parameter's
+            dtype, as a torch user receives them in .grad)
   provider  diffusers' MiniMaxH3Transformer3DModel, loaded by h3strict.replay.load_provider (from_pretrained with
             torch_dtype=torch.bfloat16, the checkpoint's F32 modules kept F32 through accelerate, then .to(device),
             eval mode); the inputs file becomes its forward's arguments through h3strict.replay.provider_arguments
@@ -28,7 +29,7 @@ Phases (one row each):
   forward+backward  out = model(**inputs) with every parameter requiring grad (as a user training all of them),
                     loss = out.sample.float().square().sum() + out.audio_sample.float().sum(), loss.backward();
                     before each run (outside the timing) every p.grad is set to None (zero_grad(set_to_none=True))
-                    and, strict, model.grads_f32 is emptied (so the previous run's host gradients are freed)
+                    and, strict, model.grads_f32 is emptied (so the previous run's gradients are freed)
 Each run: torch.cuda.synchronize(), wall clock (time.perf_counter) around the call(s), torch.cuda.synchronize()
 inside the timed interval.  --warmup runs first (at least 1), then up to --reps timed runs, as many as fit in the
 phase's time budget (--phase-s, and an even share of what is left before --deadline among the phases still to

@@ -113,6 +113,8 @@ _SIGNATURES = {
     "h3s_model_free": (None, [_P]),
     "h3s_recompute_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "h3s_model_set_recompute": (ctypes.c_int, [_P, ctypes.c_int]),
+    "h3s_model_set_device_grads": (ctypes.c_int, [_P, ctypes.c_int]),
+    "h3s_model_device_grads": (ctypes.c_int, [_P]),
     "h3s_model_recompute": (ctypes.c_int, [_P]),
     "h3s_model_live_bytes": (ctypes.c_int64, [_P]),
     "h3s_model_peak_bytes": (ctypes.c_int64, [_P]),

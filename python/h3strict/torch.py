@@ -14,7 +14,8 @@ exception naming the argument and the explicit conversion to make (no silent cop
 Gradients: `loss.backward()` runs the library's strict backward for the parameters that require grad (the others
 cost nothing) and for the inputs that require grad.  torch keeps a parameter's .grad in the parameter's dtype, so
 a BF16 parameter receives its F32 gradient rounded once to BF16 (round to nearest even); the exact F32 gradients
-of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32` (name -> tensor).  The input
+of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32` (name -> tensor; on a CUDA model
+they are device tensors over the library's own gradient memory, never copied through the host).  The input
 gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the same way).
 """
 
@@ -163,6 +164,8 @@ class _Model:
         check(lib.h3s_model_load(self.path.encode(), _DEVICES[device], flags, ctypes.byref(h)))
         self.owner = _Handle(h)
         self.handle = h
+        if device == "cuda":  # parameter gradients stay on the GPU: no round trip through host memory
+            check(lib.h3s_model_set_device_grads(h, 1))
         if threads is not None:
             lib.h3s_set_num_threads(threads)
         self.config = lib.h3s_model_config(h).contents
@@ -277,7 +280,8 @@ class _StrictFunction(torch.autograd.Function):
                 continue
             v = _view(g.params[i], owner)
             grads_f32[name] = v
-            # .grad lives where the parameter does, in its dtype (CUDA: the host gradient is copied to the device)
+            # .grad lives where the parameter does, in its dtype (CUDA: the library's device gradient, converted
+            # on the device when the parameter is BF16)
             param_grads.append(v if p.dtype == torch.float32 and p.device.type == "cpu" else v.to(p.device, p.dtype))
         ctx.module.grads_f32 = grads_f32
         return (None, None, None, *input_grads, *([None] * (len(_ARG_NAMES) - 3)), *param_grads)

@@ -27,6 +27,7 @@ void h3s_cuda_tensor_free(h3s_tensor *t) { (void)t; }
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) { return NO_CUDA("cuda_download"); }
 h3s_status h3s_cuda_sync(void) { return NO_CUDA("cuda_sync"); }
+h3s_status h3s_cuda_device_sync(void) { return NO_CUDA("cuda_device_sync"); }
 
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {
     return NO_CUDA("linear_forward");

@@ -28,6 +28,8 @@ h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev);
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host);
 /* Wait for queued work; report any pending kernel error. */
 h3s_status h3s_cuda_sync(void);
+/* Wait for all work on the device, every stream (the library's and the caller's). */
+h3s_status h3s_cuda_device_sync(void);
 
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y);
 h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,

@@ -280,6 +280,13 @@ extern "C" h3s_status h3s_cuda_sync(void) {
     return sync_and_check("cuda_sync");
 }
 
+extern "C" h3s_status h3s_cuda_device_sync(void) {
+    H3S_TRY(h3c_init("cuda_device_sync"));
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return cuda_fail("cuda_device_sync", "cudaDeviceSynchronize", e);
+    return sync_and_check("cuda_device_sync");
+}
+
 /* ------------------------------------------------------------------ tensors */
 
 /* Checks and byte count shared by the two allocators. */

@@ -127,6 +127,7 @@ struct h3s_model {
     int64_t *sp_sizes;   /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
     int64_t sp_nsizes;
     h3s_recompute recompute; /* h3s_model_set_recompute: what the next forwards keep for their backward */
+    int device_grads;        /* h3s_model_set_device_grads: parameter gradients handed over in device memory */
     struct mem_meter *meter; /* bytes the passes hold (h3s_model_peak_bytes) */
 };
 
@@ -491,6 +492,14 @@ h3s_status h3s_recompute_parse(const char *name, h3s_recompute *out) {
     }
     return H3S_OK;
 }
+
+h3s_status h3s_model_set_device_grads(h3s_model *m, int on) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_device_grads: NULL model");
+    m->device_grads = on ? 1 : 0;
+    return H3S_OK;
+}
+
+int h3s_model_device_grads(const h3s_model *m) { return m && m->device_grads && m->device; }
 
 h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode) {
     if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_recompute: NULL model");
@@ -2395,9 +2404,20 @@ void h3s_grads_free(h3s_grads *g) {
     h3s_tensor_free(&g->hidden_states);
     h3s_tensor_free(&g->audio_hidden_states);
     h3s_tensor_free(&g->encoder_hidden_states);
-    if (g->params)
-        for (int64_t i = 0; i < g->count; i++)
-            h3s_tensor_free(&g->params[i]);
+    if (g->params) {
+        /* device gradients may still be read by work the caller queued on other streams: wait for the device
+         * once, then release them (h3s_model_set_device_grads) */
+        int synced = 0;
+        for (int64_t i = 0; i < g->count; i++) {
+            if (g->params[i].device && g->params[i].data) {
+                if (!synced) (void)h3s_cuda_device_sync();
+                synced = 1;
+                h3s_cuda_tensor_free(&g->params[i]);
+            } else {
+                h3s_tensor_free(&g->params[i]);
+            }
+        }
+    }
     free(g->params);
     free(g->names);
     memset(g, 0, sizeof *g);
@@ -2473,12 +2493,13 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
                 memcpy(out->params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
                 continue;
             }
-            if (g.pg[i].device) {
+            if (g.pg[i].device && !m->device_grads) {
                 st = to_host(&g.pg[i], &out->params[i]);
                 meter_sub(m->meter, &g.pg[i]);
                 backend_free(m, &g.pg[i]);
             } else {
-                /* host memory already: handed over, not copied (no second copy of every gradient) */
+                /* host memory already, or device memory the caller asked for (h3s_model_set_device_grads):
+                 * handed over, not copied (no second copy of every gradient) */
                 meter_sub(m->meter, &g.pg[i]);
                 out->params[i] = g.pg[i];
                 memset(&g.pg[i], 0, sizeof g.pg[i]);

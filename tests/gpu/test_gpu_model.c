@@ -86,6 +86,42 @@ int main(void) {
         h3s_model_free(rec);
     }
 
+    /* Device gradients (h3s_model_set_device_grads): the same bits as the host ones, handed over in device memory,
+     * released by h3s_grads_free; a partial request hands over only what was asked. */
+    {
+        h3s_model *dg = NULL;
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &dg));
+        CHECK(h3s_model_device_grads(dg) == 0, "device gradients are off by default");
+        CHECK_OK(h3s_model_set_device_grads(dg, 1));
+        CHECK(h3s_model_device_grads(dg) == 1, "device gradients on");
+        run d;
+        forward_backward(dg, &q3.in, &d);
+        CHECK(h3t_bitwise_equal(&d.sample, &a.sample), "GPU device-gradient model: sample differs");
+        CHECK(h3t_bitwise_equal(&d.grads.hidden_states, &a.grads.hidden_states) && !d.grads.hidden_states.device,
+              "GPU device-gradient model: d hidden_states differs or is not on the host");
+        int64_t on_device = 0, equal = 0;
+        for (int64_t i = 0; i < d.grads.count && i < a.grads.count; i++) {
+            const h3s_tensor *t = &d.grads.params[i];
+            if (!t->device) continue;
+            on_device++;
+            h3s_tensor host;
+            memset(&host, 0, sizeof host);
+            CHECK_OK(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
+            CHECK_OK(h3s_cuda_download(t, &host));
+            equal += h3t_bitwise_equal(&host, &a.grads.params[i]);
+            h3s_tensor_free(&host);
+        }
+        printf("gpu device gradients: %lld of %lld on the device, %lld bit-identical to the host gradients\n",
+               (long long)on_device, (long long)d.grads.count, (long long)equal);
+        CHECK(on_device == d.grads.count && equal == on_device, "device gradients: %lld on device, %lld equal of %lld",
+              (long long)on_device, (long long)equal, (long long)d.grads.count);
+        CHECK(h3s_model_live_bytes(dg) == 0, "GPU: handed-over device gradients still counted as the model's");
+        run_free(&d);
+        CHECK(d.grads.params == NULL, "h3s_grads_free cleared the gradients");
+        CHECK_OK(h3s_cuda_sync());
+        h3s_model_free(dg);
+    }
+
     /* The dual trajectory on the GPU: the main job's settings. */
     uint64_t seeds[3] = {11, 22, 33};
     h3s_trajectory_opts o;
