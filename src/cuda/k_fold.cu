@@ -154,21 +154,122 @@ __global__ void __launch_bounds__(FOLD_COLS)
  *      generic kernel, one rounding each) to a workspace laid out like dy, with all of the GPU.
  *   2. fold_head_dw_kernel runs the chain of fold_head_dw_generic_kernel over them (one chain per
  *      column, the (row, head) pairs of the tile in ascending order: part = c for the first step,
- *      part = part + c after).  A block takes HD_COLS columns of one 256-row tile; warps 1-3 copy
- *      phases of HD_G rows (these columns of every head) into a ring of shared-memory slots with
- *      cp.async, three phases ahead, and warp 0 runs the chain from shared memory: loads and adds
- *      only.  Same operations, same order: the same bits (tested against the generic kernel).
+ *      part = part + c after).  A block takes HD_COLS columns of one 256-row tile.  Phases of HD_G
+ *      rows (these columns of every head: HD_G x heads x HD_COLS floats, (row, head) pairs in chain
+ *      order) go through a ring of `slots` shared-memory slots.  Warps 1-3 (the producers) copy
+ *      phase ph into slot ph % slots with cp.async and arm the slot's "full" mbarrier with
+ *      cp.async.mbarrier.arrive.noinc (it completes when all 96 producers' copies have landed);
+ *      before the slot's next use they wait on its "empty" mbarrier, which warp 0 completes after
+ *      it has read the slot.  Warp 0 (the consumer) runs the chain: it waits on the slot's "full"
+ *      barrier, then loads the next HD_B values into registers while it adds the current HD_B,
+ *      so each addition waits only on the one before (lanes 16-31 repeat lanes 0-15's chain and
+ *      store nothing).  Use u = ph / slots of a slot is phase u of both its barriers: the consumer
+ *      waits on "full" with parity u & 1, a producer waits on "empty" with parity (u - 1) & 1
+ *      before use u >= 1; neither barrier can be more than one phase ahead of its waiter, so the
+ *      parity is unambiguous.  A partial last phase copies and chains only its rows; every
+ *      producer arrives on every phase's "full" barrier, whether or not it copied anything.
+ *      Same operations, same order: the same bits (tested against the generic kernel).
  * Rows are taken in chunks of HD_CHUNK_TILES tiles, so the workspace stays bounded. */
 #define HD_COLS 16
 #define HD_THREADS 128
-#define HD_G 4
-#define HD_AHEAD 3
-#define HD_SLOTS ((HD_AHEAD + 1) * HD_G)
+#define HD_PRODUCERS (HD_THREADS - 32)
+#define HD_G 8
+#define HD_B 16 /* the consumer's batch: loaded one batch ahead of the additions */
+#define HD_MAX_SLOTS 8
+#define HD_BAR_BYTES 128 /* the 2 x HD_MAX_SLOTS mbarriers, before the slots */
+#define HD_SMEM_LIMIT (200 * 1024)
 #define HD_CHUNK_TILES 16
+static_assert(HD_BAR_BYTES >= 2 * HD_MAX_SLOTS * 8 && HD_BAR_BYTES % 16 == 0, "mbarriers before the slots");
+static_assert(HD_MAX_SLOTS <= 32 && HD_PRODUCERS > 0 && HD_COLS % 4 == 0, "fold_head_dw_kernel layout");
 
 __device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
                  : "memory");
+}
+
+/* An arrival on bar once every cp.async this thread has issued so far has landed (counted in the
+ * barrier's expected count: .noinc). */
+__device__ __forceinline__ void hd_cp_arrive(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+
+__device__ __forceinline__ void hd_mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(count)
+                 : "memory");
+}
+
+__device__ __forceinline__ void hd_mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
+}
+
+__device__ __forceinline__ void hd_mbar_wait(uint64_t *bar, unsigned parity) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(bar);
+    uint32_t done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(a), "r"(parity)
+            : "memory");
+    }
+}
+
+/* v[u] = s[min(k + u, cnt - 1) * HD_COLS]: never past the cnt values the slot holds. */
+__device__ __forceinline__ void hd_ld_clamped(float (&v)[HD_B], const float *s, int k, int cnt) {
+#pragma unroll
+    for (int u = 0; u < HD_B; u++)
+        v[u] = s[min(k + u, cnt - 1) * HD_COLS];
+}
+
+/* The chain over the cnt >= 1 values s[0], s[HD_COLS], ... of one slot, in that order, continuing
+ * part; if first, s[0] is the tile's first value and starts the chain (part = s[0]).  The values
+ * are taken in batches of HD_B, and batch i + 1 is loaded into registers before batch i is added. */
+__device__ __forceinline__ float hd_chain(const float *s, int cnt, bool first, float part) {
+    float v[HD_B], w[HD_B];
+    int k = 0; /* v holds values k .. k + HD_B - 1 (those below cnt) */
+    hd_ld_clamped(v, s, 0, cnt);
+    if (first && cnt >= HD_B) {
+        hd_ld_clamped(w, s, HD_B, cnt);
+        part = v[0];
+#pragma unroll
+        for (int u = 1; u < HD_B; u++)
+            part = part + v[u];
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            v[u] = w[u];
+        k = HD_B;
+        first = false;
+    }
+    for (; k + 2 * HD_B <= cnt; k += HD_B) { /* the next batch is whole */
+        const float *q = s + (k + HD_B) * HD_COLS;
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            w[u] = q[u * HD_COLS];
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            part = part + v[u];
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            v[u] = w[u];
+    }
+    if (k + HD_B <= cnt) { /* the last whole batch; the rest (if any) loaded clamped */
+        hd_ld_clamped(w, s, k + HD_B, cnt);
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            part = part + v[u];
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            v[u] = w[u];
+        k += HD_B;
+    }
+    if (k < cnt) { /* fewer than HD_B left */
+#pragma unroll
+        for (int u = 0; u < HD_B; u++)
+            if (k + u < cnt) part = (first && u == 0) ? v[0] : part + v[u];
+    }
+    return part;
 }
 
 /* c[(m - row0) * W + k] = dy[m * ld_dy + k] * (x[m * ld_x + k] * inv[m * heads + k / D]), rows [row0, row1),
@@ -189,76 +290,68 @@ __global__ void head_contrib_kernel(h3c_fold_args a, int64_t row0, int64_t row1,
     }
 }
 
+/* Dynamic shared memory: HD_BAR_BYTES of mbarriers (full[HD_MAX_SLOTS], empty[HD_MAX_SLOTS]), then
+ * `slots` slots of HD_G * heads * HD_COLS floats (hd_slots: 2 <= slots <= HD_MAX_SLOTS). */
 __global__ void __launch_bounds__(HD_THREADS)
-    fold_head_dw_kernel(h3c_fold_args a, const float *c, int64_t row0, int64_t tile0, float *partial, uint8_t *has) {
-    extern __shared__ __align__(16) float hd_smem[];
-    const int H = (int)a.heads, hd = (int)a.head_dim, slot_floats = H * HD_COLS;
+    fold_head_dw_kernel(h3c_fold_args a, const float *c, int64_t row0, int64_t tile0, int slots, float *partial,
+                        uint8_t *has) {
+    extern __shared__ __align__(16) unsigned char hd_smem[];
+    uint64_t *full = (uint64_t *)hd_smem, *empty = full + HD_MAX_SLOTS;
+    float *ring = (float *)(hd_smem + HD_BAR_BYTES);
+    const int H = (int)a.heads, hd = (int)a.head_dim, slot_floats = HD_G * H * HD_COLS;
     const int64_t W = a.heads * a.head_dim;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = tile0 + blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0), phases = (rows + HD_G - 1) / HD_G;
-    auto issue = [&](int ph) { /* warps 1-3: phase ph's rows into their slots, one commit group */
-                               for (int g = 0; g < HD_G; g++) {
-                                   const int r = ph * HD_G + g;
-                                   if (r >= rows) break;
-                                   float *sl = hd_smem + (r % HD_SLOTS) * slot_floats;
-                                   const float *src = c + (m0 + r - row0) * W + n0;
-                                   for (int e = tid - 32; e < H * (HD_COLS / 4); e += HD_THREADS - 32) {
-                                       const int h = e / (HD_COLS / 4), j = e % (HD_COLS / 4);
-                                       hd_cp16(sl + h * HD_COLS + j * 4, src + h * hd + j * 4);
-                                   }
-                               }
-                               asm volatile("cp.async.commit_group;\n" ::: "memory");
-    };
-    if (warp >= 1)
-        for (int ph = 0; ph < HD_AHEAD; ph++)
-            issue(ph);
-    float part = 0.0f;
-    for (int ph = 0; ph < phases; ph++) {
-        if (warp >= 1) {
-            issue(ph + HD_AHEAD);
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(HD_AHEAD) : "memory"); /* phase ph has landed */
-        }
-        __syncthreads();
-        if (warp == 0 && lane < HD_COLS) { /* the chain over phase ph: rows ascending, heads ascending */
-            for (int g = 0; g < HD_G; g++) {
-                const int r = ph * HD_G + g;
-                if (r >= rows) break;
-                const float *cb = hd_smem + (r % HD_SLOTS) * slot_floats + lane;
-                int h = 0;
-                if (r == 0) {
-                    part = cb[0];
-                    h = 1;
-                }
-                for (; h + 8 <= H; h += 8) {
-                    float v[8];
-#pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        v[u] = cb[(h + u) * HD_COLS];
-#pragma unroll
-                    for (int u = 0; u < 8; u++)
-                        part = part + v[u];
-                }
-                for (; h < H; h++)
-                    part = part + cb[h * HD_COLS];
-            }
-        }
-        __syncthreads(); /* phase ph's slots are consumed before they are refilled */
+    if (tid < slots) {
+        hd_mbar_init(&full[tid], HD_PRODUCERS);
+        hd_mbar_init(&empty[tid], 32);
     }
-    if (warp >= 1) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    const int64_t n = n0 + lane;
-    if (warp == 0 && lane < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
-    if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
+    __syncthreads();
+    if (warp == 0) { /* the consumer: the chain, phases ascending */
+        float part = 0.0f;
+        for (int ph = 0, s = 0, u = 0; ph < phases; ph++) {
+            hd_mbar_wait(&full[s], (unsigned)u & 1u); /* use u of slot s has landed */
+            const int g_n = min(HD_G, rows - ph * HD_G);
+            part = hd_chain(ring + s * slot_floats + lane % HD_COLS, g_n * H, ph == 0, part);
+            hd_mbar_arrive(&empty[s]); /* every lane has read use u of slot s */
+            if (++s == slots) s = 0, u++;
+        }
+        const int64_t n = n0 + lane;
+        if (lane < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
+        if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
+    } else { /* the producers: phase ph into slot ph % slots */
+        const int pt = tid - 32;
+        for (int ph = 0, s = 0, u = 0; ph < phases; ph++) {
+            if (u > 0) hd_mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 has been read */
+            const int g_n = min(HD_G, rows - ph * HD_G), ne = g_n * H * (HD_COLS / 4);
+            float *sl = ring + s * slot_floats;
+            const float *src = c + (m0 + ph * HD_G - row0) * W + n0;
+            for (int e = pt; e < ne; e += HD_PRODUCERS) { /* 16 bytes: (row g, head h), columns 4j .. 4j + 3 */
+                const int gh = e / (HD_COLS / 4), j = e % (HD_COLS / 4), g = gh / H, h = gh - g * H;
+                hd_cp16(sl + gh * HD_COLS + j * 4, src + g * W + (int64_t)h * hd + j * 4);
+            }
+            hd_cp_arrive(&full[s]);
+            if (++s == slots) s = 0, u++;
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
 }
 
-/* Shared memory of fold_head_dw_kernel for `heads` heads; 0 when the shape does not suit it. */
-static size_t hd_smem_bytes(const h3c_fold_args *a) {
+/* Slots of fold_head_dw_kernel's ring for this shape (at least 2, at most HD_MAX_SLOTS, within
+ * HD_SMEM_LIMIT); 0 when the shape does not suit it. */
+static int hd_slots(const h3c_fold_args *a) {
     if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
     if (((uintptr_t)a->dy | (uintptr_t)a->x) & 15u) return 0;
     if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16) return 0;
-    const size_t bytes = (size_t)HD_SLOTS * (size_t)a->heads * HD_COLS * 4;
-    return bytes <= 200 * 1024 ? bytes : 0;
+    const size_t slot = (size_t)HD_G * (size_t)a->heads * HD_COLS * 4;
+    const size_t n = (HD_SMEM_LIMIT - HD_BAR_BYTES) / slot;
+    return n < 2 ? 0 : n > HD_MAX_SLOTS ? HD_MAX_SLOTS : (int)n;
+}
+
+static size_t hd_smem_bytes(const h3c_fold_args *a, int slots) {
+    return HD_BAR_BYTES + (size_t)slots * HD_G * (size_t)a->heads * HD_COLS * 4;
 }
 
 static int g_fold_generic = 0; /* test hook: 1 = HEAD_DW through the generic partial kernel */
@@ -283,16 +376,16 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
         H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
         has = (uint8_t *)ws + pbytes;
-        const size_t hd_smem = a->mode == H3C_FOLD_HEAD_DW ? hd_smem_bytes(a) : 0;
+        const int hd_nslots = a->mode == H3C_FOLD_HEAD_DW ? hd_slots(a) : 0;
         if (a->mode == H3C_FOLD_HEAD_DW && (a->index || rows_out != 1)) {
             h3c_ws_free(ws);
             return h3s_fail(H3S_ERR_INVALID, "%s: the per-head fold takes no index", op);
         }
-        if (hd_smem > 0 && !g_fold_generic) {
+        if (hd_nslots > 0 && !g_fold_generic) {
             static int attr_set = 0;
             if (!attr_set) {
-                cudaError_t e =
-                    cudaFuncSetAttribute(fold_head_dw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+                cudaError_t e = cudaFuncSetAttribute(fold_head_dw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     HD_SMEM_LIMIT);
                 if (e != cudaSuccess) {
                     h3c_ws_free(ws);
                     return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
@@ -314,8 +407,8 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
                 head_contrib_kernel<<<h3k_blocks((r1 - r0) * W / 4, 256), 256, 0, H3K_STREAM>>>(*a, r0, r1,
                                                                                                 (float *)cws);
                 dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)nt);
-                fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem, H3K_STREAM>>>(*a, (const float *)cws, r0, t0, partial,
-                                                                               has);
+                fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem_bytes(a, hd_nslots), H3K_STREAM>>>(
+                    *a, (const float *)cws, r0, t0, hd_nslots, partial, has);
             }
             h3c_ws_free(cws);
         } else {

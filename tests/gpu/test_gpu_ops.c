@@ -334,10 +334,19 @@ static void test_head_rmsnorm(void) {
 
     /* The streamed HEAD_DW fold kernel equals the generic one bit for bit: release geometry (56
      * heads x 128, three 256-row tiles, the last one partial) and an odd one (6 heads x 48: inverse
-     * norms copied one by one, two tiles).  (Not the CPU's bits: the GPU's per-head inverse norm
-     * is a warp-order sum, docs/numerics/cuda.md.) */
-    const int64_t geo[2][3] = {{SZ(600, 300), SZ(56, 3), SZ(128, 32)}, {SZ(300, 270), 6, 48}};
-    for (int gi = 0; gi < 2; gi++) {
+     * norms copied one by one, two tiles); its ring and chain edges: one head (8 values a phase,
+     * a last tile of one row: the chain starts in the tail), 5 heads x 32 (phases of 40 values, a
+     * last tile of one partial phase), 199 heads (a ring of two slots).  201 heads (more shared
+     * memory than the kernel takes) and head dim 24 go to the generic kernel both times.  (Not the
+     * CPU's bits: the GPU's per-head inverse norm is a warp-order sum, docs/numerics/cuda.md.) */
+    const int64_t geo[][3] = {{SZ(600, 300), SZ(56, 3), SZ(128, 32)},
+                              {SZ(300, 270), 6, 48},
+                              {257, 1, 16},
+                              {262, 5, 32},
+                              {300, 199, 16},
+                              {40, 201, 16},
+                              {100, 3, 24}};
+    for (int gi = 0; gi < (int)(sizeof geo / sizeof geo[0]); gi++) {
         const int64_t M2 = geo[gi][0], H2 = geo[gi][1], D2 = geo[gi][2];
         h3s_tensor x2 = gdev2(H3S_BF16, M2, H2 * D2), w2 = gdev1(H3S_BF16, D2), dy2 = gdev2(H3S_F32, M2, H2 * D2);
         gfill(&x2, 44 + gi, 2.0f), gfill(&w2, 45 + gi, 1.0f), gfill(&dy2, 46 + gi, 1.0f);
