@@ -155,10 +155,19 @@ static h3s_tensor view2(const h3s_tensor *t, int64_t rows, int64_t cols) {
     return v;
 }
 
-/* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host). */
+/* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host where the dtypes differ). */
 static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
                              h3s_tensor *out) {
     int64_t s[2] = {rows, cols};
+    if (m->device && host->dtype == dt && h3s_tensor_numel(host) == rows * cols) {
+        /* already in the backend's dtype: uploaded straight from the caller's memory (for a loaded model, the
+         * mapped file), no host copy */
+        h3s_tensor src = view2(host, rows, cols);
+        H3S_TRY(h3s_cuda_tensor_alloc(out, dt, 2, s));
+        h3s_status st = h3s_cuda_upload(&src, out);
+        if (st != H3S_OK) h3s_cuda_tensor_free(out);
+        return st;
+    }
     h3s_tensor tmp;
     H3S_TRY(h3s_tensor_alloc(&tmp, dt, 2, s));
     h3s_status st = h3s_tensor_convert(host, &tmp);
