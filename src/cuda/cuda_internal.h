@@ -85,11 +85,6 @@ int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
  * the AdaLN projection's); such a dgrad runs split across the multiprocessors at M <= H3C_DGRAD_SPLIT_M. */
 int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 #define H3C_DGRAD_SPLIT_M 64
-/* Folded GEMMs (wgrad, folded dgrad): warpgroup 1 starts this many reduction blocks after warpgroup 0 (0: together).
- * A schedule only: the same MMAs in the same order (docs/numerics/linear_cuda.md). */
-#ifndef H3C_FOLD_STAGGER
-#define H3C_FOLD_STAGGER 0
-#endif
 /* Test hooks: the number of forward/dgrad configurations the dispatcher can pick, and an
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);

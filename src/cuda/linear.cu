@@ -457,21 +457,10 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
-#if H3C_FOLD_STAGGER > 0
-        /* Staggered warpgroups: on the CTA's first tile, warpgroup 1 starts once warpgroup 0 has issued
-         * H3C_FOLD_STAGGER reduction blocks (named barrier 1, the 256 consumer threads), so that the two drain
-         * their accumulators at each 256-row fold boundary at different times and the tensor cores stay fed.
-         * It changes when a warpgroup issues its MMAs, never which ones or in what order. */
-        const int64_t stagger_at = (int64_t)H3C_FOLD_STAGGER < nk ? (int64_t)H3C_FOLD_STAGGER - 1 : nk - 1;
-        if (base == 0 && c == 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
-#endif
         for (int64_t t0 = 0; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
             const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
             for (int64_t kb = t0; kb < t1; kb++) {
                 issue(kb);
-#if H3C_FOLD_STAGGER > 0
-                if (base == 0 && c == 0 && kb == stagger_at) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-#endif
                 wg_wait<1>();
                 release(kb);
             }
