@@ -23,6 +23,9 @@ h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const
 h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
     return NO_CUDA("cuda_tensor_alloc");
 }
+h3s_status h3s_cuda_tensor_alloc_ordered_uninit(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    return h3s_cuda_tensor_alloc_ordered(t, dtype, ndim, shape);
+}
 void h3s_cuda_tensor_free(h3s_tensor *t) { (void)t; }
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) { return NO_CUDA("cuda_download"); }

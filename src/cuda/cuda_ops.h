@@ -21,6 +21,9 @@ h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const
  * library operation (they run on that stream), and for other streams or the host only after h3s_cuda_sync.
  * owns_data is H3S_CUDA_OWNS_ORDERED; h3s_cuda_tensor_free returns it to the pool in stream order. */
 h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
+/* The same without the zero fill, for a tensor its producer writes in full before anything reads it (with
+ * H3S_CUDA_POISON_UNINIT=1 in the environment it is filled with 0xff bytes instead: a test knob). */
+h3s_status h3s_cuda_tensor_alloc_ordered_uninit(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
 #define H3S_CUDA_OWNS_ORDERED 2
 void h3s_cuda_tensor_free(h3s_tensor *t);
 /* Copies between host and device tensors of equal dtype and element count. */

@@ -8,6 +8,7 @@
  * JIT-compile it for another architecture, with other instruction selection.  So the check
  * asks the runtime which binary a kernel would load (cudaFuncGetAttributes) and requires its
  * architecture to equal the device's compute capability exactly. */
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -351,7 +352,18 @@ extern "C" h3s_status h3s_cuda_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int 
     return H3S_OK;
 }
 
-extern "C" h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+/* H3S_CUDA_POISON_UNINIT=1 (a test knob): memory allocated without a fill is filled with 0xff bytes (NaN in every
+ * float format) instead, so that a result that read memory nobody wrote shows as NaN. */
+static int poison_uninit(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("H3S_CUDA_POISON_UNINIT");
+        v = e && e[0] == '1' ? 1 : 0;
+    }
+    return v;
+}
+
+static h3s_status alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape, int zero) {
     static const char op[] = "cuda_tensor_alloc";
     size_t bytes = 0;
     H3S_TRY(tensor_bytes(op, t, dtype, ndim, shape, &bytes));
@@ -364,14 +376,23 @@ extern "C" h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dty
                             "%s: device memory of %zu bytes: %s", op, bytes, cudaGetErrorString(e));
         }
         /* zero-filled like h3s_tensor_alloc, in stream order: every later use on the stream sees the zeros */
-        e = cudaMemsetAsync(p, 0, bytes, g_stream);
+        if (zero || poison_uninit()) e = cudaMemsetAsync(p, zero ? 0 : 0xff, bytes, g_stream);
         if (e != cudaSuccess) {
             cudaFreeAsync(p, g_stream);
-            return cuda_fail(op, "zero fill", e);
+            return cuda_fail(op, "fill", e);
         }
     }
     tensor_set(t, dtype, ndim, shape, p, H3S_CUDA_OWNS_ORDERED);
     return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_tensor_alloc_ordered(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
+    return alloc_ordered(t, dtype, ndim, shape, 1);
+}
+
+extern "C" h3s_status h3s_cuda_tensor_alloc_ordered_uninit(h3s_tensor *t, h3s_dtype dtype, int ndim,
+                                                           const int64_t *shape) {
+    return alloc_ordered(t, dtype, ndim, shape, 0);
 }
 
 extern "C" void h3s_cuda_tensor_free(h3s_tensor *t) {

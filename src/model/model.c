@@ -140,6 +140,15 @@ static h3s_status backend_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt,
     return h3s_tensor_alloc(t, dt, ndim, shape);
 }
 
+/* A parameter gradient: every one is written in full by the operation that produces it (a weight gradient's
+ * folded GEMM stores its result, the folds of norm weights, biases, AdaLN tables and gates write every output, an
+ * output no tile names as 0), so on the GPU it is not zero-filled first.  H3S_CUDA_POISON_UNINIT=1 fills it with
+ * NaN instead (test_gpu_model_poison): any element left unwritten would show in every gradient check. */
+static h3s_status grad_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
+    if (m->device) return h3s_cuda_tensor_alloc_ordered_uninit(t, dt, ndim, shape);
+    return h3s_tensor_alloc(t, dt, ndim, shape);
+}
+
 static void backend_free(const h3s_model *m, h3s_tensor *t) {
     if (t->device)
         h3s_cuda_tensor_free(t);
@@ -2481,7 +2490,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
-        st = backend_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
+        st = grad_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
