@@ -89,9 +89,6 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
-/* wgrad on 2-CTA clusters sharing the x tile by TMA multicast (on != 0, the default) or on single CTAs (0, the
- * same bits: tests/gpu/test_gpu_gemm.c). */
-void h3c_gemm_force_wgrad_cluster(int on);
 /* The previous strict forward kernel (mma.sync), for side-by-side benchmarks. */
 h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
                                      const void *b, void *y);

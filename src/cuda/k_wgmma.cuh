@@ -50,56 +50,6 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
-/* 2-CTA cluster helpers (linear.cu's clustered GEMM).  Addresses are 32-bit shared-window addresses; a CTA's own
- * shared::cta address is also a valid shared::cluster address naming that CTA's copy. */
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-
-/* Every (non-exited) thread of every CTA of the cluster arrives, then waits; release/acquire at cluster scope.
- * Not .aligned: callers may reach it from divergent code. */
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-
-/* The shared::cluster address of the same shared-memory offset in CTA `rank` of the cluster. */
-__device__ __forceinline__ uint32_t map_to_rank(uint32_t addr, uint32_t rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-
-/* One arrival on an mbarrier of (possibly) another CTA of the cluster, release at cluster scope. */
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-
-/* mbar_wait with acquire at cluster scope (the barrier receives arrivals from other CTAs of the cluster). */
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, unsigned parity) {
-    const uint32_t a = smem_u32(bar);
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 "
-            "%0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(a), "r"(parity)
-            : "memory");
-    }
-}
-
-/* tma_load_2d multicast to the CTAs of `mask` in the cluster: the box lands at the same shared-memory offset as
- * `dst` in each of them and completes its bytes on the mbarrier at `bar`'s offset in each of them. */
-__device__ __forceinline__ void tma_load_2d_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
-                                               uint16_t mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
-                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
-                 : "memory");
-}
-
 /* Shared-memory matrix descriptor, 128-byte swizzle (atoms 1024-byte aligned). */
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |

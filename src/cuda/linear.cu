@@ -397,13 +397,9 @@ struct args {
 };
 
 /* A kernel configuration: every field a compile-time constant. */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int CL_ = 1>
-struct cfg {
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1> struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
-    /* CTAs per cluster along P: with 2, the two CTAs of a cluster compute vertically adjacent tiles (same
-     * columns, same reduction) and each loads its own A and half of the shared B tile, multicast to both. */
-    static constexpr int CL = CL_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
@@ -413,16 +409,12 @@ struct cfg {
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
-    static_assert(CL == 1 || CL == 2, "CL");
-    static_assert(CL == 1 || (BMN ? (64 / CL) % 8 == 0 : (BN / CL) % 8 == 0),
-                  "each CTA's part of the B tile is whole 8-row swizzle atoms (1024-byte aligned)");
 };
 
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
-__device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, uint32_t peer_empty,
-                                         int64_t nk, int64_t p0, int64_t q0, int c, const args &g, int64_t base,
-                                         int64_t coff) {
+__device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
+                                         int64_t q0, int c, const args &g, int64_t base, int64_t coff) {
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
@@ -455,20 +447,11 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         }
         wg_commit();
     };
-    /* A stage is given back to this CTA's producer and, in a cluster, to the peer's, which writes its part of B
-     * into this CTA's stage too (peer_empty: the peer's empty barriers, a shared::cluster address). */
     auto release = [&](int64_t done_local) { /* blocks before `done_local` have completed */
                                              const int64_t done = base + done_local;
                                              if (t == 0)
-                                                 for (; released < done; released++) {
-                                                     const int s = (int)(released % STAGES);
-                                                     if constexpr (C::CL > 1) {
-                                                         mbar_arrive_cluster(smem_u32(&empty[s]));
-                                                         mbar_arrive_cluster(peer_empty + 8u * (uint32_t)s);
-                                                     } else {
-                                                         mbar_arrive(&empty[s]);
-                                                     }
-                                                 }
+                                                 for (; released < done; released++)
+                                                     mbar_arrive(&empty[released % STAGES]);
                                              else
                                                  released = done;
     };
@@ -536,7 +519,7 @@ template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB)
     wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC, CL = C::CL;
+    constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC;
     extern __shared__ uint8_t wg_smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
     uint64_t *full = (uint64_t *)(smem + STAGES * C::STAGE);
@@ -544,20 +527,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
 
     /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
      * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
-     * computes a tile and when, never what the tile computes.  In a cluster (CL = 2) the unit is a pair of
-     * vertically adjacent tiles (2 pp, 2 pp + 1) x q: cluster i runs the pairs i, i + clusters, ..., its CTA of rank
-     * r the tile 2 pp + r of each (beyond P when tiles_p is odd: it loads zeros and writes nothing), so both CTAs
-     * run the same work items, reduction blocks and ring stages in the same order. */
-    const uint32_t rank = CL > 1 ? cluster_ctarank() : 0u;
-    const int64_t tiles_pc = (g.tiles_p + CL - 1) / CL; /* tile-rows of clusters */
-    const int64_t GROUP = 16 / CL, tiles_pq = tiles_pc * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
-    const int64_t first_id = (int64_t)(blockIdx.x / CL), id_step = (int64_t)(gridDim.x / CL);
+     * computes a tile and when, never what the tile computes. */
+    const int64_t GROUP = 16, tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
     auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) {
         const int64_t per_group = GROUP * g.tiles_q;
         const int64_t gid = id / per_group, first_p = gid * GROUP;
-        const int64_t gsize = tiles_pc - first_p < GROUP ? tiles_pc - first_p : GROUP;
+        const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
         const int64_t in = id - gid * per_group;
-        p0 = ((first_p + in % gsize) * CL + rank) * BM, q0 = (in / gsize) * BN;
+        p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
     };
     const int64_t nk_all = (g.R + BK - 1) / BK;
     constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
@@ -576,28 +553,22 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], NC * CL); /* every consumer warpgroup of the cluster */
+            mbar_init(&empty[s], NC);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if constexpr (CL > 1)
-        cluster_sync(); /* the peer's barriers exist before any multicast or remote arrival reaches them */
-    else
-        __syncthreads();
+    __syncthreads();
 
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
             int64_t gk = 0; /* reduction blocks issued over all this CTA's tiles */
-            for (int64_t id = first_id; id < ntiles; id += id_step) {
+            for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
                 int64_t p0, q0, kb0, nk, coff;
                 work(id, p0, q0, kb0, nk, coff);
                 for (int64_t kb = 0; kb < nk; kb++, gk++) {
                     const int s = (int)(gk % STAGES);
-                    if constexpr (CL > 1) /* released by the consumers of both CTAs */
-                        mbar_wait_cluster(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
-                    else
-                        mbar_wait(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
+                    mbar_wait(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
                     mbar_expect_tx(&full[s], C::STAGE);
                     uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
                     const int r0 = (int)((kb0 + kb) * BK);
@@ -608,21 +579,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                     } else {
                         tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
                     }
-                    if constexpr (CL > 1) {
-                        /* this CTA's part of B (rows [rank * 64 / CL, ..) of each 64-column box, or of the q
-                         * rows of a K-major tile) into both CTAs: each full barrier gets its own A and all of B */
-                        const uint16_t mask = (uint16_t)((1u << CL) - 1u);
-                        if (C::BMN) {
-                            constexpr int H = 64 / CL;
-#pragma unroll
-                            for (int i = 0; i < BN / 64; i++)
-                                tma_load_2d_mc(sb + i * 8192 + (int)rank * H * 128, &map_b, &full[s],
-                                               (int)(q0 + i * 64), r0 + (int)rank * H, mask);
-                        } else {
-                            constexpr int H = BN / CL;
-                            tma_load_2d_mc(sb + (int)rank * H * 128, &map_b, &full[s], r0, (int)(q0 + rank * H), mask);
-                        }
-                    } else if (C::BMN) {
+                    if (C::BMN) {
 #pragma unroll
                         for (int i = 0; i < BN / 64; i++)
                             tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
@@ -635,17 +592,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     } else {
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         int64_t base = 0;
-        const uint32_t peer_empty = CL > 1 ? map_to_rank(smem_u32(empty), rank ^ 1u) : 0u;
-        for (int64_t id = first_id; id < ntiles; id += id_step) {
+        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
             int64_t p0, q0, kb0, nk, coff;
             work(id, p0, q0, kb0, nk, coff);
-            consumer<C>(smem, full, empty, peer_empty, nk, p0, q0, wgi - 1, g, base, coff);
+            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff);
             base += nk;
         }
     }
-    /* No CTA leaves while the peer may still arrive on its barriers (its consumers' last releases; the peer's
-     * multicasts into this CTA have all completed: this CTA's consumers waited for them). */
-    if constexpr (CL > 1) cluster_sync();
 #endif
 }
 
@@ -694,10 +647,7 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
-/* wgrad: 2-CTA clusters along P sharing the B (x) tile by multicast; wgrad_fold_nc is the same without the cluster
- * (h3c_gemm_force_wgrad_cluster(0), the invariance test's comparison). */
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 2> wgrad_fold;
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold_nc;
+typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
  * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
  * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
@@ -767,10 +717,10 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &ma, a, R, P, lda, 64, 64));
     else
         H3S_TRY(make_map(op, &ma, a, P, R, lda, 64, C::BM));
-    if (C::BMN) /* in a cluster each CTA loads 64 / CL of the 64 reduction rows of each box */
-        H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64 / C::CL));
+    if (C::BMN)
+        H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
     else
-        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN / C::CL));
+        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
         cudaError_t e = cudaFuncSetAttribute(wg_gemm<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
@@ -784,9 +734,8 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.c = out, g.ldc = ldc;
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
     g.nsplit = nsplit, g.split_stride = split_stride;
-    /* work items: output tiles, or in a cluster pairs of vertically adjacent tiles (one per cluster) */
-    const int64_t tiles = (g.tiles_p + C::CL - 1) / C::CL * g.tiles_q * (nsplit > 0 ? nsplit : 1);
-    if (tiles * C::CL > INT32_MAX)
+    const int64_t tiles = g.tiles_p * g.tiles_q * (nsplit > 0 ? nsplit : 1);
+    if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
     /* A short reduction (at most 32 blocks of 64, e.g. wgrad at M <= 2048) runs on a persistent
@@ -801,47 +750,10 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
     }
-    int64_t slots = (int64_t)sms * C::MINB / C::CL; /* CTAs, or clusters (the SM count rounded down to even) */
-    if constexpr (C::CL > 1) { /* and at most the clusters the device can hold at once (GPC boundaries) */
-        static int max_clusters = -1;
-        if (max_clusters < 0) {
-            cudaLaunchConfig_t oc = {};
-            cudaLaunchAttribute oa[1];
-            oa[0].id = cudaLaunchAttributeClusterDimension;
-            oa[0].val.clusterDim.x = C::CL, oa[0].val.clusterDim.y = 1, oa[0].val.clusterDim.z = 1;
-            oc.gridDim = dim3((unsigned)(slots * C::CL), 1, 1);
-            oc.blockDim = dim3(C::THREADS, 1, 1);
-            oc.dynamicSmemBytes = C::SMEM;
-            oc.attrs = oa, oc.numAttrs = 1;
-            int n = 0;
-            if (cudaOccupancyMaxActiveClusters(&n, wg_gemm<C>, &oc) != cudaSuccess || n <= 0) {
-                cudaGetLastError(); /* not fatal: keep the SM count's bound */
-                n = 0;
-            }
-            max_clusters = n;
-        }
-        if (max_clusters > 0 && max_clusters < slots) slots = max_clusters;
-    }
+    const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
-    const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;         /* in work units (CTAs or clusters) */
-    if constexpr (C::CL == 1) {
-        wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
-    } else {
-        cudaLaunchConfig_t lc = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = C::CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        lc.gridDim = dim3((unsigned)(grid * C::CL), 1, 1);
-        lc.blockDim = dim3(C::THREADS, 1, 1);
-        lc.dynamicSmemBytes = C::SMEM;
-        lc.stream = H3K_STREAM;
-        lc.attrs = attr, lc.numAttrs = 1;
-        cudaError_t e = cudaLaunchKernelEx(&lc, wg_gemm<C>, ma, mb, g);
-        if (e != cudaSuccess) {
-            cudaGetLastError(); /* clear it: the status carries it */
-            return h3s_fail(H3S_ERR_DEVICE, "%s: cluster launch of the GEMM: %s", op, cudaGetErrorString(e));
-        }
-    }
+    const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
+    wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     return h3c_launch_check(op);
 }
 
@@ -849,11 +761,6 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
 
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
-
-/* wgrad on 2-CTA clusters (1, the default) or on single CTAs (0): the same bits, for the invariance test. */
-static int g_wgrad_cluster = 1;
-
-extern "C" void h3c_gemm_force_wgrad_cluster(int on) { g_wgrad_cluster = on != 0; }
 
 extern "C" int h3c_gemm_config_count(void) { return 4; }
 
@@ -968,7 +875,6 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
                         (long long)K, (long long)N);
     if (M <= 0) return h3c_memset(op, dw, (size_t)N * (size_t)K * sizeof(float)); /* the empty fold */
     /* dw[n, k] = fold over 256-row tiles of sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M */
-    if (!g_wgrad_cluster) return wg::launch<wg::wgrad_fold_nc>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
 }
 

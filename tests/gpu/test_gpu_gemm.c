@@ -15,11 +15,6 @@
  * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 16 compute every
  * partial as a work item of its own and add them in a second pass; the comparison covers both.
  *
- * The wgrad runs on 2-CTA clusters that share the x tile by TMA multicast; for a few (K, N, M) (an odd number of
- * 128-row output tiles, N < 128, M not a multiple of 256, M = 1, a long reduction, an H3 shape) it is computed
- * with and without the cluster (h3c_gemm_force_wgrad_cluster) and the two dw compared element by element (0
- * differing elements, counted into the total).
- *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
  * (shorter runs; the JSON says so). */
@@ -91,31 +86,6 @@ static void shape_invariance(int64_t K, int64_t N, int64_t MREF, const int64_t *
     gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd);
 }
 
-/* dw = dy^T x (BF16 operands, h3c_gemm_bf16_wgrad_bf16) on 2-CTA clusters against single CTAs. */
-static void wgrad_cluster_invariance(int64_t K, int64_t N, int64_t M) {
-    h3s_tensor dyb = gdev2(H3S_BF16, M, N), xd = gdev2(H3S_BF16, M, K);
-    gfill(&dyb, 301, 1.0f);
-    gfill(&xd, 302, 1.0f);
-    h3s_tensor a = gdev2(H3S_F32, N, K), b = gdev2(H3S_F32, N, K);
-    gpoison(&a), gpoison(&b);
-    h3c_gemm_force_wgrad_cluster(1);
-    CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test_wgrad", M, N, K, dyb.data, xd.data, (float *)a.data));
-    h3c_gemm_force_wgrad_cluster(0);
-    CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test_wgrad", M, N, K, dyb.data, xd.data, (float *)b.data));
-    h3c_gemm_force_wgrad_cluster(1);
-    h3s_tensor ah = gdown(&a), bh = gdown(&b);
-    const int64_t d = count_differing(&ah, &bh, 0, N);
-    printf("  wgrad %5lld -> %5lld, M = %5lld (%lld tile-rows of 128): cluster vs single CTAs, %lld of %lld elements "
-           "differ\n",
-           (long long)K, (long long)N, (long long)M, (long long)((N + 127) / 128), (long long)d, (long long)(N * K));
-    CHECK(d == 0, "wgrad %lld -> %lld M=%lld: %lld elements differ between the 2-CTA cluster and single CTAs",
-          (long long)K, (long long)N, (long long)M, (long long)d);
-    g_total_differing += d;
-    g_comparisons += N * K;
-    h3s_tensor_free(&ah), h3s_tensor_free(&bh);
-    gfree(&dyb), gfree(&xd), gfree(&a), gfree(&b);
-}
-
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -184,23 +154,6 @@ int main(void) {
             }
             shape_invariance(shapes[i][0], shapes[i][1], 33396, Ms, nM);
         }
-    printf("wgrad: 2-CTA clusters with B multicast against single CTAs\n");
-    {
-        /* {K, N, M}: N = 5504 and 1288 give an odd number of 128-row tiles (the last cluster's second CTA has
-         * nothing to write), N = 72 one tile; M = 925, 300 end in a partial fold tile, M = 4253 and 2300 are long
-         * reductions (one cluster per tile pair), the others short ones (persistent grid; 2688 -> 1288 at M = 300 and
-         * the full-size shapes have more tile pairs than the device holds clusters, so the ring runs across tiles). */
-        const int64_t full_cases[6][3] = {{5376, 7168, 925}, {5376, 5504, 1133}, {5376, 7168, 4253},
-                                          {136, 72, 925},    {264, 200, 1},      {7168, 5376, 12}};
-        const int64_t small_cases[5][3] = {
-            {1344, 1792, 925}, {2688, 1288, 300}, {136, 72, 925}, {264, 200, 1}, {264, 200, 2300}};
-        if (small)
-            for (int i = 0; i < 5; i++)
-                wgrad_cluster_invariance(small_cases[i][0], small_cases[i][1], small_cases[i][2]);
-        else
-            for (int i = 0; i < 6; i++)
-                wgrad_cluster_invariance(full_cases[i][0], full_cases[i][1], full_cases[i][2]);
-    }
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
