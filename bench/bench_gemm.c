@@ -1,6 +1,7 @@
 /* Benchmark (not a test): the strict Hopper GEMM against cuBLASLt on the MiniMax-H3 shapes.
  *
- *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE]
+ *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
+ *                    [--config C]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -13,7 +14,10 @@
  *   wgrad    dw[N, K] (F32)  = dy^T x, strict with the canonical 256-row tile fold
  * The previous strict kernel (mma.sync; F32 dy split into hi + lo for the gradients) is timed at
  * M <= 1133 for the side column.  --invariance FILE takes row_invariance_differing from the JSON
- * test_gpu_gemm writes.  Without a CUDA device it prints one line and exits 0. */
+ * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-3,
+ * docs/numerics/linear_cuda.md; every configuration gives the same bits) instead of the dispatcher's choice, to
+ * compare configurations at one shape and M when tuning the dispatch.  Without a CUDA device it prints one line and
+ * exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +192,7 @@ int main(int argc, char **argv) {
     int reps = 10, warmup = 3, quick = 0;
     const char *json = NULL, *inv_path = NULL;
     int64_t only_k = 0, only_n = 0, only_m = 0; /* --only K N M: one shape and M (profiling) */
+    int force_config = -1;                      /* --config C: forward and dgrad in configuration C */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -203,8 +208,16 @@ int main(int argc, char **argv) {
             only_m = atoll(argv[++i]);
         } else if (!strcmp(argv[i], "--invariance") && i + 1 < argc)
             inv_path = argv[++i];
-        else {
-            fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE]\n");
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            char *end = NULL;
+            force_config = (int)strtol(argv[++i], &end, 10);
+            if (!end || *end || force_config < 0 || force_config > 3) {
+                fprintf(stderr, "bench_gemm: --config takes 0, 1, 2 or 3\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
+                            "[--only K N M] [--config C]\n");
             return 2;
         }
     }
@@ -214,6 +227,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     ok(h3c_init("bench_gemm"), "init");
+    if (force_config >= 0) {
+        ok(h3c_gemm_force_config(force_config), "force_config");
+        printf("bench_gemm: forward and dgrad forced to configuration %d\n", force_config);
+    }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
     ok(h3s_cuda_describe(devname, sizeof devname), "describe");

@@ -12,6 +12,7 @@
  * is tiles x rows x N floats, never M x N.  The tile (256 rows) and the orders are constants:
  * the bits do not depend on the launch shape, and equal the CPU fold's structure. */
 #include "cuda/k_common.cuh"
+#include "cuda/k_wgmma.cuh"
 
 #define FOLD_COLS 128
 
@@ -194,28 +195,6 @@ __device__ __forceinline__ void hd_cp_arrive(uint64_t *bar) {
                  : "memory");
 }
 
-__device__ __forceinline__ void hd_mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(count)
-                 : "memory");
-}
-
-__device__ __forceinline__ void hd_mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
-                 : "memory");
-}
-
-__device__ __forceinline__ void hd_mbar_wait(uint64_t *bar, unsigned parity) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(bar);
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(a), "r"(parity)
-            : "memory");
-    }
-}
-
 /* v[u] = s[min(k + u, cnt - 1) * HD_COLS]: never past the cnt values the slot holds. */
 __device__ __forceinline__ void hd_ld_clamped(float (&v)[HD_B], const float *s, int k, int cnt) {
 #pragma unroll
@@ -305,17 +284,17 @@ __global__ void __launch_bounds__(HD_THREADS)
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0), phases = (rows + HD_G - 1) / HD_G;
     if (tid < slots) {
-        hd_mbar_init(&full[tid], HD_PRODUCERS);
-        hd_mbar_init(&empty[tid], 32);
+        wg::mbar_init(&full[tid], HD_PRODUCERS);
+        wg::mbar_init(&empty[tid], 32);
     }
     __syncthreads();
     if (warp == 0) { /* the consumer: the chain, phases ascending */
         float part = 0.0f;
         for (int ph = 0, s = 0, u = 0; ph < phases; ph++) {
-            hd_mbar_wait(&full[s], (unsigned)u & 1u); /* use u of slot s has landed */
+            wg::mbar_wait(&full[s], (unsigned)u & 1u); /* use u of slot s has landed */
             const int g_n = min(HD_G, rows - ph * HD_G);
             part = hd_chain(ring + s * slot_floats + lane % HD_COLS, g_n * H, ph == 0, part);
-            hd_mbar_arrive(&empty[s]); /* every lane has read use u of slot s */
+            wg::mbar_arrive(&empty[s]); /* every lane has read use u of slot s */
             if (++s == slots) s = 0, u++;
         }
         const int64_t n = n0 + lane;
@@ -324,7 +303,7 @@ __global__ void __launch_bounds__(HD_THREADS)
     } else { /* the producers: phase ph into slot ph % slots */
         const int pt = tid - 32;
         for (int ph = 0, s = 0, u = 0; ph < phases; ph++) {
-            if (u > 0) hd_mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 has been read */
+            if (u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 has been read */
             const int g_n = min(HD_G, rows - ph * HD_G), ne = g_n * H * (HD_COLS / 4);
             float *sl = ring + s * slot_floats;
             const float *src = c + (m0 + ph * HD_G - row0) * W + n0;

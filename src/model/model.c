@@ -140,10 +140,11 @@ static h3s_status backend_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt,
     return h3s_tensor_alloc(t, dt, ndim, shape);
 }
 
-/* A parameter gradient: every one is written in full by the operation that produces it (a weight gradient's
- * folded GEMM stores its result, the folds of norm weights, biases, AdaLN tables and gates write every output, an
- * output no tile names as 0), so on the GPU it is not zero-filled first.  H3S_CUDA_POISON_UNINIT=1 fills it with
- * NaN instead (test_gpu_model_poison): any element left unwritten would show in every gradient check. */
+/* A tensor its producer writes in full: a parameter gradient (a weight gradient's folded GEMM stores its result,
+ * the folds of norm weights, biases, AdaLN tables and gates write every output, an output no tile names as 0) or a
+ * block forward's row-wise node output (NEW_OUT below), so on the GPU it is not zero-filled first.
+ * H3S_CUDA_POISON_UNINIT=1 fills it with NaN instead (test_gpu_model_poison): any element left unwritten would
+ * show in every output and gradient check. */
 static h3s_status grad_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
     if (m->device) return h3s_cuda_tensor_alloc_ordered_uninit(t, dt, ndim, shape);
     return h3s_tensor_alloc(t, dt, ndim, shape);
@@ -254,13 +255,17 @@ static h3s_tensor *arena_adopt(arena *a, h3s_tensor *t) {
     return slot;
 }
 
-static h3s_tensor *arena_new(arena *a, h3s_dtype dt, int64_t rows, int64_t cols) {
+static h3s_tensor *arena_new_as(arena *a, h3s_dtype dt, int64_t rows, int64_t cols, int fill) {
     h3s_tensor t;
     int64_t s[2] = {rows, cols};
-    if (backend_alloc(a->m, &t, dt, 2, s) != H3S_OK) return NULL;
+    if ((fill ? backend_alloc(a->m, &t, dt, 2, s) : grad_alloc(a->m, &t, dt, 2, s)) != H3S_OK) return NULL;
     h3s_tensor *slot = arena_adopt(a, &t);
     if (!slot) backend_free(a->m, &t);
     return slot;
+}
+
+static h3s_tensor *arena_new(arena *a, h3s_dtype dt, int64_t rows, int64_t cols) {
+    return arena_new_as(a, dt, rows, cols, 1);
 }
 
 static void arena_free(arena *a) {
@@ -846,6 +851,13 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
         (var) = arena_new(&tp->ar, (dt), (rows), (cols));                                                              \
         if (!(var)) return H3S_ERR_NOMEM;                                                                              \
     } while (0)
+/* The same without the zero fill, for an output its operator writes in every row and column (linear, norms,
+ * rope, SwiGLU, residuals, the AdaLN projection; not attention, whose rows of padding are left as allocated). */
+#define NEW_OUT(var, dt, rows, cols)                                                                                   \
+    do {                                                                                                               \
+        (var) = arena_new_as(&tp->ar, (dt), (rows), (cols), 0);                                                        \
+        if (!(var)) return H3S_ERR_NOMEM;                                                                              \
+    } while (0)
 
 /* Parameter lookup by formatted name.  h3s_model_create checked that every parameter of
  * the spec list exists, so a NULL here is a naming bug in this file; the operator it is
@@ -888,8 +900,8 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     h3s_modulation mod1 = {0}, mod2 = {0};
     a->x_in = x;
     if (!refiner) {
-        NEW(a->a_silu, m->act, tp->T, c->time_embed_dim);
-        NEW(a->table, m->act, tp->T, 18 * H);
+        NEW_OUT(a->a_silu, m->act, tp->T, c->time_embed_dim);
+        NEW_OUT(a->table, m->act, tp->T, 18 * H);
         H3S_TRY(h3s_adaln_projection_forward(tp->temb, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_w],
                                              &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_b], a->a_silu, a->table));
         H3S_TRY(emit(r, a->table, 0, 0, "%s.%lld.adaln_projection", node, (long long)i));
@@ -897,21 +909,21 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
         mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
         mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
     }
-    NEW(a->n1, m->act, M, H);
+    NEW_OUT(a->n1, m->act, M, H);
     H3S_TRY(h3s_rmsnorm_forward(x, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm1], refiner ? NULL : &mod1,
                                 c->norm_eps, a->n1));
     H3S_TRY(emit(r, a->n1, 1, S, "%s.%lld.norm1", node, (long long)i));
-    NEW(a->q, m->act, M, HD);
-    NEW(a->k, m->act, M, HD);
-    NEW(a->v, m->act, M, HD);
+    NEW_OUT(a->q, m->act, M, HD);
+    NEW_OUT(a->k, m->act, M, HD);
+    NEW_OUT(a->v, m->act, M, HD);
     H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[0]], NULL, a->q));
     H3S_TRY(emit(r, a->q, 1, S, "%s.%lld.q_proj", node, (long long)i));
     H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[1]], NULL, a->k));
     H3S_TRY(emit(r, a->k, 1, S, "%s.%lld.k_proj", node, (long long)i));
     H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[2]], NULL, a->v));
     H3S_TRY(emit(r, a->v, 1, S, "%s.%lld.v_proj", node, (long long)i));
-    NEW(a->qn, m->act, M, HD);
-    NEW(a->kn, m->act, M, HD);
+    NEW_OUT(a->qn, m->act, M, HD);
+    NEW_OUT(a->kn, m->act, M, HD);
     H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm_qk[0]], c->qk_norm_eps,
                                      a->qn));
     H3S_TRY(emit(r, a->qn, 1, S, "%s.%lld.q_norm", node, (long long)i));
@@ -920,8 +932,8 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     H3S_TRY(emit(r, a->kn, 1, S, "%s.%lld.k_norm", node, (long long)i));
     h3s_tensor *qa = a->qn, *ka = a->kn;
     if (!refiner) {
-        NEW(a->qr, m->act, M, HD);
-        NEW(a->kr, m->act, M, HD);
+        NEW_OUT(a->qr, m->act, M, HD);
+        NEW_OUT(a->kr, m->act, M, HD);
         H3S_TRY(h3s_rope_forward(a->qn, heads, tp->cos_t, tp->sin_t, a->qr));
         H3S_TRY(emit(r, a->qr, 1, S, "%s.%lld.rope_q", node, (long long)i));
         H3S_TRY(h3s_rope_forward(a->kn, heads, tp->cos_t, tp->sin_t, a->kr));
@@ -935,26 +947,26 @@ static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *
     h3s_attn_mask mask = block_mask(tp, refiner);
     H3S_TRY(h3s_attention_forward(qa, ka, a->v, B, heads, &mask, a->att, &stats3));
     H3S_TRY(emit(r, a->att, 1, S, "%s.%lld.attention", node, (long long)i));
-    NEW(a->o, m->act, M, H);
+    NEW_OUT(a->o, m->act, M, H);
     H3S_TRY(h3s_linear_forward(a->att, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to_out], NULL, a->o));
     H3S_TRY(emit(r, a->o, 1, S, "%s.%lld.o_proj", node, (long long)i));
-    NEW(a->x1, m->act, M, H);
+    NEW_OUT(a->x1, m->act, M, H);
     H3S_TRY(h3s_residual_forward(x, a->o, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 2, a->x1));
     H3S_TRY(emit(r, a->x1, 1, S, "%s.%lld.residual_attn", node, (long long)i));
-    NEW(a->n2, m->act, M, H);
+    NEW_OUT(a->n2, m->act, M, H);
     H3S_TRY(h3s_rmsnorm_forward(a->x1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm2], refiner ? NULL : &mod2,
                                 c->norm_eps, a->n2));
     H3S_TRY(emit(r, a->n2, 1, S, "%s.%lld.norm2", node, (long long)i));
-    NEW(a->u, m->act, M, 2 * F);
+    NEW_OUT(a->u, m->act, M, 2 * F);
     H3S_TRY(h3s_linear_forward(a->n2, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_in], NULL, a->u));
     H3S_TRY(emit(r, a->u, 1, S, "%s.%lld.ffn_gate_up", node, (long long)i));
-    NEW(a->h, m->act, M, F);
+    NEW_OUT(a->h, m->act, M, F);
     H3S_TRY(h3s_swiglu_forward(a->u, a->h));
     H3S_TRY(emit(r, a->h, 1, S, "%s.%lld.swiglu", node, (long long)i));
-    NEW(a->f, m->act, M, H);
+    NEW_OUT(a->f, m->act, M, H);
     H3S_TRY(h3s_linear_forward(a->h, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_out], NULL, a->f));
     H3S_TRY(emit(r, a->f, 1, S, "%s.%lld.ffn_down", node, (long long)i));
-    NEW(a->x2, m->act, M, H);
+    NEW_OUT(a->x2, m->act, M, H);
     H3S_TRY(h3s_residual_forward(a->x1, a->f, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 5, a->x2));
     H3S_TRY(emit(r, a->x2, 1, S, "%s.%lld.residual_mlp", node, (long long)i));
     *x_out = a->x2;
