@@ -851,8 +851,9 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
         (var) = arena_new(&tp->ar, (dt), (rows), (cols));                                                              \
         if (!(var)) return H3S_ERR_NOMEM;                                                                              \
     } while (0)
-/* The same without the zero fill, for an output its operator writes in every row and column (linear, norms,
- * rope, SwiGLU, residuals, the AdaLN projection; not attention, whose rows of padding are left as allocated). */
+/* The same without the zero fill, for an output its operator writes in every row and column (linear and its
+ * dgrad, norms, rope, SwiGLU, residuals, grad_add, the AdaLN projection, and their backward); attention's outputs
+ * and gradients and the AdaLN table gradient (written chunk by chunk by several operators) keep the fill. */
 #define NEW_OUT(var, dt, rows, cols)                                                                                   \
     do {                                                                                                               \
         (var) = arena_new_as(&tp->ar, (dt), (rows), (cols), 0);                                                        \
@@ -1926,32 +1927,32 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
 
     h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
     h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
-    NEW(dx1a, gd, M, H);
-    NEW(df, gd, M, H);
+    NEW_OUT(dx1a, gd, M, H);
+    NEW_OUT(df, gd, M, H);
     H3S_TRY(h3s_residual_backward(a->f, tab, idx, 5, dx2, dx1a, df, dtab));
     H3S_TRY(emit(r, df, 1, S, "%s.%lld.residual_mlp.grad", node, li));
-    NEW(dh, gd, M, F);
+    NEW_OUT(dh, gd, M, F);
     H3S_TRY(h3s_linear_backward(a->h, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_out], df, dh,
                                 pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_out), NULL));
     H3S_TRY(emit(r, dh, 1, S, "%s.%lld.ffn_down.grad", node, li));
-    NEW(du, gd, M, 2 * F);
+    NEW_OUT(du, gd, M, 2 * F);
     H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
     H3S_TRY(emit(r, du, 1, S, "%s.%lld.swiglu.grad", node, li));
-    NEW(dn2, gd, M, H);
+    NEW_OUT(dn2, gd, M, H);
     H3S_TRY(h3s_linear_backward(a->n2, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_in], du, dn2,
                                 pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_in), NULL));
     H3S_TRY(emit(r, dn2, 1, S, "%s.%lld.ffn_gate_up.grad", node, li));
-    NEW(dx1b, gd, M, H);
+    NEW_OUT(dx1b, gd, M, H);
     H3S_TRY(h3s_rmsnorm_backward(a->x1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm2], refiner ? NULL : &mod2,
                                  c->norm_eps, dn2, dx1b, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm2), dtab));
-    NEW(dx1, gd, M, H);
+    NEW_OUT(dx1, gd, M, H);
     H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
     H3S_TRY(emit(r, dx1, 1, S, "%s.%lld.norm2.grad", node, li));
-    NEW(dxa, gd, M, H);
-    NEW(dout_o, gd, M, H);
+    NEW_OUT(dxa, gd, M, H);
+    NEW_OUT(dout_o, gd, M, H);
     H3S_TRY(h3s_residual_backward(a->o, tab, idx, 2, dx1, dxa, dout_o, dtab));
     H3S_TRY(emit(r, dout_o, 1, S, "%s.%lld.residual_attn.grad", node, li));
-    NEW(datt, gd, M, HD);
+    NEW_OUT(datt, gd, M, HD);
     H3S_TRY(h3s_linear_backward(a->att, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to_out], dout_o, datt,
                                 pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to_out), NULL));
     H3S_TRY(emit(r, datt, 1, S, "%s.%lld.o_proj.grad", node, li));
@@ -1966,8 +1967,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     H3S_TRY(emit(r, dka, 1, S, "%s.%lld.attention.grad_k", node, li));
     H3S_TRY(emit(r, dv, 1, S, "%s.%lld.attention.grad_v", node, li));
     if (!refiner) {
-        NEW(dqn, gd, M, HD);
-        NEW(dkn, gd, M, HD);
+        NEW_OUT(dqn, gd, M, HD);
+        NEW_OUT(dkn, gd, M, HD);
         H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dqa, dqn));
         H3S_TRY(emit(r, dqn, 1, S, "%s.%lld.rope_q.grad", node, li));
         H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dka, dkn));
@@ -1976,8 +1977,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
         dqn = dqa;
         dkn = dka;
     }
-    NEW(dq, gd, M, HD);
-    NEW(dk, gd, M, HD);
+    NEW_OUT(dq, gd, M, HD);
+    NEW_OUT(dk, gd, M, HD);
     H3S_TRY(h3s_head_rmsnorm_backward(a->q, heads, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0]],
                                       c->qk_norm_eps, dqn, dq,
                                       pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0])));
@@ -1986,9 +1987,9 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
                                       c->qk_norm_eps, dkn, dk,
                                       pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[1])));
     H3S_TRY(emit(r, dk, 1, S, "%s.%lld.k_norm.grad", node, li));
-    NEW(dn1, gd, M, H);
-    NEW(dn1k, gd, M, H);
-    NEW(dn1v, gd, M, H);
+    NEW_OUT(dn1, gd, M, H);
+    NEW_OUT(dn1k, gd, M, H);
+    NEW_OUT(dn1v, gd, M, H);
     H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[0]], dq, dn1,
                                 pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[0]), NULL));
     H3S_TRY(emit(r, dn1, 1, S, "%s.%lld.q_proj.grad", node, li));
@@ -2001,15 +2002,15 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     /* fixed order: (q + k) + v */
     H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
     H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
-    NEW(dxb, gd, M, H);
+    NEW_OUT(dxb, gd, M, H);
     H3S_TRY(h3s_rmsnorm_backward(a->x_in, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm1], refiner ? NULL : &mod1,
                                  c->norm_eps, dn1, dxb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm1), dtab));
-    NEW(dx, gd, M, H);
+    NEW_OUT(dx, gd, M, H);
     H3S_TRY(h3s_grad_add(dxa, dxb, dx));
     H3S_TRY(emit(r, dx, 1, S, "%s.%lld.norm1.grad", node, li));
     if (!refiner) {
         h3s_tensor *dtemb;
-        NEW(dtemb, gd, tp->T, c->time_embed_dim);
+        NEW_OUT(dtemb, gd, tp->T, c->time_embed_dim);
         H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->adaln_w],
                                               dtable, dtemb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_w),
                                               pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_b)));
