@@ -15,7 +15,7 @@ static h3s_tensor table_view(const h3s_tensor *t) {
 }
 
 /* Attention's softmax statistics ([M, heads * 2] or [M, heads, 2]) as the [M, heads, 2] tensor it takes. */
-static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
+h3s_tensor h3s_block_stats_view(const h3s_tensor *stats, int64_t heads) {
     h3s_tensor v = *stats;
     v.ndim = 3;
     v.shape[1] = heads;
@@ -60,7 +60,7 @@ h3s_status h3s_block_forward(const h3s_block_weights *w, const h3s_block_ctx *c,
         qa = f->qr;
         ka = f->kr;
     }
-    h3s_tensor stats3 = stats_view(f->stats, heads);
+    h3s_tensor stats3 = h3s_block_stats_view(f->stats, heads);
     BLOCK_OP("attention", f->att, h3s_attention_forward(qa, ka, f->v, c->B, heads, c->mask, f->att, &stats3));
     BLOCK_OP("o_proj", f->o, h3s_linear_forward(f->att, w->to_out, NULL, f->o));
     BLOCK_OP("residual_attn", f->x1, h3s_residual_forward(f->x, f->o, tab, idx, 2, f->x1));
@@ -100,7 +100,7 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
     BLOCK_OP("residual_attn.grad", b->dout_o,
              h3s_residual_backward(f->o, tab, idx, 2, b->dx1, b->dxa, b->dout_o, dtab));
     BLOCK_OP("o_proj.grad", b->datt, h3s_linear_backward(f->att, w->to_out, b->dout_o, b->datt, g->to_out, NULL));
-    h3s_tensor stats3 = stats_view(f->stats, heads);
+    h3s_tensor stats3 = h3s_block_stats_view(f->stats, heads);
     const h3s_tensor *qa = refiner ? f->qn : f->qr, *ka = refiner ? f->kn : f->kr;
     H3S_TRY(
         h3s_attention_backward(qa, ka, f->v, f->att, &stats3, c->B, heads, c->mask, b->datt, b->dqa, b->dka, b->dv));

@@ -81,6 +81,9 @@ typedef struct h3s_block_bwd {
 } h3s_block_bwd;
 
 /* Queue the forward of one block (the operators write every output of f). */
+/* Attention's softmax statistics buffer ([M, heads * 2] or [M, heads, 2]) as the [M, heads, 2] view it takes. */
+h3s_tensor h3s_block_stats_view(const h3s_tensor *stats, int64_t heads);
+
 h3s_status h3s_block_forward(const h3s_block_weights *w, const h3s_block_ctx *c, const h3s_block_fwd *f);
 
 /* Queue the backward of one block from b->dout, reading the forward's tensors f; parameter gradients into g (NULL

@@ -886,15 +886,6 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
 /* A parameter outside the blocks (NULL when the config has none). */
 static const h3s_tensor *gweight(const h3s_model *m, int k) { return m->gp[k] >= 0 ? &m->w[m->gp[k]] : NULL; }
 
-/* The [M, heads * 2] statistics buffer seen as the [M, heads, 2] tensor attention takes. */
-static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
-    h3s_tensor v = *stats;
-    v.ndim = 3;
-    v.shape[1] = heads;
-    v.shape[2] = 2;
-    return v;
-}
-
 /* Blocks attend within their document (padding rows form their own); both blocks and the
  * refiner honour the key-padding mask (the refiner's is the mask at text_indices: a masked
  * row is never attended to, wherever it runs). */
@@ -1527,7 +1518,7 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     H3S_TRY(emit_par(r, a->kr, COL_HEADS, HD, S, "block.%lld.rope_k", li));
     NEW(a->att, m->act, M, HDl);
     NEW(a->stats, m->f32, M, hl * 2);
-    h3s_tensor stats3 = stats_view(a->stats, hl);
+    h3s_tensor stats3 = h3s_block_stats_view(a->stats, hl);
     h3s_attn_mask mask = block_mask(tp, 0);
     if (tp->sp) {
         const h3s_tensor *kv_local[2] = {a->kr, a->v};
@@ -2137,13 +2128,13 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
         h3s_tensor gq[6]; /* q, k, v, o, statistics, d_o */
         int64_t kv_lo = 0;
         H3S_TRY(gather_items(tp, 6, local, gq, &kv_lo));
-        h3s_tensor s3 = stats_view(&gq[4], hl);
+        h3s_tensor s3 = h3s_block_stats_view(&gq[4], hl);
         h3s_status st = h3s_attention_backward_rows(&gq[0], &gq[1], &gq[2], &gq[3], &s3, tp->B, S, hl, &mask, &gq[5],
                                                     lo, lo + M, kv_lo, dqa, dka, dv);
         tensors_free(gq, 6);
         H3S_TRY(st);
     } else {
-        h3s_tensor s3 = stats_view(a->stats, hl);
+        h3s_tensor s3 = h3s_block_stats_view(a->stats, hl);
         H3S_TRY(h3s_attention_backward(a->qr, a->kr, a->v, a->att, &s3, tp->B, hl, &mask, datt, dqa, dka, dv));
     }
     H3S_TRY(emit_par(r, dqa, COL_HEADS, HD, S, "block.%lld.attention.grad_q", li));
