@@ -134,19 +134,17 @@ struct h3s_model {
 /* ------------------------------------------------------------------ tensors & arena ---- */
 
 /* Activations and gradients: on the GPU in the library's stream order (no synchronisation per tensor, so the host
- * queues a whole pass ahead of the device); the weights are uploaded with the synchronous allocator (to_backend). */
-static h3s_status backend_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
-    if (m->device) return h3s_cuda_tensor_alloc_ordered(t, dt, ndim, shape);
-    return h3s_tensor_alloc(t, dt, ndim, shape);
-}
-
-/* A tensor its producer writes in full: a parameter gradient (a weight gradient's folded GEMM stores its result,
- * the folds of norm weights, biases, AdaLN tables and gates write every output, an output no tile names as 0) or a
- * block forward's row-wise node output (NEW_OUT below), so on the GPU it is not zero-filled first.
+ * queues a whole pass ahead of the device); the weights are uploaded with the synchronous allocator (to_backend).
+ * fill = 0 is for a tensor its producer writes in full: a parameter gradient (a weight gradient's folded GEMM
+ * stores its result, the folds of norm weights, biases, AdaLN tables and gates write every output, an output no
+ * tile names as 0) or a block's row-wise node (NEW_OUT below), so on the GPU it is not zero-filled first.
  * H3S_CUDA_POISON_UNINIT=1 fills it with NaN instead (test_gpu_model_poison): any element left unwritten would
- * show in every output and gradient check. */
-static h3s_status grad_alloc(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape) {
-    if (m->device) return h3s_cuda_tensor_alloc_ordered_uninit(t, dt, ndim, shape);
+ * show in every output and gradient check.  Host memory is always zero-filled. */
+static h3s_status backend_alloc_as(const h3s_model *m, h3s_tensor *t, h3s_dtype dt, int ndim, const int64_t *shape,
+                                   int fill) {
+    if (m->device)
+        return fill ? h3s_cuda_tensor_alloc_ordered(t, dt, ndim, shape)
+                    : h3s_cuda_tensor_alloc_ordered_uninit(t, dt, ndim, shape);
     return h3s_tensor_alloc(t, dt, ndim, shape);
 }
 
@@ -165,6 +163,14 @@ static h3s_tensor view2(const h3s_tensor *t, int64_t rows, int64_t cols) {
     return v;
 }
 
+/* A new device tensor [rows, cols] of dtype dt holding the bytes of host tensor src (same dtype and size). */
+static h3s_status upload_new(const h3s_tensor *src, h3s_dtype dt, const int64_t *s, h3s_tensor *out) {
+    H3S_TRY(h3s_cuda_tensor_alloc(out, dt, 2, s));
+    h3s_status st = h3s_cuda_upload(src, out);
+    if (st != H3S_OK) h3s_cuda_tensor_free(out);
+    return st;
+}
+
 /* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host where the dtypes differ). */
 static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
                              h3s_tensor *out) {
@@ -173,20 +179,13 @@ static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dty
         /* already in the backend's dtype: uploaded straight from the caller's memory (for a loaded model, the
          * mapped file), no host copy */
         h3s_tensor src = view2(host, rows, cols);
-        H3S_TRY(h3s_cuda_tensor_alloc(out, dt, 2, s));
-        h3s_status st = h3s_cuda_upload(&src, out);
-        if (st != H3S_OK) h3s_cuda_tensor_free(out);
-        return st;
+        return upload_new(&src, dt, s, out);
     }
     h3s_tensor tmp;
     H3S_TRY(h3s_tensor_alloc(&tmp, dt, 2, s));
     h3s_status st = h3s_tensor_convert(host, &tmp);
     if (st == H3S_OK && m->device) {
-        st = h3s_cuda_tensor_alloc(out, dt, 2, s);
-        if (st == H3S_OK) {
-            st = h3s_cuda_upload(&tmp, out);
-            if (st != H3S_OK) h3s_cuda_tensor_free(out);
-        }
+        st = upload_new(&tmp, dt, s, out);
         h3s_tensor_free(&tmp);
         return st;
     }
@@ -258,7 +257,7 @@ static h3s_tensor *arena_adopt(arena *a, h3s_tensor *t) {
 static h3s_tensor *arena_new_as(arena *a, h3s_dtype dt, int64_t rows, int64_t cols, int fill) {
     h3s_tensor t;
     int64_t s[2] = {rows, cols};
-    if ((fill ? backend_alloc(a->m, &t, dt, 2, s) : grad_alloc(a->m, &t, dt, 2, s)) != H3S_OK) return NULL;
+    if (backend_alloc_as(a->m, &t, dt, 2, s, fill) != H3S_OK) return NULL;
     h3s_tensor *slot = arena_adopt(a, &t);
     if (!slot) backend_free(a->m, &t);
     return slot;
@@ -2503,7 +2502,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
-        st = grad_alloc(m, &g.pg[i], m->grad, m->specs[i].ndim, shape);
+        st = backend_alloc_as(m, &g.pg[i], m->grad, m->specs[i].ndim, shape, 0);
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
