@@ -202,6 +202,17 @@ __device__ __forceinline__ void hd_ld_clamped(float (&v)[HD_B], const float *s, 
         v[u] = s[min(k + u, cnt - 1) * HD_COLS];
 }
 
+/* part + v[0] + ... + v[HD_B - 1], in that order; then the next batch w moves into v. */
+__device__ __forceinline__ float hd_add_shift(float part, float (&v)[HD_B], const float (&w)[HD_B]) {
+#pragma unroll
+    for (int u = 0; u < HD_B; u++)
+        part = part + v[u];
+#pragma unroll
+    for (int u = 0; u < HD_B; u++)
+        v[u] = w[u];
+    return part;
+}
+
 /* The chain over the cnt >= 1 values s[0], s[HD_COLS], ... of one slot, in that order, continuing
  * part; if first, s[0] is the tile's first value and starts the chain (part = s[0]).  The values
  * are taken in batches of HD_B, and batch i + 1 is loaded into registers before batch i is added. */
@@ -226,21 +237,11 @@ __device__ __forceinline__ float hd_chain(const float *s, int cnt, bool first, f
 #pragma unroll
         for (int u = 0; u < HD_B; u++)
             w[u] = q[u * HD_COLS];
-#pragma unroll
-        for (int u = 0; u < HD_B; u++)
-            part = part + v[u];
-#pragma unroll
-        for (int u = 0; u < HD_B; u++)
-            v[u] = w[u];
+        part = hd_add_shift(part, v, w);
     }
     if (k + HD_B <= cnt) { /* the last whole batch; the rest (if any) loaded clamped */
         hd_ld_clamped(w, s, k + HD_B, cnt);
-#pragma unroll
-        for (int u = 0; u < HD_B; u++)
-            part = part + v[u];
-#pragma unroll
-        for (int u = 0; u < HD_B; u++)
-            v[u] = w[u];
+        part = hd_add_shift(part, v, w);
         k += HD_B;
     }
     if (k < cnt) { /* fewer than HD_B left */
