@@ -7,14 +7,14 @@
  *   build/bench_gpu_block [--seqs 12,925,4253,8349] [--reps N] [--warmup N] [--profile-reps N] [--small]
  *                         [--json FILE]
  *
- * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the composition
- * test_gpu_block checks for batch invariance and repeat); the parameters are allocated once, the node tensors
- * once per (S, B), all before timing.  The rotary table (computed once per model call, not per block) is outside
- * the timed region, as in the provider.  Each figure is the median of --reps runs after --warmup runs, host clock
- * (CLOCK_MONOTONIC) around the queued operators and h3s_cuda_sync().  A per-node breakdown follows (a sync after
- * every operator, median of --profile-reps runs; the sync gaps make its sum a little larger than the unbroken
- * time).  Side numbers, for the table next to the provider's, at every S: weight gradients after the first and
- * the last run (count of differing elements), and item 0 of B = 4 against B = 1 (block output and dx).  Progress
+ * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the library's block,
+ * src/model/block.c, which the model runs and test_gpu_block checks for batch invariance and repeat); the parameters
+ * are allocated once, the node tensors once per (S, B), all before timing.  The rotary table (computed once per model
+ * call, not per block) is outside the timed region, as in the provider.  Each figure is the median of --reps runs after
+ * --warmup runs, host clock (CLOCK_MONOTONIC) around the queued operators and h3s_cuda_sync().  A per-node breakdown
+ * follows (a sync after every operator, median of --profile-reps runs; the sync gaps make its sum a little larger than
+ * the unbroken time).  Side numbers, for the table next to the provider's, at every S: weight gradients after the first
+ * and the last run (count of differing elements), and item 0 of B = 4 against B = 1 (block output and dx).  Progress
  * lines ("[strict] S = .., B = ..: phase") go to stdout as the run goes; the JSON is rewritten after every S.
  *
  * Without a usable CUDA device (or in a build without the CUDA backend) it prints one line and

@@ -14,6 +14,7 @@
 #include "dist/sp.h"
 #include "h3s_dist.h"
 #include "io/safetensors.h"
+#include "model/block.h"
 #include "model/params.h"
 #include "ops/ops.h"
 
@@ -114,10 +115,11 @@ struct h3s_model {
     h3s_dtype grad; /* gradients: F32 / F64 */
     int64_t nparams;
     h3s_param_spec *specs;
-    h3s_tensor *w;            /* weights in the backend's form, spec order */
-    h3s_weights *own_weights; /* h3s_model_load: the loaded weights, when m->w borrows them */
-    block_params *bp, *rbp;   /* [num_layers] transformer blocks, [num_refiner_layers] token-refiner blocks */
-    int64_t gp[GP_COUNT];     /* the parameters outside the blocks (spec order index, -1 when the config has none) */
+    h3s_tensor *w;               /* weights in the backend's form, spec order */
+    h3s_weights *own_weights;    /* h3s_model_load: the loaded weights, when m->w borrows them */
+    block_params *bp, *rbp;      /* [num_layers] transformer blocks, [num_refiner_layers] token-refiner blocks */
+    h3s_block_weights *bw, *rbw; /* the same blocks as model/block.h weights (pointers into m->w) */
+    int64_t gp[GP_COUNT];        /* the parameters outside the blocks (spec order index, -1 when the config has none) */
     /* parallel execution (h3s_model_set_parallel): comm == NULL runs in this process alone */
     h3s_comm *comm;
     int sp, tp;
@@ -329,6 +331,8 @@ void h3s_model_free(h3s_model *m) {
     free(m->w);
     free(m->bp);
     free(m->rbp);
+    free(m->bw);
+    free(m->rbw);
     free(m->specs);
     free(m->sp_sizes);
     parallel_release(m);
@@ -353,12 +357,15 @@ static int64_t block_param_index(const h3s_model *m, const char *pre, int64_t i,
     return -1;
 }
 
-/* m->bp, m->rbp and m->gp from the parameter specs; a block missing a parameter is a format error naming it. */
+/* m->bp, m->rbp (and their weights m->bw, m->rbw) and m->gp from the parameter specs; a block missing a parameter is
+ * a format error naming it. */
 static h3s_status resolve_block_params(h3s_model *m) {
     const int64_t nb = m->cfg.num_layers, nr = m->cfg.num_refiner_layers;
     m->bp = h3s_calloc((size_t)(nb > 0 ? nb : 1), sizeof *m->bp);
     m->rbp = h3s_calloc((size_t)(nr > 0 ? nr : 1), sizeof *m->rbp);
-    if (!m->bp || !m->rbp) return H3S_ERR_NOMEM;
+    m->bw = h3s_calloc((size_t)(nb > 0 ? nb : 1), sizeof *m->bw);
+    m->rbw = h3s_calloc((size_t)(nr > 0 ? nr : 1), sizeof *m->rbw);
+    if (!m->bp || !m->rbp || !m->bw || !m->rbw) return H3S_ERR_NOMEM;
     static const char *const suffix[] = {
         "adaln_proj.linear.weight", "adaln_proj.linear.bias", "norm1.weight",         "norm2.weight",
         "attn.to_q.weight",         "attn.to_k.weight",       "attn.to_v.weight",     "attn.norm_q.weight",
@@ -375,6 +382,19 @@ static h3s_status resolve_block_params(h3s_model *m) {
                     return h3s_fail(H3S_ERR_FORMAT, "model: no parameter named %s.%lld.%s", pre, (long long)i,
                                     suffix[f]);
             }
+            h3s_block_weights *w = refiner ? &m->rbw[i] : &m->bw[i];
+            *w = (h3s_block_weights){.adaln_w = b->adaln_w >= 0 ? &m->w[b->adaln_w] : NULL,
+                                     .adaln_b = b->adaln_b >= 0 ? &m->w[b->adaln_b] : NULL,
+                                     .norm1 = &m->w[b->norm1],
+                                     .norm2 = &m->w[b->norm2],
+                                     .to_q = &m->w[b->to[0]],
+                                     .to_k = &m->w[b->to[1]],
+                                     .to_v = &m->w[b->to[2]],
+                                     .norm_q = &m->w[b->norm_qk[0]],
+                                     .norm_k = &m->w[b->norm_qk[1]],
+                                     .to_out = &m->w[b->to_out],
+                                     .ff_in = &m->w[b->ff_in],
+                                     .ff_out = &m->w[b->ff_out]};
         }
     }
     for (int k = 0; k < GP_COUNT; k++) {
@@ -865,15 +885,6 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
 /* A parameter outside the blocks (NULL when the config has none). */
 static const h3s_tensor *gweight(const h3s_model *m, int k) { return m->gp[k] >= 0 ? &m->w[m->gp[k]] : NULL; }
 
-/* The [M, heads * 2] statistics buffer seen as the [M, heads, 2] tensor attention takes. */
-static h3s_tensor stats_view(const h3s_tensor *stats, int64_t heads) {
-    h3s_tensor v = *stats;
-    v.ndim = 3;
-    v.shape[1] = heads;
-    v.shape[2] = 2;
-    return v;
-}
-
 /* Blocks attend within their document (padding rows form their own); both blocks and the
  * refiner honour the key-padding mask (the refiner's is the mask at text_indices: a masked
  * row is never attended to, wherever it runs). */
@@ -888,87 +899,82 @@ static h3s_attn_mask block_mask(const h3s_tape *tp, int refiner) {
     return mask;
 }
 
+/* The shared block's node callback: the model's evidence node `<prefix>.{i}.<name>` (the AdaLN projection and its
+ * gradient per timestep, every other node per packed row); the backward's steps without a node pass. */
+typedef struct block_emit {
+    run_ctx *r;
+    const char *prefix;
+    long long i;
+    int64_t S;
+    const h3s_tensor *per_timestep; /* the node emitted unbatched (the AdaLN table, dtemb) */
+} block_emit;
+
+static h3s_status block_node(void *ctx, const char *name, h3s_tensor *t) {
+    block_emit *e = ctx;
+    if (!t) return H3S_OK;
+    const int rows = t != e->per_timestep;
+    return emit(e->r, t, rows, rows ? e->S : 0, "%s.%lld.%s", e->prefix, e->i, name);
+}
+
+/* The shared block's context for block (or refiner block) i of this tape, single device. */
+static h3s_block_ctx block_ctx(const h3s_tape *tp, int refiner, const h3s_attn_mask *mask, block_emit *e) {
+    const h3s_config *c = &tp->m->cfg;
+    return (h3s_block_ctx){.refiner = refiner,
+                           .B = tp->B,
+                           .heads = c->num_attention_heads,
+                           .norm_eps = c->norm_eps,
+                           .qk_norm_eps = c->qk_norm_eps,
+                           .temb = tp->temb,
+                           .adaln_rows = &tp->adaln_rows,
+                           .cos = tp->cos_t,
+                           .sin = tp->sin_t,
+                           .mask = mask,
+                           .node = block_node,
+                           .node_ctx = e};
+}
+
+static h3s_block_fwd block_fwd_of(const block_acts *a) {
+    return (h3s_block_fwd){a->x_in, a->a_silu, a->table, a->n1, a->q,  a->k,  a->v, a->qn, a->kn, a->qr,
+                           a->kr,   a->att,    a->stats, a->o,  a->x1, a->n2, a->u, a->h,  a->f,  a->x2};
+}
+
+/* Single device: allocate the block's nodes on the tape, then the shared block (model/block.c). */
 static h3s_status block_forward(run_ctx *r, int refiner, int64_t i, h3s_tensor *x, int64_t S, block_acts *a,
                                 h3s_tensor **x_out) {
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *node = refiner ? "refiner" : "block";
     int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
     int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
-    h3s_tensor table6;
-    h3s_modulation mod1 = {0}, mod2 = {0};
     a->x_in = x;
     if (!refiner) {
         NEW_OUT(a->a_silu, m->act, tp->T, c->time_embed_dim);
         NEW_OUT(a->table, m->act, tp->T, 18 * H);
-        H3S_TRY(h3s_adaln_projection_forward(tp->temb, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_w],
-                                             &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->adaln_b], a->a_silu, a->table));
-        H3S_TRY(emit(r, a->table, 0, 0, "%s.%lld.adaln_projection", node, (long long)i));
-        table6 = view2(a->table, tp->T * 3, 6 * H);
-        mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
-        mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
     }
     NEW_OUT(a->n1, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(x, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm1], refiner ? NULL : &mod1,
-                                c->norm_eps, a->n1));
-    H3S_TRY(emit(r, a->n1, 1, S, "%s.%lld.norm1", node, (long long)i));
     NEW_OUT(a->q, m->act, M, HD);
     NEW_OUT(a->k, m->act, M, HD);
     NEW_OUT(a->v, m->act, M, HD);
-    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[0]], NULL, a->q));
-    H3S_TRY(emit(r, a->q, 1, S, "%s.%lld.q_proj", node, (long long)i));
-    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[1]], NULL, a->k));
-    H3S_TRY(emit(r, a->k, 1, S, "%s.%lld.k_proj", node, (long long)i));
-    H3S_TRY(h3s_linear_forward(a->n1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to[2]], NULL, a->v));
-    H3S_TRY(emit(r, a->v, 1, S, "%s.%lld.v_proj", node, (long long)i));
     NEW_OUT(a->qn, m->act, M, HD);
     NEW_OUT(a->kn, m->act, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_forward(a->q, heads, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm_qk[0]], c->qk_norm_eps,
-                                     a->qn));
-    H3S_TRY(emit(r, a->qn, 1, S, "%s.%lld.q_norm", node, (long long)i));
-    H3S_TRY(h3s_head_rmsnorm_forward(a->k, heads, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm_qk[1]], c->qk_norm_eps,
-                                     a->kn));
-    H3S_TRY(emit(r, a->kn, 1, S, "%s.%lld.k_norm", node, (long long)i));
-    h3s_tensor *qa = a->qn, *ka = a->kn;
     if (!refiner) {
         NEW_OUT(a->qr, m->act, M, HD);
         NEW_OUT(a->kr, m->act, M, HD);
-        H3S_TRY(h3s_rope_forward(a->qn, heads, tp->cos_t, tp->sin_t, a->qr));
-        H3S_TRY(emit(r, a->qr, 1, S, "%s.%lld.rope_q", node, (long long)i));
-        H3S_TRY(h3s_rope_forward(a->kn, heads, tp->cos_t, tp->sin_t, a->kr));
-        H3S_TRY(emit(r, a->kr, 1, S, "%s.%lld.rope_k", node, (long long)i));
-        qa = a->qr;
-        ka = a->kr;
     }
     NEW(a->att, m->act, M, HD);
     NEW(a->stats, m->f32, M, heads * 2);
-    h3s_tensor stats3 = stats_view(a->stats, heads);
-    h3s_attn_mask mask = block_mask(tp, refiner);
-    H3S_TRY(h3s_attention_forward(qa, ka, a->v, B, heads, &mask, a->att, &stats3));
-    H3S_TRY(emit(r, a->att, 1, S, "%s.%lld.attention", node, (long long)i));
     NEW_OUT(a->o, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->att, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->to_out], NULL, a->o));
-    H3S_TRY(emit(r, a->o, 1, S, "%s.%lld.o_proj", node, (long long)i));
     NEW_OUT(a->x1, m->act, M, H);
-    H3S_TRY(h3s_residual_forward(x, a->o, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 2, a->x1));
-    H3S_TRY(emit(r, a->x1, 1, S, "%s.%lld.residual_attn", node, (long long)i));
     NEW_OUT(a->n2, m->act, M, H);
-    H3S_TRY(h3s_rmsnorm_forward(a->x1, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->norm2], refiner ? NULL : &mod2,
-                                c->norm_eps, a->n2));
-    H3S_TRY(emit(r, a->n2, 1, S, "%s.%lld.norm2", node, (long long)i));
     NEW_OUT(a->u, m->act, M, 2 * F);
-    H3S_TRY(h3s_linear_forward(a->n2, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_in], NULL, a->u));
-    H3S_TRY(emit(r, a->u, 1, S, "%s.%lld.ffn_gate_up", node, (long long)i));
     NEW_OUT(a->h, m->act, M, F);
-    H3S_TRY(h3s_swiglu_forward(a->u, a->h));
-    H3S_TRY(emit(r, a->h, 1, S, "%s.%lld.swiglu", node, (long long)i));
     NEW_OUT(a->f, m->act, M, H);
-    H3S_TRY(h3s_linear_forward(a->h, &m->w[(refiner ? &m->rbp[i] : &m->bp[i])->ff_out], NULL, a->f));
-    H3S_TRY(emit(r, a->f, 1, S, "%s.%lld.ffn_down", node, (long long)i));
     NEW_OUT(a->x2, m->act, M, H);
-    H3S_TRY(h3s_residual_forward(a->x1, a->f, refiner ? NULL : &table6, refiner ? NULL : &tp->adaln_rows, 5, a->x2));
-    H3S_TRY(emit(r, a->x2, 1, S, "%s.%lld.residual_mlp", node, (long long)i));
+    block_emit e = {r, refiner ? "refiner" : "block", (long long)i, S, a->table};
+    h3s_attn_mask mask = block_mask(tp, refiner);
+    h3s_block_ctx bc = block_ctx(tp, refiner, &mask, &e);
+    h3s_block_fwd f = block_fwd_of(a);
+    H3S_TRY(h3s_block_forward(refiner ? &m->rbw[i] : &m->bw[i], &bc, &f));
     *x_out = a->x2;
     return H3S_OK;
 }
@@ -1511,7 +1517,7 @@ static h3s_status block_forward_par(run_ctx *r, int64_t i, h3s_tensor *x, block_
     H3S_TRY(emit_par(r, a->kr, COL_HEADS, HD, S, "block.%lld.rope_k", li));
     NEW(a->att, m->act, M, HDl);
     NEW(a->stats, m->f32, M, hl * 2);
-    h3s_tensor stats3 = stats_view(a->stats, hl);
+    h3s_tensor stats3 = h3s_block_stats_view(a->stats, hl);
     h3s_attn_mask mask = block_mask(tp, 0);
     if (tp->sp) {
         const h3s_tensor *kv_local[2] = {a->kr, a->v};
@@ -1906,117 +1912,59 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
-    const char *node = refiner ? "refiner" : "block";
-    long long li = (long long)i;
     int64_t B = tp->B, M = B * S, H = c->hidden_size, heads = c->num_attention_heads;
     int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
     h3s_dtype gd = m->grad;
-    h3s_tensor table6, *dtable = NULL, dtable6;
-    h3s_modulation mod1 = {0}, mod2 = {0};
+    h3s_block_bwd d = {.dout = dx2};
+    if (!refiner) NEW(d.dtable, gd, tp->T, 18 * H);
+    NEW_OUT(d.dx1a, gd, M, H);
+    NEW_OUT(d.df, gd, M, H);
+    NEW_OUT(d.dh, gd, M, F);
+    NEW_OUT(d.du, gd, M, 2 * F);
+    NEW_OUT(d.dn2, gd, M, H);
+    NEW_OUT(d.dx1b, gd, M, H);
+    NEW_OUT(d.dx1, gd, M, H);
+    NEW_OUT(d.dxa, gd, M, H);
+    NEW_OUT(d.dout_o, gd, M, H);
+    NEW_OUT(d.datt, gd, M, HD);
+    NEW(d.dqa, gd, M, HD);
+    NEW(d.dka, gd, M, HD);
+    NEW(d.dv, gd, M, HD);
     if (!refiner) {
-        table6 = view2(a->table, tp->T * 3, 6 * H);
-        mod1 = (h3s_modulation){&table6, &tp->adaln_rows, 0, 1};
-        mod2 = (h3s_modulation){&table6, &tp->adaln_rows, 3, 4};
-        NEW(dtable, gd, tp->T, 18 * H);
-        dtable6 = view2(dtable, tp->T * 3, 6 * H);
+        NEW_OUT(d.dqn, gd, M, HD);
+        NEW_OUT(d.dkn, gd, M, HD);
     }
-    const h3s_tensor *tab = refiner ? NULL : &table6;
-    const h3s_tensor *idx = refiner ? NULL : &tp->adaln_rows;
-    h3s_tensor *dtab = refiner ? NULL : &dtable6;
-
-    h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
-    h3s_tensor *dn1, *dn1k, *dn1v, *dxb, *dx;
-    NEW_OUT(dx1a, gd, M, H);
-    NEW_OUT(df, gd, M, H);
-    H3S_TRY(h3s_residual_backward(a->f, tab, idx, 5, dx2, dx1a, df, dtab));
-    H3S_TRY(emit(r, df, 1, S, "%s.%lld.residual_mlp.grad", node, li));
-    NEW_OUT(dh, gd, M, F);
-    H3S_TRY(h3s_linear_backward(a->h, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_out], df, dh,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_out), NULL));
-    H3S_TRY(emit(r, dh, 1, S, "%s.%lld.ffn_down.grad", node, li));
-    NEW_OUT(du, gd, M, 2 * F);
-    H3S_TRY(h3s_swiglu_backward(a->u, dh, du));
-    H3S_TRY(emit(r, du, 1, S, "%s.%lld.swiglu.grad", node, li));
-    NEW_OUT(dn2, gd, M, H);
-    H3S_TRY(h3s_linear_backward(a->n2, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->ff_in], du, dn2,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->ff_in), NULL));
-    H3S_TRY(emit(r, dn2, 1, S, "%s.%lld.ffn_gate_up.grad", node, li));
-    NEW_OUT(dx1b, gd, M, H);
-    H3S_TRY(h3s_rmsnorm_backward(a->x1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm2], refiner ? NULL : &mod2,
-                                 c->norm_eps, dn2, dx1b, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm2), dtab));
-    NEW_OUT(dx1, gd, M, H);
-    H3S_TRY(h3s_grad_add(dx1a, dx1b, dx1));
-    H3S_TRY(emit(r, dx1, 1, S, "%s.%lld.norm2.grad", node, li));
-    NEW_OUT(dxa, gd, M, H);
-    NEW_OUT(dout_o, gd, M, H);
-    H3S_TRY(h3s_residual_backward(a->o, tab, idx, 2, dx1, dxa, dout_o, dtab));
-    H3S_TRY(emit(r, dout_o, 1, S, "%s.%lld.residual_attn.grad", node, li));
-    NEW_OUT(datt, gd, M, HD);
-    H3S_TRY(h3s_linear_backward(a->att, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to_out], dout_o, datt,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to_out), NULL));
-    H3S_TRY(emit(r, datt, 1, S, "%s.%lld.o_proj.grad", node, li));
-    NEW(dqa, gd, M, HD);
-    NEW(dka, gd, M, HD);
-    NEW(dv, gd, M, HD);
-    h3s_tensor stats3 = stats_view(a->stats, heads);
+    NEW_OUT(d.dq, gd, M, HD);
+    NEW_OUT(d.dk, gd, M, HD);
+    NEW_OUT(d.dn1, gd, M, H);
+    d.dn1q = d.dn1; /* q_proj's dx is written into the sum, which then runs in place */
+    NEW_OUT(d.dn1k, gd, M, H);
+    NEW_OUT(d.dn1v, gd, M, H);
+    NEW_OUT(d.dxb, gd, M, H);
+    NEW_OUT(d.dx, gd, M, H);
+    if (!refiner) NEW_OUT(d.dtemb, gd, tp->T, c->time_embed_dim);
+    const block_params *bp = refiner ? &m->rbp[i] : &m->bp[i];
+    h3s_block_grads pg = {.norm1 = pgi(g, bp->norm1),
+                          .norm2 = pgi(g, bp->norm2),
+                          .to_q = pgi(g, bp->to[0]),
+                          .to_k = pgi(g, bp->to[1]),
+                          .to_v = pgi(g, bp->to[2]),
+                          .norm_q = pgi(g, bp->norm_qk[0]),
+                          .norm_k = pgi(g, bp->norm_qk[1]),
+                          .to_out = pgi(g, bp->to_out),
+                          .ff_in = pgi(g, bp->ff_in),
+                          .ff_out = pgi(g, bp->ff_out)};
+    if (!refiner) {
+        pg.adaln_w = pgi(g, bp->adaln_w);
+        pg.adaln_b = pgi(g, bp->adaln_b);
+    }
+    block_emit e = {r, refiner ? "refiner" : "block", (long long)i, S, d.dtemb};
     h3s_attn_mask mask = block_mask(tp, refiner);
-    h3s_tensor *qa = refiner ? a->qn : a->qr, *ka = refiner ? a->kn : a->kr;
-    H3S_TRY(h3s_attention_backward(qa, ka, a->v, a->att, &stats3, B, heads, &mask, datt, dqa, dka, dv));
-    H3S_TRY(emit(r, dqa, 1, S, "%s.%lld.attention.grad_q", node, li));
-    H3S_TRY(emit(r, dka, 1, S, "%s.%lld.attention.grad_k", node, li));
-    H3S_TRY(emit(r, dv, 1, S, "%s.%lld.attention.grad_v", node, li));
-    if (!refiner) {
-        NEW_OUT(dqn, gd, M, HD);
-        NEW_OUT(dkn, gd, M, HD);
-        H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dqa, dqn));
-        H3S_TRY(emit(r, dqn, 1, S, "%s.%lld.rope_q.grad", node, li));
-        H3S_TRY(h3s_rope_backward(heads, tp->cos_t, tp->sin_t, dka, dkn));
-        H3S_TRY(emit(r, dkn, 1, S, "%s.%lld.rope_k.grad", node, li));
-    } else {
-        dqn = dqa;
-        dkn = dka;
-    }
-    NEW_OUT(dq, gd, M, HD);
-    NEW_OUT(dk, gd, M, HD);
-    H3S_TRY(h3s_head_rmsnorm_backward(a->q, heads, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0]],
-                                      c->qk_norm_eps, dqn, dq,
-                                      pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[0])));
-    H3S_TRY(emit(r, dq, 1, S, "%s.%lld.q_norm.grad", node, li));
-    H3S_TRY(h3s_head_rmsnorm_backward(a->k, heads, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[1]],
-                                      c->qk_norm_eps, dkn, dk,
-                                      pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm_qk[1])));
-    H3S_TRY(emit(r, dk, 1, S, "%s.%lld.k_norm.grad", node, li));
-    NEW_OUT(dn1, gd, M, H);
-    NEW_OUT(dn1k, gd, M, H);
-    NEW_OUT(dn1v, gd, M, H);
-    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[0]], dq, dn1,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[0]), NULL));
-    H3S_TRY(emit(r, dn1, 1, S, "%s.%lld.q_proj.grad", node, li));
-    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[1]], dk, dn1k,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[1]), NULL));
-    H3S_TRY(emit(r, dn1k, 1, S, "%s.%lld.k_proj.grad", node, li));
-    H3S_TRY(h3s_linear_backward(a->n1, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->to[2]], dv, dn1v,
-                                pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->to[2]), NULL));
-    H3S_TRY(emit(r, dn1v, 1, S, "%s.%lld.v_proj.grad", node, li));
-    /* fixed order: (q + k) + v */
-    H3S_TRY(h3s_grad_add(dn1, dn1k, dn1));
-    H3S_TRY(h3s_grad_add(dn1, dn1v, dn1));
-    NEW_OUT(dxb, gd, M, H);
-    H3S_TRY(h3s_rmsnorm_backward(a->x_in, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->norm1], refiner ? NULL : &mod1,
-                                 c->norm_eps, dn1, dxb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->norm1), dtab));
-    NEW_OUT(dx, gd, M, H);
-    H3S_TRY(h3s_grad_add(dxa, dxb, dx));
-    H3S_TRY(emit(r, dx, 1, S, "%s.%lld.norm1.grad", node, li));
-    if (!refiner) {
-        h3s_tensor *dtemb;
-        NEW_OUT(dtemb, gd, tp->T, c->time_embed_dim);
-        H3S_TRY(h3s_adaln_projection_backward(tp->temb, a->a_silu, &m->w[(refiner ? &m->rbp[li] : &m->bp[li])->adaln_w],
-                                              dtable, dtemb, pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_w),
-                                              pgi(g, (refiner ? &m->rbp[li] : &m->bp[li])->adaln_b)));
-        H3S_TRY(emit(r, dtemb, 0, 0, "%s.%lld.adaln_projection.grad", node, li));
-        H3S_TRY(accumulate_dtemb(g, dtemb));
-    }
-    *dx_out = dx;
+    h3s_block_ctx bc = block_ctx(tp, refiner, &mask, &e);
+    h3s_block_fwd f = block_fwd_of(a);
+    H3S_TRY(h3s_block_backward(refiner ? &m->rbw[i] : &m->bw[i], &bc, &f, &d, &pg));
+    if (!refiner) H3S_TRY(accumulate_dtemb(g, d.dtemb));
+    *dx_out = d.dx;
     return H3S_OK;
 }
 
@@ -2179,13 +2127,13 @@ static h3s_status block_backward_par(grad_ctx *g, int64_t i, block_acts *a, h3s_
         h3s_tensor gq[6]; /* q, k, v, o, statistics, d_o */
         int64_t kv_lo = 0;
         H3S_TRY(gather_items(tp, 6, local, gq, &kv_lo));
-        h3s_tensor s3 = stats_view(&gq[4], hl);
+        h3s_tensor s3 = h3s_block_stats_view(&gq[4], hl);
         h3s_status st = h3s_attention_backward_rows(&gq[0], &gq[1], &gq[2], &gq[3], &s3, tp->B, S, hl, &mask, &gq[5],
                                                     lo, lo + M, kv_lo, dqa, dka, dv);
         tensors_free(gq, 6);
         H3S_TRY(st);
     } else {
-        h3s_tensor s3 = stats_view(a->stats, hl);
+        h3s_tensor s3 = h3s_block_stats_view(a->stats, hl);
         H3S_TRY(h3s_attention_backward(a->qr, a->kr, a->v, a->att, &s3, tp->B, hl, &mask, datt, dqa, dka, dv));
     }
     H3S_TRY(emit_par(r, dqa, COL_HEADS, HD, S, "block.%lld.attention.grad_q", li));

@@ -1,6 +1,7 @@
-/* One MiniMax-H3 transformer block composed from its 17 nodes (docs/strict.md section 4) through the
- * public operators on device tensors, forward and backward.  Shared by tests/gpu/test_gpu_block.c
- * (batch invariance and repeat) and bench/bench_gpu_block.c (timing against the PyTorch provider).
+/* One MiniMax-H3 transformer block (its 17 nodes, docs/strict.md section 4) on device tensors, forward and
+ * backward: the library's own composition (src/model/block.c, the one the model runs) on tensors allocated here.
+ * Shared by tests/gpu/test_gpu_block.c (batch invariance and repeat) and bench/bench_gpu_block.c (timing against
+ * the PyTorch provider).
  *
  * Header-only and independent of the test helpers (it reports failures as h3s_status, the operator's
  * message in h3s_last_error()), so a benchmark can include it too.  Usage:
@@ -13,7 +14,8 @@
  *
  * Item b of a batch gets its inputs from seeds that depend on b only, so item 0 is the same request
  * for every B.  r.after, when set, is called after each operator with its node name (a benchmark
- * syncs there to time the nodes one by one). */
+ * syncs there to time the nodes one by one): the forward's node names, and in the backward the node whose
+ * backward the operator is, or grad_add.<where> for the sums of gradients (gblock_label). */
 #ifndef H3S_GPU_BLOCK_H
 #define H3S_GPU_BLOCK_H
 
@@ -25,6 +27,7 @@
 #include "cuda/cuda_extra.h"
 #include "cuda/cuda_ops.h"
 #include "h3s.h"
+#include "model/block.h"
 #include "ops/ops.h"
 
 typedef struct gblock_geom {
@@ -50,9 +53,6 @@ typedef struct gblock_run {
     int per_row[GBLOCK_MAX_NODES]; /* rows are packed [B * S] rows */
     /* host layout tensors (the index stays on the host: the device cache serves it) */
     h3s_tensor pos, idx, posd;
-    /* views of the AdaLN table and its gradient as [T*3, 6H] */
-    h3s_tensor tab3, dtab3;
-    h3s_modulation mod1, mod2;
     /* the nodes, in allocation order (pointers into t[]) */
     h3s_tensor *x, *dout, *temb, *cosT, *sinT;
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
@@ -67,13 +67,6 @@ typedef struct gblock_run {
     do {                                                                                                               \
         h3s_status gb_st_ = (expr);                                                                                    \
         if (gb_st_ != H3S_OK) return gb_st_;                                                                           \
-    } while (0)
-
-/* One operator of the block: run it, then the hook. */
-#define GBLOCK_OP(r, label, expr)                                                                                      \
-    do {                                                                                                               \
-        GBLOCK_TRY(expr);                                                                                              \
-        if ((r)->after) (r)->after((r)->ctx, label);                                                                   \
     } while (0)
 
 static inline h3s_status gblock_alloc(h3s_tensor *t, h3s_dtype dt, int64_t a, int64_t b) {
@@ -167,10 +160,6 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     /* forward nodes */
     GBLOCK_TRY(gblock_node(r, &r->a, "adaln_projection.a", H3S_BF16, 1, E, 0));
     GBLOCK_TRY(gblock_node(r, &r->tab, "adaln_projection", H3S_BF16, 1, 18 * H, 0));
-    r->tab3 = *r->tab; /* [T*3, 6H] view of the same bytes */
-    r->tab3.shape[0] = 3, r->tab3.shape[1] = 6 * H, r->tab3.owns_data = 0;
-    r->mod1 = (h3s_modulation){&r->tab3, &r->idx, 0, 1};
-    r->mod2 = (h3s_modulation){&r->tab3, &r->idx, 3, 4};
     GBLOCK_TRY(gblock_node(r, &r->n1, "norm1", H3S_BF16, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->q, "q_proj", H3S_BF16, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->k, "k_proj", H3S_BF16, M, QW, 1));
@@ -195,8 +184,6 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
 
     /* backward nodes */
     GBLOCK_TRY(gblock_node(r, &r->dtab, "grad.adaln_table", H3S_F32, 1, 18 * H, 0));
-    r->dtab3 = *r->dtab;
-    r->dtab3.shape[0] = 3, r->dtab3.shape[1] = 6 * H, r->dtab3.owns_data = 0;
     GBLOCK_TRY(gblock_node(r, &r->dx2a, "grad.residual_mlp.dr", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
@@ -244,59 +231,156 @@ static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_ru
     return st;
 }
 
-/* The 17 forward nodes (queued; call h3s_cuda_sync to wait). */
-static inline h3s_status gblock_forward(const gblock_geom *g, const gblock_params *p, gblock_run *r) {
-    const double eps = 1e-5;
-    GBLOCK_OP(r, "adaln_projection", h3s_adaln_projection_forward(r->temb, &p->w_ada, &p->b_ada, r->a, r->tab));
-    GBLOCK_OP(r, "norm1", h3s_rmsnorm_forward(r->x, &p->norm1_w, &r->mod1, eps, r->n1));
-    GBLOCK_OP(r, "q_proj", h3s_linear_forward(r->n1, &p->wq, NULL, r->q));
-    GBLOCK_OP(r, "k_proj", h3s_linear_forward(r->n1, &p->wk, NULL, r->k));
-    GBLOCK_OP(r, "v_proj", h3s_linear_forward(r->n1, &p->wv, NULL, r->v));
-    GBLOCK_OP(r, "q_norm", h3s_head_rmsnorm_forward(r->q, g->heads, &p->qn_w, eps, r->qn));
-    GBLOCK_OP(r, "k_norm", h3s_head_rmsnorm_forward(r->k, g->heads, &p->kn_w, eps, r->kn));
-    GBLOCK_OP(r, "rope_q", h3s_rope_forward(r->qn, g->heads, r->cosT, r->sinT, r->qr));
-    GBLOCK_OP(r, "rope_k", h3s_rope_forward(r->kn, g->heads, r->cosT, r->sinT, r->kr));
-    GBLOCK_OP(r, "attention", h3s_attention_forward(r->qr, r->kr, r->v, r->B, g->heads, NULL, r->ao, r->stats));
-    GBLOCK_OP(r, "o_proj", h3s_linear_forward(r->ao, &p->wo, NULL, r->o));
-    GBLOCK_OP(r, "residual_attn", h3s_residual_forward(r->x, r->o, &r->tab3, &r->idx, 2, r->x2));
-    GBLOCK_OP(r, "norm2", h3s_rmsnorm_forward(r->x2, &p->norm2_w, &r->mod2, eps, r->n2));
-    GBLOCK_OP(r, "ffn_gate_up", h3s_linear_forward(r->n2, &p->w_up, NULL, r->u));
-    GBLOCK_OP(r, "swiglu", h3s_swiglu_forward(r->u, r->hs));
-    GBLOCK_OP(r, "ffn_down", h3s_linear_forward(r->hs, &p->w_down, NULL, r->f));
-    GBLOCK_OP(r, "residual_mlp", h3s_residual_forward(r->x2, r->f, &r->tab3, &r->idx, 5, r->x3));
+/* The label r.after gets for a node of the shared block (model/block.h): the forward's names as they are; in the
+ * backward the node whose backward ran, grad_add.<where> for the sums, NULL for the second and third names of the
+ * one attention operator. */
+static inline const char *gblock_label(const char *name) {
+    static const char *const map[][2] = {
+        {"residual_mlp.grad", "residual_mlp"},
+        {"ffn_down.grad", "ffn_down"},
+        {"swiglu.grad", "swiglu"},
+        {"ffn_gate_up.grad", "ffn_gate_up"},
+        {H3S_BLOCK_STEP_NORM2, "norm2"},
+        {"norm2.grad", "grad_add.residual_attn"},
+        {"residual_attn.grad", "residual_attn"},
+        {"o_proj.grad", "o_proj"},
+        {"attention.grad_q", "attention"},
+        {"attention.grad_k", NULL},
+        {"attention.grad_v", NULL},
+        {"rope_q.grad", "rope_q"},
+        {"rope_k.grad", "rope_k"},
+        {"q_norm.grad", "q_norm"},
+        {"k_norm.grad", "k_norm"},
+        {"q_proj.grad", "q_proj"},
+        {"k_proj.grad", "k_proj"},
+        {"v_proj.grad", "v_proj"},
+        {H3S_BLOCK_STEP_NORM1_QK, "grad_add.norm1"},
+        {H3S_BLOCK_STEP_NORM1_QKV, "grad_add.norm1"},
+        {H3S_BLOCK_STEP_NORM1, "norm1"},
+        {"norm1.grad", "grad_add.x"},
+        {"adaln_projection.grad", "adaln_projection"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(map[i][0], name)) return map[i][1];
+    return name;
+}
+
+static inline h3s_status gblock_node_cb(void *ctx, const char *name, h3s_tensor *t) {
+    (void)t;
+    gblock_run *r = ctx;
+    const char *label = gblock_label(name);
+    if (label) r->after(r->ctx, label);
     return H3S_OK;
 }
 
+static inline h3s_block_weights gblock_weights(const gblock_params *p) {
+    return (h3s_block_weights){.adaln_w = &p->w_ada,
+                               .adaln_b = &p->b_ada,
+                               .norm1 = &p->norm1_w,
+                               .norm2 = &p->norm2_w,
+                               .to_q = &p->wq,
+                               .to_k = &p->wk,
+                               .to_v = &p->wv,
+                               .norm_q = &p->qn_w,
+                               .norm_k = &p->kn_w,
+                               .to_out = &p->wo,
+                               .ff_in = &p->w_up,
+                               .ff_out = &p->w_down};
+}
+
+/* eps 1e-5 for every norm, no attention mask (every row of an item attends every key of the item). */
+static inline h3s_block_ctx gblock_ctx(const gblock_geom *g, gblock_run *r) {
+    return (h3s_block_ctx){.refiner = 0,
+                           .B = r->B,
+                           .heads = g->heads,
+                           .norm_eps = 1e-5,
+                           .qk_norm_eps = 1e-5,
+                           .temb = r->temb,
+                           .adaln_rows = &r->idx,
+                           .cos = r->cosT,
+                           .sin = r->sinT,
+                           .mask = NULL,
+                           .node = r->after ? gblock_node_cb : NULL,
+                           .node_ctx = r};
+}
+
+static inline h3s_block_fwd gblock_fwd(const gblock_run *r) {
+    return (h3s_block_fwd){.x = r->x,
+                           .a_silu = r->a,
+                           .table = r->tab,
+                           .n1 = r->n1,
+                           .q = r->q,
+                           .k = r->k,
+                           .v = r->v,
+                           .qn = r->qn,
+                           .kn = r->kn,
+                           .qr = r->qr,
+                           .kr = r->kr,
+                           .att = r->ao,
+                           .stats = r->stats,
+                           .o = r->o,
+                           .x1 = r->x2,
+                           .n2 = r->n2,
+                           .u = r->u,
+                           .h = r->hs,
+                           .f = r->f,
+                           .x2 = r->x3};
+}
+
+/* The 17 forward nodes (queued; call h3s_cuda_sync to wait). */
+static inline h3s_status gblock_forward(const gblock_geom *g, const gblock_params *p, gblock_run *r) {
+    const h3s_block_weights w = gblock_weights(p);
+    const h3s_block_ctx c = gblock_ctx(g, r);
+    const h3s_block_fwd f = gblock_fwd(r);
+    return h3s_block_forward(&w, &c, &f);
+}
+
 /* The backward of the 17 nodes from input.dout (queued; needs the forward's nodes). Every
- * gradient is overwritten, so the backward can be repeated. */
+ * gradient is overwritten, so the backward can be repeated.  q_proj's input gradient has a node of its own
+ * (grad.q_proj.dx), summed into grad.norm1.dy. */
 static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_params *p, gblock_run *r) {
-    const double eps = 1e-5;
-    GBLOCK_OP(r, "residual_mlp", h3s_residual_backward(r->f, &r->tab3, &r->idx, 5, r->dout, r->dx2a, r->df, &r->dtab3));
-    GBLOCK_OP(r, "ffn_down", h3s_linear_backward(r->hs, &p->w_down, r->df, r->dhs, r->dw_down, NULL));
-    GBLOCK_OP(r, "swiglu", h3s_swiglu_backward(r->u, r->dhs, r->du));
-    GBLOCK_OP(r, "ffn_gate_up", h3s_linear_backward(r->n2, &p->w_up, r->du, r->dn2, r->dw_up, NULL));
-    GBLOCK_OP(r, "norm2",
-              h3s_rmsnorm_backward(r->x2, &p->norm2_w, &r->mod2, eps, r->dn2, r->dx2b, r->dnorm2, &r->dtab3));
-    GBLOCK_OP(r, "grad_add.residual_attn", h3s_grad_add(r->dx2a, r->dx2b, r->dx2));
-    GBLOCK_OP(r, "residual_attn", h3s_residual_backward(r->o, &r->tab3, &r->idx, 2, r->dx2, r->dxa, r->dob, &r->dtab3));
-    GBLOCK_OP(r, "o_proj", h3s_linear_backward(r->ao, &p->wo, r->dob, r->dao, r->dwo, NULL));
-    GBLOCK_OP(r, "attention",
-              h3s_attention_backward(r->qr, r->kr, r->v, r->ao, r->stats, r->B, g->heads, NULL, r->dao, r->dqr, r->dkr,
-                                     r->dv));
-    GBLOCK_OP(r, "rope_q", h3s_rope_backward(g->heads, r->cosT, r->sinT, r->dqr, r->dqn));
-    GBLOCK_OP(r, "rope_k", h3s_rope_backward(g->heads, r->cosT, r->sinT, r->dkr, r->dkn));
-    GBLOCK_OP(r, "q_norm", h3s_head_rmsnorm_backward(r->q, g->heads, &p->qn_w, eps, r->dqn, r->dq, r->dqnw));
-    GBLOCK_OP(r, "k_norm", h3s_head_rmsnorm_backward(r->k, g->heads, &p->kn_w, eps, r->dkn, r->dk, r->dknw));
-    GBLOCK_OP(r, "q_proj", h3s_linear_backward(r->n1, &p->wq, r->dq, r->dn1q, r->dwq, NULL));
-    GBLOCK_OP(r, "k_proj", h3s_linear_backward(r->n1, &p->wk, r->dk, r->dn1k, r->dwk, NULL));
-    GBLOCK_OP(r, "v_proj", h3s_linear_backward(r->n1, &p->wv, r->dv, r->dn1v, r->dwv, NULL));
-    GBLOCK_OP(r, "grad_add.norm1", h3s_grad_add(r->dn1q, r->dn1k, r->dn1));
-    GBLOCK_OP(r, "grad_add.norm1", h3s_grad_add(r->dn1, r->dn1v, r->dn1));
-    GBLOCK_OP(r, "norm1", h3s_rmsnorm_backward(r->x, &p->norm1_w, &r->mod1, eps, r->dn1, r->dxb, r->dnorm1, &r->dtab3));
-    GBLOCK_OP(r, "grad_add.x", h3s_grad_add(r->dxa, r->dxb, r->dx));
-    GBLOCK_OP(r, "adaln_projection",
-              h3s_adaln_projection_backward(r->temb, r->a, &p->w_ada, r->dtab, r->dtemb, r->dw_ada, r->db_ada));
-    return H3S_OK;
+    const h3s_block_weights w = gblock_weights(p);
+    const h3s_block_ctx c = gblock_ctx(g, r);
+    const h3s_block_fwd f = gblock_fwd(r);
+    const h3s_block_bwd b = {.dout = r->dout,
+                             .dtable = r->dtab,
+                             .dtemb = r->dtemb,
+                             .dx1a = r->dx2a,
+                             .df = r->df,
+                             .dh = r->dhs,
+                             .du = r->du,
+                             .dn2 = r->dn2,
+                             .dx1b = r->dx2b,
+                             .dx1 = r->dx2,
+                             .dxa = r->dxa,
+                             .dout_o = r->dob,
+                             .datt = r->dao,
+                             .dqa = r->dqr,
+                             .dka = r->dkr,
+                             .dv = r->dv,
+                             .dqn = r->dqn,
+                             .dkn = r->dkn,
+                             .dq = r->dq,
+                             .dk = r->dk,
+                             .dn1q = r->dn1q,
+                             .dn1k = r->dn1k,
+                             .dn1v = r->dn1v,
+                             .dn1 = r->dn1,
+                             .dxb = r->dxb,
+                             .dx = r->dx};
+    const h3s_block_grads pg = {.adaln_w = r->dw_ada,
+                                .adaln_b = r->db_ada,
+                                .norm1 = r->dnorm1,
+                                .norm2 = r->dnorm2,
+                                .to_q = r->dwq,
+                                .to_k = r->dwk,
+                                .to_v = r->dwv,
+                                .norm_q = r->dqnw,
+                                .norm_k = r->dknw,
+                                .to_out = r->dwo,
+                                .ff_in = r->dw_up,
+                                .ff_out = r->dw_down};
+    return h3s_block_backward(&w, &c, &f, &b, &pg);
 }
 
 #endif

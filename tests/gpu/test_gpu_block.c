@@ -1,7 +1,8 @@
 /* One MiniMax-H3 transformer block at release geometry (hidden 5376, 56 x 128 heads, ffn 14336,
  * time_embed_dim 2688, rope_freq_dim 16) and S = 925 packed rows per item, composed from its 17
  * nodes (docs/strict.md section 4) through the public operators on device tensors, forward and
- * backward (the composition is tests/gpu/gpu_block.h, shared with bench/bench_gpu_block.c):
+ * backward (the library's block, src/model/block.c, the model's own composition, on the tensors of
+ * tests/gpu/gpu_block.h, shared with bench/bench_gpu_block.c):
  *   - batch invariance: item 0 of a batch of B in {1, 2, 4} gets, in every per-row node of the
  *     forward and every per-row gradient of the backward, the bits it gets alone;
  *   - repeat: running B = 2 again gives identical bits in every node, the weight, norm, table
