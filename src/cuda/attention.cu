@@ -815,8 +815,9 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1) attn_tc_forward_ws_kernel
             wg::wg_wait<0>();
         wg::reg_fence<TC_FK / 2>(s);
         /* the other warpgroup's turn, now that s_it has completed (its MMAs queue behind this warpgroup's o update
-         * while this one does the softmax).  Not earlier: any barrier arrival between the commits and this wait makes
-         * ptxas serialise the wgmma (C7514). */
+         * while this one does the softmax).  Not earlier: an arrival between the o update's commit and this wait makes
+         * ptxas serialise the wgmma (C7514); one between s's commit and the o update's issue compiles clean but lets
+         * the other warpgroup's s_it run alongside this one's, so the two softmaxes would start together again. */
         tc_bar_arrive_if(wgi == 0, wgi == 1 && it + 1 < ntiles);
         /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
         float mx[2] = {-INFINITY, -INFINITY};
