@@ -653,8 +653,17 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
 #define TC_WS_PREG 40 /* registers per producer thread after setmaxnreg.dec (NP = 128) */
 #endif
 #ifndef TC_WS_CREG
-#define TC_WS_CREG 232 /* registers per consumer thread after setmaxnreg.inc: 128 x 40 + 256 x 232 <= 65536 */
+#define TC_WS_CREG 232 /* registers per consumer thread after setmaxnreg.inc */
 #endif
+/* setmaxnreg.inc only takes registers that the .dec gave back: the CTA holds 384 x TC_WS_LREG = 384 x 168 = 64512 at
+ * launch (65536 / 384 rounded down to the allocation unit of 8: what __launch_bounds__(384, 1) gives, and ptxas
+ * reports 168), so 128 x PREG + 256 x CREG must not exceed 64512 (not 65536), or the consumers' .inc waits forever. */
+#define TC_WS_LREG (65536 / (TC_FTHREADS + TC_WS_NP) / 8 * 8)
+static_assert(TC_WS_PREG % 8 == 0 && TC_WS_CREG % 8 == 0 && TC_WS_PREG >= 24 && TC_WS_CREG <= 256 &&
+                  TC_WS_PREG <= TC_WS_LREG && TC_WS_CREG >= TC_WS_LREG,
+              "setmaxnreg counts: multiples of 8 in [24, 256], on either side of the launch count");
+static_assert(TC_WS_NP * TC_WS_PREG + TC_FTHREADS * TC_WS_CREG <= (TC_FTHREADS + TC_WS_NP) * TC_WS_LREG,
+              "setmaxnreg: the consumers' registers must come from those the producers release");
 #define TC_STR_(x) #x
 #define TC_STR(x) TC_STR_(x)
 #ifndef TC_WS_CHUNK
