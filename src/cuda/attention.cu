@@ -350,10 +350,10 @@ __device__ __forceinline__ void tc_cp16z(uint32_t dst, const void *src, int byte
  * tc_fence_async and __syncthreads. */
 template <int R, int NT, int NS>
 __device__ __forceinline__ void tc_gather_n(uint8_t *const *tiles, const uint16_t *const *srcs, const int *rowidx,
-                                            int count, int64_t W, int64_t col0) {
+                                            int count, int64_t W, int64_t col0, unsigned tid = threadIdx.x) {
     static_assert(NT % 16 == 0 && (R * 16) % NT == 0, "gather shape");
     constexpr int PER = R * 16 / NT, STEP = NT / 16;
-    const int ch = threadIdx.x & 15, r0 = threadIdx.x >> 4;
+    const int ch = tid & 15, r0 = tid >> 4;
     const int wb = (int)(W * 2); /* row stride in bytes (W <= 65535 x 128) */
     int rows[PER];
 #pragma unroll
@@ -374,19 +374,21 @@ __device__ __forceinline__ void tc_gather_n(uint8_t *const *tiles, const uint16_
 
 template <int R, int NT>
 __device__ __forceinline__ void tc_gather_async(uint8_t *tile, const uint16_t *src, const int *rowidx, int count,
-                                                int64_t W, int64_t col0) {
+                                                int64_t W, int64_t col0, unsigned tid = threadIdx.x) {
     uint8_t *t[1] = {tile};
     const uint16_t *sp[1] = {src};
-    tc_gather_n<R, NT, 1>(t, sp, rowidx, count, W, col0);
+    tc_gather_n<R, NT, 1>(t, sp, rowidx, count, W, col0, tid);
 }
 
-/* Two tiles of the same rows from two sources (K and V): the row indices are loaded once. */
+/* Two tiles of the same rows from two sources (K and V): the row indices are loaded once.  tid: this
+ * thread's rank among the NT that share the gather (threadIdx.x unless a subset of the CTA copies). */
 template <int R, int NT>
 __device__ __forceinline__ void tc_gather2_async(uint8_t *t0, const uint16_t *s0, uint8_t *t1, const uint16_t *s1,
-                                                 const int *rowidx, int count, int64_t W, int64_t col0) {
+                                                 const int *rowidx, int count, int64_t W, int64_t col0,
+                                                 unsigned tid = threadIdx.x) {
     uint8_t *t[2] = {t0, t1};
     const uint16_t *sp[2] = {s0, s1};
-    tc_gather_n<R, NT, 2>(t, sp, rowidx, count, W, col0);
+    tc_gather_n<R, NT, 2>(t, sp, rowidx, count, W, col0, tid);
 }
 
 __device__ __forceinline__ void tc_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -608,6 +610,300 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
         }
         if ((lane & 3) == 0) {
             /* the maximum score: m scale (rounding is monotonic, so this is the maximum of the rounded scores) */
+            a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
+            a.stats[(row * a.heads + h) * 2 + 1] = l[r];
+        }
+    }
+#endif
+}
+
+/* Forward, warp-specialised (not yet the default: TC_FWD_V1_DEFAULT keeps attn_tc_forward_kernel until this kernel has
+ * been run and timed on a GPU; h3c_attention_force_fwd_v1(0) selects it): the same per-row arithmetic as
+ * attn_tc_forward_kernel, in the same order, with other threads moving the data and a different issue schedule.
+ *   - Roles: threads [0, 256) are the two consumer warpgroups (warpgroup w owns query rows [64 w, 64 w + 64) of the
+ *     tile, as above); threads [256, 384) are the producers (NP = 128, one warpgroup; it gives registers to the
+ * consumers with setmaxnreg: 40 per producer thread, 232 per consumer thread, launched at 168).  The producers gather Q
+ * (once) and the key tiles' K and V (the bytes of the same zero-filling cp.async gathers, tc_gather_chunked, in chunks
+ * of 32 rows) into TC_FSTAGES stages.
+ *   - mbarriers: qfull (count NP) and, per stage s, full[s] (count NP) and empty[s] (count TC_WS_EMPTY = 8, lane 0 of
+ *     each consumer warp).  A producer arms a stage's full barrier with cp.async.mbarrier.arrive.noinc: it completes
+ *     once every producer's copies into the stage have landed.  Tile j goes to stage j % TC_FSTAGES as use
+ *     u = j / TC_FSTAGES: consumers wait on full with parity u & 1; before use u >= 1 the producers wait on empty with
+ *     parity (u - 1) & 1.  Neither barrier can run more than one phase ahead of its waiter, so parities are
+ *     unambiguous.  After the wait a consumer fences the async proxy (fence.proxy.async) before its MMAs read the
+ *     stage.
+ *   - Stage lifetime: tile j's K is read by the MMA s_j (issued in iteration j, complete at that iteration's first
+ *     wait), its V by the o update issued in iteration j + 1 (complete at iteration j + 1's wgmma.wait_group 0).  So
+ *     each consumer warp arrives on empty[(j) % TC_FSTAGES] in iteration j + 1, after that wait; the last tile's stage
+ *     is never released (nothing refills it).
+ *   - Ping-pong: named barrier 1 + w is "warpgroup w may issue".  Warpgroup w waits on it (bar.sync, 256: its 128
+ *     threads and the other warpgroup's 128 arrivals), issues s_i = q k_i^T and o += bf16(p_{i-1}) v_{i-1}, waits
+ *     for s_i, then arrives on the other's (bar.arrive 2 - w, 256) and does the softmax of s_i, which so runs while
+ *     its own o update and the other warpgroup's MMAs occupy the tensor cores (and the two softmaxes are staggered).
+ * Warpgroup 1 opens with one arrival on barrier 1 (warpgroup 0 goes first) and skips its arrival after its last tile,
+ * so every barrier's arrivals are consumed (both warpgroups run the same ntiles iterations).  Only issue order across
+ * independent warpgroups changes.
+ *   - No __syncthreads after the barriers' initialisation. */
+#ifndef TC_FWD_V1_DEFAULT
+#define TC_FWD_V1_DEFAULT 1 /* 1: the forward runs attn_tc_forward_kernel unless the test hook says otherwise */
+#endif
+#define TC_WS_EMPTY 8 /* arrivals that release a stage: lane 0 of each of the 8 consumer warps */
+#define TC_WS_NP 128  /* producer threads of the warp-specialised forward (one warpgroup) */
+#ifndef TC_WS_PREG
+#define TC_WS_PREG 40 /* registers per producer thread after setmaxnreg.dec (NP = 128) */
+#endif
+#ifndef TC_WS_CREG
+#define TC_WS_CREG 232 /* registers per consumer thread after setmaxnreg.inc */
+#endif
+/* setmaxnreg.inc only takes registers that the .dec gave back: the CTA holds 384 x TC_WS_LREG = 384 x 168 = 64512 at
+ * launch (65536 / 384 rounded down to the allocation unit of 8: what __launch_bounds__(384, 1) gives, and ptxas
+ * reports 168), so 128 x PREG + 256 x CREG must not exceed 64512 (not 65536), or the consumers' .inc waits forever. */
+#define TC_WS_LREG (65536 / (TC_FTHREADS + TC_WS_NP) / 8 * 8)
+static_assert(TC_WS_PREG % 8 == 0 && TC_WS_CREG % 8 == 0 && TC_WS_PREG >= 24 && TC_WS_CREG <= 256 &&
+                  TC_WS_PREG <= TC_WS_LREG && TC_WS_CREG >= TC_WS_LREG,
+              "setmaxnreg counts: multiples of 8 in [24, 256], on either side of the launch count");
+static_assert(TC_WS_NP * TC_WS_PREG + TC_FTHREADS * TC_WS_CREG <= (TC_FTHREADS + TC_WS_NP) * TC_WS_LREG,
+              "setmaxnreg: the consumers' registers must come from those the producers release");
+#define TC_STR_(x) #x
+#define TC_STR(x) TC_STR_(x)
+#ifndef TC_WS_CHUNK
+#define TC_WS_CHUNK 32 /* rows per chunk of the producers' gathers */
+#endif
+#define TC_WS_BAR_BYTES 64 /* qfull, full[TC_FSTAGES], empty[TC_FSTAGES] after the stages */
+static_assert((2 * TC_FSTAGES + 1) * 8 <= TC_WS_BAR_BYTES, "forward mbarriers");
+
+/* An arrival on bar once every cp.async this thread has issued so far has landed (.noinc: counted in the
+ * barrier's expected count). */
+__device__ __forceinline__ void tc_cp_arrive(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(wg::smem_u32(bar)) : "memory");
+}
+/* Named barrier ID (1 or 2) for the 256 consumer threads: wait (bar.sync) or arrive without waiting (bar.arrive). */
+template <int ID> __device__ __forceinline__ void tc_bar_sync() {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(2 * 128) : "memory");
+}
+/* bar.arrive 2 (warpgroup 1's turn) if to_wg1, bar.arrive 1 (warpgroup 0's turn) if to_wg0: predicated, no branch */
+__device__ __forceinline__ void tc_bar_arrive_if(bool to_wg1, bool to_wg0) {
+    asm volatile("{\n.reg .pred p1, p2;\nsetp.ne.b32 p1, %0, 0;\nsetp.ne.b32 p2, %1, 0;\n@p1 bar.arrive 2, 256;\n@p2 "
+                 "bar.arrive 1, 256;\n}\n" ::"r"((int)to_wg1),
+                 "r"((int)to_wg0)
+                 : "memory");
+}
+template <int ID> __device__ __forceinline__ void tc_bar_arrive() {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(2 * 128) : "memory");
+}
+
+/* The producers' gather: the bytes of tc_gather_n (every row of the R-row tiles, rows past `count` zero), NS tiles
+ * of the same rows, by the NP producers (rank tid), in chunks of CH rows (the chunk's row indices loaded first, all
+ * at once), so that few addresses are live at a time in the producers' small register budget. */
+template <int R, int NP, int NS, int CH>
+__device__ __forceinline__ void tc_gather_chunked(uint8_t *const *tiles, const uint16_t *const *srcs, const int *rowidx,
+                                                  int count, int64_t W, int64_t col0, unsigned tid) {
+    static_assert(NP % 16 == 0 && (CH * 16) % NP == 0 && R % CH == 0, "gather shape");
+    constexpr int PER = CH * 16 / NP, STEP = NP / 16;
+    const int ch = tid & 15, r0 = tid >> 4;
+    const int wb = (int)(W * 2); /* row stride in bytes (W <= 65535 x 128) */
+    int rows[PER], next[PER];
+#pragma unroll
+    for (int k = 0; k < PER; k++)
+        next[k] = r0 + k * STEP < count ? rowidx[r0 + k * STEP] : -1;
+#pragma unroll 1
+    for (int c0 = 0; c0 < R; c0 += CH) {
+        /* this chunk's indices; the next chunk's are loaded before this chunk's copies are issued */
+#pragma unroll
+        for (int k = 0; k < PER; k++)
+            rows[k] = next[k];
+        if (c0 + CH < R) {
+#pragma unroll
+            for (int k = 0; k < PER; k++)
+                next[k] = c0 + CH + r0 + k * STEP < count ? rowidx[c0 + CH + r0 + k * STEP] : -1;
+        }
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            const char *base = (const char *)(srcs[n] + col0 + ch * 8);
+            const uint32_t t = wg::smem_u32(tiles[n]) + (ch >> 3) * tc_tile<R>::HALF;
+#pragma unroll
+            for (int k = 0; k < PER; k++) {
+                const bool live = rows[k] >= 0;
+                tc_cp16z(t + wg::h3w_swz(c0 + r0 + k * STEP, (ch & 7) * 8), base + (int64_t)(live ? rows[k] : 0) * wb,
+                         live ? 16 : 0);
+            }
+        }
+    }
+}
+
+template <int NP>
+__global__ void __launch_bounds__(TC_FTHREADS + NP, 1) attn_tc_forward_ws_kernel(h3c_attn_args a, tc_groups G) {
+#if TC_SM90
+    /* one producer warpgroup: setmaxnreg needs whole warpgroups, and with 9 warps (one producer warp) every thread
+     * would be held to 168 registers all the same (three warps on one of the four schedulers), which spills the
+     * consumers */
+    static_assert(NP == 128, "producer threads");
+    extern __shared__ uint8_t tc_smem_raw[];
+    constexpr int KB = tc_tile<TC_FK>::BYTES;
+    /* Q, then TC_FSTAGES stages of (K, V), then the mbarriers */
+    uint8_t *Qs = tc_smem_base(tc_smem_raw), *KV = Qs + tc_tile<TC_FQ>::BYTES;
+    uint64_t *bars = (uint64_t *)(KV + TC_FSTAGES * 2 * KB);
+    uint64_t *qfull = bars, *full = bars + 1, *empty = bars + 1 + TC_FSTAGES;
+    const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_FQ;
+    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
+    const int qcnt = min(G.g_qcnt[g] - t0, TC_FQ), kcnt = G.g_kcnt[g];
+    const int *qrows = G.qrows + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
+    const int ntiles = (kcnt + TC_FK - 1) / TC_FK;
+    if (threadIdx.x == 0) {
+        wg::mbar_init(qfull, NP);
+        for (int s = 0; s < TC_FSTAGES; s++) {
+            wg::mbar_init(&full[s], NP);
+            wg::mbar_init(&empty[s], TC_WS_EMPTY);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= TC_FTHREADS) { /* the producers */
+        if constexpr (NP == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 " TC_STR(TC_WS_PREG) ";\n");
+        const unsigned pt = threadIdx.x - TC_FTHREADS;
+        {
+            uint8_t *tq[1] = {Qs};
+            const uint16_t *sq[1] = {(const uint16_t *)a.q};
+            tc_gather_chunked<TC_FQ, NP, 1, TC_WS_CHUNK>(tq, sq, qrows, qcnt, W, col0, pt);
+        }
+        tc_cp_arrive(qfull);
+        for (int j = 0, s = 0, u = 0; j < ntiles; j++) {
+            if (u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 of stage s has been read */
+            uint8_t *tkv[2] = {KV + s * 2 * KB, KV + s * 2 * KB + KB};
+            const uint16_t *skv[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
+            const int k0 = j * TC_FK, kn = min(kcnt - k0, TC_FK);
+            tc_gather_chunked<TC_FK, NP, 2, TC_WS_CHUNK>(tkv, skv, krows + k0, kn, W, col0, pt);
+            tc_cp_arrive(&full[s]);
+            if (++s == TC_FSTAGES) s = 0, u++;
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+    if constexpr (NP == 128) asm volatile("setmaxnreg.inc.sync.aligned.u32 " TC_STR(TC_WS_CREG) ";\n");
+    const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    float o[TC_D / 2], s[TC_FK / 2];
+    uint32_t pa[TC_FK / 16][4]; /* bf16(p) of the previous tile, read by its o update */
+#pragma unroll
+    for (int i = 0; i < TC_D / 2; i++)
+        o[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_FK / 2; i++)
+        s[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TC_FK / 16; i++)
+        pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = 0u;
+    /* m: the row's running maximum of the raw products q . k (the scores are s = (q . k) scale) */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float c1 = a.scale * TC_LOG2E; /* 2^(x c1) = exp(x scale) */
+    wg::mbar_wait(qfull, 0u); /* Q has landed (waited even with no key tile: every armed barrier is waited on) */
+    if (wgi == 1 && ntiles > 0) tc_bar_arrive<1>(); /* warpgroup 0 issues first */
+    for (int it = 0, st = 0, u = 0; it < ntiles; it++) {
+        const int kn = min(kcnt - it * TC_FK, TC_FK);
+        wg::mbar_wait(&full[st], (unsigned)u & 1u); /* tile it has landed in stage st (every producer's copies) */
+        tc_fence_async();                           /* ... and is visible to the tensor cores (and so is Q) */
+        const uint8_t *Ks = KV + st * 2 * KB;
+        const int pst = st == 0 ? TC_FSTAGES - 1 : st - 1; /* the stage of tile it - 1 */
+        if (wgi == 0)                                      /* this warpgroup's turn to issue */
+            tc_bar_sync<1>();
+        else
+            tc_bar_sync<2>();
+        /* s = q k^T over d in ascending k16 steps, from +0 */
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < TC_D / 16; kk++)
+            wg::mma_k16<TC_FK, 0, 0>(s, tc_desc_k<TC_FQ>(Qs, wgi * 64 * 128, kk), tc_desc_k<TC_FK>(Ks, 0, kk), kk > 0);
+        wg::wg_commit();
+        if (it > 0) {
+            /* o += bf16(p_{it-1}) v_{it-1} over that tile's keys in ascending k16 steps */
+            tc_acc_update<TC_FK>(o, pa, KV + pst * 2 * KB + KB);
+            wg::wg_commit();
+        }
+        if (it > 0)
+            wg::wg_wait<1>(); /* s is ready; the o update may still run */
+        else
+            wg::wg_wait<0>();
+        wg::reg_fence<TC_FK / 2>(s);
+        /* the other warpgroup's turn, now that s_it has completed (its MMAs queue behind this warpgroup's o update
+         * while this one does the softmax).  Not earlier: an arrival between the o update's commit and this wait makes
+         * ptxas serialise the wgmma (C7514); one between s's commit and the o update's issue compiles clean but lets
+         * the other warpgroup's s_it run alongside this one's, so the two softmaxes would start together again. */
+        tc_bar_arrive_if(wgi == 0, wgi == 1 && it + 1 < ntiles);
+        /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
+        float mx[2] = {-INFINITY, -INFINITY};
+        if (kn == TC_FK) {
+#pragma unroll
+            for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j * 4 + e]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = j * 8 + (lane & 3) * 2 + (e & 1);
+                    const float v = key < kn ? s[j * 4 + e] : -INFINITY;
+                    s[j * 4 + e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+        }
+        float alpha[2], mb[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
+            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_ex2(m[r] * c1 - mn * c1);
+            m[r] = mn;
+            mb[r] = mn == -INFINITY ? 0.0f : mn * c1;
+        }
+        float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -mb[e >> 1]));
+                s[j * 4 + e] = p;
+                rs[e >> 1] = rs[e >> 1] + p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+        wg::wg_wait<0>(); /* the o update of tile it - 1 has completed: o and pa are free, and stage pst is read */
+        wg::reg_fence<TC_D / 2>(o);
+        if (it > 0) {
+            __syncwarp();
+            if (lane == 0) wg::mbar_arrive(&empty[pst]); /* this warp is done with tile it - 1's K and V */
+        }
+#pragma unroll
+        for (int j = 0; j < TC_D / 8; j++) {
+            o[j * 4 + 0] = o[j * 4 + 0] * alpha[0], o[j * 4 + 1] = o[j * 4 + 1] * alpha[0];
+            o[j * 4 + 2] = o[j * 4 + 2] * alpha[1], o[j * 4 + 3] = o[j * 4 + 3] * alpha[1];
+        }
+        tc_to_a<TC_FK>(s, pa);
+        if (++st == TC_FSTAGES) st = 0, u++;
+    }
+    if (ntiles > 0) {
+        const uint8_t *Vp = KV + ((ntiles - 1) % TC_FSTAGES) * 2 * KB + KB;
+        wg::wg_fence();
+        tc_acc_update<TC_FK>(o, pa, Vp);
+        wg::wg_commit();
+        wg::wg_wait<0>();
+        wg::reg_fence<TC_D / 2>(o);
+    }
+    /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = wgi * 64 + warp * 16 + (lane >> 2) + 8 * r;
+        if (qi >= qcnt) continue;
+        const int64_t row = qrows[qi];
+        uint16_t *dst = (uint16_t *)a.out + row * W + col0;
+#pragma unroll
+        for (int j = 0; j < TC_D / 8; j++) {
+            const int d = j * 8 + (lane & 3) * 2;
+            const float v0 = l[r] > 0.0f ? o[j * 4 + 2 * r] / l[r] : 0.0f;
+            const float v1 = l[r] > 0.0f ? o[j * 4 + 2 * r + 1] / l[r] : 0.0f;
+            *(uint32_t *)(dst + d) = tc_pack(v0, v1);
+        }
+        if ((lane & 3) == 0) {
             a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
             a.stats[(row * a.heads + h) * 2 + 1] = l[r];
         }
@@ -1150,18 +1446,20 @@ extern "C" void h3c_attention_release_plans(void) {
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
 #define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 2 * TC_DQSTAGES * tc_tile<TC_BK>::BYTES)
 #define TC_SMEM_KV (1024 + 2 * tc_tile<TC_KV>::BYTES + 2 * TC_KVSTAGES * tc_tile<TC_BQ>::BYTES)
+/* the warp-specialised forward: the same, then its mbarriers */
+#define TC_SMEM_FWS (TC_SMEM_FWD + TC_WS_BAR_BYTES)
 
-static_assert(TC_SMEM_FWD <= 227 * 1024 && TC_SMEM_DQ <= 227 * 1024 &&
+static_assert(TC_SMEM_FWS <= 227 * 1024 && TC_SMEM_DQ <= 227 * 1024 &&
                   TC_SMEM_KV + 2 * TC_KVSTAGES * TC_BQ * 4 <= 227 * 1024,
               "tensor-core attention: shared memory per CTA");
 
 static h3s_status tc_smem_attr(const char *op) {
     static int done = 0;
     if (done) return H3S_OK;
-    const void *ks[3] = {(const void *)attn_tc_forward_kernel, (const void *)attn_tc_dq_kernel,
-                         (const void *)attn_tc_dkdv_kernel};
-    const int bytes[3] = {TC_SMEM_FWD, TC_SMEM_DQ, TC_SMEM_KV};
-    for (int i = 0; i < 3; i++) {
+    const void *ks[4] = {(const void *)attn_tc_forward_kernel, (const void *)attn_tc_dq_kernel,
+                         (const void *)attn_tc_dkdv_kernel, (const void *)attn_tc_forward_ws_kernel<TC_WS_NP>};
+    const int bytes[4] = {TC_SMEM_FWD, TC_SMEM_DQ, TC_SMEM_KV, TC_SMEM_FWS};
+    for (int i = 0; i < 4; i++) {
         cudaError_t e = cudaFuncSetAttribute(ks[i], cudaFuncAttributeMaxDynamicSharedMemorySize, bytes[i]);
         if (e != cudaSuccess)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
@@ -1185,6 +1483,12 @@ static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backwar
     return H3S_OK;
 }
 
+/* Test hook: on > 0 = the forward through attn_tc_forward_kernel (every thread copies, one barrier per key tile),
+ * 0 = through the warp-specialised attn_tc_forward_ws_kernel, < 0 = the build's default (TC_FWD_V1_DEFAULT); the
+ * same bits either way. */
+static int g_attn_fwd_v1 = TC_FWD_V1_DEFAULT;
+extern "C" void h3c_attention_force_fwd_v1(int on) { g_attn_fwd_v1 = on < 0 ? TC_FWD_V1_DEFAULT : on > 0 ? 1 : 0; }
+
 static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 0));
     H3S_TRY(tc_smem_attr(op));
@@ -1195,8 +1499,11 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     if (P.nfwd > 0) {
         tc_groups G = P.G;
         G.work = P.fwork, G.nwork = P.nfwd;
-        attn_tc_forward_kernel<<<dim3((unsigned)P.nfwd, (unsigned)a->heads), TC_FTHREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a,
-                                                                                                                     G);
+        const dim3 grid((unsigned)P.nfwd, (unsigned)a->heads);
+        if (g_attn_fwd_v1)
+            attn_tc_forward_kernel<<<grid, TC_FTHREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a, G);
+        else
+            attn_tc_forward_ws_kernel<TC_WS_NP><<<grid, TC_FTHREADS + TC_WS_NP, TC_SMEM_FWS, H3K_STREAM>>>(*a, G);
         st = h3c_launch_check(op);
     }
     return st;

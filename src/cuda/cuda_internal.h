@@ -176,6 +176,10 @@ typedef struct h3c_attn_args {
 /* Supported head dims: 1..128; 128 runs on the tensor cores (src/cuda/attention.cu), the others on
  * the two-pass CUDA-core kernels.  The test hook routes 128 to the CUDA-core kernels too. */
 void h3c_attention_force_reference(int on);
+/* Test hook: on > 0 runs head_dim 128's forward through the first tensor-core kernel (every thread copies, a CTA
+ * barrier per key tile), on = 0 through the warp-specialised one, on < 0 the build's default (the first kernel
+ * until the other has been measured on a GPU); both give the same bits. */
+void h3c_attention_force_fwd_v1(int on);
 h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
 /* Frees the tensor-core attention's cached plans (h3s_cuda_release_caches). */
 void h3c_attention_release_plans(void);

@@ -697,6 +697,77 @@ static void test_attention_padding(int64_t D_big) {
     free(live_at);
 }
 
+/* The warp-specialised tensor-core forward (h3c_attention_force_fwd_v1(0): a producer warpgroup gathers K and V
+ * through mbarriers, the two consumer warpgroups take turns at the tensor cores) gives every bit of the first one
+ * (h3c_attention_force_fwd_v1(1)): out and stats, element by element.  Masks are host tensors or NULL. */
+static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t heads, h3s_tensor *doc, h3s_tensor *kv) {
+    const int64_t M = B * S, W = heads * 128;
+    h3s_attn_mask mask = {doc, kv};
+    h3s_tensor qd = gdev2(H3S_BF16, M, W), kd = gdev2(H3S_BF16, M, W), vd = gdev2(H3S_BF16, M, W);
+    gfill(&qd, 3001, 1.0f), gfill(&kd, 3002, 1.0f), gfill(&vd, 3003, 1.0f);
+    int64_t sdims[3] = {M, heads, 2};
+    h3s_tensor o[2], st[2];
+    for (int v = 0; v < 2; v++) { /* v = 0: the first kernel, v = 1: the warp-specialised one */
+        h3s_tensor od = gdev2(H3S_BF16, M, W), std = gdev(H3S_F32, 3, sdims);
+        gpoison(&od), gpoison(&std);
+        h3c_attention_force_fwd_v1(v == 0 ? 1 : 0);
+        CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, B, heads, &mask, &od, &std));
+        o[v] = gdown(&od), st[v] = gdown(&std);
+        gfree(&od), gfree(&std);
+    }
+    h3c_attention_force_fwd_v1(-1);
+    int64_t dout = 0, dst = 0;
+    for (int64_t i = 0; i < M * W; i++)
+        dout += ((const uint16_t *)o[0].data)[i] != ((const uint16_t *)o[1].data)[i];
+    for (int64_t i = 0; i < M * heads * 2; i++)
+        dst += ((const uint32_t *)st[0].data)[i] != ((const uint32_t *)st[1].data)[i];
+    printf("  attention forward warp-specialised vs first (%s: B=%lld S=%lld heads=%lld): %lld of %lld out and %lld "
+           "of %lld stats differ\n",
+           what, (long long)B, (long long)S, (long long)heads, (long long)dout, (long long)(M * W), (long long)dst,
+           (long long)(M * heads * 2));
+    CHECK(dout == 0 && dst == 0, "attention forward (%s): the warp-specialised kernel differs from the first", what);
+    h3s_tensor all[] = {o[0], o[1], st[0], st[1]};
+    free_all(all, 4, 0);
+    h3s_tensor alld[] = {qd, kd, vd};
+    free_all(alld, 3, 1);
+}
+
+static void test_attention_fwd_ws(void) {
+    printf("attention forward: warp-specialised kernel against the first, bit for bit\n");
+    /* the release shape: S = 925 (7 whole key tiles and one of 29), 56 heads x 128, no mask */
+    attn_fwd_ws_case("S=925, no mask", 1, 925, SZ(56, 4), NULL, NULL);
+    /* many key tiles (the stage ring wraps many times), a partial last tile: 2000 - 2000/7 keys per item */
+    {
+        const int64_t B = 1, S = SZ(2000, 1100);
+        int64_t kd2[2] = {B, S};
+        h3s_tensor kv = h3t_alloc(H3S_BOOL, 2, kd2);
+        for (int64_t s = 0; s < S; s++)
+            ((uint8_t *)kv.data)[s] = (s % 7) != 3;
+        attn_fwd_ws_case("long, every 7th key masked", B, S, SZ(4, 2), NULL, &kv);
+        h3s_tensor_free(&kv);
+    }
+    /* B = 3 with documents and key padding between live rows: a small document (fewer keys than one tile), a
+     * document whose keys are all masked (queries with no live key), padding rows (three in every
+     * 12 positions, each its own document with its key masked, so also no live key), per-item masked keys, and two
+     * large documents whose key counts are not multiples of 128 */
+    {
+        const int64_t B = 3, S = SZ(700, 460);
+        h3s_tensor doc = h3t_alloc1(H3S_I64, S);
+        int64_t kd2[2] = {B, S};
+        h3s_tensor kv = h3t_alloc(H3S_BOOL, 2, kd2);
+        for (int64_t s = 0; s < S; s++) {
+            const int pad = s % 12 >= 2 && s % 12 <= 4; /* three padding rows in every 12 positions */
+            ((int64_t *)doc.data)[s] = pad ? 1000 + s : s < 50 ? 1 : s < 70 ? 2 : s < (S * 2) / 5 ? 3 : 8;
+            for (int64_t b = 0; b < B; b++)
+                ((uint8_t *)kv.data)[b * S + s] = !pad && !(s >= 50 && s < 70) && (s % (5 + b)) != 3;
+        }
+        attn_fwd_ws_case("B=3, documents, key padding", B, S, SZ(3, 2), &doc, &kv);
+        h3s_tensor_free(&doc), h3s_tensor_free(&kv);
+    }
+    /* every group smaller than one key tile */
+    attn_fwd_ws_case("S=100, one partial tile", 2, 100, 2, NULL, NULL);
+}
+
 /* ================================================================== residual, swiglu */
 
 static void test_residual(int with_table) {
@@ -1122,6 +1193,7 @@ int main(void) {
     test_attention_plan_cache();
     test_attention_padding(64);
     test_attention_padding(128);
+    test_attention_fwd_ws();
     test_residual(1);
     test_residual(0);
     test_swiglu();
