@@ -645,7 +645,7 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
  * independent warpgroups changes.
  *   - No __syncthreads after the barriers' initialisation. */
 #ifndef TC_FWD_V1_DEFAULT
-#define TC_FWD_V1_DEFAULT 1 /* 1: the forward runs attn_tc_forward_kernel unless the test hook says otherwise */
+#define TC_FWD_V1_DEFAULT 0 /* 0: the forward runs attn_tc_forward_ws_kernel (1: attn_tc_forward_kernel) unless the test hook says otherwise */
 #endif
 #define TC_WS_EMPTY 8 /* arrivals that release a stage: lane 0 of each of the 8 consumer warps */
 #define TC_WS_NP 128  /* producer threads of the warp-specialised forward (one warpgroup) */
