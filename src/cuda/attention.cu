@@ -617,9 +617,10 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
 #endif
 }
 
-/* Forward, warp-specialised (not yet the default: TC_FWD_V1_DEFAULT keeps attn_tc_forward_kernel until this kernel has
- * been run and timed on a GPU; h3c_attention_force_fwd_v1(0) selects it): the same per-row arithmetic as
- * attn_tc_forward_kernel, in the same order, with other threads moving the data and a different issue schedule.
+/* Forward, warp-specialised (the default since it ran on the H200: same bits as attn_tc_forward_kernel, 9-11% faster at
+ * S >= 4253; h3c_attention_force_fwd_v1(1) selects the first kernel, which the tests compare it with): the same per-row
+ * arithmetic as attn_tc_forward_kernel, in the same order, with other threads moving the data and a different issue
+ * schedule.
  *   - Roles: threads [0, 256) are the two consumer warpgroups (warpgroup w owns query rows [64 w, 64 w + 64) of the
  *     tile, as above); threads [256, 384) are the producers (NP = 128, one warpgroup; it gives registers to the
  * consumers with setmaxnreg: 40 per producer thread, 232 per consumer thread, launched at 168).  The producers gather Q
@@ -645,7 +646,9 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
  * independent warpgroups changes.
  *   - No __syncthreads after the barriers' initialisation. */
 #ifndef TC_FWD_V1_DEFAULT
-#define TC_FWD_V1_DEFAULT 0 /* 0: the forward runs attn_tc_forward_ws_kernel (1: attn_tc_forward_kernel) unless the test hook says otherwise */
+#define TC_FWD_V1_DEFAULT                                                                                              \
+    0 /* 0: the forward runs attn_tc_forward_ws_kernel (1: attn_tc_forward_kernel) unless the test hook says otherwise \
+       */
 #endif
 #define TC_WS_EMPTY 8 /* arrivals that release a stage: lane 0 of each of the 8 consumer warps */
 #define TC_WS_NP 128  /* producer threads of the warp-specialised forward (one warpgroup) */
