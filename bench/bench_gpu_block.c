@@ -5,7 +5,11 @@
  * bench/provider/run_gpu_bench.sh runs both in one call and writes the ratios.
  *
  *   build/bench_gpu_block [--seqs 12,925,4253,8349] [--reps N] [--warmup N] [--profile-reps N] [--small]
- *                         [--json FILE]
+ *                         [--weight-grads bf16|f32] [--json FILE]
+ *
+ * The six linear weights' gradients are BF16 by default (--weight-grads bf16: the F32 fold rounded once as the GEMM
+ * stores it, the dtype of the provider's .grad; test_gpu_block checks they are the F32 gradients rounded), F32 with
+ * --weight-grads f32.
  *
  * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the library's block,
  * src/model/block.c, which the model runs and test_gpu_block checks for batch invariance and repeat); the parameters
@@ -182,6 +186,7 @@ static void json_profile(FILE *f, const char *key, const profile *p, int n, int 
 
 typedef struct run_opts {
     int reps, warmup, preps, nseqs;
+    int wgrad_bf16; /* --weight-grads bf16 (1, the default) or f32 (0) */
     int64_t seqs[MAX_SEQS];
     const char *desc;
 } run_opts;
@@ -213,6 +218,7 @@ static int write_json(const char *path, const gblock_geom *g0, const run_opts *o
             "  \"timing\": \"host clock around queued operators and h3s_cuda_sync, median of %d after %d "
             "warm-up runs at every S; per-node: sync after every operator, median of %d\",\n",
             o->reps, o->warmup, o->preps);
+    fprintf(f, "  \"weight_grads\": \"%s\",\n", o->wgrad_bf16 ? "bf16" : "f32");
     fprintf(f, "  \"reps\": %d, \"warmup\": %d, \"profile_reps\": %d,\n  \"batches\": [\n", o->reps, o->warmup,
             o->preps);
     for (int ri = 0; ri < nres; ri++) {
@@ -253,7 +259,7 @@ static void measure(const gblock_geom *g, const gblock_params *p, const run_opts
     const int64_t S = g->S;
     gblock_run r;
     printf("[strict] S = %lld, B = %lld: setup\n", (long long)S, (long long)R->B);
-    ok(gblock_setup(g, R->B, &r), "block setup");
+    ok(gblock_setup_wgrad(g, R->B, o->wgrad_bf16, &r), "block setup");
     ok(h3s_cuda_sync(), "sync");
     printf("[strict] S = %lld, B = %lld: %d warm-up runs (forward + backward)\n", (long long)S, (long long)R->B,
            o->warmup);
@@ -329,13 +335,16 @@ static void measure(const gblock_geom *g, const gblock_params *p, const run_opts
 }
 
 static const char USAGE[] =
-    "usage: bench_gpu_block [--seqs S1,S2,...] [--reps N] [--warmup N] [--profile-reps N] [--small] [--json FILE]\n"
+    "usage: bench_gpu_block [--seqs S1,S2,...] [--reps N] [--warmup N] [--profile-reps N] [--small]\n"
+    "                       [--weight-grads bf16|f32] [--json FILE]\n"
     "  --seqs LIST       rows per item, comma-separated, each in [1, %d], at most %d values\n"
     "                    (default %s; with --small, the small block's %lld)\n"
     "  --reps N          timed runs per (S, B), median reported, in [1, %d] (default 15)\n"
     "  --warmup N        untimed runs before them (default 3)\n"
     "  --profile-reps N  runs of the per-node breakdown, in [1, %d] (default 5)\n"
     "  --small           scaled-down block (hidden 64), a quick check\n"
+    "  --weight-grads T  the six linear weights' gradients in bf16 (default: the F32 gradient rounded once as the\n"
+    "                    GEMM stores it, the dtype of the provider's .grad) or f32\n"
     "  --json FILE       write the results (rewritten after every S, so a stopped run keeps the finished ones)\n";
 
 static void usage(FILE *to) {
@@ -374,7 +383,7 @@ static int parse_int(const char *opt, const char *text, int *out) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines appear as they happen, also through a pipe */
-    run_opts o = {.reps = 15, .warmup = 3, .preps = 5};
+    run_opts o = {.reps = 15, .warmup = 3, .preps = 5, .wgrad_bf16 = 1};
     int small = 0;
     const char *json = NULL, *seqs_text = NULL;
     for (int i = 1; i < argc; i++) {
@@ -392,6 +401,14 @@ int main(int argc, char **argv) {
             if (parse_int("--profile-reps", argv[++i], &o.preps)) return 2;
         } else if (has_value && !strcmp(argv[i], "--seqs")) {
             seqs_text = argv[++i];
+        } else if (has_value && !strcmp(argv[i], "--weight-grads")) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "bf16") || !strcmp(v, "f32")) {
+                o.wgrad_bf16 = !strcmp(v, "bf16");
+            } else {
+                fprintf(stderr, "bench_gpu_block: --weight-grads wants bf16 or f32, got \"%s\"\n", v);
+                return 2;
+            }
         } else if (has_value && !strcmp(argv[i], "--json")) {
             json = argv[++i];
         } else {

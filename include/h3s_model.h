@@ -223,8 +223,8 @@ typedef struct h3s_grads {
     h3s_tensor hidden_states, audio_hidden_states, encoder_hidden_states; /* shapes of the inputs */
     int64_t count;
     char (*names)[160];
-    h3s_tensor *params; /* host tensors (device ones with h3s_model_set_device_grads), F32 strict / F64 golden,
-                         * checkpoint shapes */
+    h3s_tensor *params; /* host tensors (device ones with h3s_model_set_device_grads), F32 strict (BF16 ones with
+                         * h3s_model_set_grad_dtype) / F64 golden, checkpoint shapes */
 } h3s_grads;
 H3S_API void h3s_grads_free(h3s_grads *g);
 
@@ -239,6 +239,16 @@ H3S_API void h3s_grads_free(h3s_grads *g);
 H3S_API h3s_status h3s_model_set_device_grads(h3s_model *m, int on);
 /* 1 when the model's backward hands device gradients over (a CUDA model with h3s_model_set_device_grads on). */
 H3S_API int h3s_model_device_grads(const h3s_model *m);
+
+/* The dtype of the parameter gradients the backward hands over.  H3S_F32 (the default): every gradient in F32.
+ * H3S_BF16: a parameter stored in BF16 gets its gradient in BF16, the F32 gradient rounded once to nearest even (bit
+ * for bit what rounding the F32 result gives; the F32 parameters' gradients stay F32); half the memory, and on a CUDA
+ * model the blocks' weight-gradient GEMMs round as they store, so the F32 gradients of those weights are never
+ * written.  This is what a torch user gets for a BF16 parameter's .grad.  H3S_ERR_DTYPE for another dtype,
+ * H3S_ERR_UNSUPPORTED with BF16 on the golden model (its gradients are F64), H3S_ERR_INVALID for a NULL model. */
+H3S_API h3s_status h3s_model_set_grad_dtype(h3s_model *m, h3s_dtype dtype);
+/* H3S_F32 or H3S_BF16 as set (H3S_F64 for the golden model). */
+H3S_API h3s_dtype h3s_model_grad_dtype(const h3s_model *m);
 
 /* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite), every
  * parameter gradient.  The tape is not consumed: it may be used again, then freed. */

@@ -87,6 +87,34 @@ static inline int runs_equal(const run *a, const run *b) {
     return 1;
 }
 
+/* A run with BF16 parameter gradients (h3s_model_set_grad_dtype) against the same run in F32 (host tensors): the
+ * outputs and input gradients bit for bit equal, each BF16 gradient the F32 one rounded to nearest even, every other
+ * gradient equal; *nbf16 counts the BF16 ones.  0 on any difference. */
+static inline int grads_bf16_of(const run *f32, const run *bf, int64_t *nbf16) {
+    *nbf16 = 0;
+    if (!h3t_bitwise_equal(&f32->sample, &bf->sample) || !h3t_bitwise_equal(&f32->audio, &bf->audio)) return 0;
+    if (!h3t_bitwise_equal(&f32->grads.hidden_states, &bf->grads.hidden_states)) return 0;
+    if (!h3t_bitwise_equal(&f32->grads.audio_hidden_states, &bf->grads.audio_hidden_states)) return 0;
+    if (!h3t_bitwise_equal(&f32->grads.encoder_hidden_states, &bf->grads.encoder_hidden_states)) return 0;
+    if (f32->grads.count != bf->grads.count) return 0;
+    for (int64_t i = 0; i < bf->grads.count; i++) {
+        const h3s_tensor *a = &f32->grads.params[i], *b = &bf->grads.params[i];
+        if (b->dtype != H3S_BF16) {
+            if (!h3t_bitwise_equal(a, b)) return 0;
+            continue;
+        }
+        if (a->dtype != H3S_F32 || h3s_tensor_numel(a) != h3s_tensor_numel(b)) return 0;
+        h3s_tensor r;
+        memset(&r, 0, sizeof r);
+        if (h3s_tensor_alloc(&r, H3S_BF16, b->ndim, b->shape) != H3S_OK) return 0;
+        const int same = h3s_tensor_convert(a, &r) == H3S_OK && h3t_bitwise_equal(&r, b);
+        h3s_tensor_free(&r);
+        if (!same) return 0;
+        (*nbf16)++;
+    }
+    return 1;
+}
+
 /* First `n` bytes-worth of item 0 equal? (item 0 = leading rows) */
 static inline int item0_equal(const h3s_tensor *batched, const h3s_tensor *alone) {
     return memcmp(batched->data, alone->data, h3s_tensor_nbytes(alone)) == 0;

@@ -13,9 +13,12 @@ own (so the two never share device memory), then `combine` and `table`.
 The two sides:
   strict    h3strict.torch.StrictTransformer.from_pretrained(DIR, device=...) -- the PyTorch binding over the
             library's resident model (weights uploaded once; inputs are host tensors, as the binding requires; the
-            outputs come back as host tensors; on CUDA the F32 parameter gradients stay in the library's device
-            memory (h3s_model_set_device_grads) and the binding converts each on the device to the parameter's
-            dtype, as a torch user receives them in .grad)
+            outputs come back as host tensors; on CUDA the parameter gradients stay in the library's device
+            memory (h3s_model_set_device_grads); with --exact-grads 0 (the default) the library hands a BF16
+            parameter's gradient over in BF16 (exact_grads=False: the F32 gradient rounded once, by the
+            weight-gradient GEMM as it stores it), which becomes .grad as it is; with --exact-grads 1 every gradient
+            comes over in F32 and the binding converts each on the device to the parameter's dtype; the .grad bits
+            are the same either way)
   provider  diffusers' MiniMaxH3Transformer3DModel, loaded by h3strict.replay.load_provider (from_pretrained with
             torch_dtype=torch.bfloat16, the checkpoint's F32 modules kept F32 through accelerate, then .to(device),
             eval mode); the inputs file becomes its forward's arguments through h3strict.replay.provider_arguments
@@ -160,6 +163,7 @@ class Side:
         self.report = {
             "side": self.side, "device_kind": self.device, "model": os.path.abspath(args.model),
             "reps_requested": args.reps, "warmup": args.warmup, "phase_s": args.phase_s,
+            "exact_grads": bool(args.exact_grads) if self.side == "strict" else None,
             "deadline_epoch": None if math.isinf(self.deadline) else self.deadline,
             "peak_sampler": self.sampler.kind, "sample_ms": args.sample_ms, "gb": "1e9 bytes",
             "complete": False, "stage": "start",
@@ -252,7 +256,8 @@ class Side:
         try:
             if self.side == "strict":
                 from h3strict.torch import StrictTransformer
-                self.model = StrictTransformer.from_pretrained(self.args.model, device=self.device)
+                self.model = StrictTransformer.from_pretrained(self.args.model, device=self.device,
+                                                               exact_grads=bool(self.args.exact_grads))
             else:
                 from h3strict.replay import load_provider
                 self.model = load_provider(self.args.model, self.device)
@@ -576,6 +581,8 @@ def main(argv=None):
     s.add_argument("--phase-s", type=float, default=40.0, help="seconds of runs per (S, phase) at most")
     s.add_argument("--deadline", type=float, default=0.0, help="epoch seconds by which the side must be done")
     s.add_argument("--sample-ms", type=float, default=2.0, help="interval of the peak-memory sampler (ms)")
+    s.add_argument("--exact-grads", type=int, choices=(0, 1), default=0,
+                   help="strict: 1 = every parameter gradient handed over in F32 (exact_grads=True)")
     s.add_argument("--json", required=True)
     c = sub.add_parser("combine", help="the two sides into bench_model.json (and the table on stdout)")
     c.add_argument("--strict")

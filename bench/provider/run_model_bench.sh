@@ -28,6 +28,10 @@
 # S: H3S_MODEL_SEQS (default 1133,8762), each one of the layouts below
 # (S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents).
 #
+# Gradients: the strict side hands a BF16 parameter's gradient over in BF16 (the binding's exact_grads=False: the
+# F32 gradient rounded once, the .grad bits a torch user receives either way); H3S_MODEL_EXACT_GRADS=1 measures
+# exact_grads=True (every gradient in F32, converted by torch to the parameter's dtype).
+#
 # Outputs in $OUT (default ./out/model_bench), four files (a device call returns at most eight):
 # bench_model.json (`rows`: one object per (S, phase) with layers, S, phase, strict_ms, provider_ms, ratio,
 # strict_peak_gb, provider_peak_gb and more; source_commit, device, versions, reps; the two sides' own JSON in
@@ -228,7 +232,8 @@ if [ "$MODEL_OK" = 1 ] && [ -n "$INPUTS" ]; then
     log "== strict (limit ${T}s): model_bench.py side --side strict --model $M --inputs $INPUTS"
     PYTHONUNBUFFERED=1 timeout -k 10 "$T" "$PY" "$SRC/bench/provider/model_bench.py" side --side strict \
         --model "$M" --inputs "$INPUTS" --device "$DEVICE" --reps "$REPS" --warmup "$WARMUP" --phase-s "$PHASE_S" \
-        --sample-ms "$SAMPLE_MS" --deadline $(($(date +%s) + T - 8)) --json "$WORK/strict.json" 2>&1 | tee -a "$LOG"
+        --sample-ms "$SAMPLE_MS" --exact-grads "${H3S_MODEL_EXACT_GRADS:-0}" --deadline $(($(date +%s) + T - 8)) \
+        --json "$WORK/strict.json" 2>&1 | tee -a "$LOG"
     STRICT_RC=${PIPESTATUS[0]}
     if [ "$PROVIDER_OK" = 1 ]; then
         warm_cache

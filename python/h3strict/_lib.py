@@ -115,6 +115,8 @@ _SIGNATURES = {
     "h3s_model_set_recompute": (ctypes.c_int, [_P, ctypes.c_int]),
     "h3s_model_set_device_grads": (ctypes.c_int, [_P, ctypes.c_int]),
     "h3s_model_device_grads": (ctypes.c_int, [_P]),
+    "h3s_model_set_grad_dtype": (ctypes.c_int, [_P, ctypes.c_int]),
+    "h3s_model_grad_dtype": (ctypes.c_int, [_P]),
     "h3s_model_recompute": (ctypes.c_int, [_P]),
     "h3s_model_live_bytes": (ctypes.c_int64, [_P]),
     "h3s_model_peak_bytes": (ctypes.c_int64, [_P]),

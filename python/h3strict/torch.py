@@ -15,7 +15,8 @@ Gradients: `loss.backward()` runs the library's strict backward for the paramete
 cost nothing) and for the inputs that require grad.  torch keeps a parameter's .grad in the parameter's dtype, so
 a BF16 parameter receives its F32 gradient rounded once to BF16 (round to nearest even); the exact F32 gradients
 of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32` (name -> tensor; on a CUDA model
-they are device tensors over the library's own gradient memory, never copied through the host).  The input
+they are device tensors over the library's own gradient memory, never copied through the host).  With
+`exact_grads=False` the library rounds instead (the same .grad bits, no F32 copy of the BF16 parameters' gradients).  The input
 gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the same way).
 """
 
@@ -279,10 +280,12 @@ class _StrictFunction(torch.autograd.Function):
                 param_grads.append(None)
                 continue
             v = _view(g.params[i], owner)
-            grads_f32[name] = v
+            if v.dtype == torch.float32:
+                grads_f32[name] = v
             # .grad lives where the parameter does, in its dtype (CUDA: the library's device gradient, converted
-            # on the device when the parameter is BF16)
-            param_grads.append(v if p.dtype == torch.float32 and p.device.type == "cpu" else v.to(p.device, p.dtype))
+            # on the device when the parameter is BF16 and the library handed F32 over; with exact_grads off the
+            # library hands a BF16 parameter's gradient over in BF16, the same bits, and it is used as it is)
+            param_grads.append(v if v.dtype == p.dtype and v.device == p.device else v.to(p.device, p.dtype))
         ctx.module.grads_f32 = grads_f32
         return (None, None, None, *input_grads, *([None] * (len(_ARG_NAMES) - 3)), *param_grads)
 
@@ -331,14 +334,16 @@ class StrictTransformer(torch.nn.Module):
                                          for f, _ in cfg._fields_})
 
     @classmethod
-    def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None, recompute=None):
+    def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None, recompute=None, exact_grads=True):
         """Load a model directory in diffusers layout, or a pipeline snapshot holding transformer/.
 
         device: "cpu" (strict CPU backend; the weights are copied once into memory the model owns, so an
         optimizer may update the parameters in place) or "cuda" (weights uploaded once; inputs stay host
         tensors).  threads: OpenMP threads for the whole process (None keeps the current setting; results never
         depend on it).  grad_operands: "bf16" or "split" (the CUDA backward's dy operands; see the README).
-        recompute: "none" (default) or "blocks" (see the `recompute` property)."""
+        recompute: "none" (default) or "blocks" (see the `recompute` property).  exact_grads: see the property."""
+        if not isinstance(exact_grads, bool):
+            raise ValueError(f"exact_grads must be True or False, got {exact_grads!r}")
         if grad_operands is not None:
             mode = ctypes.c_int()
             check(lib.h3s_grad_operands_parse(str(grad_operands).encode(), ctypes.byref(mode)))
@@ -346,7 +351,23 @@ class StrictTransformer(torch.nn.Module):
         model = cls(_Model(path, device, threads))
         if recompute is not None:
             model.recompute = recompute
+        model.exact_grads = exact_grads
         return model
+
+    @property
+    def exact_grads(self):
+        """True (the default): the library hands every parameter gradient over in F32; a BF16 parameter's .grad is
+        that gradient rounded once to BF16, and the F32 gradients of the last backward stay in `model.grads_f32`.
+        False: the library hands a BF16 parameter's gradient over already rounded (h3s_model_set_grad_dtype BF16:
+        the same .grad bits, half the gradient memory, and on CUDA the F32 gradients of the blocks' weights are
+        never written); `model.grads_f32` then holds the F32 parameters' gradients only."""
+        return lib.h3s_model_grad_dtype(self._core.handle) != _lib.BF16
+
+    @exact_grads.setter
+    def exact_grads(self, on):
+        if not isinstance(on, bool):
+            raise ValueError(f"exact_grads must be True or False, got {on!r}")
+        check(lib.h3s_model_set_grad_dtype(self._core.handle, _lib.F32 if on else _lib.BF16))
 
     @property
     def recompute(self):

@@ -121,6 +121,31 @@ def test_gradients_bitwise_equal_cli(model, work):
             assert p.grad.dtype == p.dtype and bits_equal(p.grad, expect[name].to(p.dtype)), name
 
 
+def test_exact_grads_off_gives_the_same_grad_bits(work):
+    """exact_grads=False: the library hands a BF16 parameter's gradient over already rounded; .grad has the bits of
+    the exact gradient rounded once, and grads_f32 keeps the F32 parameters' gradients only."""
+    m = StrictTransformer.from_pretrained(work / "m", device="cpu", threads=2, exact_grads=False)
+    assert m.exact_grads is False
+    x = inputs(work, 2)
+    ct = read_safetensors(work / "ct.safetensors")
+    expect = read_safetensors(work / "grads.safetensors")
+    out = m(**x)
+    torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    n_bf16 = 0
+    for name, p in m.named_parameters():
+        assert p.grad.dtype == p.dtype and bits_equal(p.grad, expect[name].to(p.dtype)), name
+        if p.dtype == torch.float32:
+            assert bits_equal(m.grads_f32[name], expect[name]), name
+        else:
+            assert name not in m.grads_f32, name
+            n_bf16 += 1
+    assert n_bf16 > 0
+    m.exact_grads = True
+    assert m.exact_grads is True
+    with pytest.raises(ValueError, match="exact_grads"):
+        m.exact_grads = 1
+
+
 def test_recompute_blocks_gives_the_same_gradients_in_less_memory(work):
     """recompute="blocks" keeps each block's input only and runs the block again in the backward: every gradient is
     the CLI's (no recomputation) bit for bit, and the model's peak pass memory is lower."""
@@ -369,3 +394,11 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     with torch.no_grad():
         o3, o1 = m(**inputs(work, 3)), m(**inputs(work, 1))
     assert bits_equal(o3.sample[:1], o1.sample) and bits_equal(o3.audio_sample[:1], o1.audio_sample)
+    # exact_grads off: the library's BF16 device gradients become .grad as they are, with the same bits
+    m.exact_grads = False
+    m.zero_grad(set_to_none=True)
+    out = m(**x)
+    torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    for name, p in m.named_parameters():
+        assert p.grad.device == p.device and bits_equal(p.grad.cpu(), g[name].to(p.dtype)), name
+        assert (name in m.grads_f32) == (p.dtype == torch.float32), name

@@ -65,18 +65,19 @@ const char *h3c_code_name(int code);
 h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
                                  const void *b, void *y);
 /* dx[M, K] = dy[M, N] w[N, K] and dw[N, K] = tile fold over 256-row tiles of dy^T x (either
- * output may be NULL); dy F32, w and x BF16, dx and dw F32.  dy enters the tensor cores as
+ * output may be NULL); dy F32, w and x BF16, dx F32, dw F32 (dw_bf16 = 0) or BF16 (dw_bf16 = 1: the F32 fold
+ * rounded once to nearest even, bit for bit the F32 result rounded).  dy enters the tensor cores as
  * h3s_get_grad_operands() says (rounded once to BF16, converted once for both products, or
  * split into hi + lo). */
 h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
-                                  const void *x, float *dx, float *dw);
+                                  const void *x, float *dx, void *dw, int dw_bf16);
 h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w, float *dx);
 h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x, float *dw);
 /* The two products with dy already in BF16 (dyb [M, N]); K and N multiples of 8. */
 h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
                                     float *dx);
 h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *x,
-                                    float *dw);
+                                    void *dw, int dw_bf16);
 /* dst[i] = bf16(src[i]) (round to nearest even), n elements. */
 h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst);
 /* 1 when (N, K) runs on the Hopper kernels. */

@@ -131,6 +131,7 @@ h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index,
     return NO_CUDA("rows_scatter");
 }
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
+h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst) { return NO_CUDA("round_bf16"); }
 h3s_status h3s_cuda_describe(char *buf, size_t size) {
     if (!buf || size == 0) return h3s_fail(H3S_ERR_INVALID, "cuda_describe: empty buffer");
     h3s_status st = NO_CUDA("cuda_describe");

@@ -115,12 +115,14 @@ h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, co
     H3S_TRY(linear_common(op, x, w, &dt, &M, &K, &N));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, N, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, K));
-    H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 2, N, K));
+    /* dw in BF16 (the BF16 variant only): the F32 fold rounded once as it is stored */
+    const int dw_bf16 = dw && dt == H3S_BF16 && dw->dtype == H3S_BF16;
+    H3S_TRY(dev_opt(op, "dw", dw, dw_bf16 ? H3S_BF16 : H3S_F32, 2, N, K));
     H3S_TRY(dev_opt(op, "db", db, H3S_F32, 1, N, -1));
     if (dt == H3S_BF16) {
         if (dx || dw)
             H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, dy->data, w->data, x->data, dx ? dx->data : NULL,
-                                           dw ? dw->data : NULL));
+                                           dw ? dw->data : NULL, dw_bf16));
     } else {
         if (dx) H3S_TRY(h3c_sgemm_dx(op, M, N, K, dy->data, w->data, dx->data));
         if (dw) H3S_TRY(h3c_sgemm_dw(op, M, N, K, dy->data, x->data, dw->data));
@@ -748,6 +750,21 @@ h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tenso
             return h3s_fail(H3S_ERR_SHAPE, "%s: a, b and out differ in size", op);
     }
     return h3c_add_f32(op, h3s_tensor_numel(a), a->data, b->data, out->data);
+}
+
+h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst) {
+    static const char op[] = "round_bf16";
+    H3S_TRY(h3c_init(op));
+    if (!src || !dst) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
+    if (src->device != 1 || dst->device != 1)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: a tensor is not in device memory", op);
+    if (src->dtype != H3S_F32 || dst->dtype != H3S_BF16)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: %s -> %s; it rounds F32 to BF16", op, h3s_dtype_name(src->dtype),
+                        h3s_dtype_name(dst->dtype));
+    const int64_t n = h3s_tensor_numel(src);
+    if (n < 0 || n != h3s_tensor_numel(dst)) return h3s_fail(H3S_ERR_SHAPE, "%s: src and dst differ in size", op);
+    if (n > 0 && (!src->data || !dst->data)) return h3s_fail(H3S_ERR_INVALID, "%s: NULL data", op);
+    return h3c_round_bf16(op, n, src->data, dst->data);
 }
 
 /* ------------------------------------------------------------------ extras */

@@ -85,5 +85,8 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
 h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
+/* dst = bf16(src) elementwise, round to nearest even (the library's rounding); src F32, dst BF16, both on the device,
+ * the same element count. */
+h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst);
 
 #endif

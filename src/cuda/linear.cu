@@ -648,6 +648,9 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
+/* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf, the library's round to nearest even):
+ * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient. */
+typedef cfg<128, 192, 5, 1, 1, EPI_BF16_BIAS, 1> wgrad_fold_bf16;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
  * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
  * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
@@ -869,20 +872,30 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
 }
 
 extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
-                                               const void *x, float *dw) {
+                                               const void *x, void *dw, int dw_bf16) {
     if (!h3c_gemm_wgmma_shape(N, K))
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand wgrad needs multiples of 8", op,
                         (long long)K, (long long)N);
-    if (M <= 0) return h3c_memset(op, dw, (size_t)N * (size_t)K * sizeof(float)); /* the empty fold */
+    if (M <= 0) /* the empty fold: +0 (BF16 +0 is also all-zero bytes) */
+        return h3c_memset(op, dw, (size_t)N * (size_t)K * (dw_bf16 ? 2 : sizeof(float)));
     /* dw[n, k] = fold over 256-row tiles of sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M */
+    if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
 }
 
 extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
-                                             const void *w, const void *x, float *dx, float *dw) {
+                                             const void *w, const void *x, float *dx, void *dw, int dw_bf16) {
     if (!h3c_gemm_wgmma_shape(N, K) || h3s_get_grad_operands() == H3S_GRAD_OPERANDS_SPLIT) {
         if (dx) H3S_TRY(mma_gemm_dx_split(op, M, N, K, dy, w, dx));
-        if (dw) H3S_TRY(mma_gemm_dw_split(op, M, N, K, dy, x, dw));
+        if (dw && !dw_bf16) H3S_TRY(mma_gemm_dw_split(op, M, N, K, dy, x, (float *)dw));
+        if (dw && dw_bf16) { /* the F32 fold in a workspace, then one rounding: the same bits as F32 then round */
+            void *f = NULL;
+            H3S_TRY(h3c_ws_alloc(op, (size_t)N * (size_t)K * sizeof(float), &f));
+            h3s_status st = mma_gemm_dw_split(op, M, N, K, dy, x, (float *)f);
+            if (st == H3S_OK) st = round_to_bf16(op, N * K, (const float *)f, (uint16_t *)dw);
+            h3c_ws_free(f);
+            return st;
+        }
         return H3S_OK;
     }
     H3S_TRY(need_aligned(op, "dy", dy));
@@ -890,27 +903,27 @@ extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t 
     if (dw) H3S_TRY(need_aligned(op, "x", x));
     H3S_TRY(need_aligned(op, "dx", dx));
     H3S_TRY(need_aligned(op, "dw", dw));
-    if (M <= 0) { /* no rows: dw is the empty fold, 0 */
-        if (dw) H3S_TRY(h3c_memset(op, dw, (size_t)N * (size_t)K * sizeof(float)));
+    if (M <= 0) { /* no rows: dw is the empty fold, +0 */
+        if (dw) H3S_TRY(h3c_memset(op, dw, (size_t)N * (size_t)K * (dw_bf16 ? 2 : sizeof(float))));
         return H3S_OK;
     }
     void *dyb = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)M * (size_t)N * 2, &dyb));
     h3s_status st = round_to_bf16(op, M * N, dy, (uint16_t *)dyb); /* once, for both products */
     if (st == H3S_OK && dx) st = h3c_gemm_bf16_dgrad_bf16(op, M, N, K, dyb, w, dx);
-    if (st == H3S_OK && dw) st = h3c_gemm_bf16_wgrad_bf16(op, M, N, K, dyb, x, dw);
+    if (st == H3S_OK && dw) st = h3c_gemm_bf16_wgrad_bf16(op, M, N, K, dyb, x, dw, dw_bf16);
     h3c_ws_free(dyb);
     return st;
 }
 
 extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
                                        float *dx) {
-    return h3c_gemm_bf16_backward(op, M, N, K, dy, w, NULL, dx, NULL);
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, w, NULL, dx, NULL, 0);
 }
 
 extern "C" h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
                                        float *dw) {
-    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, x, NULL, dw);
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, x, NULL, dw, 0);
 }
 
 /* The previous strict kernel (mma.sync), for the benchmark's side-by-side column. */

@@ -130,6 +130,7 @@ struct h3s_model {
     int64_t sp_nsizes;
     h3s_recompute recompute; /* h3s_model_set_recompute: what the next forwards keep for their backward */
     int device_grads;        /* h3s_model_set_device_grads: parameter gradients handed over in device memory */
+    int grads_bf16;          /* h3s_model_set_grad_dtype(BF16): a BF16 parameter's gradient handed over in BF16 */
     struct mem_meter *meter; /* bytes the passes hold (h3s_model_peak_bytes) */
 };
 
@@ -542,6 +543,62 @@ h3s_status h3s_model_set_device_grads(h3s_model *m, int on) {
 }
 
 int h3s_model_device_grads(const h3s_model *m) { return m && m->device_grads && m->device; }
+
+h3s_status h3s_model_set_grad_dtype(h3s_model *m, h3s_dtype dtype) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_grad_dtype: NULL model");
+    if (dtype != H3S_F32 && dtype != H3S_BF16)
+        return h3s_fail(H3S_ERR_DTYPE, "model_set_grad_dtype: %s; the parameter gradients are F32 or BF16",
+                        h3s_dtype_name(dtype));
+    if (dtype == H3S_BF16 && m->kind == H3S_BACKEND_GOLDEN)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "model_set_grad_dtype: the golden model's gradients stay F64");
+    m->grads_bf16 = dtype == H3S_BF16;
+    return H3S_OK;
+}
+
+h3s_dtype h3s_model_grad_dtype(const h3s_model *m) {
+    return !m ? H3S_F32 : m->kind == H3S_BACKEND_GOLDEN ? H3S_F64 : m->grads_bf16 ? H3S_BF16 : H3S_F32;
+}
+
+/* Whether parameter i's gradient is handed over in BF16 (h3s_model_set_grad_dtype). */
+static int grad_in_bf16(const h3s_model *m, int64_t i) { return m->grads_bf16 && m->w[i].dtype == H3S_BF16; }
+
+/* Whether the backward writes parameter i's BF16 gradient directly (a CUDA model without sequence or tensor
+ * parallel, i a block's linear weight: the weight-gradient GEMM rounds its F32 fold as it stores it); every other
+ * BF16 gradient is computed in F32 and rounded once afterwards (round_grads_bf16).  Both give the bits of the F32
+ * gradient rounded to nearest even. */
+static int grad_direct_bf16(const h3s_model *m, int parallel, int64_t i) {
+    if (!grad_in_bf16(m, i) || !m->device || parallel) return 0;
+    const int64_t nb[2] = {m->cfg.num_layers, m->cfg.num_refiner_layers};
+    for (int r = 0; r < 2; r++)
+        for (int64_t b = 0; b < nb[r]; b++) {
+            const block_params *bp = r ? &m->rbp[b] : &m->bp[b];
+            if (i == bp->to[0] || i == bp->to[1] || i == bp->to[2] || i == bp->to_out || i == bp->ff_in ||
+                i == bp->ff_out)
+                return 1;
+        }
+    return 0;
+}
+
+/* The BF16 parameters' gradients computed in F32, rounded once to nearest even into BF16 tensors (the F32 ones
+ * released). */
+static h3s_status round_grads_bf16(h3s_model *m, h3s_tensor *pg) {
+    for (int64_t i = 0; i < m->nparams; i++) {
+        if (!pg[i].data || !grad_in_bf16(m, i) || pg[i].dtype == H3S_BF16) continue;
+        h3s_tensor b;
+        memset(&b, 0, sizeof b);
+        H3S_TRY(backend_alloc_as(m, &b, H3S_BF16, pg[i].ndim, pg[i].shape, 0));
+        h3s_status st = m->device ? h3s_cuda_round_bf16(&pg[i], &b) : h3s_tensor_convert(&pg[i], &b);
+        if (st != H3S_OK) {
+            backend_free(m, &b);
+            return st;
+        }
+        meter_sub(m->meter, &pg[i]);
+        backend_free(m, &pg[i]);
+        pg[i] = b;
+        meter_add(m->meter, &pg[i]);
+    }
+    return H3S_OK;
+}
 
 h3s_status h3s_model_set_recompute(h3s_model *m, h3s_recompute mode) {
     if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_recompute: NULL model");
@@ -2367,6 +2424,7 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
         tp->mlp_hidden, g->dtemb, NULL, gpgrad(g, GP_TIME_EMBEDDER_LINEAR_1_WEIGHT),
         gpgrad(g, GP_TIME_EMBEDDER_LINEAR_1_BIAS), gpgrad(g, GP_TIME_EMBEDDER_LINEAR_2_WEIGHT),
         gpgrad(g, GP_TIME_EMBEDDER_LINEAR_2_BIAS)));
+    if (m->grads_bf16) H3S_TRY(round_grads_bf16(m, g->pg));
     for (int64_t i = 0; i < m->nparams; i++) {
         if (g->want && !g->want[i]) continue;
         H3S_TRY(emit(r, &g->pg[i], 0, 0, "param.%s", m->specs[i].name));
@@ -2450,7 +2508,8 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
-        st = backend_alloc_as(m, &g.pg[i], m->grad, m->specs[i].ndim, shape, 0);
+        st = backend_alloc_as(m, &g.pg[i], grad_direct_bf16(m, tape->sp || tape->tpar, i) ? H3S_BF16 : m->grad, m->specs[i].ndim, shape,
+                              0);
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
@@ -2466,7 +2525,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
             memcpy(out->names[i], m->specs[i].name, sizeof out->names[i]);
             if (want_params && !want_params[i]) {
-                out->params[i].dtype = m->grad; /* no data: not requested */
+                out->params[i].dtype = grad_in_bf16(m, i) ? H3S_BF16 : m->grad; /* no data: not requested */
                 out->params[i].ndim = m->specs[i].ndim;
                 memcpy(out->params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
                 continue;

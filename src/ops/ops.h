@@ -26,7 +26,8 @@
  * golden: all F64.  K order: ascending k, one FP32 accumulator per output, bias added after
  * the sum, one rounding. */
 /* dx = dy @ w [M, K]; dw = dy^T @ x [N, K] (tile fold over M); db = column sums of dy.
- * dy, dx, dw, db: F32 (strict) or F64 (golden). */
+ * dy, dx, dw, db: F32 (strict) or F64 (golden).  On the CUDA backend the strict BF16 variant also takes a BF16 dw:
+ * the F32 fold rounded once to nearest even as it is stored (bit for bit the F32 dw rounded afterwards). */
 h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
                                h3s_tensor *dw, h3s_tensor *db);
 

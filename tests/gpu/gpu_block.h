@@ -47,6 +47,7 @@ typedef struct gblock_params {
 
 typedef struct gblock_run {
     int64_t B;
+    int wgrad_bf16; /* the linear weights' gradients in BF16 (gblock_setup_wgrad): the F32 fold rounded as stored */
     int n;
     const char *name[GBLOCK_MAX_NODES];
     h3s_tensor t[GBLOCK_MAX_NODES];
@@ -127,6 +128,7 @@ static inline void gblock_free(gblock_run *r) {
 
 static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_run *r) {
     const int64_t S = g->S, M = B * S, H = g->H, QW = g->heads * g->D, F = g->F, E = g->E, FF = g->ffn;
+    const h3s_dtype WGT = r->wgrad_bf16 ? H3S_BF16 : H3S_F32; /* the linear weights' gradients */
     r->B = B;
     /* inputs: x, dout per item; temb shared (T = 1); positions and tags per packed position */
     GBLOCK_TRY(gblock_node(r, &r->x, "input.x", H3S_BF16, M, H, 1));
@@ -187,17 +189,17 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dx2a, "grad.residual_mlp.dr", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", H3S_F32, H, FF, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", WGT, H, FF, 0));
     GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn2, "grad.ffn_gate_up.dx", H3S_F32, M, H, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dw_up, "grad.ffn_gate_up.dw", H3S_F32, 2 * FF, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dw_up, "grad.ffn_gate_up.dw", WGT, 2 * FF, H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2b, "grad.norm2.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dnorm2, "grad.norm2.dw", H3S_F32, H, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2, "grad.residual_attn.out", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dxa, "grad.residual_attn.dr", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dob, "grad.residual_attn.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dao, "grad.o_proj.dx", H3S_F32, M, QW, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", H3S_F32, H, QW, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", WGT, H, QW, 0));
     GBLOCK_TRY(gblock_node(r, &r->dqr, "grad.attention.dq", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dkr, "grad.attention.dk", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dv, "grad.attention.dv", H3S_F32, M, QW, 1));
@@ -210,9 +212,9 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dn1q, "grad.q_proj.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn1k, "grad.k_proj.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn1v, "grad.v_proj.dx", H3S_F32, M, H, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dwq, "grad.q_proj.dw", H3S_F32, QW, H, 0));
-    GBLOCK_TRY(gblock_node(r, &r->dwk, "grad.k_proj.dw", H3S_F32, QW, H, 0));
-    GBLOCK_TRY(gblock_node(r, &r->dwv, "grad.v_proj.dw", H3S_F32, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwq, "grad.q_proj.dw", WGT, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwk, "grad.k_proj.dw", WGT, QW, H, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dwv, "grad.v_proj.dw", WGT, QW, H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dn1, "grad.norm1.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dxb, "grad.norm1.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dnorm1, "grad.norm1.dw", H3S_F32, H, 0, 0));
@@ -226,6 +228,16 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
 /* Allocate every node of a batch of B items, fill the inputs and compute the rotary table. */
 static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_run *r) {
     memset(r, 0, sizeof *r);
+    h3s_status st = gblock_setup_(g, B, r);
+    if (st != H3S_OK) gblock_free(r);
+    return st;
+}
+
+/* gblock_setup with the six linear weights' gradients in BF16 (wgrad_bf16 = 1: what a torch user's .grad holds, the
+ * F32 gradient rounded once; the weight-gradient GEMM rounds as it stores) or F32 (0). */
+static inline h3s_status gblock_setup_wgrad(const gblock_geom *g, int64_t B, int wgrad_bf16, gblock_run *r) {
+    memset(r, 0, sizeof *r);
+    r->wgrad_bf16 = wgrad_bf16 ? 1 : 0;
     h3s_status st = gblock_setup_(g, B, r);
     if (st != H3S_OK) gblock_free(r);
     return st;

@@ -6,7 +6,8 @@
  *   - batch invariance: item 0 of a batch of B in {1, 2, 4} gets, in every per-row node of the
  *     forward and every per-row gradient of the backward, the bits it gets alone;
  *   - repeat: running B = 2 again gives identical bits in every node, the weight, norm, table
- *     and temb gradients included.
+ *     and temb gradients included;
+ *   - the linear weights' gradients in BF16 (the bench's setting) are the F32 ones rounded, every other node equal.
  * H3S_GPU_TEST_SMALL=1 runs a scaled-down block. */
 #include "gpu_block.h"
 #include "gpu_util.h"
@@ -45,6 +46,45 @@ static void run_block(const gblock_geom *g, const gblock_params *p, int64_t B, i
     gblock_free(&br);
 }
 
+/* The block with its six linear weights' gradients in BF16 (gblock_setup_wgrad: the weight-gradient GEMM rounds its
+ * F32 fold as it stores it) against the F32 run on the same inputs: each BF16 gradient is the F32 one rounded to
+ * nearest even, every other node is bit for bit the same. */
+static void wgrad_bf16_check(const gblock_geom *g, const gblock_params *p) {
+    gblock_run rf, rb;
+    if (gblock_setup_wgrad(g, 1, 0, &rf) != H3S_OK || gblock_setup_wgrad(g, 1, 1, &rb) != H3S_OK)
+        gpu_die("block setup (weight gradients in BF16)");
+    CHECK_OK(gblock_forward(g, p, &rf));
+    CHECK_OK(gblock_backward(g, p, &rf));
+    CHECK_OK(gblock_forward(g, p, &rb));
+    CHECK_OK(gblock_backward(g, p, &rb));
+    CHECK_OK(h3s_cuda_sync());
+    int nbf = 0, bad = 0;
+    for (int i = 0; i < rf.n; i++) {
+        h3s_tensor a = gdown(&rf.t[i]), b = gdown(&rb.t[i]);
+        int same;
+        if (b.dtype == H3S_BF16 && a.dtype == H3S_F32) {
+            h3s_tensor r;
+            memset(&r, 0, sizeof r);
+            CHECK_OK(h3s_tensor_alloc(&r, H3S_BF16, b.ndim, b.shape));
+            CHECK_OK(h3s_tensor_convert(&a, &r));
+            same = h3t_bitwise_equal(&r, &b);
+            h3s_tensor_free(&r);
+            nbf++;
+        } else {
+            same = h3t_bitwise_equal(&a, &b);
+        }
+        CHECK(same, "node %s: the BF16 weight-gradient run differs from the F32 run%s", rf.name[i],
+              b.dtype == H3S_BF16 ? " rounded" : "");
+        bad += !same;
+        h3s_tensor_free(&a), h3s_tensor_free(&b);
+    }
+    printf("weight gradients in BF16: %d nodes, %d of them BF16 gradients (each the F32 one rounded); %d differ\n",
+           rf.n, nbf, bad);
+    CHECK(nbf == 6, "expected the six linear weights' gradients in BF16, got %d", nbf);
+    gblock_free(&rf);
+    gblock_free(&rb);
+}
+
 int main(void) {
     gpu_require();
     const int small = gpu_small();
@@ -78,6 +118,7 @@ int main(void) {
     }
     printf("batch invariance: %d per-row nodes x B in {2, 4}: %d differ; repeat (B = 2): %d nodes, %d differ\n",
            per_row, batch_diff, runs[1].n, repeat_diff);
+    wgrad_bf16_check(&g, &p);
     gblock_params_free(&p);
     return h3t_finish("test_gpu_block");
 }

@@ -94,6 +94,50 @@ static h3s_tensor dw_rows(const h3s_tensor *xd, const h3s_tensor *wd, const h3s_
     return dw;
 }
 
+/* A BF16 dw (the fold rounded as it is stored, or, on the mma.sync path and with split operands, the F32 fold rounded
+ * after) is bit for bit the F32 dw of the same rows rounded to nearest even on the host. */
+static void dw_bf16_check(const h3s_tensor *xd, const h3s_tensor *wd, const h3s_tensor *dyd, const h3s_tensor *f32,
+                          const char *what) {
+    h3s_tensor dwd = gdev2(H3S_BF16, wd->shape[0], wd->shape[1]);
+    CHECK_OK(h3s_linear_backward(xd, wd, dyd, NULL, &dwd, NULL));
+    h3s_tensor got = gdown(&dwd), want = h3t_alloc2(H3S_BF16, wd->shape[0], wd->shape[1]);
+    CHECK_OK(h3s_tensor_convert(f32, &want));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < h3s_tensor_numel(&want); i++)
+        differ += ((const uint16_t *)got.data)[i] != ((const uint16_t *)want.data)[i];
+    printf("  dw in BF16 (%s, M=%lld %lld->%lld): %lld of %lld elements differ from the F32 dw rounded\n", what,
+           (long long)xd->shape[0], (long long)wd->shape[1], (long long)wd->shape[0], (long long)differ,
+           (long long)h3s_tensor_numel(&want));
+    CHECK(differ == 0, "BF16 dw (%s): %lld elements differ from the F32 dw rounded", what, (long long)differ);
+    h3s_tensor_free(&got), h3s_tensor_free(&want);
+    gfree(&dwd);
+}
+
+/* The BF16 dw on a shape that the Hopper kernels cannot take (K, N not multiples of 8: the mma.sync path) and on one
+ * they take, with split gradient operands (F32 fold in a workspace, then rounded). */
+static void dw_bf16_paths(void) {
+    const int64_t M = 700, K = 30, N = 20;
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    gfill(&xd, 21, 1.0f);
+    gfill(&wd, 22, 0.05f);
+    gfill(&dyd, 23, 1.0f);
+    h3s_tensor full = dw_rows(&xd, &wd, &dyd, 0, M);
+    dw_bf16_check(&xd, &wd, &dyd, &full, "mma.sync path");
+    h3s_tensor_free(&full);
+    gfree(&xd), gfree(&wd), gfree(&dyd);
+    const int64_t K2 = 72, N2 = 40;
+    h3s_tensor x2 = gdev2(H3S_BF16, M, K2), w2 = gdev2(H3S_BF16, N2, K2), dy2 = gdev2(H3S_F32, M, N2);
+    gfill(&x2, 24, 1.0f);
+    gfill(&w2, 25, 0.05f);
+    gfill(&dy2, 26, 1.0f);
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_SPLIT));
+    h3s_tensor f2 = dw_rows(&x2, &w2, &dy2, 0, M);
+    dw_bf16_check(&x2, &w2, &dy2, &f2, "split operands");
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16));
+    h3s_tensor_free(&f2);
+    gfree(&x2), gfree(&w2), gfree(&dy2);
+}
+
 /* dw(M rows) == host FP32 fold, in ascending tile order, of dw(each 256-row tile alone). */
 static void dw_fold(int64_t M, int64_t K, int64_t N) {
     double t0 = gpu_now();
@@ -115,6 +159,7 @@ static void dw_fold(int64_t M, int64_t K, int64_t N) {
     }
     CHECK(h3t_bitwise_equal(&full, &fold), "dw over %lld rows (%lld -> %lld) is the ascending fold of its %lld tiles",
           (long long)M, (long long)K, (long long)N, (long long)tiles);
+    dw_bf16_check(&xd, &wd, &dyd, &full, "fold rounded as stored");
     printf("  dw fold: M=%lld %lld->%lld over %lld tiles: %s; %.2f s\n", (long long)M, (long long)K, (long long)N,
            (long long)tiles, h3t_bitwise_equal(&full, &fold) ? "bitwise equal" : "DIFFERENT", gpu_now() - t0);
     h3s_tensor_free(&full), h3s_tensor_free(&fold);
@@ -139,6 +184,8 @@ int main(void) {
     if (!small)
         for (int i = 0; i < 4; i++)
             dw_fold(512, shapes[i][0], shapes[i][1]);
+    printf("BF16 dw on the other paths\n");
+    dw_bf16_paths();
     printf("elapsed %.2f s\n", gpu_now() - t0);
     return h3t_finish("test_gpu_linear");
 }

@@ -122,6 +122,36 @@ int main(void) {
         h3s_model_free(dg);
     }
 
+    /* BF16 parameter gradients (h3s_model_set_grad_dtype), in device memory as the binding takes them and on the
+     * host: each the F32 gradient of run `a` rounded to nearest even (the blocks' linear weights rounded by the
+     * weight-gradient GEMM as it stores, the others afterwards), the F32 parameters' and the input gradients
+     * unchanged. */
+    for (int dev = 0; dev < 2; dev++) {
+        h3s_model *bm = NULL;
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &bm));
+        CHECK_OK(h3s_model_set_grad_dtype(bm, H3S_BF16));
+        if (dev) CHECK_OK(h3s_model_set_device_grads(bm, 1));
+        run d;
+        forward_backward(bm, &q3.in, &d);
+        for (int64_t i = 0; dev && i < d.grads.count; i++) { /* download the device gradients */
+            h3s_tensor *t = &d.grads.params[i], host;
+            memset(&host, 0, sizeof host);
+            CHECK(t->device == 1, "BF16 device gradients: %s is not on the device", d.grads.names[i]);
+            CHECK_OK(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
+            CHECK_OK(h3s_cuda_download(t, &host));
+            CHECK_OK(h3s_cuda_sync());
+            h3s_cuda_tensor_free(t);
+            *t = host;
+        }
+        int64_t nbf = 0;
+        const int ok = grads_bf16_of(&a, &d, &nbf);
+        printf("gpu BF16 gradients (%s): %lld of %lld in BF16, each the F32 gradient rounded: %s\n",
+               dev ? "device" : "host", (long long)nbf, (long long)d.grads.count, ok ? "yes" : "NO");
+        CHECK(ok && nbf > 0, "GPU BF16 gradients (%s) are not the F32 ones rounded", dev ? "device" : "host");
+        run_free(&d);
+        h3s_model_free(bm);
+    }
+
     /* The dual trajectory on the GPU: the main job's settings. */
     uint64_t seeds[3] = {11, 22, 33};
     h3s_trajectory_opts o;
