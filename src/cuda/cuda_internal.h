@@ -78,6 +78,10 @@ h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_
                                     float *dx);
 h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *x,
                                     void *dw, int dw_bf16);
+/* The GEMM epilogues' hardware BF16 pack (h3k_f2bf2) against the software rounding (h3k_f2bf) on the F32 bit patterns
+ * i * step (step odd; 1: all 2^32): *mismatches pairs differ, the smallest differing pattern in *first (0xffffffff
+ * when none). */
+h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches, uint32_t *first);
 /* dst[i] = bf16(src[i]) (round to nearest even), n elements. */
 h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst);
 /* 1 when (N, K) runs on the Hopper kernels. */

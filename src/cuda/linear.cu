@@ -506,8 +506,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                     v0 = v0 + h3k_bf2f(g.bias[q]);
                     v1 = v1 + h3k_bf2f(g.bias[q + 1]);
                 }
-                *(uint32_t *)((uint16_t *)g.c + p * g.ldc + q) =
-                    (uint32_t)h3k_f2bf(v0) | ((uint32_t)h3k_f2bf(v1) << 16);
+                *(uint32_t *)((uint16_t *)g.c + p * g.ldc + q) = h3k_f2bf2(v0, v1);
             } else {
                 *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v0, v1);
             }
@@ -648,7 +647,8 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
-/* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf, the library's round to nearest even):
+/* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
+ * round to nearest even):
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient. */
 typedef cfg<128, 192, 5, 1, 1, EPI_BF16_BIAS, 1> wgrad_fold_bf16;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
@@ -829,6 +829,49 @@ static h3s_status round_to_bf16(const char *op, int64_t n, const float *src, uin
 
 extern "C" h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst) {
     return round_to_bf16(op, n, src, (uint16_t *)dst);
+}
+
+/* Self-test of h3k_f2bf2 (the hardware pack of the GEMM epilogues) against h3k_f2bf: the F32 bit patterns
+ * u = i * step (mod 2^32) for i < 2^32 / step (step 1: every pattern) as the low value, with u ^ 0x80000001 as the
+ * high one; counts the pairs whose packed bits differ and keeps the smallest such u (a test counter: the order of
+ * the counts changes nothing). */
+__global__ void pack_selftest_kernel(uint32_t step, unsigned long long *count, unsigned int *first) {
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x, n = (1ull << 32) / step;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const uint32_t u = (uint32_t)(i * step), v = u ^ 0x80000001u;
+        const float lo = __uint_as_float(u), hi = __uint_as_float(v);
+        const uint32_t want = (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
+        if (h3k_f2bf2(lo, hi) != want) {
+            atomicAdd(count, 1ull);
+            atomicMin(first, u);
+        }
+    }
+}
+
+extern "C" h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches, uint32_t *first) {
+    static const char op[] = "bf16_pack_selftest";
+    H3S_TRY(h3c_init(op));
+    if (step == 0 || step % 2 == 0) return h3s_fail(H3S_ERR_INVALID, "%s: step %u must be odd", op, step);
+    void *ws = NULL;
+    H3S_TRY(h3c_ws_alloc(op, 16, &ws));
+    h3s_status st = h3c_memset(op, ws, 8);
+    if (st == H3S_OK && cudaMemsetAsync((uint8_t *)ws + 8, 0xff, 4, H3K_STREAM) != cudaSuccess)
+        st = h3s_fail(H3S_ERR_DEVICE, "%s: cudaMemsetAsync failed", op);
+    if (st == H3S_OK) {
+        pack_selftest_kernel<<<1024, 256, 0, H3K_STREAM>>>(step, (unsigned long long *)ws,
+                                                           (unsigned int *)((uint8_t *)ws + 8));
+        st = h3c_launch_check(op);
+    }
+    unsigned long long c = 0;
+    unsigned int f = 0;
+    if (st == H3S_OK && (cudaMemcpyAsync(&c, ws, 8, cudaMemcpyDeviceToHost, H3K_STREAM) != cudaSuccess ||
+                         cudaMemcpyAsync(&f, (uint8_t *)ws + 8, 4, cudaMemcpyDeviceToHost, H3K_STREAM) != cudaSuccess ||
+                         cudaStreamSynchronize(H3K_STREAM) != cudaSuccess))
+        st = h3s_fail(H3S_ERR_DEVICE, "%s: copying the counts back failed", op);
+    h3c_ws_free(ws);
+    *mismatches = c;
+    *first = f;
+    return st;
 }
 
 /* The dgrad of this shape folds its reduction (chosen by (K, N) alone): N >= 8 K, a reduction at least eight

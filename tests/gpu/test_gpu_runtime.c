@@ -1,6 +1,8 @@
 /* CUDA runtime of the strict backend: device tensors, copies, the fail-closed paths (host or
  * mixed tensors, bad device indices reported by h3s_cuda_sync as H3S_ERR_INDEX), the index
- * cache and the seeded device fill. */
+ * cache, the seeded device fill, and the GEMM epilogues' hardware BF16 pack against the software
+ * rounding on every F32 bit pattern. */
+#include "cuda/cuda_internal.h"
 #include "gpu_util.h"
 
 static void test_roundtrip(void) {
@@ -143,8 +145,23 @@ static void test_fill(void) {
     h3s_tensor_free(&ah), h3s_tensor_free(&bh), h3s_tensor_free(&ch);
 }
 
+/* h3k_f2bf2 (one cvt.rn.bf16x2.f32, NaN through the software path) gives h3k_f2bf's bits for all 2^32 inputs
+ * (under H3S_GPU_TEST_SMALL, for the sanitizers, every 251st pattern). */
+static void test_bf16_pack(void) {
+    uint64_t mismatches = 1;
+    uint32_t first = 0;
+    const uint32_t step = gpu_small() ? 251u : 1u;
+    const double t0 = gpu_now();
+    CHECK_OK(h3c_bf16_pack_selftest(step, &mismatches, &first));
+    printf("bf16 pack: hardware cvt.rn.bf16x2.f32 against the software rounding on %s F32 patterns: %llu "
+           "differ (%.2f s)\n",
+           step == 1 ? "all 2^32" : "every 251st of the 2^32", (unsigned long long)mismatches, gpu_now() - t0);
+    CHECK(mismatches == 0, "bf16 pack: %llu patterns differ, the first 0x%08x", (unsigned long long)mismatches, first);
+}
+
 int main(void) {
     gpu_require();
+    test_bf16_pack();
     test_roundtrip();
     test_ordered();
     test_fail_closed();
