@@ -7,7 +7,7 @@
  *   build/bench_gpu_block [--seqs 12,925,4253,8349] [--reps N] [--warmup N] [--profile-reps N] [--small]
  *                         [--weight-grads bf16|f32] [--json FILE]
  *
- * The six linear weights' gradients are BF16 by default (--weight-grads bf16: the F32 fold rounded once as the GEMM
+ * The seven linear weights' gradients are BF16 by default (--weight-grads bf16: the F32 fold rounded once as the GEMM
  * stores it, the dtype of the provider's .grad; test_gpu_block checks they are the F32 gradients rounded), F32 with
  * --weight-grads f32.
  *
@@ -343,7 +343,7 @@ static const char USAGE[] =
     "  --warmup N        untimed runs before them (default 3)\n"
     "  --profile-reps N  runs of the per-node breakdown, in [1, %d] (default 5)\n"
     "  --small           scaled-down block (hidden 64), a quick check\n"
-    "  --weight-grads T  the six linear weights' gradients in bf16 (default: the F32 gradient rounded once as the\n"
+    "  --weight-grads T  the seven linear weights' gradients in bf16 (default: the F32 gradient rounded once as the\n"
     "                    GEMM stores it, the dtype of the provider's .grad) or f32\n"
     "  --json FILE       write the results (rewritten after every S, so a stopped run keeps the finished ones)\n";
 

@@ -565,7 +565,7 @@ h3s_status h3s_cuda_adaln_projection_backward(const h3s_tensor *temb, const h3s_
     const int64_t N = w->shape[0];
     H3S_TRY(dev_tensor(op, "dtable", dtable, H3S_F32, 2, T, N, -1));
     H3S_TRY(dev_opt(op, "dtemb", dtemb, H3S_F32, 2, T, E));
-    H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 2, N, E));
+    H3S_TRY(dev_opt(op, "dw", dw, dw && dw->dtype == H3S_BF16 ? H3S_BF16 : H3S_F32, 2, N, E)); /* BF16: rounded */
     H3S_TRY(dev_opt(op, "db", db, H3S_F32, 1, N, -1));
     h3s_tensor *none = NULL;
     H3S_TRY(h3s_cuda_linear_backward(a, w, dtable, none, dw, db));

@@ -563,17 +563,18 @@ h3s_dtype h3s_model_grad_dtype(const h3s_model *m) {
 static int grad_in_bf16(const h3s_model *m, int64_t i) { return m->grads_bf16 && m->w[i].dtype == H3S_BF16; }
 
 /* Whether the backward writes parameter i's BF16 gradient directly (a CUDA model without sequence or tensor
- * parallel, i a block's linear weight: the weight-gradient GEMM rounds its F32 fold as it stores it); every other
- * BF16 gradient is computed in F32 and rounded once afterwards (round_grads_bf16).  Both give the bits of the F32
- * gradient rounded to nearest even. */
+ * parallel, i a block's linear weight, its AdaLN projection's or norm_out's: the weight-gradient GEMM rounds its F32
+ * fold as it stores it); every other BF16 gradient is computed in F32 and rounded once afterwards
+ * (round_grads_bf16).  Both give the bits of the F32 gradient rounded to nearest even. */
 static int grad_direct_bf16(const h3s_model *m, int parallel, int64_t i) {
     if (!grad_in_bf16(m, i) || !m->device || parallel) return 0;
+    if (i == m->gp[GP_NORM_OUT_LINEAR_WEIGHT]) return 1;
     const int64_t nb[2] = {m->cfg.num_layers, m->cfg.num_refiner_layers};
     for (int r = 0; r < 2; r++)
         for (int64_t b = 0; b < nb[r]; b++) {
             const block_params *bp = r ? &m->rbp[b] : &m->bp[b];
             if (i == bp->to[0] || i == bp->to[1] || i == bp->to[2] || i == bp->to_out || i == bp->ff_in ||
-                i == bp->ff_out)
+                i == bp->ff_out || (!r && i == bp->adaln_w))
                 return 1;
         }
     return 0;
@@ -2508,8 +2509,8 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
-        st = backend_alloc_as(m, &g.pg[i], grad_direct_bf16(m, tape->sp || tape->tpar, i) ? H3S_BF16 : m->grad, m->specs[i].ndim, shape,
-                              0);
+        st = backend_alloc_as(m, &g.pg[i], grad_direct_bf16(m, tape->sp || tape->tpar, i) ? H3S_BF16 : m->grad,
+                              m->specs[i].ndim, shape, 0);
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);

@@ -47,7 +47,7 @@ typedef struct gblock_params {
 
 typedef struct gblock_run {
     int64_t B;
-    int wgrad_bf16; /* the linear weights' gradients in BF16 (gblock_setup_wgrad): the F32 fold rounded as stored */
+    int wgrad_bf16; /* the 7 linear weights' gradients in BF16 (gblock_setup_wgrad): the F32 fold rounded as stored */
     int n;
     const char *name[GBLOCK_MAX_NODES];
     h3s_tensor t[GBLOCK_MAX_NODES];
@@ -220,7 +220,7 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dnorm1, "grad.norm1.dw", H3S_F32, H, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx, "grad.x", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dtemb, "grad.temb", H3S_F32, 1, E, 0));
-    GBLOCK_TRY(gblock_node(r, &r->dw_ada, "grad.adaln_projection.dw", H3S_F32, 18 * H, E, 0));
+    GBLOCK_TRY(gblock_node(r, &r->dw_ada, "grad.adaln_projection.dw", WGT, 18 * H, E, 0));
     GBLOCK_TRY(gblock_node(r, &r->db_ada, "grad.adaln_projection.db", H3S_F32, 18 * H, 0, 0));
     return H3S_OK;
 }
@@ -233,8 +233,9 @@ static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_ru
     return st;
 }
 
-/* gblock_setup with the six linear weights' gradients in BF16 (wgrad_bf16 = 1: what a torch user's .grad holds, the
- * F32 gradient rounded once; the weight-gradient GEMM rounds as it stores) or F32 (0). */
+/* gblock_setup with the seven linear weights' gradients (q, k, v, o, gate_up, down, the AdaLN projection) in BF16
+ * (wgrad_bf16 = 1: what a torch user's .grad holds, the F32 gradient rounded once; the weight-gradient GEMM rounds as
+ * it stores) or F32 (0). */
 static inline h3s_status gblock_setup_wgrad(const gblock_geom *g, int64_t B, int wgrad_bf16, gblock_run *r) {
     memset(r, 0, sizeof *r);
     r->wgrad_bf16 = wgrad_bf16 ? 1 : 0;
