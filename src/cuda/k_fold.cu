@@ -41,7 +41,9 @@ __device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m,
  * column; a bad index is reported once and its row skipped), in ascending order, then runs the
  * chain over that list in batches of FOLD_BATCH rows whose loads are all in flight together.
  * Same contributions, same order: the same bits. */
-#define FOLD_BATCH 16
+#ifndef FOLD_BATCH
+#define FOLD_BATCH 64
+#endif
 
 template <int MODE>
 __global__ void __launch_bounds__(FOLD_COLS)

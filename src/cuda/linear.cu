@@ -485,29 +485,64 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
     const int w = t >> 5, lane = t & 31;
     const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
+    if constexpr (C::EPI == EPI_BF16_BIAS) {
+        /* BF16 out: each value (plus the bias, when present) rounded by h3k_f2bf2, then the four lanes of a row
+         * exchange their packed pairs so that each holds 8 consecutive columns, stored as one 16-byte write (every
+         * 32-byte sector written whole; 4-byte stores of 2 columns left half-written sectors and ran slower than the
+         * F32 epilogue).  Only where the bytes go changes: every value is the one the thread computed. */
+        static_assert(BN % 32 == 0, "BF16 epilogue: whole groups of 4 column blocks");
+        const int l = lane & 3;
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int64_t q = q0 + j * 8 + 2 * (lane & 3);
-        if (q >= g.Q) continue; /* Q is a multiple of 8: q < Q implies q + 1 < Q */
+        for (int jg = 0; jg < BN / 32; jg++) {
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t p = row0 + 8 * h;
-            if (p >= g.P) continue;
-            float v0, v1;
-            if (C::FOLD) {
-                v0 = tot[j * 4 + 2 * h];
-                v1 = tot[j * 4 + 2 * h + 1];
-            } else {
-                v0 = acc[j * 4 + 2 * h];
-                v1 = acc[j * 4 + 2 * h + 1];
-            }
-            if (C::EPI == EPI_BF16_BIAS) {
-                if (g.bias) { /* bias after the sum, only when present */
-                    v0 = v0 + h3k_bf2f(g.bias[q]);
-                    v1 = v1 + h3k_bf2f(g.bias[q + 1]);
+            for (int h = 0; h < 2; h++) {
+                uint32_t wv[4];
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = jg * 4 + jj;
+                    const int64_t q = q0 + j * 8 + 2 * l;
+                    float v0 = C::FOLD ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
+                    float v1 = C::FOLD ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
+                    if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
+                        v0 = v0 + h3k_bf2f(g.bias[q]);
+                        v1 = v1 + h3k_bf2f(g.bias[q + 1]);
+                    }
+                    wv[jj] = h3k_f2bf2(v0, v1);
                 }
-                *(uint32_t *)((uint16_t *)g.c + p * g.ldc + q) = h3k_f2bf2(v0, v1);
-            } else {
+                /* 4 x 4 transpose inside the quad: in round r lane s sends its pair for column block (s + r) % 4
+                 * and receives from lane (l - r) % 4 that lane's pair for column block l */
+                uint32_t o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int si = (l + r) & 3, src = (l - r) & 3;
+                    const uint32_t x = si == 0 ? wv[0] : si == 1 ? wv[1] : si == 2 ? wv[2] : wv[3];
+                    const uint32_t y = __shfl_sync(0xffffffffu, x, (lane & ~3) | src);
+                    o0 = src == 0 ? y : o0;
+                    o1 = src == 1 ? y : o1;
+                    o2 = src == 2 ? y : o2;
+                    o3 = src == 3 ? y : o3;
+                }
+                const int64_t p = row0 + 8 * h, qc = q0 + (jg * 4 + l) * 8;
+                if (p < g.P && qc < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + qc) = make_uint4(o0, o1, o2, o3);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int64_t q = q0 + j * 8 + 2 * (lane & 3);
+            if (q >= g.Q) continue; /* Q is a multiple of 8: q < Q implies q + 1 < Q */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t p = row0 + 8 * h;
+                if (p >= g.P) continue;
+                float v0, v1;
+                if (C::FOLD) {
+                    v0 = tot[j * 4 + 2 * h];
+                    v1 = tot[j * 4 + 2 * h + 1];
+                } else {
+                    v0 = acc[j * 4 + 2 * h];
+                    v1 = acc[j * 4 + 2 * h + 1];
+                }
                 *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v0, v1);
             }
         }
