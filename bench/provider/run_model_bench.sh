@@ -130,6 +130,9 @@ GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
 T0=$(date +%s)
 T=$(limit 300 300)
+# The build keeps 300 s for the steps after it: with a short deadline it would get the 10 s floor and be stopped
+# part-way (a deadline of 300 s did exactly that), so say why before it starts.
+[ "$T" -lt 60 ] && log "build: only ${T}s left for it: H3S_MODEL_DEADLINE_S=$DEADLINE_S keeps 300 s for init and the two sides; give at least 420 s (the default is 560), or reuse a built H3S_MODEL_BUILD"
 BUILD_OK=1
 timeout -k 10 "$T" cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=$CUDA_OPT \
     "${EXTRA_CMAKE[@]}" >>"$LOG" 2>&1 || BUILD_OK=0
