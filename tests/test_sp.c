@@ -12,7 +12,8 @@
  * chunks of a few rows; per-block recomputation (H3S_RECOMPUTE_BLOCKS) on the parallel model against one process
  * without it, on the odd configuration at every (sp, tp) and on a padded, masked batch of 12.  On the odd configuration
  * the dual trajectory's and the replay's JSON reports are compared too (every CPU model of the process parallel,
- * h3s_set_parallel).  A build without MPI prints SKIP. */
+ * h3s_set_parallel), and BF16 parameter gradients (h3s_model_set_grad_dtype) on the parallel model are the
+ * one-process F32 ones rounded.  A build without MPI prints SKIP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,37 @@ static void compare_case_mode(h3s_comm *comm, int sp, int tp, const char *label,
 static void compare_case(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch,
                          int64_t pad_to, int with_mask, const int64_t *sizes) {
     compare_case_mode(comm, sp, tp, label, c, batch, pad_to, with_mask, sizes, H3S_RECOMPUTE_NONE);
+}
+
+/* BF16 parameter gradients (h3s_model_set_grad_dtype) on the parallel model: each is the F32 gradient of one
+ * process rounded once, the outputs and input gradients unchanged (grads_bf16_of). */
+static void compare_case_bf16(h3s_comm *comm, int sp, int tp, const char *label, const h3s_config *c, int64_t batch) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_create(c, 17, &w));
+    if (!w) return;
+    request q;
+    make_request(c, batch, 0, 0, &q);
+    h3s_model *alone = NULL, *par = NULL;
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &alone));
+    CHECK_OK(h3s_model_create(w, H3S_BACKEND_CPU, &par));
+    CHECK_OK(h3s_model_set_parallel(par, comm, sp, tp));
+    CHECK_OK(h3s_model_set_grad_dtype(par, H3S_BF16));
+    run ra, rp;
+    node_log la = {0}, lp = {0};
+    run_logged(alone, &q.in, &ra, &la);
+    run_logged(par, &q.in, &rp, &lp);
+    int64_t nbf = 0;
+    CHECK(grads_bf16_of(&ra, &rp, &nbf) && nbf > 0,
+          "[%s, sp %d tp %d, rank %d] BF16 gradients are not the one-process F32 ones rounded (%lld in BF16)", label,
+          sp, tp, comm->rank, (long long)nbf);
+    run_free(&ra);
+    run_free(&rp);
+    node_log_free(&la);
+    node_log_free(&lp);
+    h3s_model_free(alone);
+    h3s_model_free(par);
+    request_free(&q);
+    h3s_weights_free(w);
 }
 
 /* The dual trajectory and the replay report of a configuration, alone and with every CPU model of the process
@@ -156,6 +188,7 @@ static int worker(void) {
         compare_case_mode(comm, sp, tp, "odd config, batch 11, recompute blocks", &odd, 11, 0, 0, NULL,
                           H3S_RECOMPUTE_BLOCKS);
         compare_reports(comm, sp, tp, "odd config", &odd);
+        compare_case_bf16(comm, sp, tp, "odd config, batch 11, BF16 parameter gradients", &odd, 11);
     }
     /* explicit uneven slices (S is 37 rows for this layout; batch 12 gives 444 rows) */
     request probe;
