@@ -226,13 +226,6 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
 }
 
 /* Allocate every node of a batch of B items, fill the inputs and compute the rotary table. */
-static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_run *r) {
-    memset(r, 0, sizeof *r);
-    h3s_status st = gblock_setup_(g, B, r);
-    if (st != H3S_OK) gblock_free(r);
-    return st;
-}
-
 /* gblock_setup with the seven linear weights' gradients (q, k, v, o, gate_up, down, the AdaLN projection) in BF16
  * (wgrad_bf16 = 1: what a torch user's .grad holds, the F32 gradient rounded once; the weight-gradient GEMM rounds as
  * it stores) or F32 (0). */
@@ -242,6 +235,10 @@ static inline h3s_status gblock_setup_wgrad(const gblock_geom *g, int64_t B, int
     h3s_status st = gblock_setup_(g, B, r);
     if (st != H3S_OK) gblock_free(r);
     return st;
+}
+
+static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_run *r) {
+    return gblock_setup_wgrad(g, B, 0, r);
 }
 
 /* The label r.after gets for a node of the shared block (model/block.h): the forward's names as they are; in the
