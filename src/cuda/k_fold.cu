@@ -204,11 +204,13 @@ __device__ __forceinline__ void hd_ld_clamped(float (&v)[HD_B], const float *s, 
         v[u] = s[min(k + u, cnt - 1) * HD_COLS];
 }
 
-/* part + v[0] + ... + v[HD_B - 1], in that order; then the next batch w moves into v. */
-__device__ __forceinline__ float hd_add_shift(float part, float (&v)[HD_B], const float (&w)[HD_B]) {
+/* part + v[0] + ... + v[HD_B - 1], in that order (start: the batch starts the chain, v[0] + v[1] + ...); then the
+ * next batch w moves into v. */
+__device__ __forceinline__ float hd_add_shift(float part, float (&v)[HD_B], const float (&w)[HD_B],
+                                              bool start = false) {
 #pragma unroll
     for (int u = 0; u < HD_B; u++)
-        part = part + v[u];
+        part = start && u == 0 ? v[0] : part + v[u];
 #pragma unroll
     for (int u = 0; u < HD_B; u++)
         v[u] = w[u];
@@ -224,13 +226,7 @@ __device__ __forceinline__ float hd_chain(const float *s, int cnt, bool first, f
     hd_ld_clamped(v, s, 0, cnt);
     if (first && cnt >= HD_B) {
         hd_ld_clamped(w, s, HD_B, cnt);
-        part = v[0];
-#pragma unroll
-        for (int u = 1; u < HD_B; u++)
-            part = part + v[u];
-#pragma unroll
-        for (int u = 0; u < HD_B; u++)
-            v[u] = w[u];
+        part = hd_add_shift(part, v, w, true);
         k = HD_B;
         first = false;
     }
