@@ -30,17 +30,22 @@ __device__ __forceinline__ uint16_t h3k_f2bf(float x) {
 
 /* Two values rounded as h3k_f2bf rounds them, packed (lo in the lower half): one cvt.rn.bf16x2.f32 (round to nearest
  * even, subnormals kept, overflow to infinity: h3k_f2bf's bits for every non-NaN value) instead of about ten integer
- * instructions per value; a NaN takes h3k_f2bf's path, which keeps its payload (the instruction would give the
- * canonical NaN).  test_gpu_runtime compares it with h3k_f2bf on every F32 bit pattern. */
+ * instructions per value.  A NaN half is then replaced by h3k_f2bf's NaN, which keeps the payload (the instruction
+ * gives the canonical NaN), with selects rather than a branch: a branch per pair put a reconvergence point around
+ * every pair of a GEMM epilogue (measured: a BF16-output GEMM ran slower than the same GEMM writing twice the
+ * bytes in F32).  test_gpu_runtime compares it with h3k_f2bf on every F32 bit pattern. */
 __device__ __forceinline__ uint32_t h3k_f2bf2(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    if (!(lo != lo) && !(hi != hi)) {
-        uint32_t r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-#endif
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    const uint32_t ul = __float_as_uint(lo), uh = __float_as_uint(hi);
+    const uint32_t nan_lo = (r & 0xffff0000u) | (ul >> 16) | 0x0040u;
+    r = (ul & 0x7fffffffu) > 0x7f800000u ? nan_lo : r;
+    const uint32_t nan_hi = (r & 0x0000ffffu) | (uh & 0xffff0000u) | 0x00400000u;
+    return (uh & 0x7fffffffu) > 0x7f800000u ? nan_hi : r;
+#else
     return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
+#endif
 }
 
 /* VW (1, 2, 4 or 8) consecutive BF16 / F32 elements at p, moved with the widest access the
