@@ -463,6 +463,56 @@ __device__ __forceinline__ uint8_t *tc_smem_base(uint8_t *raw) {
     return (uint8_t *)(((uintptr_t)raw + 1023) & ~(uintptr_t)1023);
 }
 
+/* One step of the forward's online softmax over a key tile (the tensor-core kernels': this thread's TC_FK / 2 scores of
+ * its two rows in s, in the m64nTC_FK accumulator layout).  Keys past kn (a group's last tile) become -inf; m and l,
+ * the rows' running maximum and sum, are updated; s is replaced by p = 2^(s c1 - m2); alpha is the factor by which
+ * the output accumulated so far is rescaled.  Both forward kernels run exactly these steps. */
+__device__ __forceinline__ void tc_softmax_step(float (&s)[TC_FK / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                                int kn, int lane, float c1) {
+    /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (kn == TC_FK) {
+#pragma unroll
+        for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[j * 4 + e]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = j * 8 + (lane & 3) * 2 + (e & 1);
+                const float v = key < kn ? s[j * 4 + e] : -INFINITY;
+                s[j * 4 + e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+    }
+    /* alpha = 2^(m2_old - m2_new) with m2 = m c1; the exponent base mb = m2, or 0 while the row has no
+     * finite score (then every p is 2^-inf = 0, as a masked key's) */
+    float mb[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
+        alpha[r] = m[r] == -INFINITY ? 0.0f : tc_ex2(m[r] * c1 - mn * c1);
+        m[r] = mn;
+        mb[r] = mn == -INFINITY ? 0.0f : mn * c1;
+    }
+    /* p = 2^(s c1 - m2): one fma, one ex2 */
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < TC_FK / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -mb[e >> 1]));
+            s[j * 4 + e] = p;
+            rs[e >> 1] = rs[e >> 1] + p;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+}
+
 /* Forward: one CTA per tile of 128 of a group's queries (warpgroup w owns rows [64 w, 64 w + 64)).
  *
  * Software pipeline inside each warpgroup: at key tile i the MMA of s_i = q k_i^T and the MMA of
@@ -534,48 +584,8 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
             wg::wg_wait<0>();
         }
         wg::reg_fence<TC_FK / 2>(s);
-        /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
-        float mx[2] = {-INFINITY, -INFINITY};
-        if (kn == TC_FK) {
-#pragma unroll
-            for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j * 4 + e]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = j * 8 + (lane & 3) * 2 + (e & 1);
-                    const float v = key < kn ? s[j * 4 + e] : -INFINITY;
-                    s[j * 4 + e] = v;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
-                }
-        }
-        /* alpha = 2^(m2_old - m2_new) with m2 = m c1; the exponent base mb = m2, or 0 while the row has no
-         * finite score (then every p is 2^-inf = 0, as a masked key's) */
-        float alpha[2], mb[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
-            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_ex2(m[r] * c1 - mn * c1);
-            m[r] = mn;
-            mb[r] = mn == -INFINITY ? 0.0f : mn * c1;
-        }
-        /* p = 2^(s c1 - m2): one fma, one ex2 */
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -mb[e >> 1]));
-                s[j * 4 + e] = p;
-                rs[e >> 1] = rs[e >> 1] + p;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+        float alpha[2];
+        tc_softmax_step(s, m, l, alpha, kn, lane, c1);
         wg::wg_wait<0>(); /* the o update of tile it - 1 has completed: o and pa are free */
         wg::reg_fence<TC_D / 2>(o);
 #pragma unroll
@@ -831,45 +841,8 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1) attn_tc_forward_ws_kernel
          * ptxas serialise the wgmma (C7514); one between s's commit and the o update's issue compiles clean but lets
          * the other warpgroup's s_it run alongside this one's, so the two softmaxes would start together again. */
         tc_bar_arrive_if(wgi == 0, wgi == 1 && it + 1 < ntiles);
-        /* the running maximum of the raw products (keys past the list's end, in a group's last tile: -inf) */
-        float mx[2] = {-INFINITY, -INFINITY};
-        if (kn == TC_FK) {
-#pragma unroll
-            for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j * 4 + e]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = j * 8 + (lane & 3) * 2 + (e & 1);
-                    const float v = key < kn ? s[j * 4 + e] : -INFINITY;
-                    s[j * 4 + e] = v;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
-                }
-        }
-        float alpha[2], mb[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float mn = fmaxf(m[r], tc_quad_max(mx[r]));
-            alpha[r] = m[r] == -INFINITY ? 0.0f : tc_ex2(m[r] * c1 - mn * c1);
-            m[r] = mn;
-            mb[r] = mn == -INFINITY ? 0.0f : mn * c1;
-        }
-        float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < TC_FK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -mb[e >> 1]));
-                s[j * 4 + e] = p;
-                rs[e >> 1] = rs[e >> 1] + p;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-            l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
+        float alpha[2];
+        tc_softmax_step(s, m, l, alpha, kn, lane, c1);
         wg::wg_wait<0>(); /* the o update of tile it - 1 has completed: o and pa are free, and stage pst is read */
         wg::reg_fence<TC_D / 2>(o);
         if (it > 0) {
