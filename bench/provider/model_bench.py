@@ -5,7 +5,7 @@ own (so the two never share device memory), then `combine` and `table`.
 
   python3 model_bench.py side --side strict|provider --model DIR --inputs S=IN.safetensors[,S=IN...]
                               [--device cuda|cpu] [--reps 10] [--warmup 2] [--phase-s 40] [--deadline EPOCH]
-                              [--sample-ms 2]
+                              [--sample-ms 2] [--profile PROFILE.txt]
                               --json SIDE.json
   python3 model_bench.py combine --strict STRICT.json --provider PROVIDER.json [--meta META.json] --out OUT.json
   python3 model_bench.py table OUT.json            (the Markdown table, on stdout)
@@ -54,6 +54,12 @@ Peak memory, per phase, from the start of its first warm-up to the end of its la
                   device, not the library's memory.
 With --device cpu (a rehearsal of the code paths on a machine without a GPU) peak_device_gb is the process's
 resident host memory (sampled from /proc/self/statm), peak_torch_gb is null, and the timings are host timings.
+
+--profile FILE: after the timed phases, one more forward+backward at the first S (after one warm-up run), under
+torch.profiler with CUDA activity (CUPTI sees every kernel in the process, the library's as well as torch's), and
+FILE gets: that run's wall time, the time the device spent in kernels and copies (the union of their intervals, and
+the idle remainder: launch gaps and host work), and the kernels and copies grouped by name, the longest total first.
+A profile, not a benchmark: the profiler's own overhead is in that run's wall time.
 
 The side's JSON is rewritten after every phase, so a side stopped by its time limit keeps what it finished
 ("complete": false).  Progress lines ("[strict] S = 1133: forward+backward: ...") go to stdout as it goes.
@@ -414,10 +420,62 @@ class Side:
         for k, (S, ph, a) in enumerate(pending):
             self.report["stage"] = f"S = {S}: {ph}"
             self.phase(S, ph, a, len(pending) - k)
+        if self.args.profile and self.inputs:
+            self.report["stage"] = "profile"
+            self.save()
+            self.profile(self.args.profile)
         self.report["stage"] = "done"
         self.report["complete"] = all(r.get("ms") is not None for r in self.report["results"])
         self.save()
         return 0 if self.report["complete"] else 1
+
+    def profile(self, path):
+        """One forward+backward at the first S under torch.profiler: kernels and copies by name (--profile)."""
+        torch = self.torch
+        S, _, args = self.inputs[0]
+        if self.left() < 30:
+            _say(self.side, "profile: skipped, less than 30 s before the deadline")
+            return
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        self._zero()
+        self._run_once("forward+backward", args)  # warm-up
+        self._zero()
+        self.sync()
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            self._run_once("forward+backward", args)
+            self.sync()
+            wall_ms = (time.perf_counter() - t0) * 1e3
+        spans, groups = [], {}
+        for e in prof.events():
+            if not str(e.device_type).endswith("CUDA"):
+                continue
+            t_a, t_b = e.time_range.start, e.time_range.end
+            spans.append((t_a, t_b))
+            g = groups.setdefault(e.name, [0, 0.0])
+            g[0] += 1
+            g[1] += (t_b - t_a) / 1e3
+        busy_ms, end = 0.0, None
+        for a, b in sorted(spans):  # the union of the device intervals
+            if end is None or a > end:
+                busy_ms += (b - a) / 1e3
+                end = b
+            elif b > end:
+                busy_ms += (b - end) / 1e3
+                end = b
+        total_ms = sum(g[1] for g in groups.values())
+        lines = [f"# {self.side}: one forward+backward at S = {S}, {self.report.get('layers')} blocks, "
+                 f"device {self.device} (torch.profiler; model_bench.py --profile)",
+                 f"wall {wall_ms:.2f} ms; device busy {busy_ms:.2f} ms (idle {wall_ms - busy_ms:.2f} ms); "
+                 f"kernel and copy time summed {total_ms:.2f} ms over {len(spans)} launches",
+                 "", f"{'total ms':>10} {'share':>6} {'count':>6}  name"]
+        for name, (n, ms) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+            lines.append(f"{ms:10.3f} {100 * ms / total_ms if total_ms else 0:5.1f}% {n:6d}  {name[:160]}")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        _say(self.side, f"profile: wall {wall_ms:.1f} ms, device busy {busy_ms:.1f} ms, "
+                        f"{len(groups)} kernel names -> {path}")
 
 
 def cmd_side(args):
@@ -583,6 +641,7 @@ def main(argv=None):
     s.add_argument("--sample-ms", type=float, default=2.0, help="interval of the peak-memory sampler (ms)")
     s.add_argument("--exact-grads", type=int, choices=(0, 1), default=0,
                    help="strict: 1 = every parameter gradient handed over in F32 (exact_grads=True)")
+    s.add_argument("--profile", default=None, help="write a per-kernel profile of one forward+backward here")
     s.add_argument("--json", required=True)
     c = sub.add_parser("combine", help="the two sides into bench_model.json (and the table on stdout)")
     c.add_argument("--strict")

@@ -46,6 +46,10 @@
 # stopped early keeps what it finished (bench_model.json then says "complete": false).  Expected on an H200 at
 # L = 8: build about 1-1.5 min from scratch, init about 1 min, each side 1-2 min; about 5-6 minutes in all.
 #
+# Profile: H3S_MODEL_PROFILE=1 adds, after each side's timed phases, one forward+backward at the first S under
+# torch.profiler (model_bench.py --profile): $OUT/profile_strict.txt and $OUT/profile_provider.txt, each with the
+# run's wall time, the device's busy time and the kernels and copies by name, longest total first.
+#
 # Knobs: H3S_MODEL_DEVICE (cuda; or the first argument --device cpu|cuda), H3S_MODEL_PRESET (h3-33b; tiny for a
 # rehearsal), H3S_MODEL_LAYERS, H3S_MODEL_SEQS, H3S_MODEL_REPS (default 5 timed runs at most per phase),
 # H3S_MODEL_WARMUP (1), H3S_MODEL_PHASE_S, H3S_MODEL_SAMPLE_MS (the peak-memory sampler's interval, default 2),
@@ -78,6 +82,8 @@ SAMPLE_MS=${H3S_MODEL_SAMPLE_MS:-2}
 DEADLINE_S=${H3S_MODEL_DEADLINE_S:-560}
 PROVIDER_S=${H3S_MODEL_PROVIDER_S:-120}
 INIT_S_PER_GB=${H3S_MODEL_INIT_S_PER_GB:-5}
+case "${H3S_MODEL_PROFILE:-0}" in 0 | "") PROFILE="" ;; 1) PROFILE=1 ;; *)
+    echo "run_model_bench.sh: H3S_MODEL_PROFILE must be 0 or 1" >&2; exit 2 ;; esac
 MROOT=${H3S_MODEL_ROOT:-/tmp/h3s-model-bench}
 BUILD=${H3S_MODEL_BUILD:-/tmp/h3s-build-model}
 PY=${H3S_PYTHON:-python3}
@@ -95,7 +101,8 @@ log "run_model_bench: start $START, source $SRC, device $DEVICE, preset $PRESET,
 
 # shellcheck source=bench/provider/bench_common.sh
 . "$SRC/bench/provider/bench_common.sh"
-rm -f "$WORK"/strict.json "$WORK"/provider.json "$WORK"/meta.json "$OUT"/bench_model.json "$OUT"/bench_model_table.txt
+rm -f "$WORK"/strict.json "$WORK"/provider.json "$WORK"/meta.json "$OUT"/bench_model.json "$OUT"/bench_model_table.txt \
+    "$OUT"/profile_strict.txt "$OUT"/profile_provider.txt
 
 # S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents
 layout() {
@@ -236,7 +243,7 @@ if [ "$MODEL_OK" = 1 ] && [ -n "$INPUTS" ]; then
     PYTHONUNBUFFERED=1 timeout -k 10 "$T" "$PY" "$SRC/bench/provider/model_bench.py" side --side strict \
         --model "$M" --inputs "$INPUTS" --device "$DEVICE" --reps "$REPS" --warmup "$WARMUP" --phase-s "$PHASE_S" \
         --sample-ms "$SAMPLE_MS" --exact-grads "${H3S_MODEL_EXACT_GRADS:-0}" --deadline $(($(date +%s) + T - 8)) \
-        --json "$WORK/strict.json" 2>&1 | tee -a "$LOG"
+        ${PROFILE:+--profile "$OUT/profile_strict.txt"} --json "$WORK/strict.json" 2>&1 | tee -a "$LOG"
     STRICT_RC=${PIPESTATUS[0]}
     if [ "$PROVIDER_OK" = 1 ]; then
         warm_cache
@@ -245,7 +252,7 @@ if [ "$MODEL_OK" = 1 ] && [ -n "$INPUTS" ]; then
         PYTHONUNBUFFERED=1 timeout -k 10 "$T" "$PY" "$SRC/bench/provider/model_bench.py" side --side provider \
             --model "$M" --inputs "$INPUTS" --device "$DEVICE" --reps "$REPS" --warmup "$WARMUP" \
             --phase-s "$PHASE_S" --sample-ms "$SAMPLE_MS" --deadline $(($(date +%s) + T - 8)) \
-            --json "$WORK/provider.json" 2>&1 | tee -a "$LOG"
+            ${PROFILE:+--profile "$OUT/profile_provider.txt"} --json "$WORK/provider.json" 2>&1 | tee -a "$LOG"
         PROVIDER_RC=${PIPESTATUS[0]}
     fi
 fi
