@@ -136,15 +136,18 @@ CUDA_OPT=ON
 GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
 T0=$(date +%s)
-T=$(limit 300 300)
-# The build keeps 300 s for the steps after it: with a short deadline it would get the 10 s floor and be stopped
-# part-way (a deadline of 300 s did exactly that), so say why before it starts.
-[ "$T" -lt 60 ] && log "build: only ${T}s left for it: H3S_MODEL_DEADLINE_S=$DEADLINE_S keeps 300 s for init and the two sides; give at least 420 s (the default is 560), or reuse a built H3S_MODEL_BUILD"
+# The build keeps time for the steps after it: 300 s, or three fifths of a shorter deadline (a fixed 300 s left a
+# deadline of 300 s only the 10 s floor for the build, which was stopped part-way; on an H200 with 16 cores the
+# build takes about 20 s, init about 1 min and the two sides about 1.5 min at L = 8).
+RESERVE=$((DEADLINE_S * 3 / 5))
+[ "$RESERVE" -gt 300 ] && RESERVE=300
+T=$(limit "$RESERVE" 300)
+[ "$T" -lt 60 ] && log "build: only ${T}s left for it: H3S_MODEL_DEADLINE_S=$DEADLINE_S keeps ${RESERVE} s for init and the two sides; give a longer deadline (the default is 560), or reuse a built H3S_MODEL_BUILD"
 BUILD_OK=1
 timeout -k 10 "$T" cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=$CUDA_OPT \
     "${EXTRA_CMAKE[@]}" >>"$LOG" 2>&1 || BUILD_OK=0
 if [ "$BUILD_OK" = 1 ]; then
-    T=$(limit 300 300)
+    T=$(limit "$RESERVE" 300)
     timeout -k 10 "$T" cmake --build "$BUILD" -j "$JOBS" --target h3strict_cli h3strict_shared >>"$LOG" 2>&1 || BUILD_OK=0
 fi
 H=$BUILD/h3strict
