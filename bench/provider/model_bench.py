@@ -58,7 +58,8 @@ resident host memory (sampled from /proc/self/statm), peak_torch_gb is null, and
 --profile FILE: after the timed phases, one more forward+backward at the first S (after one warm-up run), under
 torch.profiler with CUDA activity (CUPTI sees every kernel in the process, the library's as well as torch's), and
 FILE gets: that run's wall time, the time the device spent in kernels and copies (the union of their intervals, and
-the idle remainder: launch gaps and host work), and the kernels and copies grouped by name, the longest total first.
+the idle remainder: launch gaps and host work), the kernels and copies grouped by name, the longest total first, and
+the host's CUDA runtime and driver calls grouped the same way (where the host waits or synchronises).
 A profile, not a benchmark: the profiler's own overhead is in that run's wall time.
 
 The side's JSON is rewritten after every phase, so a side stopped by its time limit keeps what it finished
@@ -447,9 +448,13 @@ class Side:
             self._run_once("forward+backward", args)
             self.sync()
             wall_ms = (time.perf_counter() - t0) * 1e3
-        spans, groups = [], {}
+        spans, groups, api = [], {}, {}
         for e in prof.events():
             if not str(e.device_type).endswith("CUDA"):
+                if e.name.startswith("cuda") or e.name.startswith("cu"):  # runtime and driver API calls (host side)
+                    g = api.setdefault(e.name, [0, 0.0])
+                    g[0] += 1
+                    g[1] += (e.time_range.end - e.time_range.start) / 1e3
                 continue
             t_a, t_b = e.time_range.start, e.time_range.end
             spans.append((t_a, t_b))
@@ -472,6 +477,10 @@ class Side:
                  "", f"{'total ms':>10} {'share':>6} {'count':>6}  name"]
         for name, (n, ms) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
             lines.append(f"{ms:10.3f} {100 * ms / total_ms if total_ms else 0:5.1f}% {n:6d}  {name[:160]}")
+        lines += ["", "host side: CUDA runtime and driver calls by name, longest total first (a synchronising call's",
+                  "time includes the wait for the device)", f"{'total ms':>10} {'count':>6}  name"]
+        for name, (n, ms) in sorted(api.items(), key=lambda kv: -kv[1][1])[:25]:
+            lines.append(f"{ms:10.3f} {n:6d}  {name[:120]}")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         _say(self.side, f"profile: wall {wall_ms:.1f} ms, device busy {busy_ms:.1f} ms, "
