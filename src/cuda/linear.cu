@@ -1013,10 +1013,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64
 /* ------------------------------------------------------------------ FP32 FFMA kernel */
 
 #define SG_B 64
-#define SG_R 32 /* reduction rows per step; divides H3S_FOLD_TILE, so a fold tile is whole steps */
+#define SG_R 16
 #define SG_THREADS 256
-#define SG_PER (SG_B * SG_R / SG_THREADS) /* elements of a 64 x SG_R tile each thread moves */
-static_assert(H3S_FOLD_TILE % SG_R == 0, "a fold tile is whole steps");
 
 typedef struct sg_args {
     int64_t P, Q, R;
@@ -1030,46 +1028,29 @@ typedef struct sg_args {
     int fold; /* restart the chain every 256 reduction rows, fold the partials */
 } sg_args;
 
-/* Element i of this thread's share of the 64 x SG_R tile at (o0, r0): the fastest-varying thread index follows the
- * contiguous global dimension, so the loads coalesce. */
-__device__ __forceinline__ void sg_index(int64_t s_r, int i, int tid, int &o, int &r) {
-    const int e = tid + i * SG_THREADS;
-    if (s_r == 1) {
-        r = e & (SG_R - 1);
-        o = e / SG_R;
-    } else {
-        o = e & (SG_B - 1);
-        r = e / SG_B;
-    }
-}
-
-/* Global -> registers (zeros outside P x R), issued a step ahead of their use so that the loads' latency overlaps
- * the previous step's FMAs; then registers -> shared memory. */
-__device__ __forceinline__ void sg_fetch(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer, int64_t R,
-                                         int64_t o0, int64_t r0, float (&v)[SG_PER], int tid) {
+__device__ __forceinline__ void sg_load_tile(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer, int64_t R,
+                                             int64_t o0, int64_t r0, float (*tile)[SG_B + 4], int tid) {
+    /* 64 x 16 elements, 4 per thread; the fastest-varying thread index follows the contiguous
+     * global dimension so the loads coalesce */
 #pragma unroll
-    for (int i = 0; i < SG_PER; i++) {
-        int o, r;
-        sg_index(s_r, i, tid, o, r);
-        v[i] = (o0 + o < n_outer && r0 + r < R) ? src[(o0 + o) * s_outer + (r0 + r) * s_r] : 0.0f;
+    for (int i = 0; i < 4; i++) {
+        int e = tid + i * SG_THREADS, o, r;
+        if (s_r == 1) {
+            r = e & (SG_R - 1);
+            o = e >> 4;
+        } else {
+            o = e & (SG_B - 1);
+            r = e >> 6;
+        }
+        float v = 0.0f;
+        if (o0 + o < n_outer && r0 + r < R) v = src[(o0 + o) * s_outer + (r0 + r) * s_r];
+        tile[r][o] = v;
     }
 }
 
-__device__ __forceinline__ void sg_stash(int64_t s_r, const float (&v)[SG_PER], float (*tile)[SG_B + 4], int tid) {
-#pragma unroll
-    for (int i = 0; i < SG_PER; i++) {
-        int o, r;
-        sg_index(s_r, i, tid, o, r);
-        tile[r][o] = v[i];
-    }
-}
-
-/* Each output element: one __fmaf_rn chain from +0 over r ascending (restarted every 256 rows and folded in
- * ascending tile order with g.fold), whatever the step length or the prefetch: the steps only decide when the
- * operands are in shared memory. */
 __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
-    __shared__ float As[2][SG_R][SG_B + 4];
-    __shared__ float Bs[2][SG_R][SG_B + 4];
+    __shared__ float As[SG_R][SG_B + 4];
+    __shared__ float Bs[SG_R][SG_B + 4];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int64_t p0 = (int64_t)blockIdx.y * SG_B, q0 = (int64_t)blockIdx.x * SG_B;
     float acc[4][4], tot[4][4];
@@ -1079,34 +1060,26 @@ __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
         for (int j = 0; j < 4; j++)
             acc[i][j] = 0.0f, tot[i][j] = 0.0f;
     bool first_tile = true;
-    float va[SG_PER], vb[SG_PER];
-    sg_fetch(g.a, g.a_sp, g.a_sr, g.P, g.R, p0, 0, va, tid);
-    sg_fetch(g.b, g.b_sq, g.b_sr, g.Q, g.R, q0, 0, vb, tid);
-    sg_stash(g.a_sr, va, As[0], tid);
-    sg_stash(g.b_sr, vb, Bs[0], tid);
-    __syncthreads();
-    int cur = 0;
     for (int64_t r0 = 0; r0 < g.R; r0 += SG_R) {
-        const bool more = r0 + SG_R < g.R;
-        if (more) { /* the next step's operands, in flight during this step's FMAs */
-            sg_fetch(g.a, g.a_sp, g.a_sr, g.P, g.R, p0, r0 + SG_R, va, tid);
-            sg_fetch(g.b, g.b_sq, g.b_sr, g.Q, g.R, q0, r0 + SG_R, vb, tid);
-        }
+        sg_load_tile(g.a, g.a_sp, g.a_sr, g.P, g.R, p0, r0, As, tid);
+        sg_load_tile(g.b, g.b_sq, g.b_sr, g.Q, g.R, q0, r0, Bs, tid);
+        __syncthreads();
         const int rmax = g.R - r0 < SG_R ? (int)(g.R - r0) : SG_R; /* the chain stops at R exactly */
         for (int r = 0; r < rmax; r++) {
             float a[4], b[4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                a[i] = As[cur][r][ty + 16 * i];
+                a[i] = As[r][ty + 16 * i];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                b[j] = Bs[cur][r][tx + 16 * j];
+                b[j] = Bs[r][tx + 16 * j];
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 4; j++)
                     acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
         }
+        __syncthreads();
         if (g.fold && ((r0 + SG_R) % H3S_FOLD_TILE == 0 || r0 + SG_R >= g.R)) {
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -1117,13 +1090,6 @@ __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
                 }
             first_tile = false;
         }
-        /* the other buffer was last read in the previous step, which every thread has left (the barrier below) */
-        if (more) {
-            sg_stash(g.a_sr, va, As[cur ^ 1], tid);
-            sg_stash(g.b_sr, vb, Bs[cur ^ 1], tid);
-        }
-        __syncthreads();
-        cur ^= 1;
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
