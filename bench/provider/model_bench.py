@@ -449,18 +449,19 @@ class Side:
             self.sync()
             wall_ms = (time.perf_counter() - t0) * 1e3
         spans, groups, api = [], {}, {}
-        for e in prof.events():
-            if not str(e.device_type).endswith("CUDA"):
-                if e.name.startswith("cuda") or e.name.startswith("cu"):  # runtime and driver API calls (host side)
-                    g = api.setdefault(e.name, [0, 0.0])
-                    g[0] += 1
-                    g[1] += (e.time_range.end - e.time_range.start) / 1e3
-                continue
-            t_a, t_b = e.time_range.start, e.time_range.end
-            spans.append((t_a, t_b))
-            g = groups.setdefault(e.name, [0, 0.0])
+
+        def count(table, name, us):  # name -> [calls, total ms]
+            g = table.setdefault(name, [0, 0.0])
             g[0] += 1
-            g[1] += (t_b - t_a) / 1e3
+            g[1] += us / 1e3
+
+        for e in prof.events():
+            t_a, t_b = e.time_range.start, e.time_range.end
+            if str(e.device_type).endswith("CUDA"):  # a kernel or a copy on the device
+                spans.append((t_a, t_b))
+                count(groups, e.name, t_b - t_a)
+            elif e.name.startswith("cu"):  # a CUDA runtime or driver call on the host
+                count(api, e.name, t_b - t_a)
         busy_ms, end = 0.0, None
         for a, b in sorted(spans):  # the union of the device intervals
             if end is None or a > end:
