@@ -105,6 +105,10 @@ h3s_status h3c_sgemm_forward(const char *op, int64_t M, int64_t N, int64_t K, co
                              const float *b, float *y);
 h3s_status h3c_sgemm_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *w, float *dx);
 h3s_status h3c_sgemm_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const float *x, float *dw);
+/* Test hooks: the number of tile configurations (64, 32, 16 outputs square per CTA) and an override (-1 = the
+ * dispatcher's choice by the output's size).  Every configuration gives the same bits. */
+int h3c_sgemm_config_count(void);
+h3s_status h3c_sgemm_force_config(int config);
 
 /* ------------------------------------------------------------------ canonical tile fold
  * out[r * ldo + n] (n < N, r < R) = fold over 256-row tiles (ascending) of the per-tile

@@ -1012,9 +1012,16 @@ extern "C" h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64
 
 /* ------------------------------------------------------------------ FP32 FFMA kernel */
 
-#define SG_B 64
-#define SG_R 16
+/* C[P, Q] = sum_r A(p, r) B(q, r) in F32 for the model's F32 modules.  Every output element is one __fmaf_rn chain
+ * from +0 over r ascending (with fold: restarted every H3S_FOLD_TILE rows, the partials added in ascending tile
+ * order), the CPU's strict chain.  Tiles only decide which thread runs which chains and when the operands reach
+ * shared memory, so every tile configuration gives the same bits (tests/gpu/test_gpu_ops.c runs each one on the
+ * same operands).  A TB x TB output tile per CTA of 256 threads, TT x TT outputs per thread (TB = 16 TT); the
+ * reduction in steps of SG_R rows, the next step's operands loaded into registers during this step's FMAs. */
+#define SG_R 32
 #define SG_THREADS 256
+#define SG_TILES 3 /* TB = 64, 32, 16 */
+static_assert(H3S_FOLD_TILE % SG_R == 0, "a fold tile is whole steps");
 
 typedef struct sg_args {
     int64_t P, Q, R;
@@ -1028,74 +1035,134 @@ typedef struct sg_args {
     int fold; /* restart the chain every 256 reduction rows, fold the partials */
 } sg_args;
 
-__device__ __forceinline__ void sg_load_tile(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer, int64_t R,
-                                             int64_t o0, int64_t r0, float (*tile)[SG_B + 4], int tid) {
-    /* 64 x 16 elements, 4 per thread; the fastest-varying thread index follows the contiguous
-     * global dimension so the loads coalesce */
+/* This thread's share of one operand's TB x SG_R tiles: element i sits at (o, r) = (o1 + i dox, r1 + i drx), the
+ * fastest-varying thread index following the contiguous global dimension so that the loads coalesce.  Its address
+ * is one pointer and one stride (the step moves it), not recomputed per element. */
+template <int TB> struct sg_share {
+    static constexpr int PER = TB * SG_R / SG_THREADS;
+    const float *p; /* element 0 at r = 0 */
+    int64_t di, sr; /* address step from element i to i + 1; per reduction row */
+    int64_t o_lim;  /* element i exists while i * dox < o_lim (outputs beyond the operand are zeros) */
+    int r1, dox, drx;
+};
+
+template <int TB>
+__device__ __forceinline__ sg_share<TB> sg_share_of(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer,
+                                                    int64_t o0, int tid) {
+    sg_share<TB> h;
+    int o1;
+    if (s_r == 1) { /* rows contiguous along r: SG_R threads along r */
+        o1 = tid / SG_R, h.r1 = tid % SG_R, h.dox = SG_THREADS / SG_R, h.drx = 0;
+    } else { /* contiguous along o: TB threads along o */
+        o1 = tid % TB, h.r1 = tid / TB, h.dox = 0, h.drx = SG_THREADS / TB;
+    }
+    h.o_lim = n_outer - o0 - o1;
+    h.p = src + (h.o_lim > 0 ? (o0 + o1) * s_outer : 0) + (int64_t)h.r1 * s_r;
+    h.di = (int64_t)h.dox * s_outer + (int64_t)h.drx * s_r;
+    h.sr = s_r;
+    return h;
+}
+
+/* Global -> registers, zeros outside the operand. */
+template <int TB>
+__device__ __forceinline__ void sg_fetch(const sg_share<TB> &h, int64_t R, int64_t r0, float (&v)[sg_share<TB>::PER]) {
+    const float *q = h.p + r0 * h.sr;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int e = tid + i * SG_THREADS, o, r;
-        if (s_r == 1) {
-            r = e & (SG_R - 1);
-            o = e >> 4;
-        } else {
-            o = e & (SG_B - 1);
-            r = e >> 6;
-        }
-        float v = 0.0f;
-        if (o0 + o < n_outer && r0 + r < R) v = src[(o0 + o) * s_outer + (r0 + r) * s_r];
-        tile[r][o] = v;
+    for (int i = 0; i < sg_share<TB>::PER; i++)
+        v[i] = ((int64_t)i * h.dox < h.o_lim && r0 + h.r1 + i * h.drx < R) ? q[i * h.di] : 0.0f;
+}
+
+template <int TB>
+__device__ __forceinline__ void sg_stash(const sg_share<TB> &h, int o1, const float (&v)[sg_share<TB>::PER],
+                                         float (*tile)[TB + 4]) {
+#pragma unroll
+    for (int i = 0; i < sg_share<TB>::PER; i++)
+        tile[h.r1 + i * h.drx][o1 + i * h.dox] = v[i];
+}
+
+/* TT consecutive floats of a shared-memory row, in one vector load where TT allows. */
+template <int TT> __device__ __forceinline__ void sg_row(const float *s, float (&x)[TT]) {
+    if constexpr (TT == 4) {
+        const float4 v = *(const float4 *)s;
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else if constexpr (TT == 2) {
+        const float2 v = *(const float2 *)s;
+        x[0] = v.x, x[1] = v.y;
+    } else {
+        x[0] = s[0];
     }
 }
 
-__global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
-    __shared__ float As[SG_R][SG_B + 4];
-    __shared__ float Bs[SG_R][SG_B + 4];
+template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
+    constexpr int TT = TB / 16, PER = sg_share<TB>::PER;
+    __shared__ __align__(16) float As[2][SG_R][TB + 4];
+    __shared__ __align__(16) float Bs[2][SG_R][TB + 4];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int64_t p0 = (int64_t)blockIdx.y * SG_B, q0 = (int64_t)blockIdx.x * SG_B;
-    float acc[4][4], tot[4][4];
+    const int64_t p0 = (int64_t)blockIdx.y * TB, q0 = (int64_t)blockIdx.x * TB;
+    float acc[TT][TT], tot[TT][TT];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < TT; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < TT; j++)
             acc[i][j] = 0.0f, tot[i][j] = 0.0f;
     bool first_tile = true;
+    const sg_share<TB> ha = sg_share_of<TB>(g.a, g.a_sp, g.a_sr, g.P, p0, tid),
+                       hb = sg_share_of<TB>(g.b, g.b_sq, g.b_sr, g.Q, q0, tid);
+    const int oa = g.a_sr == 1 ? tid / SG_R : tid % TB, ob = g.b_sr == 1 ? tid / SG_R : tid % TB;
+    float va[PER], vb[PER];
+    sg_fetch<TB>(ha, g.R, 0, va);
+    sg_fetch<TB>(hb, g.R, 0, vb);
+    sg_stash<TB>(ha, oa, va, As[0]);
+    sg_stash<TB>(hb, ob, vb, Bs[0]);
+    __syncthreads();
+    int cur = 0;
     for (int64_t r0 = 0; r0 < g.R; r0 += SG_R) {
-        sg_load_tile(g.a, g.a_sp, g.a_sr, g.P, g.R, p0, r0, As, tid);
-        sg_load_tile(g.b, g.b_sq, g.b_sr, g.Q, g.R, q0, r0, Bs, tid);
-        __syncthreads();
-        const int rmax = g.R - r0 < SG_R ? (int)(g.R - r0) : SG_R; /* the chain stops at R exactly */
-        for (int r = 0; r < rmax; r++) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                a[i] = As[r][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                b[j] = Bs[r][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+        const bool more = r0 + SG_R < g.R;
+        if (more) { /* the next step's operands, in flight during this step's FMAs */
+            sg_fetch<TB>(ha, g.R, r0 + SG_R, va);
+            sg_fetch<TB>(hb, g.R, r0 + SG_R, vb);
         }
-        __syncthreads();
-        if (g.fold && ((r0 + SG_R) % H3S_FOLD_TILE == 0 || r0 + SG_R >= g.R)) {
+        const int rmax = g.R - r0 < SG_R ? (int)(g.R - r0) : SG_R; /* the chain stops at R exactly */
+        auto row = [&](int r) {
+            float a[TT], b[TT];
+            sg_row<TT>(&As[cur][r][ty * TT], a);
+            sg_row<TT>(&Bs[cur][r][tx * TT], b);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < TT; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < TT; j++)
+                    acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+        };
+        if (rmax == SG_R) {
+#pragma unroll
+            for (int r = 0; r < SG_R; r++)
+                row(r);
+        } else {
+            for (int r = 0; r < rmax; r++)
+                row(r);
+        }
+        if (g.fold && ((r0 + SG_R) % H3S_FOLD_TILE == 0 || !more)) {
+#pragma unroll
+            for (int i = 0; i < TT; i++)
+#pragma unroll
+                for (int j = 0; j < TT; j++) {
                     tot[i][j] = first_tile ? acc[i][j] : tot[i][j] + acc[i][j];
                     acc[i][j] = 0.0f;
                 }
             first_tile = false;
         }
+        if (more) { /* the other buffer was last read in the previous step, which every thread has left */
+            sg_stash<TB>(ha, oa, va, As[cur ^ 1]);
+            sg_stash<TB>(hb, ob, vb, Bs[cur ^ 1]);
+        }
+        __syncthreads();
+        cur ^= 1;
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < TT; i++) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int64_t p = p0 + ty + 16 * i, q = q0 + tx + 16 * j;
+        for (int j = 0; j < TT; j++) {
+            const int64_t p = p0 + ty * TT + i, q = q0 + tx * TT + j;
             if (p >= g.P || q >= g.Q) continue;
             float v = g.fold ? tot[i][j] : acc[i][j];
             if (g.bias) v = v + g.bias[q];
@@ -1104,14 +1171,43 @@ __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
     }
 }
 
+/* Tile override for the configuration test: -1 = the dispatcher's choice, else 0, 1, 2 = 64, 32, 16. */
+static int g_force_sg_tile = -1;
+
+extern "C" int h3c_sgemm_config_count(void) { return SG_TILES; }
+
+extern "C" h3s_status h3c_sgemm_force_config(int config) {
+    if (config < -1 || config >= SG_TILES)
+        return h3s_fail(H3S_ERR_INVALID, "sgemm: no configuration %d (0..%d, or -1)", config, SG_TILES - 1);
+    g_force_sg_tile = config;
+    return H3S_OK;
+}
+
+/* The dispatcher: the largest tile whose grid fills two waves of 132 CTAs (the H100/H200 SXM multiprocessor count,
+ * a constant of the build), else the one with the most CTAs.  The choice depends on (P, Q) only and changes no bit
+ * (every output is the same chain whatever the tile). */
+static int sg_pick(int64_t P, int64_t Q) {
+    for (int c = 0; c < SG_TILES; c++) {
+        const int64_t tb = 64 >> c, n = ((P + tb - 1) / tb) * ((Q + tb - 1) / tb);
+        if (n >= 2 * 132) return c;
+    }
+    return SG_TILES - 1;
+}
+
 static h3s_status sg_launch(const char *op, const sg_args &g) {
     if (g.P <= 0 || g.Q <= 0) return H3S_OK;
-    int64_t gq = (g.Q + SG_B - 1) / SG_B, gp = (g.P + SG_B - 1) / SG_B;
+    const int c = g_force_sg_tile >= 0 ? g_force_sg_tile : sg_pick(g.P, g.Q);
+    const int64_t tb = 64 >> c, gq = (g.Q + tb - 1) / tb, gp = (g.P + tb - 1) / tb;
     if (gp > 65535 || gq > 0x7fffffff)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)g.P, (long long)g.Q);
     dim3 grid((unsigned)gq, (unsigned)gp);
-    sgemm_kernel<<<grid, SG_THREADS, 0, H3K_STREAM>>>(g);
+    if (c == 0)
+        sgemm_kernel<64><<<grid, SG_THREADS, 0, H3K_STREAM>>>(g);
+    else if (c == 1)
+        sgemm_kernel<32><<<grid, SG_THREADS, 0, H3K_STREAM>>>(g);
+    else
+        sgemm_kernel<16><<<grid, SG_THREADS, 0, H3K_STREAM>>>(g);
     return h3c_launch_check(op);
 }
 

@@ -157,6 +157,50 @@ static void test_linear(h3s_dtype dt, int64_t N_big, h3s_grad_operands mode) {
     free_all(alld, 8, 1);
 }
 
+/* The F32 FFMA GEMM's tile configurations (64, 32, 16 outputs square per CTA) and the dispatcher, each forced in
+ * turn on the same operands: y, dx and dw bit-identical to the CPU's strict chain, and so to each other.  The shapes
+ * are the model's F32 modules' at release width (proj_in / proj_out over 5376 features, the audio projections,
+ * the timestep MLP) plus odd sizes whose tiles are partial on every side. */
+static void test_sgemm_configs(void) {
+    const int64_t shapes[][3] = {
+        {SZ(1008, 37), SZ(96, 24), SZ(5376, 300)}, /* M, K, N: proj_in; its transpose is proj_out */
+        {SZ(1008, 37), SZ(5376, 300), SZ(96, 24)}, {SZ(48, 5), SZ(5376, 300), SZ(32, 7)},
+        {1, SZ(5376, 300), SZ(2688, 130)},         {SZ(77, 9), SZ(259, 33), SZ(131, 17)},
+    };
+    for (int s = 0; s < 5; s++) {
+        const int64_t M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        h3s_tensor x = hrand(H3S_F32, M, K, 41, 1.0f), w = hrand(H3S_F32, N, K, 42, 0.05f);
+        h3s_tensor b = hrand(H3S_F32, N, 0, 43, 0.1f), dy = hrand(H3S_F32, M, N, 44, 1.0f);
+        h3s_tensor yc = h3t_alloc2(H3S_F32, M, N), dxc = h3t_alloc2(H3S_F32, M, K), dwc = h3t_alloc2(H3S_F32, N, K);
+        CHECK_OK(h3s_linear_forward(&x, &w, &b, &yc));
+        CHECK_OK(h3s_linear_backward(&x, &w, &dy, &dxc, &dwc, NULL));
+        h3s_tensor xd = gup(&x), wd = gup(&w), bd = gup(&b), dyd = gup(&dy);
+        h3s_tensor yd = gdev2(H3S_F32, M, N), dxd = gdev2(H3S_F32, M, K), dwd = gdev2(H3S_F32, N, K);
+        int64_t bad = 0;
+        for (int c = -1; c < h3c_sgemm_config_count(); c++) {
+            CHECK_OK(h3c_sgemm_force_config(c));
+            gpoison(&yd), gpoison(&dxd), gpoison(&dwd);
+            CHECK_OK(h3s_linear_forward(&xd, &wd, &bd, &yd));
+            CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dxd, &dwd, NULL));
+            h3s_tensor y = gdown(&yd), dx = gdown(&dxd), dw = gdown(&dwd);
+            const int ok = h3t_bitwise_equal(&y, &yc) && h3t_bitwise_equal(&dx, &dxc) && h3t_bitwise_equal(&dw, &dwc);
+            bad += !ok;
+            CHECK(ok, "F32 GEMM M=%lld K=%lld N=%lld configuration %d: y, dx, dw equal the CPU strict bits",
+                  (long long)M, (long long)K, (long long)N, c);
+            h3s_tensor_free(&y), h3s_tensor_free(&dx), h3s_tensor_free(&dw);
+        }
+        CHECK_OK(h3c_sgemm_force_config(-1));
+        printf("sgemm configurations M=%lld K=%lld N=%lld: the dispatcher and configurations 0..%d, %lld differ from "
+               "the CPU\n",
+               (long long)M, (long long)K, (long long)N, h3c_sgemm_config_count() - 1, (long long)bad);
+        h3s_tensor all[] = {x, w, b, dy, yc, dxc, dwc};
+        free_all(all, 7, 0);
+        h3s_tensor alld[] = {xd, wd, bd, dyd, yd, dxd, dwd};
+        free_all(alld, 7, 1);
+    }
+    CHECK(h3c_sgemm_force_config(h3c_sgemm_config_count()) != H3S_OK, "sgemm: a configuration out of range is refused");
+}
+
 /* ================================================================== rmsnorm */
 
 static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
@@ -1174,6 +1218,7 @@ int main(void) {
     test_linear(H3S_BF16, 328, H3S_GRAD_OPERANDS_BF16);
     test_linear(H3S_BF16, 328, H3S_GRAD_OPERANDS_SPLIT);
     test_linear(H3S_F32, 330, H3S_GRAD_OPERANDS_BF16);
+    test_sgemm_configs();
     CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16));
     test_rmsnorm(1, 1, H3S_BF16);
     test_rmsnorm(1, 0, H3S_BF16);
