@@ -1017,11 +1017,12 @@ extern "C" h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64
  * order), the CPU's strict chain.  Tiles only decide which thread runs which chains and when the operands reach
  * shared memory, so every tile configuration gives the same bits (tests/gpu/test_gpu_ops.c runs each one on the
  * same operands).  A TB x TB output tile per CTA of 256 threads, TT x TT outputs per thread (TB = 16 TT); the
- * reduction in steps of SG_R rows, the next step's operands loaded into registers during this step's FMAs. */
-#define SG_R 32
+ * reduction in steps of sg_rows(TB) rows (32, 64, 128: eight elements of each operand per thread and step), the
+ * next step's operands loaded into registers during this step's FMAs. */
 #define SG_THREADS 256
 #define SG_TILES 3 /* TB = 64, 32, 16 */
-static_assert(H3S_FOLD_TILE % SG_R == 0, "a fold tile is whole steps");
+__host__ __device__ constexpr int sg_rows(int tb) { return SG_THREADS * 8 / tb; }
+static_assert(H3S_FOLD_TILE % sg_rows(16) == 0 && H3S_FOLD_TILE % sg_rows(64) == 0, "a fold tile is whole steps");
 
 typedef struct sg_args {
     int64_t P, Q, R;
@@ -1035,11 +1036,11 @@ typedef struct sg_args {
     int fold; /* restart the chain every 256 reduction rows, fold the partials */
 } sg_args;
 
-/* This thread's share of one operand's TB x SG_R tiles: element i sits at (o, r) = (o1 + i dox, r1 + i drx), the
+/* This thread's share of one operand's TB x sg_rows(TB) tiles: element i sits at (o, r) = (o1 + i dox, r1 + i drx), the
  * fastest-varying thread index following the contiguous global dimension so that the loads coalesce.  Its address
  * is one pointer and one stride (the step moves it), not recomputed per element. */
 template <int TB> struct sg_share {
-    static constexpr int PER = TB * SG_R / SG_THREADS;
+    static constexpr int SR = sg_rows(TB), PER = TB * SR / SG_THREADS;
     const float *p; /* element 0 at r = 0 */
     int64_t di, sr; /* address step from element i to i + 1; per reduction row */
     int64_t o_lim;  /* element i exists while i * dox < o_lim (outputs beyond the operand are zeros) */
@@ -1051,8 +1052,9 @@ __device__ __forceinline__ sg_share<TB> sg_share_of(const float *src, int64_t s_
                                                     int64_t o0, int tid) {
     sg_share<TB> h;
     int o1;
-    if (s_r == 1) { /* rows contiguous along r: SG_R threads along r */
-        o1 = tid / SG_R, h.r1 = tid % SG_R, h.dox = SG_THREADS / SG_R, h.drx = 0;
+    constexpr int SR = sg_rows(TB);
+    if (s_r == 1) { /* rows contiguous along r: SR threads along r */
+        o1 = tid / SR, h.r1 = tid % SR, h.dox = SG_THREADS / SR, h.drx = 0;
     } else { /* contiguous along o: TB threads along o */
         o1 = tid % TB, h.r1 = tid / TB, h.dox = 0, h.drx = SG_THREADS / TB;
     }
@@ -1094,9 +1096,9 @@ template <int TT> __device__ __forceinline__ void sg_row(const float *s, float (
 }
 
 template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
-    constexpr int TT = TB / 16, PER = sg_share<TB>::PER;
-    __shared__ __align__(16) float As[2][SG_R][TB + 4];
-    __shared__ __align__(16) float Bs[2][SG_R][TB + 4];
+    constexpr int TT = TB / 16, SR = sg_rows(TB), PER = sg_share<TB>::PER;
+    __shared__ __align__(16) float As[2][SR][TB + 4];
+    __shared__ __align__(16) float Bs[2][SR][TB + 4];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int64_t p0 = (int64_t)blockIdx.y * TB, q0 = (int64_t)blockIdx.x * TB;
     float acc[TT][TT], tot[TT][TT];
@@ -1108,7 +1110,7 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
     bool first_tile = true;
     const sg_share<TB> ha = sg_share_of<TB>(g.a, g.a_sp, g.a_sr, g.P, p0, tid),
                        hb = sg_share_of<TB>(g.b, g.b_sq, g.b_sr, g.Q, q0, tid);
-    const int oa = g.a_sr == 1 ? tid / SG_R : tid % TB, ob = g.b_sr == 1 ? tid / SG_R : tid % TB;
+    const int oa = g.a_sr == 1 ? tid / SR : tid % TB, ob = g.b_sr == 1 ? tid / SR : tid % TB;
     float va[PER], vb[PER];
     sg_fetch<TB>(ha, g.R, 0, va);
     sg_fetch<TB>(hb, g.R, 0, vb);
@@ -1116,13 +1118,13 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
     sg_stash<TB>(hb, ob, vb, Bs[0]);
     __syncthreads();
     int cur = 0;
-    for (int64_t r0 = 0; r0 < g.R; r0 += SG_R) {
-        const bool more = r0 + SG_R < g.R;
+    for (int64_t r0 = 0; r0 < g.R; r0 += SR) {
+        const bool more = r0 + SR < g.R;
         if (more) { /* the next step's operands, in flight during this step's FMAs */
-            sg_fetch<TB>(ha, g.R, r0 + SG_R, va);
-            sg_fetch<TB>(hb, g.R, r0 + SG_R, vb);
+            sg_fetch<TB>(ha, g.R, r0 + SR, va);
+            sg_fetch<TB>(hb, g.R, r0 + SR, vb);
         }
-        const int rmax = g.R - r0 < SG_R ? (int)(g.R - r0) : SG_R; /* the chain stops at R exactly */
+        const int rmax = g.R - r0 < SR ? (int)(g.R - r0) : SR; /* the chain stops at R exactly */
         auto row = [&](int r) {
             float a[TT], b[TT];
             sg_row<TT>(&As[cur][r][ty * TT], a);
@@ -1133,15 +1135,15 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
                 for (int j = 0; j < TT; j++)
                     acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
         };
-        if (rmax == SG_R) {
+        if (rmax == SR) {
 #pragma unroll
-            for (int r = 0; r < SG_R; r++)
+            for (int r = 0; r < SR; r++)
                 row(r);
         } else {
             for (int r = 0; r < rmax; r++)
                 row(r);
         }
-        if (g.fold && ((r0 + SG_R) % H3S_FOLD_TILE == 0 || !more)) {
+        if (g.fold && ((r0 + SR) % H3S_FOLD_TILE == 0 || !more)) {
 #pragma unroll
             for (int i = 0; i < TT; i++)
 #pragma unroll
@@ -1158,16 +1160,34 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
         __syncthreads();
         cur ^= 1;
     }
+    /* each thread's TT outputs of a row are adjacent: one vector store where they are all inside C and aligned */
+    const int64_t q = q0 + tx * TT;
+    const bool vec = TT > 1 && q + TT <= g.Q && g.ldc % TT == 0 && ((uintptr_t)g.c % (4 * TT)) == 0;
 #pragma unroll
     for (int i = 0; i < TT; i++) {
+        const int64_t p = p0 + ty * TT + i;
+        if (p >= g.P) continue;
+        float v[TT];
 #pragma unroll
         for (int j = 0; j < TT; j++) {
-            const int64_t p = p0 + ty * TT + i, q = q0 + tx * TT + j;
-            if (p >= g.P || q >= g.Q) continue;
-            float v = g.fold ? tot[i][j] : acc[i][j];
-            if (g.bias) v = v + g.bias[q];
-            g.c[p * g.ldc + q] = v;
+            v[j] = g.fold ? tot[i][j] : acc[i][j];
+            if (g.bias && q + j < g.Q) v[j] = v[j] + g.bias[q + j];
         }
+        float *dst = g.c + p * g.ldc + q;
+        if constexpr (TT == 4) {
+            if (vec) {
+                *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]);
+                continue;
+            }
+        } else if constexpr (TT == 2) {
+            if (vec) {
+                *(float2 *)dst = make_float2(v[0], v[1]);
+                continue;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TT; j++)
+            if (q + j < g.Q) dst[j] = v[j];
     }
 }
 
@@ -1183,15 +1203,13 @@ extern "C" h3s_status h3c_sgemm_force_config(int config) {
     return H3S_OK;
 }
 
-/* The dispatcher: the largest tile whose grid fills two waves of 132 CTAs (the H100/H200 SXM multiprocessor count,
- * a constant of the build), else the one with the most CTAs.  The choice depends on (P, Q) only and changes no bit
- * (every output is the same chain whatever the tile). */
+/* The dispatcher: 64 x 64 tiles when they make two waves of 132 CTAs (the H100/H200 SXM multiprocessor count, a
+ * constant of the build), else 32 x 32 when those make at least 64 CTAs, else 16 x 16 (measured on the H200 over the
+ * model's F32 shapes: docs/evidence/gpu/development/sgemm_a778658.md).  The choice depends on (P, Q) only and changes
+ * no bit (every output is the same chain whatever the tile). */
 static int sg_pick(int64_t P, int64_t Q) {
-    for (int c = 0; c < SG_TILES; c++) {
-        const int64_t tb = 64 >> c, n = ((P + tb - 1) / tb) * ((Q + tb - 1) / tb);
-        if (n >= 2 * 132) return c;
-    }
-    return SG_TILES - 1;
+    const int64_t n64 = ((P + 63) / 64) * ((Q + 63) / 64), n32 = ((P + 31) / 32) * ((Q + 31) / 32);
+    return n64 >= 2 * 132 ? 0 : n32 >= 64 ? 1 : 2;
 }
 
 static h3s_status sg_launch(const char *op, const sg_args &g) {
