@@ -29,6 +29,7 @@ h3s_status h3s_cuda_tensor_alloc_ordered_uninit(h3s_tensor *t, h3s_dtype dtype, 
 void h3s_cuda_tensor_free(h3s_tensor *t) { (void)t; }
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) { return NO_CUDA("cuda_download"); }
+h3s_status h3s_cuda_upload_ordered(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
 h3s_status h3s_cuda_sync(void) { return NO_CUDA("cuda_sync"); }
 h3s_status h3s_cuda_device_sync(void) { return NO_CUDA("cuda_device_sync"); }
 

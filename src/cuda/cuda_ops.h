@@ -29,6 +29,10 @@ void h3s_cuda_tensor_free(h3s_tensor *t);
 /* Copies between host and device tensors of equal dtype and element count. */
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev);
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host);
+/* h3s_cuda_upload in the library's stream order: the host bytes are staged at once (the caller may reuse them on
+ * return) and the device copy is queued behind the work already on the stream, without waiting for it; ready for
+ * library operations, for others after h3s_cuda_sync.  Tensors over 8 MB take h3s_cuda_upload. */
+h3s_status h3s_cuda_upload_ordered(const h3s_tensor *host, h3s_tensor *dev);
 /* Wait for queued work; report any pending kernel error. */
 h3s_status h3s_cuda_sync(void);
 /* Wait for all work on the device, every stream (the library's and the caller's). */

@@ -28,6 +28,7 @@ __global__ void h3k_probe_kernel(int *p) {
 }
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static void stage_release(void);
 static int g_state = 0; /* 0 = not tried, 1 = ready, -1 = unusable */
 static char g_reason[512];
 static int g_device = 0;
@@ -234,6 +235,7 @@ extern "C" void h3s_cuda_release_caches(void) {
         cudaStreamSynchronize(g_stream);
         for (int i = 0; i < H3C_CACHE_SLOTS; i++)
             if (g_cache[i].dev) cache_drop(&g_cache[i]);
+        stage_release();
     }
     const int ready = g_state == 1;
     pthread_mutex_unlock(&g_lock);
@@ -432,6 +434,77 @@ extern "C" h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) {
     if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
     if (e != cudaSuccess) return cuda_fail(op, "host to device copy", e);
     return H3S_OK;
+}
+
+/* ------------------------------------------------------------------ uploads in stream order
+ * A pass's inputs (a few MB) go through one pinned staging buffer: the host bytes are copied into it at once (the
+ * caller may reuse its memory on return), and the copy to the device is queued on the library's stream behind the
+ * work already there, with no synchronisation (a copy from pageable memory could wait for that work).  The buffer
+ * is filled front to back; before it is reused from the front, the host waits for the event recorded after the last
+ * copy queued out of it, so no staged byte is overwritten before the device has read it.  Larger tensors take the
+ * synchronous path (h3s_cuda_upload). */
+#define H3C_STAGE_BYTES ((size_t)32 << 20)
+
+static uint8_t *g_stage = NULL;
+static size_t g_stage_off = 0;
+static cudaEvent_t g_stage_done = NULL;
+static int g_stage_pending = 0;
+
+static h3s_status stage_take(const char *op, size_t need, uint8_t **at) {
+    if (!g_stage) {
+        cudaError_t e = cudaHostAlloc((void **)&g_stage, H3C_STAGE_BYTES, cudaHostAllocDefault);
+        if (e == cudaSuccess && !g_stage_done) e = cudaEventCreateWithFlags(&g_stage_done, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            if (g_stage) cudaFreeHost(g_stage);
+            g_stage = NULL;
+            cudaGetLastError();
+            return cuda_fail(op, "pinned staging buffer", e);
+        }
+        g_stage_off = 0;
+        g_stage_pending = 0;
+    }
+    if (g_stage_off + need > H3C_STAGE_BYTES) {
+        if (g_stage_pending) {
+            cudaError_t e = cudaEventSynchronize(g_stage_done);
+            if (e != cudaSuccess) return cuda_fail(op, "waiting for the staged copies", e);
+            g_stage_pending = 0;
+        }
+        g_stage_off = 0;
+    }
+    *at = g_stage + g_stage_off;
+    g_stage_off += (need + 255) & ~(size_t)255;
+    return H3S_OK;
+}
+
+/* Drop the staging buffer (h3s_cuda_release_caches; the caller holds g_lock and has synchronised the stream). */
+static void stage_release(void) {
+    if (g_stage) cudaFreeHost(g_stage);
+    g_stage = NULL;
+    g_stage_off = 0;
+    g_stage_pending = 0;
+}
+
+extern "C" h3s_status h3s_cuda_upload_ordered(const h3s_tensor *host, h3s_tensor *dev) {
+    static const char op[] = "cuda_upload";
+    H3S_TRY(check_copy(op, host, dev));
+    H3S_TRY(h3c_init(op));
+    const size_t bytes = h3s_tensor_nbytes(host);
+    if (!bytes) return H3S_OK;
+    if (bytes > H3C_STAGE_BYTES / 4) return h3s_cuda_upload(host, dev);
+    pthread_mutex_lock(&g_lock);
+    uint8_t *at = NULL;
+    h3s_status st = stage_take(op, bytes, &at);
+    if (st == H3S_OK) {
+        memcpy(at, host->data, bytes);
+        cudaError_t e = cudaMemcpyAsync(dev->data, at, bytes, cudaMemcpyHostToDevice, g_stream);
+        if (e == cudaSuccess) e = cudaEventRecord(g_stage_done, g_stream);
+        if (e == cudaSuccess)
+            g_stage_pending = 1;
+        else
+            st = cuda_fail(op, "host to device copy", e);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return st;
 }
 
 extern "C" h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) {

@@ -166,29 +166,36 @@ static h3s_tensor view2(const h3s_tensor *t, int64_t rows, int64_t cols) {
     return v;
 }
 
-/* A new device tensor [rows, cols] of dtype dt holding the bytes of host tensor src (same dtype and size). */
-static h3s_status upload_new(const h3s_tensor *src, h3s_dtype dt, const int64_t *s, h3s_tensor *out) {
-    H3S_TRY(h3s_cuda_tensor_alloc(out, dt, 2, s));
-    h3s_status st = h3s_cuda_upload(src, out);
+/* A new device tensor [rows, cols] of dtype dt holding the bytes of host tensor src (same dtype and size).  A weight
+ * (ordered = 0): its own allocation, copied before the call returns.  A pass's input (ordered = 1): from the
+ * stream-ordered pool, the copy queued on the library's stream without waiting for the work already there. */
+static h3s_status upload_new(const h3s_tensor *src, h3s_dtype dt, const int64_t *s, int ordered, h3s_tensor *out) {
+    if (ordered) {
+        H3S_TRY(h3s_cuda_tensor_alloc_ordered_uninit(out, dt, 2, s));
+    } else {
+        H3S_TRY(h3s_cuda_tensor_alloc(out, dt, 2, s));
+    }
+    h3s_status st = ordered ? h3s_cuda_upload_ordered(src, out) : h3s_cuda_upload(src, out);
     if (st != H3S_OK) h3s_cuda_tensor_free(out);
     return st;
 }
 
-/* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host where the dtypes differ). */
+/* Copy a host tensor into backend memory with dtype `dt` (one conversion on the host where the dtypes differ);
+ * ordered as in upload_new. */
 static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
-                             h3s_tensor *out) {
+                             int ordered, h3s_tensor *out) {
     int64_t s[2] = {rows, cols};
     if (m->device && host->dtype == dt && h3s_tensor_numel(host) == rows * cols) {
         /* already in the backend's dtype: uploaded straight from the caller's memory (for a loaded model, the
          * mapped file), no host copy */
         h3s_tensor src = view2(host, rows, cols);
-        return upload_new(&src, dt, s, out);
+        return upload_new(&src, dt, s, ordered, out);
     }
     h3s_tensor tmp;
     H3S_TRY(h3s_tensor_alloc(&tmp, dt, 2, s));
     h3s_status st = h3s_tensor_convert(host, &tmp);
     if (st == H3S_OK && m->device) {
-        st = upload_new(&tmp, dt, s, out);
+        st = upload_new(&tmp, dt, s, ordered, out);
         h3s_tensor_free(&tmp);
         return st;
     }
@@ -453,7 +460,7 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
         }
         h3s_dtype dt = kind == H3S_BACKEND_GOLDEN ? H3S_F64 : src->dtype;
         int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
-        st = to_backend(m, src, dt, rows, cols, &m->w[i]);
+        st = to_backend(m, src, dt, rows, cols, 0, &m->w[i]);
         if (st != H3S_OK) {
             h3s_model_free(m);
             return h3s_fail_context(st, "model_create: %s", m->specs[i].name);
@@ -1716,7 +1723,7 @@ static h3s_status build_indices(h3s_tape *tp, const h3s_inputs *in) {
 static h3s_status upload_input(h3s_tape *tp, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
                                h3s_tensor **out) {
     h3s_tensor t;
-    H3S_TRY(to_backend(tp->m, host, dt, rows, cols, &t));
+    H3S_TRY(to_backend(tp->m, host, dt, rows, cols, 1, &t));
     *out = arena_adopt(&tp->ar, &t);
     if (!*out) {
         backend_free(tp->m, &t);
