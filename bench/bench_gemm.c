@@ -1,7 +1,7 @@
 /* Benchmark (not a test): the strict Hopper GEMM against cuBLASLt on the MiniMax-H3 shapes.
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
- *                    [--config C]
+ *                    [--config C] [--dw-bf16] [--wgrad-fold]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -16,7 +16,11 @@
  * M <= 1133 for the side column.  --invariance FILE takes row_invariance_differing from the JSON
  * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-3,
  * docs/numerics/linear_cuda.md; every configuration gives the same bits) instead of the dispatcher's choice, to
- * compare configurations at one shape and M when tuning the dispatch.  Without a CUDA device it prints one line and
+ * compare configurations at one shape and M when tuning the dispatch.  --only K N M takes any M (e.g. the token
+ * refiner's 77 text rows).  --dw-bf16: the wgrad writes dw in BF16 on both sides (the strict fold rounded once as it
+ * is stored, as the model's BF16 parameter gradients are), recorded as "dw_dtype" in the JSON.  --wgrad-fold runs
+ * the wgrad's fold configuration at every M (the dispatcher takes the one-tile configuration at M <= 256; the same
+ * bits).  Without a CUDA device it prints one line and
  * exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +125,7 @@ static void lt_free(lt_plan *p) {
 enum { IMPL_STRICT = 0, IMPL_CUBLAS = 1, IMPL_PREV = 2, IMPL_ROUND = 3 };
 enum { PH_FWD = 0, PH_DGRAD = 1, PH_WGRAD = 2 };
 static const char *PHASE[3] = {"forward", "dgrad", "wgrad"};
+static int g_dw_bf16 = 0; /* --dw-bf16 */
 
 typedef struct bufs {
     void *x, *w, *dyb, *y, *dx, *dw;
@@ -144,7 +149,8 @@ static void run_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const
     if (impl == IMPL_STRICT) {
         if (phase == PH_FWD) ok(h3c_gemm_bf16_forward(op, M, N, K, b->x, b->w, NULL, b->y), "strict forward");
         if (phase == PH_DGRAD) ok(h3c_gemm_bf16_dgrad_bf16(op, M, N, K, b->dyb, b->w, b->dx), "strict dgrad");
-        if (phase == PH_WGRAD) ok(h3c_gemm_bf16_wgrad_bf16(op, M, N, K, b->dyb, b->x, b->dw, 0), "strict wgrad");
+        if (phase == PH_WGRAD)
+            ok(h3c_gemm_bf16_wgrad_bf16(op, M, N, K, b->dyb, b->x, b->dw, g_dw_bf16), "strict wgrad");
         return;
     }
     /* previous strict kernels */
@@ -193,6 +199,7 @@ int main(int argc, char **argv) {
     const char *json = NULL, *inv_path = NULL;
     int64_t only_k = 0, only_n = 0, only_m = 0; /* --only K N M: one shape and M (profiling) */
     int force_config = -1;                      /* --config C: forward and dgrad in configuration C */
+    int wgrad_fold = 0;                         /* --wgrad-fold */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -215,9 +222,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_gemm: --config takes 0, 1, 2 or 3\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--dw-bf16")) {
+            g_dw_bf16 = 1;
+        } else if (!strcmp(argv[i], "--wgrad-fold")) {
+            wgrad_fold = 1;
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
-                            "[--only K N M] [--config C]\n");
+                            "[--only K N M] [--config C] [--dw-bf16] [--wgrad-fold]\n");
             return 2;
         }
     }
@@ -231,6 +242,10 @@ int main(int argc, char **argv) {
         ok(h3c_gemm_force_config(force_config), "force_config");
         printf("bench_gemm: forward and dgrad forced to configuration %d\n", force_config);
     }
+    if (wgrad_fold) {
+        ok(h3c_gemm_force_wgrad(0), "force_wgrad");
+        printf("bench_gemm: wgrad forced to the fold configuration\n");
+    }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
     ok(h3s_cuda_describe(devname, sizeof devname), "describe");
@@ -242,7 +257,12 @@ int main(int argc, char **argv) {
     const int64_t Ms_all[7] = {12, 64, 925, 1133, 4253, 8349, 33396};
     const int64_t Ms_quick[3] = {12, 925, 8349};
     const int64_t *Ms = quick ? Ms_quick : Ms_all;
-    const int nM = quick ? 3 : 7;
+    int nM = quick ? 3 : 7;
+    if (only_m > 0) { /* any M, alone */
+        Ms = &only_m;
+        nM = 1;
+    }
+    if (only_m > (quick ? 8349 : 33396)) die("--only", "M at most 33396 (8349 with --quick)");
     const int64_t MMAX = quick ? 8349 : 33396;
     int64_t maxK = 14336, maxN = 32256;
     bufs b;
@@ -271,6 +291,7 @@ int main(int argc, char **argv) {
         fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s\",\n", reps, warmup,
                 quick ? " --quick" : "");
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
+        fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
         fprintf(jf, "  \"rows\": [\n");
     }
     printf("%-12s %-8s %6s %10s %10s %8s %8s %7s %10s %10s\n", "shape", "phase", "M", "strict_ms", "cublas_ms",
@@ -286,7 +307,7 @@ int main(int argc, char **argv) {
                 lt_plan lp;
                 if (ph == PH_FWD) lp = lt_make(1, 0, N, M, K, K, K, CUDA_R_16BF);
                 if (ph == PH_DGRAD) lp = lt_make(0, 0, K, M, N, K, N, CUDA_R_32F);
-                if (ph == PH_WGRAD) lp = lt_make(0, 1, K, N, M, K, N, CUDA_R_32F);
+                if (ph == PH_WGRAD) lp = lt_make(0, 1, K, N, M, K, N, g_dw_bf16 ? CUDA_R_16BF : CUDA_R_32F);
                 float ts = 0, tc = 0;
                 /* alternate strict and cuBLAS in two halves so that clocks and caches treat both alike */
                 for (int half = 0; half < 2; half++) {

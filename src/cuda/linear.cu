@@ -686,6 +686,12 @@ typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
  * round to nearest even):
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient. */
 typedef cfg<128, 192, 5, 1, 1, EPI_BF16_BIAS, 1> wgrad_fold_bf16;
+/* A reduction of at most 256 rows (M <= H3S_FOLD_TILE: the token refiner's text rows) is one fold tile: the fold's
+ * total is that tile's chain, so a configuration without the fold computes the same MMAs from +0 into the same
+ * accumulator and gives the same bits (tests/gpu/test_gpu_gemm.c compares them).  Such a wgrad is almost all output
+ * writes; these take 128 x 256 tiles, which need no registers for a running total. */
+typedef cfg<128, 256, 4, 1, 1, EPI_F32, 0> wgrad_one;
+typedef cfg<128, 256, 4, 1, 1, EPI_BF16_BIAS, 0> wgrad_one_bf16;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
  * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
  * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
@@ -801,6 +807,16 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
 static int g_force_config = -1;
 
 extern "C" int h3c_gemm_config_count(void) { return 4; }
+
+/* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold, 1 = one tile. */
+static int g_force_wgrad = -1;
+
+extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
+    if (config < -1 || config > 1)
+        return h3s_fail(H3S_ERR_INVALID, "gemm: no wgrad configuration %d (0, 1, or -1)", config);
+    g_force_wgrad = config;
+    return H3S_OK;
+}
 
 extern "C" h3s_status h3c_gemm_force_config(int config) {
     if (config < -1 || config >= h3c_gemm_config_count())
@@ -957,6 +973,14 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (M <= 0) /* the empty fold: +0 (BF16 +0 is also all-zero bytes) */
         return h3c_memset(op, dw, (size_t)N * (size_t)K * (dw_bf16 ? 2 : sizeof(float)));
     /* dw[n, k] = fold over 256-row tiles of sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M */
+    const int one = g_force_wgrad >= 0 ? g_force_wgrad == 1 : M <= H3S_FOLD_TILE;
+    if (one && M > H3S_FOLD_TILE)
+        return h3s_fail(H3S_ERR_INVALID, "%s: the one-tile wgrad takes at most %d rows, not %lld", op, H3S_FOLD_TILE,
+                        (long long)M);
+    if (one) {
+        if (dw_bf16) return wg::launch<wg::wgrad_one_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_one>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
     if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
 }

@@ -15,6 +15,9 @@
  * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 16 compute every
  * partial as a work item of its own and add them in a second pass; the comparison covers both.
  *
+ * The wgrad of at most 256 rows (one fold tile) runs a configuration without the fold; wgrad_one_tile compares its
+ * F32 and BF16 dw with the fold's on every shape.
+ *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
  * (shorter runs; the JSON says so). */
@@ -86,6 +89,55 @@ static void shape_invariance(int64_t K, int64_t N, int64_t MREF, const int64_t *
     gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd);
 }
 
+/* The wgrad of at most 256 rows (one fold tile) runs without the fold (the one-tile configuration): its dw, F32 and
+ * BF16, must be the fold's bits.  Forced both ways and by the dispatcher at M in {1, 7, 77, 256}; the one-tile
+ * configuration is refused at 257 rows. */
+static void wgrad_one_tile(int64_t K, int64_t N) {
+    const int64_t Ms[] = {1, 7, 77, 256};
+    const int64_t MM = 257;
+    h3s_tensor xd = gdev2(H3S_BF16, MM, K), dyd = gdev2(H3S_F32, MM, N), dyb = gdev2(H3S_BF16, MM, N);
+    gfill(&xd, 301, 1.0f);
+    gfill(&dyd, 302, 1.0f);
+    CHECK_OK(h3c_round_bf16("test", MM * N, dyd.data, dyb.data));
+    int64_t bad = 0;
+    for (int b16 = 0; b16 < 2; b16++) {
+        const h3s_dtype dt = b16 ? H3S_BF16 : H3S_F32;
+        h3s_tensor ref = gdev2(dt, N, K), got = gdev2(dt, N, K);
+        for (int i = 0; i < 4; i++) {
+            const int64_t M = Ms[i];
+            gpoison(&ref);
+            CHECK_OK(h3c_gemm_force_wgrad(0));
+            CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, ref.data, b16));
+            h3s_tensor rh = gdown(&ref);
+            for (int c = -1; c <= 1; c += 2) {
+                CHECK_OK(h3c_gemm_force_wgrad(c));
+                gpoison(&got);
+                CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16));
+                h3s_tensor gh = gdown(&got);
+                const int64_t d = count_differing(&gh, &rh, 0, N);
+                CHECK(d == 0, "%lld->%lld wgrad (%s dw) M=%lld, %s: %lld elements differ from the fold", (long long)K,
+                      (long long)N, b16 ? "bf16" : "f32", (long long)M, c < 0 ? "dispatcher" : "one tile",
+                      (long long)d);
+                bad += d;
+                g_comparisons += N * K;
+                h3s_tensor_free(&gh);
+            }
+            h3s_tensor_free(&rh);
+        }
+        gfree(&ref), gfree(&got);
+    }
+    CHECK_OK(h3c_gemm_force_wgrad(1));
+    h3s_tensor big = gdev2(H3S_F32, N, K);
+    CHECK(h3c_gemm_bf16_wgrad_bf16("test", MM, N, K, dyb.data, xd.data, big.data, 0) != H3S_OK,
+          "the one-tile wgrad refuses %lld rows", (long long)MM);
+    CHECK_OK(h3c_gemm_force_wgrad(-1));
+    g_total_differing += bad;
+    printf("  %5lld -> %5lld: wgrad at M in {1, 7, 77, 256}, F32 and BF16 dw, one tile and the dispatcher against "
+           "the fold: %lld elements differ\n",
+           (long long)K, (long long)N, (long long)bad);
+    gfree(&big), gfree(&xd), gfree(&dyd), gfree(&dyb);
+}
+
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -154,6 +206,12 @@ int main(void) {
             }
             shape_invariance(shapes[i][0], shapes[i][1], 33396, Ms, nM);
         }
+    if (small)
+        for (int i = 0; i < 3; i++)
+            wgrad_one_tile(small_shapes[i][0], small_shapes[i][1]);
+    else
+        for (int i = 0; i < 5; i++)
+            wgrad_one_tile(shapes[i][0], shapes[i][1]);
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
