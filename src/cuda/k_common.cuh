@@ -28,6 +28,19 @@ __device__ __forceinline__ uint16_t h3k_f2bf(float x) {
     return (uint16_t)(u >> 16);
 }
 
+/* Two values that are neither NaN nor infinite (the caller has checked), rounded as h3k_f2bf rounds them and packed
+ * (lo in the lower half): the single cvt.rn.bf16x2.f32, whose bits equal h3k_f2bf's for every non-NaN value (the
+ * NaN case is h3k_f2bf2's). */
+__device__ __forceinline__ uint32_t h3k_f2bf2_finite(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (uint32_t)h3k_f2bf(lo) | ((uint32_t)h3k_f2bf(hi) << 16);
+#endif
+}
+
 /* Two values rounded as h3k_f2bf rounds them, packed (lo in the lower half): one cvt.rn.bf16x2.f32 (round to nearest
  * even, subnormals kept, overflow to infinity: h3k_f2bf's bits for every non-NaN value) instead of about ten integer
  * instructions per value.  A NaN half is then replaced by h3k_f2bf's NaN, which keeps the payload (the instruction

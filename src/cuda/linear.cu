@@ -372,6 +372,7 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
  * 256 reduction rows and adds the tile partial to a running total in ascending tile order
  * (docs/strict.md section 3), in registers. */
 
+#include <type_traits>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -381,7 +382,9 @@ namespace wg {
 
 constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
 
-enum { EPI_BF16_BIAS = 0, EPI_F32 = 1 };
+/* EPI_BF16_STAGED: BF16 out without bias through a shared-memory buffer per warp (the wgrad's, whose output is
+ * large against its work: see the consumer's epilogue). */
+enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_BF16_STAGED = 2 };
 
 struct args {
     int64_t P, Q, R;
@@ -403,7 +406,13 @@ template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
-    static constexpr int SMEM = STAGES * STAGE + 1024 + 2 * STAGES * 8;
+    /* EPI_BF16_STAGED: 16 rows x BN BF16 per consumer warp, each row padded by 16 bytes (so that the 8 rows of a
+     * fragment's stores fall in distinct banks), after the ring's barriers */
+    static constexpr int EPI_ROW = BN * 2 + 16;
+    static constexpr int EPI_OFF = (STAGES * STAGE + 2 * STAGES * 8 + 127) / 128 * 128;
+    static constexpr int EPI_BYTES = EPI == EPI_BF16_STAGED ? NC * 4 * 16 * EPI_ROW : 0;
+    static constexpr int SMEM =
+        EPI == EPI_BF16_STAGED ? EPI_OFF + EPI_BYTES + 1024 : STAGES * STAGE + 1024 + 2 * STAGES * 8;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
@@ -526,6 +535,45 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                 if (p < g.P && qc < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + qc) = make_uint4(o0, o1, o2, o3);
             }
         }
+    } else if constexpr (C::EPI == EPI_BF16_STAGED) {
+        /* BF16 out, no bias.  Each pair is rounded as h3k_f2bf2 rounds it: when none of this thread's values is NaN or
+         * infinite (their products with 0 sum to a zero) by the one cvt of h3k_f2bf2_finite, else by h3k_f2bf2 (the
+         * same bits for every non-NaN value; NaN keeps its payload).  The packed pairs go to this warp's 16 rows in
+         * shared memory, then each lane copies whole 16-byte chunks of those rows to C, consecutive lanes along a row
+         * (every 32-byte sector written whole, by one instruction).  Only where the bytes go changes. */
+        uint8_t *ebuf = smem + C::EPI_OFF + (c * 4 + w) * 16 * C::EPI_ROW;
+        const int qr = lane >> 2, l = lane & 3;
+        float chk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            chk = __fmaf_rn(C::FOLD ? tot[i] : acc[i], 0.0f, chk);
+        auto stage = [&](auto finite) {
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float v0 = C::FOLD ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
+                    const float v1 = C::FOLD ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
+                    *(uint32_t *)(ebuf + (qr + 8 * h) * C::EPI_ROW + (j * 8 + 2 * l) * 2) =
+                        decltype(finite)::value ? h3k_f2bf2_finite(v0, v1) : h3k_f2bf2(v0, v1);
+                }
+        };
+        if (chk == 0.0f)
+            stage(std::true_type{});
+        else
+            stage(std::false_type{});
+        __syncwarp();
+        constexpr int CH = BN / 8; /* 16-byte chunks per row */
+        static_assert((16 * CH) % 32 == 0, "whole chunks per lane");
+        const int64_t prow = p0 + c * 64 + w * 16;
+#pragma unroll 4
+        for (int i = 0; i < 16 * CH / 32; i++) {
+            const int idx = i * 32 + lane, r = idx / CH, ch = idx % CH;
+            const uint4 v = *(const uint4 *)(ebuf + r * C::EPI_ROW + ch * 16);
+            const int64_t p = prow + r, q = q0 + ch * 8;
+            if (p < g.P && q < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + q) = v; /* Q is a multiple of 8 */
+        }
+        __syncwarp(); /* the buffer is rewritten by this warp's next tile */
     } else {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
@@ -684,14 +732,17 @@ typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
- * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient. */
-typedef cfg<128, 192, 5, 1, 1, EPI_BF16_BIAS, 1> wgrad_fold_bf16;
+ * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient.  Its
+ * epilogue goes through shared memory (EPI_BF16_STAGED), which costs a stage of the ring: measured at eaff757 with
+ * the in-register transpose, the BF16 wgrad ran 15% slower than the F32 one (M = 1133, 5376 -> 28672: 1.078 against
+ * 0.934 ms under ncu, 58M more instructions executed), and 1.6-1.8x cuBLASLt's BF16 output. */
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
 /* A reduction of at most 256 rows (M <= H3S_FOLD_TILE: the token refiner's text rows) is one fold tile: the fold's
  * total is that tile's chain, so a configuration without the fold computes the same MMAs from +0 into the same
  * accumulator and gives the same bits (tests/gpu/test_gpu_gemm.c compares them).  Such a wgrad is almost all output
  * writes; these take 128 x 256 tiles, which need no registers for a running total. */
 typedef cfg<128, 256, 4, 1, 1, EPI_F32, 0> wgrad_one;
-typedef cfg<128, 256, 4, 1, 1, EPI_BF16_BIAS, 0> wgrad_one_bf16;
+typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 0> wgrad_one_bf16;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
  * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
  * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by

@@ -166,6 +166,32 @@ static void dw_fold(int64_t M, int64_t K, int64_t N) {
     gfree(&xd), gfree(&wd), gfree(&dyd);
 }
 
+/* A BF16 dw with NaN and infinities in it (dy carries a NaN and two infinities): the fold's epilogue takes another
+ * rounding route for a thread holding a value that is not finite; every element, NaN payloads included, must still
+ * be the F32 dw rounded on the host.  At 300 rows (two fold tiles) and at 77 (one tile, no fold). */
+static void dw_bf16_nonfinite(int64_t M) {
+    const int64_t K = 264, N = 136;
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    gfill(&xd, 31, 1.0f);
+    gfill(&wd, 32, 0.05f);
+    gfill(&dyd, 33, 1.0f);
+    h3s_tensor dyh = gdown(&dyd);
+    float *v = (float *)dyh.data;
+    v[5 * N + 3] = NAN;
+    v[7 * N + 10] = INFINITY;
+    v[(M - 1) * N + 20] = -INFINITY;
+    CHECK_OK(h3s_cuda_upload(&dyh, &dyd));
+    h3s_tensor full = dw_rows(&xd, &wd, &dyd, 0, M);
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < N * K; i++)
+        nonfinite += !isfinite(((const float *)full.data)[i]);
+    CHECK(nonfinite >= 2 * K, "the F32 dw has its NaN and infinite rows (%lld values not finite)",
+          (long long)nonfinite);
+    dw_bf16_check(&xd, &wd, &dyd, &full, "NaN and infinities");
+    h3s_tensor_free(&full), h3s_tensor_free(&dyh);
+    gfree(&xd), gfree(&wd), gfree(&dyd);
+}
+
 int main(void) {
     gpu_require();
     const int small = gpu_small();
@@ -186,6 +212,8 @@ int main(void) {
             dw_fold(512, shapes[i][0], shapes[i][1]);
     printf("BF16 dw on the other paths\n");
     dw_bf16_paths();
+    dw_bf16_nonfinite(300);
+    dw_bf16_nonfinite(77);
     printf("elapsed %.2f s\n", gpu_now() - t0);
     return h3t_finish("test_gpu_linear");
 }
