@@ -19,6 +19,8 @@
 #
 # Knobs: H3S_BENCH_SEQS (default 12,925,4253,8349; 925 alone is the single-S run of earlier versions),
 # H3S_BENCH_WORK (the sides' own files, above),
+# H3S_BENCH_WEIGHT_GRADS (f32, the default, or bf16: the strict side's seven linear weight gradients, passed to
+# bench_gpu_block --weight-grads; the provider's are BF16 either way),
 # H3S_BENCH_REPS (default 15), H3S_BENCH_WARMUP (3), H3S_BENCH_DETERMINISTIC (1; 0 skips the deterministic
 # provider), H3S_BENCH_BUILD (build dir, default /tmp/h3s-build-bench), H3S_SOURCE_COMMIT (the commit the tree was
 # copied from, where there is no .git), H3S_BENCH_DEADLINE_S (default 540: the whole script, build included, ends
@@ -35,6 +37,8 @@ REPS=${H3S_BENCH_REPS:-15}
 WARMUP=${H3S_BENCH_WARMUP:-3}
 SEQS=${H3S_BENCH_SEQS:-12,925,4253,8349}
 DET=${H3S_BENCH_DETERMINISTIC:-1}
+WGRADS=${H3S_BENCH_WEIGHT_GRADS:-f32}
+case "$WGRADS" in f32 | bf16) ;; *) echo "run_gpu_bench: H3S_BENCH_WEIGHT_GRADS must be f32 or bf16, not '$WGRADS'" >&2; exit 2 ;; esac
 DEADLINE_S=${H3S_BENCH_DEADLINE_S:-540}
 T_START=$(date +%s)
 WORK=${H3S_BENCH_WORK:-$(mktemp -d /tmp/h3s-bench.XXXXXX)}
@@ -91,9 +95,9 @@ if [ "$BUILD_OK" = 1 ]; then
             STRICT_RC="$STRICT_RC S$S:skipped"
             continue
         fi
-        log "== strict S = $S (limit ${T}s): bench_gpu_block --seqs $S --reps $REPS --warmup $WARMUP --json strict_S$S.json"
+        log "== strict S = $S (limit ${T}s): bench_gpu_block --seqs $S --reps $REPS --warmup $WARMUP --weight-grads $WGRADS --json strict_S$S.json"
         timeout -k 10 "$T" "$BUILD/bench_gpu_block" --seqs "$S" --reps "$REPS" --warmup "$WARMUP" \
-            --json "$WORK/strict_S$S.json" 2>&1 | tee -a "$LOG"
+            --weight-grads "$WGRADS" --json "$WORK/strict_S$S.json" 2>&1 | tee -a "$LOG"
         STRICT_RC="$STRICT_RC S$S:${PIPESTATUS[0]}"
     done
     STRICT_RC=${STRICT_RC# }
