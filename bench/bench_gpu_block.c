@@ -8,9 +8,10 @@
  *                         [--weight-grads bf16|f32] [--json FILE]
  *
  * The seven linear weights' gradients are F32 by default (--weight-grads f32); --weight-grads bf16 has the GEMM round
- * them as it stores them (the dtype of the provider's .grad; test_gpu_block checks they are the F32 gradients rounded),
- * which measured slower on the H200 at commit bdc6d44 (the seven BF16 weight-gradient GEMMs 2458 us against about
- * 1984 us in F32 at S = 925).
+ * them as it stores them (the dtype of the provider's .grad; test_gpu_block checks they are the F32 gradients rounded).
+ * It measured slower on the H200 at commit bdc6d44 (the seven BF16 weight-gradient GEMMs 2458 us against about
+ * 1984 us in F32 at S = 925); since fa332ca its epilogue goes through shared memory and it is the faster of the two at
+ * M <= 1133 (docs/numerics/linear_cuda.md).
  *
  * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the library's block,
  * src/model/block.c, which the model runs and test_gpu_block checks for batch invariance and repeat); the parameters

@@ -1280,8 +1280,8 @@ extern "C" h3s_status h3c_sgemm_force_config(int config) {
 
 /* The dispatcher: 64 x 64 tiles when they make two waves of 132 CTAs (the H100/H200 SXM multiprocessor count, a
  * constant of the build), else 32 x 32 when those make at least 64 CTAs, else 16 x 16 (measured on the H200 over the
- * model's F32 shapes: docs/evidence/gpu/development/sgemm_wgrad_a778658.md).  The choice depends on (P, Q) only and changes
- * no bit (every output is the same chain whatever the tile). */
+ * model's F32 shapes: docs/evidence/gpu/development/sgemm_wgrad_a778658.md).  The choice depends on (P, Q) only and
+ * changes no bit (every output is the same chain whatever the tile). */
 static int sg_pick(int64_t P, int64_t Q) {
     const int64_t n64 = ((P + 63) / 64) * ((Q + 63) / 64), n32 = ((P + 31) / 32) * ((Q + 31) / 32);
     return n64 >= 2 * 132 ? 0 : n32 >= 64 ? 1 : 2;
