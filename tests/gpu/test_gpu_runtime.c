@@ -1,7 +1,7 @@
 /* CUDA runtime of the strict backend: device tensors, copies, the fail-closed paths (host or
  * mixed tensors, bad device indices reported by h3s_cuda_sync as H3S_ERR_INDEX), the index
- * cache, the seeded device fill, and the GEMM epilogues' hardware BF16 pack against the software
- * rounding on every F32 bit pattern. */
+ * cache, the seeded device fill, the stream-ordered uploads through the pinned staging buffer, and the GEMM
+ * epilogues' hardware BF16 pack against the software rounding on every F32 bit pattern. */
 #include "cuda/cuda_internal.h"
 #include "gpu_util.h"
 
@@ -51,6 +51,53 @@ static void test_ordered(void) {
     CHECK_OK(h3s_cuda_sync());
     gfree(&ad), gfree(&bd);
     h3s_tensor_free(&zh), h3s_tensor_free(&a), h3s_tensor_free(&b), h3s_tensor_free(&want);
+}
+
+/* Uploads in stream order through the pinned staging buffer (h3s_cuda_upload_ordered, a model pass's inputs): the
+ * host bytes are taken at once (the host buffer is overwritten right after each call), 40 uploads of 1 MB pass the
+ * buffer's 32 MB so that it is reused from the front, an operation queued right after an upload reads the new bytes,
+ * a 9 MB tensor takes the synchronous copy, and bad pairs are refused as by h3s_cuda_upload. */
+static void test_upload_ordered(void) {
+    enum { N = 40 };
+    int64_t s[2] = {512, 512};
+    h3s_tensor d[N], want[N];
+    h3s_tensor h = h3t_alloc2(H3S_F32, 512, 512);
+    for (int i = 0; i < N; i++) {
+        want[i] = hrand(H3S_F32, 512, 512, 100 + (uint64_t)i, 1.0f);
+        CHECK_OK(h3s_cuda_tensor_alloc_ordered_uninit(&d[i], H3S_F32, 2, s));
+        memcpy(h.data, want[i].data, h3s_tensor_nbytes(&h));
+        CHECK_OK(h3s_cuda_upload_ordered(&h, &d[i]));
+        memset(h.data, 0xff, h3s_tensor_nbytes(&h)); /* the library took its copy */
+    }
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += !gequal(&d[i], &want[i]);
+    CHECK(bad == 0, "ordered uploads: %d of %d tensors differ from what was uploaded", bad, N);
+    /* the next operation on the stream reads the uploaded bytes, with no synchronisation between */
+    h3s_tensor a = hrand(H3S_F32, 512, 512, 7, 1.0f), sum = h3t_alloc2(H3S_F32, 512, 512);
+    h3s_tensor ad, outd;
+    CHECK_OK(h3s_cuda_tensor_alloc_ordered_uninit(&ad, H3S_F32, 2, s));
+    CHECK_OK(h3s_cuda_tensor_alloc_ordered(&outd, H3S_F32, 2, s));
+    CHECK_OK(h3s_cuda_upload_ordered(&a, &ad));
+    CHECK_OK(h3s_grad_add(&ad, &d[0], &outd));
+    CHECK_OK(h3s_grad_add(&a, &want[0], &sum));
+    CHECK(gequal(&outd, &sum), "an operation queued after an ordered upload reads its bytes");
+    /* over 8 MB: the synchronous copy */
+    h3s_tensor big = hrand(H3S_F32, 1536, 1536, 8, 1.0f), bigd;
+    int64_t sb[2] = {1536, 1536};
+    CHECK_OK(h3s_cuda_tensor_alloc_ordered_uninit(&bigd, H3S_F32, 2, sb));
+    CHECK_OK(h3s_cuda_upload_ordered(&big, &bigd));
+    CHECK(gequal(&bigd, &big), "a 9 MB ordered upload");
+    h3s_tensor b16 = hrand(H3S_BF16, 512, 512, 9, 1.0f);
+    CHECK_FAILS(H3S_ERR_DTYPE, h3s_cuda_upload_ordered(&b16, &d[1]));
+    CHECK_FAILS(H3S_ERR_DEVICE, h3s_cuda_upload_ordered(&d[1], &d[2]));
+    CHECK_OK(h3s_cuda_sync());
+    for (int i = 0; i < N; i++) {
+        h3s_cuda_tensor_free(&d[i]);
+        h3s_tensor_free(&want[i]);
+    }
+    h3s_cuda_tensor_free(&ad), h3s_cuda_tensor_free(&outd), h3s_cuda_tensor_free(&bigd);
+    h3s_tensor_free(&h), h3s_tensor_free(&a), h3s_tensor_free(&sum), h3s_tensor_free(&big), h3s_tensor_free(&b16);
 }
 
 static void test_fail_closed(void) {
@@ -164,6 +211,7 @@ int main(void) {
     test_bf16_pack();
     test_roundtrip();
     test_ordered();
+    test_upload_ordered();
     test_fail_closed();
     test_bad_device_index();
     test_index_cache();
