@@ -1157,19 +1157,6 @@ __device__ __forceinline__ void sg_stash(const sg_share<TB> &h, int o1, const fl
         tile[h.r1 + i * h.drx][o1 + i * h.dox] = v[i];
 }
 
-/* TT consecutive floats of a shared-memory row, in one vector load where TT allows. */
-template <int TT> __device__ __forceinline__ void sg_row(const float *s, float (&x)[TT]) {
-    if constexpr (TT == 4) {
-        const float4 v = *(const float4 *)s;
-        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else if constexpr (TT == 2) {
-        const float2 v = *(const float2 *)s;
-        x[0] = v.x, x[1] = v.y;
-    } else {
-        x[0] = s[0];
-    }
-}
-
 template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
     constexpr int TT = TB / 16, SR = sg_rows(TB), PER = sg_share<TB>::PER;
     __shared__ __align__(16) float As[2][SR][TB + 4];
@@ -1202,8 +1189,8 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
         const int rmax = g.R - r0 < SR ? (int)(g.R - r0) : SR; /* the chain stops at R exactly */
         auto row = [&](int r) {
             float a[TT], b[TT];
-            sg_row<TT>(&As[cur][r][ty * TT], a);
-            sg_row<TT>(&Bs[cur][r][tx * TT], b);
+            h3k_ld_f32v<TT>(&As[cur][r][ty * TT], a); /* one vector load where TT allows */
+            h3k_ld_f32v<TT>(&Bs[cur][r][tx * TT], b);
 #pragma unroll
             for (int i = 0; i < TT; i++)
 #pragma unroll
