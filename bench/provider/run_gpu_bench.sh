@@ -19,8 +19,9 @@
 #
 # Knobs: H3S_BENCH_SEQS (default 12,925,4253,8349; 925 alone is the single-S run of earlier versions),
 # H3S_BENCH_WORK (the sides' own files, above),
-# H3S_BENCH_WEIGHT_GRADS (f32, the default, or bf16: the strict side's seven linear weight gradients, passed to
-# bench_gpu_block --weight-grads; the provider's are BF16 either way),
+# H3S_BENCH_WEIGHT_GRADS (bf16, the default, or f32: the strict side's seven linear weight gradients, passed to
+# bench_gpu_block --weight-grads; the provider's are BF16, the dtype of PyTorch's .grad, so bf16 compares like with
+# like; f32 times the library's exact default),
 # H3S_BENCH_REPS (default 15), H3S_BENCH_WARMUP (3), H3S_BENCH_DETERMINISTIC (1; 0 skips the deterministic
 # provider), H3S_BENCH_BUILD (build dir, default /tmp/h3s-build-bench), H3S_SOURCE_COMMIT (the commit the tree was
 # copied from, where there is no .git), H3S_BENCH_DEADLINE_S (default 540: the whole script, build included, ends
@@ -37,7 +38,7 @@ REPS=${H3S_BENCH_REPS:-15}
 WARMUP=${H3S_BENCH_WARMUP:-3}
 SEQS=${H3S_BENCH_SEQS:-12,925,4253,8349}
 DET=${H3S_BENCH_DETERMINISTIC:-1}
-WGRADS=${H3S_BENCH_WEIGHT_GRADS:-f32}
+WGRADS=${H3S_BENCH_WEIGHT_GRADS:-bf16}
 case "$WGRADS" in f32 | bf16) ;; *) echo "run_gpu_bench: H3S_BENCH_WEIGHT_GRADS must be f32 or bf16, not '$WGRADS'" >&2; exit 2 ;; esac
 DEADLINE_S=${H3S_BENCH_DEADLINE_S:-540}
 T_START=$(date +%s)
