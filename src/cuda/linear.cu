@@ -1119,22 +1119,21 @@ template <int TB> struct sg_share {
     const float *p; /* element 0 at r = 0 */
     int64_t di, sr; /* address step from element i to i + 1; per reduction row */
     int64_t o_lim;  /* element i exists while i * dox < o_lim (outputs beyond the operand are zeros) */
-    int r1, dox, drx;
+    int o1, r1, dox, drx;
 };
 
 template <int TB>
 __device__ __forceinline__ sg_share<TB> sg_share_of(const float *src, int64_t s_outer, int64_t s_r, int64_t n_outer,
                                                     int64_t o0, int tid) {
     sg_share<TB> h;
-    int o1;
     constexpr int SR = sg_rows(TB);
     if (s_r == 1) { /* rows contiguous along r: SR threads along r */
-        o1 = tid / SR, h.r1 = tid % SR, h.dox = SG_THREADS / SR, h.drx = 0;
+        h.o1 = tid / SR, h.r1 = tid % SR, h.dox = SG_THREADS / SR, h.drx = 0;
     } else { /* contiguous along o: TB threads along o */
-        o1 = tid % TB, h.r1 = tid / TB, h.dox = 0, h.drx = SG_THREADS / TB;
+        h.o1 = tid % TB, h.r1 = tid / TB, h.dox = 0, h.drx = SG_THREADS / TB;
     }
-    h.o_lim = n_outer - o0 - o1;
-    h.p = src + (h.o_lim > 0 ? (o0 + o1) * s_outer : 0) + (int64_t)h.r1 * s_r;
+    h.o_lim = n_outer - o0 - h.o1;
+    h.p = src + (h.o_lim > 0 ? (o0 + h.o1) * s_outer : 0) + (int64_t)h.r1 * s_r;
     h.di = (int64_t)h.dox * s_outer + (int64_t)h.drx * s_r;
     h.sr = s_r;
     return h;
@@ -1150,11 +1149,11 @@ __device__ __forceinline__ void sg_fetch(const sg_share<TB> &h, int64_t R, int64
 }
 
 template <int TB>
-__device__ __forceinline__ void sg_stash(const sg_share<TB> &h, int o1, const float (&v)[sg_share<TB>::PER],
+__device__ __forceinline__ void sg_stash(const sg_share<TB> &h, const float (&v)[sg_share<TB>::PER],
                                          float (*tile)[TB + 4]) {
 #pragma unroll
     for (int i = 0; i < sg_share<TB>::PER; i++)
-        tile[h.r1 + i * h.drx][o1 + i * h.dox] = v[i];
+        tile[h.r1 + i * h.drx][h.o1 + i * h.dox] = v[i];
 }
 
 template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_args g) {
@@ -1172,12 +1171,11 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
     bool first_tile = true;
     const sg_share<TB> ha = sg_share_of<TB>(g.a, g.a_sp, g.a_sr, g.P, p0, tid),
                        hb = sg_share_of<TB>(g.b, g.b_sq, g.b_sr, g.Q, q0, tid);
-    const int oa = g.a_sr == 1 ? tid / SR : tid % TB, ob = g.b_sr == 1 ? tid / SR : tid % TB;
     float va[PER], vb[PER];
     sg_fetch<TB>(ha, g.R, 0, va);
     sg_fetch<TB>(hb, g.R, 0, vb);
-    sg_stash<TB>(ha, oa, va, As[0]);
-    sg_stash<TB>(hb, ob, vb, Bs[0]);
+    sg_stash<TB>(ha, va, As[0]);
+    sg_stash<TB>(hb, vb, Bs[0]);
     __syncthreads();
     int cur = 0;
     for (int64_t r0 = 0; r0 < g.R; r0 += SR) {
@@ -1216,8 +1214,8 @@ template <int TB> __global__ void __launch_bounds__(SG_THREADS) sgemm_kernel(sg_
             first_tile = false;
         }
         if (more) { /* the other buffer was last read in the previous step, which every thread has left */
-            sg_stash<TB>(ha, oa, va, As[cur ^ 1]);
-            sg_stash<TB>(hb, ob, vb, Bs[cur ^ 1]);
+            sg_stash<TB>(ha, va, As[cur ^ 1]);
+            sg_stash<TB>(hb, vb, Bs[cur ^ 1]);
         }
         __syncthreads();
         cur ^= 1;
