@@ -20,6 +20,7 @@
  *   dv_j = chain over attendable i ascending of P_ij dout_i           -- by key blocks.
  * Each quad owns one query (or key) and D/4 of its channels (d = lane, lane + 4, ...). */
 #include <math.h>
+#include <string.h>
 
 #include <map>
 #include <mutex>
@@ -745,7 +746,9 @@ __device__ __forceinline__ void tc_gather_chunked(uint8_t *const *tiles, const u
 }
 
 template <int NP>
-__global__ void __launch_bounds__(TC_FTHREADS + NP, 1) attn_tc_forward_ws_kernel(h3c_attn_args a, tc_groups G) {
+__global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
+    attn_tc_forward_ws_kernel(h3c_attn_args a, tc_groups G, const __grid_constant__ CUtensorMap map_k,
+                              const __grid_constant__ CUtensorMap map_v, int bulk) {
 #if TC_SM90
     /* one producer warpgroup: setmaxnreg needs whole warpgroups, and with 9 warps (one producer warp) every thread
      * would be held to 168 registers all the same (three warps on one of the four schedulers), which spills the
@@ -783,10 +786,27 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1) attn_tc_forward_ws_kernel
         for (int j = 0, s = 0, u = 0; j < ntiles; j++) {
             if (u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 of stage s has been read */
             uint8_t *tkv[2] = {KV + s * 2 * KB, KV + s * 2 * KB + KB};
-            const uint16_t *skv[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
             const int k0 = j * TC_FK, kn = min(kcnt - k0, TC_FK);
-            tc_gather_chunked<TC_FK, NP, 2, TC_WS_CHUNK>(tkv, skv, krows + k0, kn, W, col0, pt);
-            tc_cp_arrive(&full[s]);
+            /* A whole tile of consecutive rows (ascending distinct indices: the last minus the first is TC_FK - 1) is
+             * one box of each tensor: thread 0 has the bulk tensor copy engine write the bytes the gather would
+             * (the same swizzled layout) and the others arrive at once; every producer reads the same two indices,
+             * so all take the same path and full[s] still counts NP arrivals. */
+            if (bulk && kn == TC_FK && krows[k0 + TC_FK - 1] - krows[k0] == TC_FK - 1) {
+                if (pt == 0) {
+                    const int r0 = krows[k0];
+                    wg::mbar_expect_tx(&full[s], 2 * KB);
+                    wg::tma_load_2d(tkv[0], &map_k, &full[s], (int)col0, r0);
+                    wg::tma_load_2d(tkv[0] + tc_tile<TC_FK>::HALF, &map_k, &full[s], (int)col0 + 64, r0);
+                    wg::tma_load_2d(tkv[1], &map_v, &full[s], (int)col0, r0);
+                    wg::tma_load_2d(tkv[1] + tc_tile<TC_FK>::HALF, &map_v, &full[s], (int)col0 + 64, r0);
+                } else {
+                    wg::mbar_arrive(&full[s]);
+                }
+            } else {
+                const uint16_t *skv[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
+                tc_gather_chunked<TC_FK, NP, 2, TC_WS_CHUNK>(tkv, skv, krows + k0, kn, W, col0, pt);
+                tc_cp_arrive(&full[s]);
+            }
             if (++s == TC_FSTAGES) s = 0, u++;
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");
@@ -1465,6 +1485,11 @@ static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backwar
 static int g_attn_fwd_v1 = TC_FWD_V1_DEFAULT;
 extern "C" void h3c_attention_force_fwd_v1(int on) { g_attn_fwd_v1 = on < 0 ? TC_FWD_V1_DEFAULT : on > 0 ? 1 : 0; }
 
+/* Test hook: on = every key tile of the warp-specialised forward gathered by the producers' copies, none by the bulk
+ * tensor copy (the same bytes in shared memory, so the same bits). */
+static int g_attn_gather_only = 0;
+extern "C" void h3c_attention_force_gather(int on) { g_attn_gather_only = on ? 1 : 0; }
+
 static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 0));
     H3S_TRY(tc_smem_attr(op));
@@ -1478,8 +1503,21 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
         const dim3 grid((unsigned)P.nfwd, (unsigned)a->heads);
         if (g_attn_fwd_v1)
             attn_tc_forward_kernel<<<grid, TC_FTHREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a, G);
-        else
-            attn_tc_forward_ws_kernel<TC_WS_NP><<<grid, TC_FTHREADS + TC_WS_NP, TC_SMEM_FWS, H3K_STREAM>>>(*a, G);
+        else {
+            /* tensor maps over K and V ([B S, heads 128], boxes of 64 columns x TC_FK rows) for the key tiles of
+             * consecutive rows; off (every tile gathered) by the test hook or where a row index would not fit the
+             * copy engine's 32-bit coordinates */
+            const int64_t rows = a->B * a->S, W = a->heads * TC_D;
+            const int bulk = !g_attn_gather_only && rows <= INT32_MAX && W <= INT32_MAX;
+            CUtensorMap mk, mv;
+            memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv);
+            if (bulk) {
+                H3S_TRY(h3c_tma_map_bf16(op, &mk, a->k, rows, W, W, 64, TC_FK));
+                H3S_TRY(h3c_tma_map_bf16(op, &mv, a->v, rows, W, W, 64, TC_FK));
+            }
+            attn_tc_forward_ws_kernel<TC_WS_NP>
+                <<<grid, TC_FTHREADS + TC_WS_NP, TC_SMEM_FWS, H3K_STREAM>>>(*a, G, mk, mv, bulk);
+        }
         st = h3c_launch_check(op);
     }
     return st;

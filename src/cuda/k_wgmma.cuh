@@ -218,4 +218,10 @@ __device__ __forceinline__ void wg_mma_rs_n128(float *d, const uint32_t *a, uint
 
 } /* namespace wg */
 
+/* A 2-D BF16 tensor map over rows x cols (row stride ld elements) with boxes of box_cols x box_rows, the 128-byte
+ * swizzle and zeros outside the tensor (src/cuda/linear.cu; the GEMM's operands and the attention's contiguous
+ * tiles). */
+h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
+                            int box_cols, int box_rows);
+
 #endif

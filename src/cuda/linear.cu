@@ -854,6 +854,11 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
 
 } /* namespace wg */
 
+h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
+                            int box_cols, int box_rows) {
+    return wg::make_map(op, m, base, rows, cols, ld, box_cols, box_rows);
+}
+
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 

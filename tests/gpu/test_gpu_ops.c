@@ -741,37 +741,44 @@ static void test_attention_padding(int64_t D_big) {
     free(live_at);
 }
 
-/* The warp-specialised tensor-core forward (h3c_attention_force_fwd_v1(0): a producer warpgroup gathers K and V
- * through mbarriers, the two consumer warpgroups take turns at the tensor cores) gives every bit of the first one
- * (h3c_attention_force_fwd_v1(1)): out and stats, element by element.  Masks are host tensors or NULL. */
+/* The warp-specialised tensor-core forward (h3c_attention_force_fwd_v1(0): a producer warpgroup fills the stages of K
+ * and V through mbarriers, the two consumer warpgroups take turns at the tensor cores) gives every bit of the first
+ * one (h3c_attention_force_fwd_v1(1)): out and stats, element by element.  It runs twice: as built (key tiles of
+ * consecutive rows loaded by the bulk tensor copy, the others gathered) and with every tile gathered
+ * (h3c_attention_force_gather(1)).  Masks are host tensors or NULL. */
 static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t heads, h3s_tensor *doc, h3s_tensor *kv) {
     const int64_t M = B * S, W = heads * 128;
     h3s_attn_mask mask = {doc, kv};
     h3s_tensor qd = gdev2(H3S_BF16, M, W), kd = gdev2(H3S_BF16, M, W), vd = gdev2(H3S_BF16, M, W);
     gfill(&qd, 3001, 1.0f), gfill(&kd, 3002, 1.0f), gfill(&vd, 3003, 1.0f);
     int64_t sdims[3] = {M, heads, 2};
-    h3s_tensor o[2], st[2];
-    for (int v = 0; v < 2; v++) { /* v = 0: the first kernel, v = 1: the warp-specialised one */
+    h3s_tensor o[3], st[3];
+    for (int v = 0; v < 3; v++) { /* v = 0: the first kernel, 1: the warp-specialised one, 2: it gathering all */
         h3s_tensor od = gdev2(H3S_BF16, M, W), std = gdev(H3S_F32, 3, sdims);
         gpoison(&od), gpoison(&std);
         h3c_attention_force_fwd_v1(v == 0 ? 1 : 0);
+        h3c_attention_force_gather(v == 2);
         CHECK_OK(h3s_attention_forward(&qd, &kd, &vd, B, heads, &mask, &od, &std));
         o[v] = gdown(&od), st[v] = gdown(&std);
         gfree(&od), gfree(&std);
     }
     h3c_attention_force_fwd_v1(-1);
-    int64_t dout = 0, dst = 0;
-    for (int64_t i = 0; i < M * W; i++)
-        dout += ((const uint16_t *)o[0].data)[i] != ((const uint16_t *)o[1].data)[i];
-    for (int64_t i = 0; i < M * heads * 2; i++)
-        dst += ((const uint32_t *)st[0].data)[i] != ((const uint32_t *)st[1].data)[i];
-    printf("  attention forward warp-specialised vs first (%s: B=%lld S=%lld heads=%lld): %lld of %lld out and %lld "
-           "of %lld stats differ\n",
-           what, (long long)B, (long long)S, (long long)heads, (long long)dout, (long long)(M * W), (long long)dst,
-           (long long)(M * heads * 2));
-    CHECK(dout == 0 && dst == 0, "attention forward (%s): the warp-specialised kernel differs from the first", what);
-    h3s_tensor all[] = {o[0], o[1], st[0], st[1]};
-    free_all(all, 4, 0);
+    h3c_attention_force_gather(0);
+    static const char *name[3] = {"first", "warp-specialised", "warp-specialised, all gathered"};
+    for (int v = 1; v < 3; v++) {
+        int64_t dout = 0, dst = 0;
+        for (int64_t i = 0; i < M * W; i++)
+            dout += ((const uint16_t *)o[0].data)[i] != ((const uint16_t *)o[v].data)[i];
+        for (int64_t i = 0; i < M * heads * 2; i++)
+            dst += ((const uint32_t *)st[0].data)[i] != ((const uint32_t *)st[v].data)[i];
+        printf("  attention forward %s vs first (%s: B=%lld S=%lld heads=%lld): %lld of %lld out and %lld of %lld "
+               "stats differ\n",
+               name[v], what, (long long)B, (long long)S, (long long)heads, (long long)dout, (long long)(M * W),
+               (long long)dst, (long long)(M * heads * 2));
+        CHECK(dout == 0 && dst == 0, "attention forward (%s): the %s kernel differs from the first", what, name[v]);
+    }
+    h3s_tensor all[] = {o[0], o[1], o[2], st[0], st[1], st[2]};
+    free_all(all, 6, 0);
     h3s_tensor alld[] = {qd, kd, vd};
     free_all(alld, 3, 1);
 }
@@ -810,6 +817,18 @@ static void test_attention_fwd_ws(void) {
     }
     /* every group smaller than one key tile */
     attn_fwd_ws_case("S=100, one partial tile", 2, 100, 2, NULL, NULL);
+    /* tiles of consecutive rows (bulk copies) and tiles across a run of masked keys (gathered) in one group, with
+     * the runs at other places in each item: item b masks keys [300 + 37 b, 341 + 37 b) */
+    {
+        const int64_t B = 2, S = SZ(1000, 700);
+        int64_t kd2[2] = {B, S};
+        h3s_tensor kv = h3t_alloc(H3S_BOOL, 2, kd2);
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t s = 0; s < S; s++)
+                ((uint8_t *)kv.data)[b * S + s] = !(s >= 300 + 37 * b && s < 341 + 37 * b);
+        attn_fwd_ws_case("B=2, a run of masked keys", B, S, SZ(3, 2), NULL, &kv);
+        h3s_tensor_free(&kv);
+    }
 }
 
 /* ================================================================== residual, swiglu */
