@@ -1,6 +1,6 @@
 /* Benchmark (not a test): strict attention on the GPU at the H3 shapes, 56 heads x 128, no mask.
  *
- *   build/bench_attention [--reps N] [--warmup N] [--json FILE] [--fwd-gather]
+ *   build/bench_attention [--reps N] [--warmup N] [--json FILE] [--gather]
  *
  * For S in {12, 925, 1133, 4253, 8349} and B in {1, 4}: the forward (h3s_attention_forward: out and
  * stats) and the backward (h3s_attention_backward: dq, dk, dv from an F32 dout) on device tensors,
@@ -46,10 +46,10 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
-        else if (!strcmp(argv[i], "--fwd-gather")) /* the forward gathers every key tile (no bulk tensor copy) */
+        else if (!strcmp(argv[i], "--gather")) /* every tile gathered, none by the bulk tensor copy */
             h3c_attention_force_gather(1);
         else {
-            fprintf(stderr, "usage: bench_attention [--reps N] [--warmup N] [--json FILE] [--fwd-gather]\n");
+            fprintf(stderr, "usage: bench_attention [--reps N] [--warmup N] [--json FILE] [--gather]\n");
             return 2;
         }
     }

@@ -399,6 +399,25 @@ template <int N> __device__ __forceinline__ void tc_wait() {
 /* This thread's shared-memory writes (cp.async, stores) become visible to the tensor cores' async proxy. */
 __device__ __forceinline__ void tc_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+/* Whether entries [0, R) of an ascending list of distinct row indices with `count` entries are R consecutive rows
+ * (the last minus the first is R - 1): such a tile is one box of each tensor. */
+template <int R> __device__ __forceinline__ bool tc_consecutive(const int *rowidx, int count) {
+    return count == R && rowidx[R - 1] - rowidx[0] == R - 1;
+}
+
+/* The bulk tensor copy of NS R-row tiles of the consecutive rows [r0, r0 + R) (this head's 128 columns as two boxes
+ * of 64 columns x R rows, from the tensor maps' 128-byte swizzle: the bytes and layout tc_gather_n writes), counted
+ * in bar's transaction bytes (NS x tc_tile<R>::BYTES, which the caller expects).  One thread issues it. */
+template <int R, int NS>
+__device__ __forceinline__ void tc_bulk_rows(uint8_t *const *tiles, const CUtensorMap *const *maps, int r0,
+                                             int64_t col0, uint64_t *bar) {
+#pragma unroll
+    for (int n = 0; n < NS; n++) {
+        wg::tma_load_2d(tiles[n], maps[n], bar, (int)col0, r0);
+        wg::tma_load_2d(tiles[n] + tc_tile<R>::HALF, maps[n], bar, (int)col0 + 64, r0);
+    }
+}
+
 /* K-major operand: the tile's rows from byte `row_off` of each block, reduction step kk (of 8) over the columns. */
 template <int R> __device__ __forceinline__ uint64_t tc_desc_k(const uint8_t *tile, int row_off, int kk) {
     return wg::desc(wg::smem_u32(tile) + (kk >> 2) * tc_tile<R>::HALF + row_off + (kk & 3) * 32, 16, 1024);
@@ -691,6 +710,31 @@ static_assert((2 * TC_FSTAGES + 1) * 8 <= TC_WS_BAR_BYTES, "forward mbarriers");
 __device__ __forceinline__ void tc_cp_arrive(uint64_t *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(wg::smem_u32(bar)) : "memory");
 }
+/* Fill a stage with NS R-row tiles of the same listed rows (tile n at dst + n * tile_bytes, from srcs[n] or
+ * maps[n]), then this thread's arrival on the stage's barrier bar (count: the NT threads; an arrival that
+ * completes once this thread's earlier copies have landed, so the barrier also covers any copies the caller issued
+ * before).  Tiles of R consecutive rows go by the bulk tensor copy (thread 0 issues it, after adding its bytes to
+ * bar's expected transactions) unless `bulk` is 0; the others are gathered by all NT threads.  Every thread reads
+ * the same two indices, so all take the same path.  The same bytes land either way. */
+template <int R, int NT, int NS>
+__device__ __forceinline__ void tc_stage_fill(uint8_t *dst, int tile_bytes, const uint16_t *const *srcs,
+                                              const CUtensorMap *const *maps, const int *rowidx, int count, int64_t W,
+                                              int64_t col0, int bulk, uint64_t *bar) {
+    uint8_t *tiles[NS];
+#pragma unroll
+    for (int n = 0; n < NS; n++)
+        tiles[n] = dst + n * tile_bytes;
+    if (bulk && tc_consecutive<R>(rowidx, count)) {
+        if (threadIdx.x == 0) {
+            wg::mbar_expect_tx_only(bar, NS * tc_tile<R>::BYTES);
+            tc_bulk_rows<R, NS>(tiles, maps, rowidx[0], col0, bar);
+        }
+    } else {
+        tc_gather_n<R, NT, NS>(tiles, srcs, rowidx, count, W, col0);
+    }
+    tc_cp_arrive(bar);
+}
+
 /* Named barrier ID (1 or 2) for the 256 consumer threads: wait (bar.sync) or arrive without waiting (bar.arrive). */
 template <int ID> __device__ __forceinline__ void tc_bar_sync() {
     asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(2 * 128) : "memory");
@@ -791,14 +835,11 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
              * one box of each tensor: thread 0 has the bulk tensor copy engine write the bytes the gather would
              * (the same swizzled layout) and the others arrive at once; every producer reads the same two indices,
              * so all take the same path and full[s] still counts NP arrivals. */
-            if (bulk && kn == TC_FK && krows[k0 + TC_FK - 1] - krows[k0] == TC_FK - 1) {
+            if (bulk && tc_consecutive<TC_FK>(krows + k0, kn)) {
                 if (pt == 0) {
-                    const int r0 = krows[k0];
+                    const CUtensorMap *maps[2] = {&map_k, &map_v};
                     wg::mbar_expect_tx(&full[s], 2 * KB);
-                    wg::tma_load_2d(tkv[0], &map_k, &full[s], (int)col0, r0);
-                    wg::tma_load_2d(tkv[0] + tc_tile<TC_FK>::HALF, &map_k, &full[s], (int)col0 + 64, r0);
-                    wg::tma_load_2d(tkv[1], &map_v, &full[s], (int)col0, r0);
-                    wg::tma_load_2d(tkv[1] + tc_tile<TC_FK>::HALF, &map_v, &full[s], (int)col0 + 64, r0);
+                    tc_bulk_rows<TC_FK, 2>(tkv, maps, krows[k0], col0, &full[s]);
                 } else {
                     wg::mbar_arrive(&full[s]);
                 }
@@ -963,13 +1004,15 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
  * i - 1, and the dS of tile i is formed while that update runs; dq sees the same additions in the same
  * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
 __global__ void __launch_bounds__(TC_DQTHREADS, 1)
-    attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
+    attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
+                      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v, int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
     /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
     __shared__ float qlse[TC_DQ], qdel[TC_DQ];
+    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES]; /* a stage's K and V have landed (tc_stage_arrive) */
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -977,15 +1020,23 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < TC_DQSTAGES; st++)
+            wg::mbar_init(&kvfull[st], TC_DQTHREADS);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    /* K and V of key tile k0 into `stage`, then this thread's arrival on the stage's barrier */
     auto issue_kv = [&](int k0, int stage) {
-        uint8_t *Kb = KV + stage * 2 * KB, *Vb = Kb + KB;
+        uint8_t *Kb = KV + stage * 2 * KB;
         const int kn = min(kcnt - k0, TC_BK);
-        tc_gather2_async<TC_BK, TC_DQTHREADS>(Kb, (const uint16_t *)a.k, Vb, (const uint16_t *)a.v, krows + k0, kn, W,
-                                              col0);
+        const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
+        const CUtensorMap *maps[2] = {&map_k, &map_v};
+        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, W, col0, bulk, &kvfull[stage]);
     };
+    /* Q and bf16(dout) (copies that key tile 0's arrivals also cover) */
     tc_gather2_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, Gs, gb, qrows, qn, W, col0);
     if (kcnt > 0) issue_kv(0, 0);
-    tc_commit();
     if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
@@ -1012,15 +1063,12 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
-        tc_wait<0>();
+        wg::mbar_wait(&kvfull[it % TC_DQSTAGES], (unsigned)(it / TC_DQSTAGES) & 1u);
         tc_fence_async();
         /* tile it visible; both warpgroups are past iteration it - 1, whose last wait retired the dq
          * update that read stage (it + 1) % 3 (tile it - 2) */
         __syncthreads();
-        if (it + 1 < ntiles) {
-            issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES);
-            tc_commit();
-        }
+        if (it + 1 < ntiles) issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES);
         const uint8_t *Ks = KV + (it % TC_DQSTAGES) * 2 * KB, *Vs = Ks + KB;
         /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
         wg::wg_fence();
@@ -1071,7 +1119,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
     }
-    tc_wait<0>();
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = qrow0 + warp * 16 + (lane >> 2) + 8 * r;
@@ -1105,7 +1153,8 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
  * completed).  Query tiles go through three shared-memory stages: tile i + 1 is copied while s^T_i reads
  * tile i and the update of tile i - 1 reads its stage. */
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
-    attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse) {
+    attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
+                        const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g, int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int KB = tc_tile<TC_KV>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
@@ -1113,6 +1162,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
     __shared__ __align__(16) float qlse_buf[TC_KVSTAGES][TC_BQ];
     __shared__ __align__(16) float qdel_buf[TC_KVSTAGES][TC_BQ];
+    __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES]; /* a stage's Q, bf16(dout), lse, delta have landed */
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_KV;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int kn = min(G.g_kcnt[g] - t0, TC_KV);
@@ -1123,10 +1173,16 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
      * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
     const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < TC_KVSTAGES; st++)
+            wg::mbar_init(&qfull[st], TC_KVTHREADS);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    /* Q, bf16(dout), lse and delta of query tile q0 into `stage`, then this thread's arrival on its barrier */
     auto issue_q = [&](int q0, int stage) {
-        uint8_t *Qb = QG + stage * 2 * QB, *Gb = Qb + QB;
+        uint8_t *Qb = QG + stage * 2 * QB;
         const int qn = min(qcnt - q0, TC_BQ);
-        tc_gather2_async<TC_BQ, TC_KVTHREADS>(Qb, (const uint16_t *)a.q, Gb, gb, qrows + q0, qn, W, col0);
         if (threadIdx.x < TC_BQ) {
             const int i = threadIdx.x;
             if (i < qn) {
@@ -1144,10 +1200,13 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
                 qdel_buf[stage][i] = 0.0f;
             }
         }
+        const uint16_t *srcs[2] = {(const uint16_t *)a.q, gb};
+        const CUtensorMap *maps[2] = {&map_q, &map_g};
+        tc_stage_fill<TC_BQ, TC_KVTHREADS, 2>(Qb, QB, srcs, maps, qrows + q0, qn, W, col0, bulk, &qfull[stage]);
     };
+    /* K and V (copies that query tile 0's arrivals also cover) */
     tc_gather2_async<TC_KV, TC_KVTHREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
     if (qcnt > 0) issue_q(0, 0);
-    tc_commit();
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
     uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4]; /* bf16(P^T), bf16(dS^T) of the previous query tile */
 #pragma unroll
@@ -1163,16 +1222,13 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     const float c1 = a.scale * TC_LOG2E;
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
-        tc_wait<0>(); /* query tile it has landed (this thread's copies) */
+        wg::mbar_wait(&qfull[it % TC_KVSTAGES], (unsigned)(it / TC_KVSTAGES) & 1u); /* query tile it has landed */
         tc_fence_async();
         /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
          * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
          * (three stages: tile it + 1 is copied while tile it is read by s^T, dP^T and tile it - 1 by the update). */
         __syncthreads();
-        if (it + 1 < ntiles) {
-            issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES);
-            tc_commit();
-        }
+        if (it + 1 < ntiles) issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES);
         if (!active) continue;
         const uint8_t *Qs = QG + (it % TC_KVSTAGES) * 2 * QB, *Gs = Qs + QB;
         const float *qlse = qlse_buf[it % TC_KVSTAGES];
@@ -1229,7 +1285,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         wg::reg_fence<TC_D / 2>(dv);
         wg::reg_fence<TC_D / 2>(dk);
     }
-    tc_wait<0>();
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     if (!active) return;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -1485,8 +1541,8 @@ static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backwar
 static int g_attn_fwd_v1 = TC_FWD_V1_DEFAULT;
 extern "C" void h3c_attention_force_fwd_v1(int on) { g_attn_fwd_v1 = on < 0 ? TC_FWD_V1_DEFAULT : on > 0 ? 1 : 0; }
 
-/* Test hook: on = every key tile of the warp-specialised forward gathered by the producers' copies, none by the bulk
- * tensor copy (the same bytes in shared memory, so the same bits). */
+/* Test hook: on = every tile of the warp-specialised forward and of the backward gathered by the threads' copies,
+ * none by the bulk tensor copy (the same bytes in shared memory, so the same bits). */
 static int g_attn_gather_only = 0;
 extern "C" void h3c_attention_force_gather(int on) { g_attn_gather_only = on ? 1 : 0; }
 
@@ -1542,6 +1598,18 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     uint16_t *gb = (uint16_t *)ws;
     float *lse = ws ? (float *)((uint8_t *)ws + gb_bytes) : NULL;
     uint8_t *part = ws ? (uint8_t *)ws + gb_bytes + lse_bytes : NULL;
+    /* tensor maps for the tiles of consecutive rows (boxes of 64 columns x 64 rows): K and V (dq's key tiles), Q and
+     * bf16(dout) (dk/dv's query tiles); off by the test hook or where a row index would not fit the copy engine's
+     * 32-bit coordinates */
+    const int bulk = !g_attn_gather_only && rows <= INT32_MAX && W <= INT32_MAX;
+    CUtensorMap mk, mv, mq, mg;
+    memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv), memset(&mq, 0, sizeof mq), memset(&mg, 0, sizeof mg);
+    if (st == H3S_OK && bulk) {
+        st = h3c_tma_map_bf16(op, &mk, a->k, rows, W, W, 64, TC_BK);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv, a->v, rows, W, W, 64, TC_BK);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mq, a->q, rows, W, W, 64, TC_BQ);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mg, gb, rows, W, W, 64, TC_BQ);
+    }
     if (st == H3S_OK) {
         attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb, lse);
         st = h3c_launch_check(op);
@@ -1554,15 +1622,15 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     if (st == H3S_OK && a->dq && P.ndq > 0) {
         tc_groups G = P.G;
         G.work = P.dqwork, G.nwork = P.ndq;
-        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G,
-                                                                                                               gb, lse);
+        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(
+            *a, G, gb, lse, mk, mv, bulk);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
         attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
-            *a, G, gb, lse);
+            *a, G, gb, lse, mq, mg, bulk);
         st = h3c_launch_check(op);
     }
     if (ws) h3c_ws_free(ws);

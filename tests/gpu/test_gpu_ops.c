@@ -777,14 +777,35 @@ static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t hea
                (long long)dst, (long long)(M * heads * 2));
         CHECK(dout == 0 && dst == 0, "attention forward (%s): the %s kernel differs from the first", what, name[v]);
     }
-    h3s_tensor all[] = {o[0], o[1], o[2], st[0], st[1], st[2]};
-    free_all(all, 6, 0);
-    h3s_tensor alld[] = {qd, kd, vd};
-    free_all(alld, 3, 1);
+    /* the backward (dq's key tiles, dk/dv's query tiles): tiles of consecutive rows by the bulk tensor copy, and every
+     * tile gathered; dq, dk, dv bit for bit */
+    h3s_tensor od = gup(&o[1]), std = gup(&st[1]), gd = gdev2(H3S_F32, M, W);
+    gfill(&gd, 3004, 1.0f);
+    h3s_tensor g[2][3];
+    for (int v = 0; v < 2; v++) {
+        h3s_tensor dq = gdev2(H3S_F32, M, W), dk = gdev2(H3S_F32, M, W), dv = gdev2(H3S_F32, M, W);
+        gpoison(&dq), gpoison(&dk), gpoison(&dv);
+        h3c_attention_force_gather(v == 1);
+        CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, B, heads, &mask, &gd, &dq, &dk, &dv));
+        g[v][0] = gdown(&dq), g[v][1] = gdown(&dk), g[v][2] = gdown(&dv);
+        gfree(&dq), gfree(&dk), gfree(&dv);
+    }
+    h3c_attention_force_gather(0);
+    int64_t dg[3] = {0, 0, 0};
+    for (int t = 0; t < 3; t++)
+        for (int64_t i = 0; i < M * W; i++)
+            dg[t] += ((const uint32_t *)g[0][t].data)[i] != ((const uint32_t *)g[1][t].data)[i];
+    printf("  attention backward bulk copies vs all gathered (%s): %lld, %lld, %lld of %lld dq, dk, dv differ\n", what,
+           (long long)dg[0], (long long)dg[1], (long long)dg[2], (long long)(M * W));
+    CHECK(dg[0] == 0 && dg[1] == 0 && dg[2] == 0, "attention backward (%s): the bulk copies change a gradient", what);
+    h3s_tensor all[] = {o[0], o[1], o[2], st[0], st[1], st[2], g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
+    free_all(all, 12, 0);
+    h3s_tensor alld[] = {qd, kd, vd, od, std, gd};
+    free_all(alld, 6, 1);
 }
 
 static void test_attention_fwd_ws(void) {
-    printf("attention forward: warp-specialised kernel against the first, bit for bit\n");
+    printf("attention: warp-specialised forward against the first, bulk copies against gathers, bit for bit\n");
     /* the release shape: S = 925 (7 whole key tiles and one of 29), 56 heads x 128, no mask */
     attn_fwd_ws_case("S=925, no mask", 1, 925, SZ(56, 4), NULL, NULL);
     /* many key tiles (the stage ring wraps many times), a partial last tile: 2000 - 2000/7 keys per item */
