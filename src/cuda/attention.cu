@@ -405,6 +405,13 @@ template <int R> __device__ __forceinline__ bool tc_consecutive(const int *rowid
     return count == R && rowidx[R - 1] - rowidx[0] == R - 1;
 }
 
+/* The first and last entries of a tile of `count` listed rows when it is whole (count == R), else (0, -1): read
+ * ahead of tc_stage_fill, so that the loads' latency passes under other work; the tile is consecutive rows iff
+ * y - x == R - 1. */
+template <int R> __device__ __forceinline__ int2 tc_tile_ends(const int *rowidx, int count) {
+    return count == R ? make_int2(rowidx[0], rowidx[R - 1]) : make_int2(0, -1);
+}
+
 /* The bulk tensor copy of NS R-row tiles of the consecutive rows [r0, r0 + R) (this head's 128 columns as two boxes
  * of 64 columns x R rows, from the tensor maps' 128-byte swizzle: the bytes and layout tc_gather_n writes), counted
  * in bar's transaction bytes (NS x tc_tile<R>::BYTES, which the caller expects).  One thread issues it. */
@@ -713,21 +720,22 @@ __device__ __forceinline__ void tc_cp_arrive(uint64_t *bar) {
 /* Fill a stage with NS R-row tiles of the same listed rows (tile n at dst + n * tile_bytes, from srcs[n] or
  * maps[n]), then this thread's arrival on the stage's barrier bar (count: the NT threads; an arrival that
  * completes once this thread's earlier copies have landed, so the barrier also covers any copies the caller issued
- * before).  Tiles of R consecutive rows go by the bulk tensor copy (thread 0 issues it, after adding its bytes to
- * bar's expected transactions) unless `bulk` is 0; the others are gathered by all NT threads.  Every thread reads
- * the same two indices, so all take the same path.  The same bytes land either way. */
+ * before).  A tile of R consecutive rows (ends: its tc_tile_ends) goes by the bulk tensor copy (thread 0 issues it,
+ * after adding its bytes to bar's expected transactions) unless `bulk` is 0; the others are gathered by all NT
+ * threads.  Every thread has read the same two indices, so all take the same path.  The same bytes land either
+ * way. */
 template <int R, int NT, int NS>
 __device__ __forceinline__ void tc_stage_fill(uint8_t *dst, int tile_bytes, const uint16_t *const *srcs,
-                                              const CUtensorMap *const *maps, const int *rowidx, int count, int64_t W,
-                                              int64_t col0, int bulk, uint64_t *bar) {
+                                              const CUtensorMap *const *maps, const int *rowidx, int count, int2 ends,
+                                              int64_t W, int64_t col0, int bulk, uint64_t *bar) {
     uint8_t *tiles[NS];
 #pragma unroll
     for (int n = 0; n < NS; n++)
         tiles[n] = dst + n * tile_bytes;
-    if (bulk && tc_consecutive<R>(rowidx, count)) {
+    if (bulk && ends.y - ends.x == R - 1) {
         if (threadIdx.x == 0) {
             wg::mbar_expect_tx_only(bar, NS * tc_tile<R>::BYTES);
-            tc_bulk_rows<R, NS>(tiles, maps, rowidx[0], col0, bar);
+            tc_bulk_rows<R, NS>(tiles, maps, ends.x, col0, bar);
         }
     } else {
         tc_gather_n<R, NT, NS>(tiles, srcs, rowidx, count, W, col0);
@@ -1027,16 +1035,18 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     }
     __syncthreads();
     /* K and V of key tile k0 into `stage`, then this thread's arrival on the stage's barrier */
-    auto issue_kv = [&](int k0, int stage) {
+    auto ends_kv = [&](int k0) { return tc_tile_ends<TC_BK>(krows + k0, min(kcnt - k0, TC_BK)); };
+    auto issue_kv = [&](int k0, int stage, int2 ends) {
         uint8_t *Kb = KV + stage * 2 * KB;
         const int kn = min(kcnt - k0, TC_BK);
         const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
         const CUtensorMap *maps[2] = {&map_k, &map_v};
-        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, W, col0, bulk, &kvfull[stage]);
+        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk,
+                                              &kvfull[stage]);
     };
     /* Q and bf16(dout) (copies that key tile 0's arrivals also cover) */
     tc_gather2_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, Gs, gb, qrows, qn, W, col0);
-    if (kcnt > 0) issue_kv(0, 0);
+    if (kcnt > 0) issue_kv(0, 0, ends_kv(0));
     if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
@@ -1063,12 +1073,13 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
+        const int2 next = it + 1 < ntiles ? ends_kv(k0 + TC_BK) : make_int2(0, -1); /* loads under the waits */
         wg::mbar_wait(&kvfull[it % TC_DQSTAGES], (unsigned)(it / TC_DQSTAGES) & 1u);
         tc_fence_async();
         /* tile it visible; both warpgroups are past iteration it - 1, whose last wait retired the dq
          * update that read stage (it + 1) % 3 (tile it - 2) */
         __syncthreads();
-        if (it + 1 < ntiles) issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES);
+        if (it + 1 < ntiles) issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES, next);
         const uint8_t *Ks = KV + (it % TC_DQSTAGES) * 2 * KB, *Vs = Ks + KB;
         /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
         wg::wg_fence();
@@ -1180,7 +1191,8 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     }
     __syncthreads();
     /* Q, bf16(dout), lse and delta of query tile q0 into `stage`, then this thread's arrival on its barrier */
-    auto issue_q = [&](int q0, int stage) {
+    auto ends_q = [&](int q0) { return tc_tile_ends<TC_BQ>(qrows + q0, min(qcnt - q0, TC_BQ)); };
+    auto issue_q = [&](int q0, int stage, int2 ends) {
         uint8_t *Qb = QG + stage * 2 * QB;
         const int qn = min(qcnt - q0, TC_BQ);
         if (threadIdx.x < TC_BQ) {
@@ -1202,11 +1214,11 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         }
         const uint16_t *srcs[2] = {(const uint16_t *)a.q, gb};
         const CUtensorMap *maps[2] = {&map_q, &map_g};
-        tc_stage_fill<TC_BQ, TC_KVTHREADS, 2>(Qb, QB, srcs, maps, qrows + q0, qn, W, col0, bulk, &qfull[stage]);
+        tc_stage_fill<TC_BQ, TC_KVTHREADS, 2>(Qb, QB, srcs, maps, qrows + q0, qn, ends, W, col0, bulk, &qfull[stage]);
     };
     /* K and V (copies that query tile 0's arrivals also cover) */
     tc_gather2_async<TC_KV, TC_KVTHREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
-    if (qcnt > 0) issue_q(0, 0);
+    if (qcnt > 0) issue_q(0, 0, ends_q(0));
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
     uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4]; /* bf16(P^T), bf16(dS^T) of the previous query tile */
 #pragma unroll
@@ -1222,13 +1234,14 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     const float c1 = a.scale * TC_LOG2E;
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
+        const int2 next = it + 1 < ntiles ? ends_q((it + 1) * TC_BQ) : make_int2(0, -1); /* loads under the waits */
         wg::mbar_wait(&qfull[it % TC_KVSTAGES], (unsigned)(it / TC_KVSTAGES) & 1u); /* query tile it has landed */
         tc_fence_async();
         /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
          * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
          * (three stages: tile it + 1 is copied while tile it is read by s^T, dP^T and tile it - 1 by the update). */
         __syncthreads();
-        if (it + 1 < ntiles) issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES);
+        if (it + 1 < ntiles) issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES, next);
         if (!active) continue;
         const uint8_t *Qs = QG + (it % TC_KVSTAGES) * 2 * QB, *Gs = Qs + QB;
         const float *qlse = qlse_buf[it % TC_KVSTAGES];
