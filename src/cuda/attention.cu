@@ -296,12 +296,12 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_FSTAGES 3     /* forward: shared-memory stages of (K, V) */
 #define TC_DQ 128        /* backward: queries per CTA (dq; two warpgroups of 64) */
 #define TC_DQTHREADS 256 /* backward dq: threads per CTA */
-#define TC_DQSTAGES 4    /* backward dq: shared-memory stages of (K, V) */
+#define TC_DQSTAGES 3    /* backward dq: shared-memory stages of (K, V) */
 #define TC_BK 64         /* backward: keys per tile (dq) */
 #define TC_BQ 64         /* backward: queries per tile (dk/dv) */
 #define TC_KV 128        /* backward: keys per CTA (dk/dv; two warpgroups of 64) */
 #define TC_KVTHREADS 256 /* backward dk/dv: threads per CTA */
-#define TC_KVSTAGES 4    /* backward dk/dv: shared-memory stages of (Q, bf16(dout)) */
+#define TC_KVSTAGES 3    /* backward dk/dv: shared-memory stages of (Q, bf16(dout)) */
 #define TC_LOG2E 1.4426950408889634f
 
 struct tc_groups {
@@ -1010,16 +1010,7 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
  * [64 w, 64 w + 64)), over the group's key tiles of 64 in ascending order.  Software pipeline inside
  * each warpgroup, as in the forward: the MMAs of s_i and dP_i are issued with the dq update of tile
  * i - 1, and the dS of tile i is formed while that update runs; dq sees the same additions in the same
- * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).
- *   - Key tiles go through TC_DQSTAGES = 4 stages: tile j into stage j % 4 as use u = j / 4.  kvfull[s] completes
- *     when every thread's copies (or the bulk copy's bytes) of the stage have landed; kvempty[s] (count 8: lane 0
- *     of each warp) when every warp's dq update of the tile it held has completed.  Tile it + 1 is issued at the
- *     top of iteration it, after use u - 1 of its stage was released (the issuing threads wait: all of them for a
- *     gather, thread 0 for a bulk copy): that is tile it - 3, whose last reader (the update issued in iteration
- *     it - 2) has retired in both warpgroups, one of which may be half an iteration behind the other.
- *   - No CTA barrier per tile: each warpgroup goes on as soon as its tile has landed.  (Taking turns at the
- *     tensor cores, as the warp-specialised forward does, was measured slower here: 14.5 against 12.7 ms at
- *     S = 8349, B = 1, the warpgroups waiting on each other's MMAs, which are longer than their dS work.) */
+ * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
 __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
                       const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v, int bulk) {
@@ -1029,8 +1020,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
     __shared__ float qlse[TC_DQ], qdel[TC_DQ];
-    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES];  /* a stage's K and V have landed (tc_stage_fill) */
-    __shared__ __align__(8) uint64_t kvempty[TC_DQSTAGES]; /* every warp is done with a stage */
+    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES]; /* a stage's K and V have landed (tc_stage_fill) */
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -1039,10 +1029,8 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
-        for (int st = 0; st < TC_DQSTAGES; st++) {
+        for (int st = 0; st < TC_DQSTAGES; st++)
             wg::mbar_init(&kvfull[st], TC_DQTHREADS);
-            wg::mbar_init(&kvempty[st], TC_DQTHREADS / 32);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -1085,15 +1073,13 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
-        if (it + 1 < ntiles) {
-            const int2 next = ends_kv(k0 + TC_BK);
-            const int ns = (it + 1) % TC_DQSTAGES, u = (it + 1) / TC_DQSTAGES;
-            if (u > 0 && (!(bulk && next.y - next.x == TC_BK - 1) || threadIdx.x == 0))
-                wg::mbar_wait(&kvempty[ns], (unsigned)(u - 1) & 1u); /* tile it - 3 is done with the stage */
-            issue_kv(k0 + TC_BK, ns, next);
-        }
-        wg::mbar_wait(&kvfull[it % TC_DQSTAGES], (unsigned)(it / TC_DQSTAGES) & 1u); /* tile it has landed */
+        const int2 next = it + 1 < ntiles ? ends_kv(k0 + TC_BK) : make_int2(0, -1); /* loads under the waits */
+        wg::mbar_wait(&kvfull[it % TC_DQSTAGES], (unsigned)(it / TC_DQSTAGES) & 1u);
         tc_fence_async();
+        /* tile it visible; both warpgroups are past iteration it - 1, whose last wait retired the dq
+         * update that read stage (it + 1) % 3 (tile it - 2) */
+        __syncthreads();
+        if (it + 1 < ntiles) issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES, next);
         const uint8_t *Ks = KV + (it % TC_DQSTAGES) * 2 * KB, *Vs = Ks + KB;
         /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
         wg::wg_fence();
@@ -1132,12 +1118,8 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
                 for (int e = 0; e < 4; e++)
                     if (j * 8 + (lane & 3) * 2 + (e & 1) >= kn) s[j * 4 + e] = 0.0f;
         }
-        wg::wg_wait<0>(); /* the dq update of tile it - 1 has completed: da is free, and its stage is read */
+        wg::wg_wait<0>(); /* the dq update of tile it - 1 has completed: da is free */
         wg::reg_fence<TC_D / 2>(dq);
-        if (it > 0) {
-            __syncwarp();
-            if (lane == 0) wg::mbar_arrive(&kvempty[(it - 1) % TC_DQSTAGES]);
-        }
         tc_to_a<TC_BK>(s, da);
     }
     if (ntiles > 0) {
@@ -1174,16 +1156,13 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
  * formed from them and the queries' lse and delta alone; dv and dk add bf16(P^T) bf16(dout) and bf16(dS^T) q
  * over the query tiles in ascending order, four ascending k16 steps each; then dk * scale.  No other key
  * enters, so neither the other warpgroup nor the CTA (nor whether the tile's other half exists) can move
- * a bit.  A last tile of at most 64 keys leaves warpgroup 1 with no key: it computes on the tile's zero rows
- * all the same (both warpgroups keep one schedule of stage releases) and writes nothing.
+ * a bit.  A last tile of at most 64 keys leaves warpgroup 1 with no key: it only helps with the copies.
  *
  * Software pipeline inside each warpgroup, as in dq: the MMAs of s^T_i and dP^T_i are issued with the dv/dk
  * update of query tile i - 1, and P^T_i, dS^T_i are formed while that update runs; dv and dk see the same
  * additions in the same order as the plain loop (tile i's update is issued only after tile i - 1's has
- * completed).  Query tiles go through TC_KVSTAGES = 4 stages with full and empty barriers, issued at the top of
- * iteration i (tile i + 1, once tile i - 3 has released the stage), all as in attn_tc_dq_kernel (the query
- * tile's lse and delta, copied by threads [0, 64), are part of the stage: those threads wait for its release
- * too). */
+ * completed).  Query tiles go through three shared-memory stages: tile i + 1 is copied while s^T_i reads
+ * tile i and the update of tile i - 1 reads its stage. */
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
                         const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g, int bulk) {
@@ -1194,8 +1173,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
     __shared__ __align__(16) float qlse_buf[TC_KVSTAGES][TC_BQ];
     __shared__ __align__(16) float qdel_buf[TC_KVSTAGES][TC_BQ];
-    __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES];  /* a stage's Q, bf16(dout), lse, delta have landed */
-    __shared__ __align__(8) uint64_t qempty[TC_KVSTAGES]; /* every warp is done with a stage */
+    __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES]; /* a stage's Q, bf16(dout), lse, delta have landed */
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_KV;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int kn = min(G.g_kcnt[g] - t0, TC_KV);
@@ -1203,11 +1181,12 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     const int qcnt = G.bq_cnt[g * a.heads + h];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int krow0 = wgi * 64; /* this warpgroup's rows of the K and V tiles */
+    /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
+     * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
+    const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
     if (threadIdx.x == 0) {
-        for (int st = 0; st < TC_KVSTAGES; st++) {
+        for (int st = 0; st < TC_KVSTAGES; st++)
             wg::mbar_init(&qfull[st], TC_KVTHREADS);
-            wg::mbar_init(&qempty[st], TC_KVTHREADS / 32);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -1251,19 +1230,19 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
 #pragma unroll
     for (int i = 0; i < TC_BQ / 16; i++)
         pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
-    static_assert(TC_KVSTAGES == 4, "dk/dv: a stage is refilled three tiles after its last use");
+    static_assert(TC_KVSTAGES == 3, "dk/dv: the pipeline reads two query-tile stages while a third is copied");
     const float c1 = a.scale * TC_LOG2E;
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
-        if (it + 1 < ntiles) {
-            const int2 next = ends_q((it + 1) * TC_BQ);
-            const int ns = (it + 1) % TC_KVSTAGES, u = (it + 1) / TC_KVSTAGES;
-            if (u > 0 && (!(bulk && next.y - next.x == TC_BQ - 1) || threadIdx.x < TC_BQ))
-                wg::mbar_wait(&qempty[ns], (unsigned)(u - 1) & 1u); /* tile it - 3 is done with the stage */
-            issue_q((it + 1) * TC_BQ, ns, next);
-        }
+        const int2 next = it + 1 < ntiles ? ends_q((it + 1) * TC_BQ) : make_int2(0, -1); /* loads under the waits */
         wg::mbar_wait(&qfull[it % TC_KVSTAGES], (unsigned)(it / TC_KVSTAGES) & 1u); /* query tile it has landed */
         tc_fence_async();
+        /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
+         * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
+         * (three stages: tile it + 1 is copied while tile it is read by s^T, dP^T and tile it - 1 by the update). */
+        __syncthreads();
+        if (it + 1 < ntiles) issue_q((it + 1) * TC_BQ, (it + 1) % TC_KVSTAGES, next);
+        if (!active) continue;
         const uint8_t *Qs = QG + (it % TC_KVSTAGES) * 2 * QB, *Gs = Qs + QB;
         const float *qlse = qlse_buf[it % TC_KVSTAGES];
         const float *qdel = qdel_buf[it % TC_KVSTAGES];
@@ -1302,17 +1281,13 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
                 dpt[j * 4 + e] = p * (dpt[j * 4 + e] - qdel[qi]);
                 st[j * 4 + e] = p;
             }
-        wg::wg_wait<0>(); /* the dv/dk update of tile it - 1 has completed: pa and da are free, its stage is read */
+        wg::wg_wait<0>(); /* the dv/dk update of tile it - 1 has completed: pa and da are free */
         wg::reg_fence<TC_D / 2>(dv);
         wg::reg_fence<TC_D / 2>(dk);
-        if (it > 0) {
-            __syncwarp();
-            if (lane == 0) wg::mbar_arrive(&qempty[(it - 1) % TC_KVSTAGES]);
-        }
         tc_to_a<TC_BQ>(st, pa);
         tc_to_a<TC_BQ>(dpt, da);
     }
-    if (ntiles > 0) {
+    if (ntiles > 0 && active) {
         /* the last tile's update */
         const uint8_t *Qp = QG + ((ntiles - 1) % TC_KVSTAGES) * 2 * QB, *Gp = Qp + QB;
         wg::wg_fence();
@@ -1324,7 +1299,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         wg::reg_fence<TC_D / 2>(dk);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
-    if (kn <= krow0) return; /* this warpgroup has no key */
+    if (!active) return;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int kj = krow0 + warp * 16 + (lane >> 2) + 8 * r;
