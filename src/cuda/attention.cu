@@ -1041,8 +1041,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         const int kn = min(kcnt - k0, TC_BK);
         const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
         const CUtensorMap *maps[2] = {&map_k, &map_v};
-        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk,
-                                              &kvfull[stage]);
+        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &kvfull[stage]);
     };
     /* Q and bf16(dout) (copies that key tile 0's arrivals also cover) */
     tc_gather2_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, Gs, gb, qrows, qn, W, col0);
@@ -1165,7 +1164,8 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
  * tile i and the update of tile i - 1 reads its stage. */
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
-                        const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g, int bulk) {
+                        const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
+                        int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int KB = tc_tile<TC_KV>::BYTES, QB = tc_tile<TC_BQ>::BYTES;
@@ -1235,7 +1235,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
         const int2 next = it + 1 < ntiles ? ends_q((it + 1) * TC_BQ) : make_int2(0, -1); /* loads under the waits */
-        wg::mbar_wait(&qfull[it % TC_KVSTAGES], (unsigned)(it / TC_KVSTAGES) & 1u); /* query tile it has landed */
+        wg::mbar_wait(&qfull[it % TC_KVSTAGES], (unsigned)(it / TC_KVSTAGES) & 1u);      /* query tile it has landed */
         tc_fence_async();
         /* Every thread's copies of tile it are visible, and both warpgroups have finished iteration it - 1,
          * whose last wait retired the dv/dk update of tile it - 2, the last reader of stage (it + 1) % 3
