@@ -717,6 +717,16 @@ static_assert((2 * TC_FSTAGES + 1) * 8 <= TC_WS_BAR_BYTES, "forward mbarriers");
 __device__ __forceinline__ void tc_cp_arrive(uint64_t *bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(wg::smem_u32(bar)) : "memory");
 }
+/* Thread 0 sets up n mbarriers of `count` arrivals each; then the CTA waits until they are set up. */
+__device__ __forceinline__ void tc_bars_init(uint64_t *bars, int n, unsigned count) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; i++)
+            wg::mbar_init(&bars[i], count);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+
 /* Fill a stage with NS R-row tiles of the same listed rows (tile n at dst + n * tile_bytes, from srcs[n] or
  * maps[n]), then this thread's arrival on the stage's barrier bar (count: the NT threads; an arrival that
  * completes once this thread's earlier copies have landed, so the barrier also covers any copies the caller issued
@@ -1028,12 +1038,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < TC_DQSTAGES; st++)
-            wg::mbar_init(&kvfull[st], TC_DQTHREADS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    tc_bars_init(kvfull, TC_DQSTAGES, TC_DQTHREADS);
     /* K and V of key tile k0 into `stage`, then this thread's arrival on the stage's barrier */
     auto ends_kv = [&](int k0) { return tc_tile_ends<TC_BK>(krows + k0, min(kcnt - k0, TC_BK)); };
     auto issue_kv = [&](int k0, int stage, int2 ends) {
@@ -1184,12 +1189,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
      * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
     const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
-    if (threadIdx.x == 0) {
-        for (int st = 0; st < TC_KVSTAGES; st++)
-            wg::mbar_init(&qfull[st], TC_KVTHREADS);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    tc_bars_init(qfull, TC_KVSTAGES, TC_KVTHREADS);
     /* Q, bf16(dout), lse and delta of query tile q0 into `stage`, then this thread's arrival on its barrier */
     auto ends_q = [&](int q0) { return tc_tile_ends<TC_BQ>(qrows + q0, min(qcnt - q0, TC_BQ)); };
     auto issue_q = [&](int q0, int stage, int2 ends) {
