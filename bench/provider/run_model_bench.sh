@@ -186,6 +186,7 @@ if [ "$BUILD_OK" = 1 ]; then
         # the time init may take (what is left, keeping room for the inputs and both sides), at
         # H3S_MODEL_INIT_S_PER_GB seconds per GB written, with 30% to spare
         INIT_T=$(limit $((PROVIDER_S + 100)) 400)
+        [ "$INIT_T" -lt 60 ] && log "init: only ${INIT_T}s left for it: H3S_MODEL_DEADLINE_S=$DEADLINE_S keeps $((PROVIDER_S + 100)) s for the inputs and the two sides; give a longer deadline (the default is 560)"
         TIME_L=$(((INIT_T * 10000 / (INIT_S_PER_GB * 13) - REST_MB) / BLOCK_MB))
         [ "$TIME_L" -lt "$L" ] && L=$TIME_L
         if [ "$DEVICE" = cuda ] && [ "$GPU_MIB" -gt 0 ]; then
