@@ -1559,6 +1559,12 @@ extern "C" void h3c_attention_force_fwd_v1(int on) { g_attn_fwd_v1 = on < 0 ? TC
 static int g_attn_gather_only = 0;
 extern "C" void h3c_attention_force_gather(int on) { g_attn_gather_only = on ? 1 : 0; }
 
+/* Whether tiles of consecutive rows may go by the bulk tensor copy: not under the test hook, nor where a row or
+ * column index would not fit the copy engine's 32-bit coordinates. */
+static int tc_bulk_ok(const h3c_attn_args *a) {
+    return !g_attn_gather_only && a->B * a->S <= INT32_MAX && a->heads * TC_D <= INT32_MAX;
+}
+
 static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 0));
     H3S_TRY(tc_smem_attr(op));
@@ -1574,10 +1580,9 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
             attn_tc_forward_kernel<<<grid, TC_FTHREADS, TC_SMEM_FWD, H3K_STREAM>>>(*a, G);
         else {
             /* tensor maps over K and V ([B S, heads 128], boxes of 64 columns x TC_FK rows) for the key tiles of
-             * consecutive rows; off (every tile gathered) by the test hook or where a row index would not fit the
-             * copy engine's 32-bit coordinates */
+             * consecutive rows */
             const int64_t rows = a->B * a->S, W = a->heads * TC_D;
-            const int bulk = !g_attn_gather_only && rows <= INT32_MAX && W <= INT32_MAX;
+            const int bulk = tc_bulk_ok(a);
             CUtensorMap mk, mv;
             memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv);
             if (bulk) {
@@ -1612,9 +1617,8 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     float *lse = ws ? (float *)((uint8_t *)ws + gb_bytes) : NULL;
     uint8_t *part = ws ? (uint8_t *)ws + gb_bytes + lse_bytes : NULL;
     /* tensor maps for the tiles of consecutive rows (boxes of 64 columns x 64 rows): K and V (dq's key tiles), Q and
-     * bf16(dout) (dk/dv's query tiles); off by the test hook or where a row index would not fit the copy engine's
-     * 32-bit coordinates */
-    const int bulk = !g_attn_gather_only && rows <= INT32_MAX && W <= INT32_MAX;
+     * bf16(dout) (dk/dv's query tiles) */
+    const int bulk = tc_bulk_ok(a);
     CUtensorMap mk, mv, mq, mg;
     memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv), memset(&mq, 0, sizeof mq), memset(&mg, 0, sizeof mg);
     if (st == H3S_OK && bulk) {

@@ -192,8 +192,8 @@ void h3c_attention_force_reference(int on);
  * barrier per key tile), on = 0 through the warp-specialised one, on < 0 the build's default (the first kernel
  * until the other has been measured on a GPU); both give the same bits. */
 void h3c_attention_force_fwd_v1(int on);
-/* Test hook: on = 1 makes the warp-specialised forward gather every key tile with its producers' copies instead of
- * loading tiles of consecutive rows with the bulk tensor copy; the same bits either way. */
+/* Test hook: on = 1 makes the warp-specialised forward and the backward gather every tile with the threads' copies
+ * instead of loading tiles of consecutive rows with the bulk tensor copy; the same bits either way. */
 void h3c_attention_force_gather(int on);
 h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
 /* Frees the tensor-core attention's cached plans (h3s_cuda_release_caches). */
