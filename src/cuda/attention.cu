@@ -314,6 +314,9 @@ struct tc_groups {
     const int *bq;     /* [heads][total queries] */
     const int *bq_cnt; /* [ngroups][heads] */
     int total_q;
+    /* rows in no group's key list (their keys are masked everywhere): their dk and dv are +0 */
+    const int *urows;
+    int nurows;
 };
 
 /* A tile of R rows x 128 BF16 columns in shared memory, the layout wgmma reads: two [R][64]
@@ -994,9 +997,29 @@ __global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *pa
         }
         a.delta_out[p] = acc;
         const float l = a.stats_in[p * 2 + 1];
-        part[p] = nz && l > 0.0f;
+        const bool takes_part = nz && l > 0.0f;
+        part[p] = takes_part;
+        /* a pair that takes no part gets dq +0 here; the dq kernel writes every other pair's (every row is a query
+         * of exactly one group), so dq needs no clearing beforehand */
+        if (!takes_part && a.dq) {
+            float4 *d4 = (float4 *)(a.dq + off);
+#pragma unroll 4
+            for (int c = 0; c < TC_D / 4; c++)
+                d4[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
         /* log2 of the softmax denominator, m log2 e + log2 l (one fma): P = 2^(s scale log2 e - lse) */
         lse[p] = l > 0.0f ? __fmaf_rn(a.stats_in[p * 2], TC_LOG2E, tc_lg2(l)) : 0.0f;
+    }
+}
+
+/* dk and dv of the rows in no group's key list: +0 (every listed key's rows are written by the dk/dv kernel, so
+ * nothing else needs clearing).  One float4 per thread of the n x W values. */
+__global__ void attn_tc_zero_rows_kernel(const int *rows, int n, int64_t W, float *dk, float *dv) {
+    const int64_t per = W / 4, total = (int64_t)n * per;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t off = (int64_t)rows[e / per] * W + (e % per) * 4;
+        if (dk) *(float4 *)(dk + off) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (dv) *(float4 *)(dv + off) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
@@ -1383,7 +1406,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
         for (int64_t s = 0; s < S; s++)
             docs[0].push_back((int)s);
     }
-    std::vector<int> gi, gqo, gqc, gko, gkc, qrows, krows, fw, dw, kw;
+    std::vector<int> gi, gqo, gqc, gko, gkc, qrows, krows, urows, fw, dw, kw;
     for (int64_t b = 0; b < B; b++)
         for (size_t d = 0; d < docs.size(); d++) {
             const int g = (int)gi.size();
@@ -1393,7 +1416,10 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
             for (int s : docs[d]) {
                 const int row = (int)(b * S + s);
                 qrows.push_back(row);
-                if (!kv || kv[(size_t)row]) krows.push_back(row);
+                if (!kv || kv[(size_t)row])
+                    krows.push_back(row);
+                else
+                    urows.push_back(row);
             }
             gqc.push_back((int)qrows.size() - gqo.back());
             gkc.push_back((int)krows.size() - gko.back());
@@ -1415,7 +1441,8 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
         return off;
     };
     const size_t o_gi = put(gi), o_gqo = put(gqo), o_gqc = put(gqc), o_gko = put(gko), o_gkc = put(gkc);
-    const size_t o_qr = put(qrows), o_kr = put(krows), o_fw = put(fw), o_dw = put(dw), o_kw = put(kw);
+    const size_t o_qr = put(qrows), o_kr = put(krows), o_ur = put(urows), o_fw = put(fw), o_dw = put(dw),
+                 o_kw = put(kw);
     size_t bytes = all.size() * sizeof(int);
     const size_t o_bq = all.size(), n_bq = backward ? (size_t)a->heads * (size_t)(nq > 0 ? nq : 1) : 0;
     const size_t o_bc = o_bq + n_bq, n_bc = backward ? (size_t)ng * (size_t)a->heads : 0;
@@ -1434,6 +1461,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     P->G.g_koff = base + o_gko, P->G.g_kcnt = base + o_gkc;
     P->G.qrows = base + o_qr, P->G.krows = base + o_kr;
     P->G.total_q = nq;
+    P->G.urows = base + o_ur, P->G.nurows = (int)urows.size();
     P->G.bq = backward ? base + o_bq : NULL;
     P->G.bq_cnt = backward ? base + o_bc : NULL;
     P->nfwd = (int)fw.size() / 2, P->ndq = (int)dw.size() / 2, P->nkv = (int)kw.size() / 2;
@@ -1601,10 +1629,6 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 1));
     H3S_TRY(tc_smem_attr(op));
     const int64_t rows = a->B * a->S, W = a->heads * TC_D, pairs = rows * a->heads;
-    /* rows no one writes (masked keys, queries that take no part) are +0 */
-    if (a->dq) H3S_TRY(h3c_memset(op, a->dq, (size_t)(rows * W) * sizeof(float)));
-    if (a->dk) H3S_TRY(h3c_memset(op, a->dk, (size_t)(rows * W) * sizeof(float)));
-    if (a->dv) H3S_TRY(h3c_memset(op, a->dv, (size_t)(rows * W) * sizeof(float)));
     std::lock_guard<std::mutex> lk(g_plan_lock);
     tc_plan P;
     H3S_TRY(tc_plan_get(op, a, 1, &P));
@@ -1629,6 +1653,13 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     }
     if (st == H3S_OK) {
         attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb, lse);
+        st = h3c_launch_check(op);
+    }
+    /* rows no kernel writes are +0: dq of the (row, head) pairs that take no part (the delta kernel above), dk and dv
+     * of the rows whose key is masked everywhere (here) */
+    if (st == H3S_OK && (a->dk || a->dv) && P.G.nurows > 0) {
+        attn_tc_zero_rows_kernel<<<h3k_blocks((int64_t)P.G.nurows * (W / 4), 256), 256, 0, H3K_STREAM>>>(
+            P.G.urows, P.G.nurows, W, a->dk, a->dv);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && P.G.ngroups > 0) {

@@ -795,6 +795,26 @@ static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t hea
     for (int t = 0; t < 3; t++)
         for (int64_t i = 0; i < M * W; i++)
             dg[t] += ((const uint32_t *)g[0][t].data)[i] != ((const uint32_t *)g[1][t].data)[i];
+    /* rows no kernel computes hold +0 (the outputs were poisoned before): dk and dv of a row whose key is masked, dq
+     * of a query whose document has no live key in its item (l = 0; dout is nowhere zero here) */
+    int64_t unset = 0, zero_rows = 0;
+    for (int64_t r = 0; r < M; r++) {
+        const int64_t b = r / S, i = r % S;
+        const int key_live = !kv || ((const uint8_t *)kv->data)[r];
+        int any_key = 0;
+        for (int64_t j = 0; j < S && !any_key; j++)
+            any_key = (!doc || ((const int64_t *)doc->data)[j] == ((const int64_t *)doc->data)[i]) &&
+                      (!kv || ((const uint8_t *)kv->data)[b * S + j]);
+        for (int t = 0; t < 3; t++) {
+            if (t == 0 ? any_key : key_live) continue;
+            zero_rows++;
+            for (int64_t c = 0; c < W; c++)
+                unset += ((const uint32_t *)g[0][t].data)[r * W + c] != 0u;
+        }
+    }
+    printf("  attention backward (%s): %lld rows no kernel computes, %lld of their values not +0\n", what,
+           (long long)zero_rows, (long long)unset);
+    CHECK(unset == 0, "attention backward (%s): a row no kernel computes is not +0", what);
     printf("  attention backward bulk copies vs all gathered (%s): %lld, %lld, %lld of %lld dq, dk, dv differ\n", what,
            (long long)dg[0], (long long)dg[1], (long long)dg[2], (long long)(M * W));
     CHECK(dg[0] == 0 && dg[1] == 0 && dg[2] == 0, "attention backward (%s): the bulk copies change a gradient", what);
