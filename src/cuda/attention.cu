@@ -813,7 +813,8 @@ __device__ __forceinline__ void tc_gather_chunked(uint8_t *const *tiles, const u
 template <int NP>
 __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
     attn_tc_forward_ws_kernel(h3c_attn_args a, tc_groups G, const __grid_constant__ CUtensorMap map_k,
-                              const __grid_constant__ CUtensorMap map_v, int bulk) {
+                              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_q,
+                              int bulk) {
 #if TC_SM90
     /* one producer warpgroup: setmaxnreg needs whole warpgroups, and with 9 warps (one producer warp) every thread
      * would be held to 168 registers all the same (three warps on one of the four schedulers), which spills the
@@ -842,12 +843,20 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
     if (threadIdx.x >= TC_FTHREADS) { /* the producers */
         if constexpr (NP == 128) asm volatile("setmaxnreg.dec.sync.aligned.u32 " TC_STR(TC_WS_PREG) ";\n");
         const unsigned pt = threadIdx.x - TC_FTHREADS;
-        {
-            uint8_t *tq[1] = {Qs};
+        uint8_t *tq[1] = {Qs};
+        if (bulk && tc_consecutive<TC_FQ>(qrows, qcnt)) { /* Q as one box of consecutive rows, as a key tile */
+            if (pt == 0) {
+                const CUtensorMap *maps[1] = {&map_q};
+                wg::mbar_expect_tx(qfull, tc_tile<TC_FQ>::BYTES);
+                tc_bulk_rows<TC_FQ, 1>(tq, maps, qrows[0], col0, qfull);
+            } else {
+                wg::mbar_arrive(qfull);
+            }
+        } else {
             const uint16_t *sq[1] = {(const uint16_t *)a.q};
             tc_gather_chunked<TC_FQ, NP, 1, TC_WS_CHUNK>(tq, sq, qrows, qcnt, W, col0, pt);
+            tc_cp_arrive(qfull);
         }
-        tc_cp_arrive(qfull);
         for (int j = 0, s = 0, u = 0; j < ntiles; j++) {
             if (u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 of stage s has been read */
             uint8_t *tkv[2] = {KV + s * 2 * KB, KV + s * 2 * KB + KB};
@@ -1046,14 +1055,16 @@ __global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t
  * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
 __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
-                      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v, int bulk) {
+                      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
+                      const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g, int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
     constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
     /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
     __shared__ float qlse[TC_DQ], qdel[TC_DQ];
-    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES]; /* a stage's K and V have landed (tc_stage_fill) */
+    /* kvfull[s]: stage s's K and V have landed (tc_stage_fill); kvfull[TC_DQSTAGES]: Q and bf16(dout) */
+    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES + 1];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -1061,7 +1072,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    tc_bars_init(kvfull, TC_DQSTAGES, TC_DQTHREADS);
+    tc_bars_init(kvfull, TC_DQSTAGES + 1, TC_DQTHREADS);
     /* K and V of key tile k0 into `stage`, then this thread's arrival on the stage's barrier */
     auto ends_kv = [&](int k0) { return tc_tile_ends<TC_BK>(krows + k0, min(kcnt - k0, TC_BK)); };
     auto issue_kv = [&](int k0, int stage, int2 ends) {
@@ -1071,8 +1082,12 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         const CUtensorMap *maps[2] = {&map_k, &map_v};
         tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &kvfull[stage]);
     };
-    /* Q and bf16(dout) (copies that key tile 0's arrivals also cover) */
-    tc_gather2_async<TC_DQ, TC_DQTHREADS>(Qs, (const uint16_t *)a.q, Gs, gb, qrows, qn, W, col0);
+    { /* Q and bf16(dout), on their own barrier */
+        const uint16_t *srcs[2] = {(const uint16_t *)a.q, gb};
+        const CUtensorMap *maps[2] = {&map_q, &map_g};
+        tc_stage_fill<TC_DQ, TC_DQTHREADS, 2>(Qs, QB, srcs, maps, qrows, qn, tc_tile_ends<TC_DQ>(qrows, qn), W, col0,
+                                              bulk, &kvfull[TC_DQSTAGES]);
+    }
     if (kcnt > 0) issue_kv(0, 0, ends_kv(0));
     if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
@@ -1097,6 +1112,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     /* this thread's two rows: their lse and delta (rows past qn: 0, 0; their dq is never written) */
     const float rl[2] = {qlse[qrow0 + warp * 16 + (lane >> 2)], qlse[qrow0 + warp * 16 + (lane >> 2) + 8]};
     const float rd[2] = {qdel[qrow0 + warp * 16 + (lane >> 2)], qdel[qrow0 + warp * 16 + (lane >> 2) + 8]};
+    wg::mbar_wait(&kvfull[TC_DQSTAGES], 0u); /* Q and bf16(dout) have landed (waited even with no key tile) */
     const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
@@ -1193,6 +1209,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
                         const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
+                        const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                         int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
@@ -1201,7 +1218,8 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     uint8_t *Ks = tc_smem_base(tc_smem_raw), *Vs = Ks + KB, *QG = Vs + KB;
     __shared__ __align__(16) float qlse_buf[TC_KVSTAGES][TC_BQ];
     __shared__ __align__(16) float qdel_buf[TC_KVSTAGES][TC_BQ];
-    __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES]; /* a stage's Q, bf16(dout), lse, delta have landed */
+    /* qfull[s]: stage s's Q, bf16(dout), lse, delta have landed; qfull[TC_KVSTAGES]: K and V */
+    __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES + 1];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_KV;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int kn = min(G.g_kcnt[g] - t0, TC_KV);
@@ -1212,7 +1230,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
      * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
     const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
-    tc_bars_init(qfull, TC_KVSTAGES, TC_KVTHREADS);
+    tc_bars_init(qfull, TC_KVSTAGES + 1, TC_KVTHREADS);
     /* Q, bf16(dout), lse and delta of query tile q0 into `stage`, then this thread's arrival on its barrier */
     auto ends_q = [&](int q0) { return tc_tile_ends<TC_BQ>(qrows + q0, min(qcnt - q0, TC_BQ)); };
     auto issue_q = [&](int q0, int stage, int2 ends) {
@@ -1239,8 +1257,12 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         const CUtensorMap *maps[2] = {&map_q, &map_g};
         tc_stage_fill<TC_BQ, TC_KVTHREADS, 2>(Qb, QB, srcs, maps, qrows + q0, qn, ends, W, col0, bulk, &qfull[stage]);
     };
-    /* K and V (copies that query tile 0's arrivals also cover) */
-    tc_gather2_async<TC_KV, TC_KVTHREADS>(Ks, (const uint16_t *)a.k, Vs, (const uint16_t *)a.v, krows, kn, W, col0);
+    { /* K and V, on their own barrier */
+        const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
+        const CUtensorMap *maps[2] = {&map_k, &map_v};
+        tc_stage_fill<TC_KV, TC_KVTHREADS, 2>(Ks, KB, srcs, maps, krows, kn, tc_tile_ends<TC_KV>(krows, kn), W, col0,
+                                              bulk, &qfull[TC_KVSTAGES]);
+    }
     if (qcnt > 0) issue_q(0, 0, ends_q(0));
     float dk[TC_D / 2], dv[TC_D / 2], st[TC_BQ / 2], dpt[TC_BQ / 2];
     uint32_t pa[TC_BQ / 16][4], da[TC_BQ / 16][4]; /* bf16(P^T), bf16(dS^T) of the previous query tile */
@@ -1254,6 +1276,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     for (int i = 0; i < TC_BQ / 16; i++)
         pa[i][0] = pa[i][1] = pa[i][2] = pa[i][3] = da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
     static_assert(TC_KVSTAGES == 3, "dk/dv: the pipeline reads two query-tile stages while a third is copied");
+    wg::mbar_wait(&qfull[TC_KVSTAGES], 0u); /* K and V have landed (waited even with no query tile) */
     const float c1 = a.scale * TC_LOG2E;
     const int ntiles = (qcnt + TC_BQ - 1) / TC_BQ;
     for (int it = 0; it < ntiles; it++) {
@@ -1611,14 +1634,15 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
              * consecutive rows */
             const int64_t rows = a->B * a->S, W = a->heads * TC_D;
             const int bulk = tc_bulk_ok(a);
-            CUtensorMap mk, mv;
-            memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv);
+            CUtensorMap mk, mv, mq;
+            memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv), memset(&mq, 0, sizeof mq);
             if (bulk) {
                 H3S_TRY(h3c_tma_map_bf16(op, &mk, a->k, rows, W, W, 64, TC_FK));
                 H3S_TRY(h3c_tma_map_bf16(op, &mv, a->v, rows, W, W, 64, TC_FK));
+                H3S_TRY(h3c_tma_map_bf16(op, &mq, a->q, rows, W, W, 64, TC_FQ));
             }
             attn_tc_forward_ws_kernel<TC_WS_NP>
-                <<<grid, TC_FTHREADS + TC_WS_NP, TC_SMEM_FWS, H3K_STREAM>>>(*a, G, mk, mv, bulk);
+                <<<grid, TC_FTHREADS + TC_WS_NP, TC_SMEM_FWS, H3K_STREAM>>>(*a, G, mk, mv, mq, bulk);
         }
         st = h3c_launch_check(op);
     }
@@ -1643,13 +1667,18 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     /* tensor maps for the tiles of consecutive rows (boxes of 64 columns x 64 rows): K and V (dq's key tiles), Q and
      * bf16(dout) (dk/dv's query tiles) */
     const int bulk = tc_bulk_ok(a);
-    CUtensorMap mk, mv, mq, mg;
+    CUtensorMap mk, mv, mq, mg, mq1, mg1, mk1, mv1; /* boxes of 64 rows; of 128 (the once-per-CTA tiles) */
     memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv), memset(&mq, 0, sizeof mq), memset(&mg, 0, sizeof mg);
+    memset(&mq1, 0, sizeof mq1), memset(&mg1, 0, sizeof mg1), memset(&mk1, 0, sizeof mk1), memset(&mv1, 0, sizeof mv1);
     if (st == H3S_OK && bulk) {
         st = h3c_tma_map_bf16(op, &mk, a->k, rows, W, W, 64, TC_BK);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv, a->v, rows, W, W, 64, TC_BK);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mq, a->q, rows, W, W, 64, TC_BQ);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mg, gb, rows, W, W, 64, TC_BQ);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mq1, a->q, rows, W, W, 64, TC_DQ);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mg1, gb, rows, W, W, 64, TC_DQ);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mk1, a->k, rows, W, W, 64, TC_KV);
+        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv1, a->v, rows, W, W, 64, TC_KV);
     }
     if (st == H3S_OK) {
         attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb, lse);
@@ -1671,14 +1700,14 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
         tc_groups G = P.G;
         G.work = P.dqwork, G.nwork = P.ndq;
         attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(
-            *a, G, gb, lse, mk, mv, bulk);
+            *a, G, gb, lse, mk, mv, mq1, mg1, bulk);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
         attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
-            *a, G, gb, lse, mq, mg, bulk);
+            *a, G, gb, lse, mq, mg, mk1, mv1, bulk);
         st = h3c_launch_check(op);
     }
     if (ws) h3c_ws_free(ws);
