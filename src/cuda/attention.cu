@@ -980,44 +980,73 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
 
 /* delta[row, h] (as attn_delta_kernel: the FMA chain over d ascending), the participation flag
  * (l > 0 and a non-zero dout row), and dout rounded once to BF16 (the tensor cores' operand, the
- * rounding the gathers used to do per tile), 8 channels per vector load. */
-__global__ void attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part, uint16_t *gb, float *lse) {
-    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t off = p * TC_D; /* (row, head) p: row * W + h * D with W = heads * D */
-        const uint4 *o4 = (const uint4 *)((const uint16_t *)a.out_in + off);
-        const float4 *g4 = (const float4 *)(a.dout + off);
-        uint4 *b4 = (uint4 *)(gb + off);
+ * rounding the gathers used to do per tile).
+ * One warp per 32 consecutive (row, head) pairs (pair p's 128 values at p * 128: W = heads * 128).  The warp
+ * copies the pairs' dout and out, 32 columns at a time, into shared memory with loads that are consecutive across
+ * the lanes (one 128-byte row of dout per instruction), writing bf16(dout) as it goes; then lane i runs pair i's
+ * chain over those 32 columns.  The chain is the plain one: acc = fma(dout_e, out_e, acc) for e = 0, 1, ..., 127
+ * from +0, one thread per pair, so the layout changes where values are read, not the arithmetic.  (One thread
+ * per pair reading its own 768 bytes made every load instruction touch 32 lines and ran at a sixth of the
+ * memory bandwidth.) */
+#define TC_DW 2 /* warps per block of the delta kernel */
+__global__ void __launch_bounds__(32 * TC_DW)
+    attn_tc_delta_kernel(h3c_attn_args a, int64_t pairs, uint8_t *part, uint16_t *gb, float *lse) {
+    __shared__ float sg[TC_DW][32][33], so[TC_DW][32][33]; /* [pair][column of the chunk], padded: no conflicts */
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint16_t *out = (const uint16_t *)a.out_in;
+    for (int64_t p0 = ((int64_t)blockIdx.x * TC_DW + w) * 32; p0 < pairs; p0 += (int64_t)gridDim.x * TC_DW * 32) {
+        const int np = pairs - p0 < 32 ? (int)(pairs - p0) : 32; /* pairs of this warp (uniform) */
         float acc = 0.0f;
-        bool nz = false;
-#pragma unroll 2
-        for (int c = 0; c < TC_D / 8; c++) {
-            const float4 x0 = g4[2 * c], x1 = g4[2 * c + 1];
-            const uint4 ov = o4[c];
-            const float gv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-            const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w};
+        unsigned nzbits = 0; /* bit i: pair i has a nonzero dout */
+        for (int c0 = 0; c0 < TC_D; c0 += 32) {
+            /* 16 pairs' loads in flight before the first store (a store to gb could alias dout as far as the compiler
+             * knows, so it would keep later loads behind it) */
+            for (int i0 = 0; i0 < np; i0 += 16) {
+                float gv[16];
+                uint16_t ov[16];
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const uint16_t ob = (uint16_t)(e & 1 ? ow[e >> 1] >> 16 : ow[e >> 1] & 0xffffu);
-                acc = __fmaf_rn(gv[e], h3k_bf2f(ob), acc);
-                nz = nz || gv[e] != 0.0f;
+                for (int u = 0; u < 16; u++) {
+                    const int64_t at = (p0 + min(i0 + u, np - 1)) * TC_D + c0 + lane; /* past np: a row again */
+                    gv[u] = a.dout[at];
+                    ov[u] = out[at];
+                }
+#pragma unroll
+                for (int u = 0; u < 16; u++) {
+                    const int i = i0 + u;
+                    if (i < np) {
+                        sg[w][i][lane] = gv[u];
+                        so[w][i][lane] = h3k_bf2f(ov[u]);
+                        gb[(p0 + i) * TC_D + c0 + lane] = h3k_f2bf(gv[u]); /* tc_pack's rounding, one at a time */
+                        if (__ballot_sync(0xffffffffu, gv[u] != 0.0f)) nzbits |= 1u << i;
+                    }
+                }
             }
-            b4[c] =
-                make_uint4(tc_pack(gv[0], gv[1]), tc_pack(gv[2], gv[3]), tc_pack(gv[4], gv[5]), tc_pack(gv[6], gv[7]));
+            __syncwarp();
+            if (lane < np) {
+#pragma unroll 8
+                for (int e = 0; e < 32; e++)
+                    acc = __fmaf_rn(sg[w][lane][e], so[w][lane][e], acc);
+            }
+            __syncwarp(); /* the chunk is read before the next overwrites it */
         }
-        a.delta_out[p] = acc;
-        const float l = a.stats_in[p * 2 + 1];
-        const bool takes_part = nz && l > 0.0f;
-        part[p] = takes_part;
-        /* a pair that takes no part gets dq +0 here; the dq kernel writes every other pair's (every row is a query
-         * of exactly one group), so dq needs no clearing beforehand */
-        if (!takes_part && a.dq) {
-            float4 *d4 = (float4 *)(a.dq + off);
-#pragma unroll 4
-            for (int c = 0; c < TC_D / 4; c++)
-                d4[c] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const int64_t p = p0 + lane;
+        bool takes_part = false;
+        if (lane < np) {
+            a.delta_out[p] = acc;
+            const float l = a.stats_in[p * 2 + 1];
+            takes_part = ((nzbits >> lane) & 1u) && l > 0.0f;
+            part[p] = takes_part;
+            /* log2 of the softmax denominator, m log2 e + log2 l (one fma): P = 2^(s scale log2 e - lse) */
+            lse[p] = l > 0.0f ? __fmaf_rn(a.stats_in[p * 2], TC_LOG2E, tc_lg2(l)) : 0.0f;
         }
-        /* log2 of the softmax denominator, m log2 e + log2 l (one fma): P = 2^(s scale log2 e - lse) */
-        lse[p] = l > 0.0f ? __fmaf_rn(a.stats_in[p * 2], TC_LOG2E, tc_lg2(l)) : 0.0f;
+        /* a pair that takes no part gets dq +0 here, the warp writing its 512 bytes together; the dq kernel writes
+         * every other pair's (every row is a query of exactly one group), so dq needs no clearing beforehand */
+        unsigned zero = __ballot_sync(0xffffffffu, lane < np && !takes_part);
+        if (a.dq)
+            for (; zero; zero &= zero - 1) {
+                const int i = __ffs(zero) - 1;
+                *(float4 *)(a.dq + (p0 + i) * TC_D + 4 * lane) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
     }
 }
 
@@ -1032,20 +1061,45 @@ __global__ void attn_tc_zero_rows_kernel(const int *rows, int n, int64_t W, floa
     }
 }
 
-/* Participating queries of each (group, head), ascending: one warp per pair. */
-__global__ void attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t *part, int *bq, int *bq_cnt) {
-    const int g = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+/* Participating queries of each (group, head), ascending: one block per pair.  Each of the TC_CW warps takes a
+ * contiguous run of the group's query rows, counts its participants (pass 1), and after the block has added the
+ * counts of the warps before it, writes them from that offset (pass 2): the list of the one-warp scan, with 32
+ * warps' loads in flight instead of one (a long sequence has one group: one warp per head walked all its rows). */
+#define TC_CW 32
+__global__ void __launch_bounds__(32 * TC_CW)
+    attn_tc_compact_kernel(tc_groups G, int64_t heads, const uint8_t *part, int *bq, int *bq_cnt) {
+    __shared__ int wcount[TC_CW];
+    const int g = blockIdx.x, h = blockIdx.y, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int off = G.g_qoff[g], cnt = G.g_qcnt[g];
+    const int steps = (cnt + 31) / 32, per = (steps + TC_CW - 1) / TC_CW; /* steps of 32 rows, per warp */
+    const int s0 = min(w * per, steps), s1 = min(s0 + per, steps);
+    auto flag = [&](int i, int &row) {
+        row = i < cnt ? G.qrows[off + i] : 0;
+        return i < cnt && part[(int64_t)row * heads + h] != 0;
+    };
     int n = 0;
-    for (int i0 = 0; i0 < cnt; i0 += 32) {
-        const int i = i0 + lane;
-        const int row = i < cnt ? G.qrows[off + i] : 0;
-        const bool f = i < cnt && part[(int64_t)row * heads + h];
-        const unsigned bal = __ballot_sync(0xffffffffu, f);
-        if (f) bq[(int64_t)h * G.total_q + off + n + __popc(bal & ((1u << lane) - 1u))] = row;
-        n += __popc(bal);
+    for (int s = s0; s < s1; s++) {
+        int row;
+        n += __popc(__ballot_sync(0xffffffffu, flag(s * 32 + lane, row)));
     }
-    if (lane == 0) bq_cnt[g * heads + h] = n;
+    if (lane == 0) wcount[w] = n;
+    __syncthreads();
+    int base = 0;
+    for (int k = 0; k < w; k++)
+        base += wcount[k];
+    for (int s = s0; s < s1; s++) {
+        int row;
+        const bool f = flag(s * 32 + lane, row);
+        const unsigned bal = __ballot_sync(0xffffffffu, f);
+        if (f) bq[(int64_t)h * G.total_q + off + base + __popc(bal & ((1u << lane) - 1u))] = row;
+        base += __popc(bal);
+    }
+    if (threadIdx.x == 0) {
+        int total = 0;
+        for (int k = 0; k < TC_CW; k++)
+            total += wcount[k];
+        bq_cnt[g * heads + h] = total;
+    }
 }
 
 /* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows
@@ -1681,7 +1735,8 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv1, a->v, rows, W, W, 64, TC_KV);
     }
     if (st == H3S_OK) {
-        attn_tc_delta_kernel<<<h3k_blocks(pairs, 128), 128, 0, H3K_STREAM>>>(*a, pairs, part, gb, lse);
+        attn_tc_delta_kernel<<<h3k_blocks((pairs + 31) / 32, TC_DW), 32 * TC_DW, 0, H3K_STREAM>>>(*a, pairs, part, gb,
+                                                                                                  lse);
         st = h3c_launch_check(op);
     }
     /* rows no kernel writes are +0: dq of the (row, head) pairs that take no part (the delta kernel above), dk and dv
@@ -1692,7 +1747,7 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && P.G.ngroups > 0) {
-        attn_tc_compact_kernel<<<dim3((unsigned)P.G.ngroups, (unsigned)a->heads), 32, 0, H3K_STREAM>>>(
+        attn_tc_compact_kernel<<<dim3((unsigned)P.G.ngroups, (unsigned)a->heads), 32 * TC_CW, 0, H3K_STREAM>>>(
             P.G, a->heads, part, (int *)P.G.bq, (int *)P.G.bq_cnt);
         st = h3c_launch_check(op);
     }
