@@ -14,6 +14,10 @@
 
 #define NORM_THREADS 256
 
+/* test hook: 1 = the backward kernels' generic form (every pass reads memory) instead of the register-resident one */
+static int g_norm_generic = 0;
+extern "C" void h3c_norm_force_generic(int on) { g_norm_generic = on ? 1 : 0; }
+
 /* Sum over the block of one value per thread, fixed tree; every thread gets the result. */
 __device__ __forceinline__ float block_sum(float v, float *sm) {
     const int tid = threadIdx.x;
@@ -83,38 +87,84 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args
     }
 }
 
-__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backward_rows_kernel(norm_args a) {
+/* NV > 0: a row of at most NV * NORM_THREADS columns kept in registers (thread t's columns t, t + 256, ..., loaded
+ * once: x, and the products xh = x inv and gx = dy s w of the dot, which dx uses again); NV = 0: read from memory
+ * in each pass.  The same operations on the same values in the same order either way: the same bits. */
+template <int NV> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backward_rows_kernel(norm_args a) {
     __shared__ float sm[NORM_THREADS];
     __shared__ int64_t row_sh;
     const int64_t m = blockIdx.x;
     const uint16_t *xr = a.x + m * a.H;
     const float *dyr = a.dy + m * a.H;
     if (threadIdx.x == 0) row_sh = a.table ? h3k_index(a.index, m, a.R, a.flag, a.code) : 0;
-    float inv = row_inv_rms(xr, a.H, a.eps, sm);
+    float inv;
+    constexpr int RV = NV > 0 ? NV : 1;
+    float xv[RV], gxv[RV];
+    if constexpr (NV > 0) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
+            xv[j] = k < a.H ? h3k_bf2f(xr[k]) : 0.0f;
+            gxv[j] = k < a.H ? dyr[k] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            if (threadIdx.x + (int64_t)j * NORM_THREADS < a.H) ss = __fmaf_rn(xv[j], xv[j], ss); /* row_inv_rms */
+        ss = block_sum(ss, sm);
+        inv = 1.0f / sqrtf(ss / (float)a.H + a.eps);
+    } else {
+        inv = row_inv_rms(xr, a.H, a.eps, sm);
+    }
     const int64_t row = row_sh;
     if (threadIdx.x == 0) a.inv[m] = inv;
     if (row < 0) return;
     const uint16_t *sc = a.table ? a.table + row * a.ld_table + a.scale_off : NULL;
     float dot = 0.0f;
-    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
-        float xh = h3k_bf2f(xr[k]) * inv;
-        float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
-        float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
-        float g = dyr[k] * s; /* dL/d(xhat * w) */
-        float gx = g * wk;    /* dL/d(xhat) */
-        dot = __fmaf_rn(gx, xh, dot);
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
+            if (k < a.H) {
+                const float xh = xv[j] * inv;
+                const float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
+                const float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
+                const float g = gxv[j] * s; /* dL/d(xhat * w) */
+                const float gx = g * wk;    /* dL/d(xhat) */
+                dot = __fmaf_rn(gx, xh, dot);
+                xv[j] = xh, gxv[j] = gx;
+            }
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+            float xh = h3k_bf2f(xr[k]) * inv;
+            float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
+            float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
+            float g = dyr[k] * s; /* dL/d(xhat * w) */
+            float gx = g * wk;    /* dL/d(xhat) */
+            dot = __fmaf_rn(gx, xh, dot);
+        }
     }
     dot = block_sum(dot, sm);
     if (!a.dx) return;
     const float mean = dot / (float)a.H;
-    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
-        float xh = h3k_bf2f(xr[k]) * inv;
-        float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
-        float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
-        float gx = (dyr[k] * s) * wk;
-        a.dx[m * a.H + k] = inv * (gx - xh * mean);
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
+            if (k < a.H) a.dx[m * a.H + k] = inv * (gxv[j] - xv[j] * mean);
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+            float xh = h3k_bf2f(xr[k]) * inv;
+            float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
+            float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
+            float gx = (dyr[k] * s) * wk;
+            a.dx[m * a.H + k] = inv * (gx - xh * mean);
+        }
     }
 }
+#define NORM_REG_NV 24 /* rows up to 6144 columns in registers (the release hidden size: 5376) */
 
 static h3s_status norm_launch_check(const char *op, int64_t M) {
     if (M > 0x7fffffffLL) return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", op, (long long)M);
@@ -146,7 +196,10 @@ extern "C" h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_
     a.M = M, a.H = H, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w, a.table = (const uint16_t *)table;
     a.index = index, a.R = R, a.ld_table = ld_table, a.scale_off = scale_off;
     a.eps = eps, a.dy = dy, a.dx = dx, a.inv = inv, a.code = code, a.flag = h3c_error_flag();
-    rmsnorm_backward_rows_kernel<<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    if (H <= (int64_t)NORM_REG_NV * NORM_THREADS && !g_norm_generic)
+        rmsnorm_backward_rows_kernel<NORM_REG_NV><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    else
+        rmsnorm_backward_rows_kernel<0><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
     return h3c_launch_check(op);
 }
 
@@ -184,27 +237,60 @@ __global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) 
     }
 }
 
-__global__ void __launch_bounds__(256) head_rmsnorm_backward_kernel(head_args a) {
+/* NV > 0 (D = 32 NV): lane's values d = lane, lane + 32, ... held in registers from one load (x, then xh and gx,
+ * which dx uses again); NV = 0: read from memory in each pass.  The same operations in the same order: the same
+ * bits. */
+template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_kernel(head_args a) {
     const int lane = threadIdx.x & 31;
     const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (p >= a.pairs) return;
     const uint16_t *xr = a.x + p * a.D;
     const float *dyr = a.dy + p * a.D;
-    float inv = head_inv_rms(xr, a.D, a.eps, lane);
-    if (lane == 0) a.inv[p] = inv;
-    float dot = 0.0f;
-    for (int64_t d = lane; d < a.D; d += 32) {
-        float xh = h3k_bf2f(xr[d]) * inv;
-        float gx = dyr[d] * h3k_bf2f(a.w[d]);
-        dot = __fmaf_rn(gx, xh, dot);
-    }
-    dot = warp_sum(dot);
-    if (!a.dx) return;
-    const float mean = dot / (float)a.D;
-    for (int64_t d = lane; d < a.D; d += 32) {
-        float xh = h3k_bf2f(xr[d]) * inv;
-        float gx = dyr[d] * h3k_bf2f(a.w[d]);
-        a.dx[p * a.D + d] = inv * (gx - xh * mean);
+    if constexpr (NV > 0) {
+        float xv[NV], gv[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            xv[j] = h3k_bf2f(xr[lane + 32 * j]);
+            gv[j] = dyr[lane + 32 * j];
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            ss = __fmaf_rn(xv[j], xv[j], ss); /* head_inv_rms */
+        ss = warp_sum(ss);
+        const float inv = 1.0f / sqrtf(ss / (float)a.D + a.eps);
+        if (lane == 0) a.inv[p] = inv;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const float xh = xv[j] * inv;
+            const float gx = gv[j] * h3k_bf2f(a.w[lane + 32 * j]);
+            dot = __fmaf_rn(gx, xh, dot);
+            xv[j] = xh, gv[j] = gx;
+        }
+        dot = warp_sum(dot);
+        if (!a.dx) return;
+        const float mean = dot / (float)a.D;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            a.dx[p * a.D + lane + 32 * j] = inv * (gv[j] - xv[j] * mean);
+    } else {
+        float inv = head_inv_rms(xr, a.D, a.eps, lane);
+        if (lane == 0) a.inv[p] = inv;
+        float dot = 0.0f;
+        for (int64_t d = lane; d < a.D; d += 32) {
+            float xh = h3k_bf2f(xr[d]) * inv;
+            float gx = dyr[d] * h3k_bf2f(a.w[d]);
+            dot = __fmaf_rn(gx, xh, dot);
+        }
+        dot = warp_sum(dot);
+        if (!a.dx) return;
+        const float mean = dot / (float)a.D;
+        for (int64_t d = lane; d < a.D; d += 32) {
+            float xh = h3k_bf2f(xr[d]) * inv;
+            float gx = dyr[d] * h3k_bf2f(a.w[d]);
+            a.dx[p * a.D + d] = inv * (gx - xh * mean);
+        }
     }
 }
 
@@ -213,7 +299,10 @@ static h3s_status head_launch(const char *op, int backward, const head_args &a) 
     int64_t blocks = (a.pairs + 7) / 8;
     if (blocks > 0x7fffffffLL) return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: too many rows for the grid", op);
     if (backward)
-        head_rmsnorm_backward_kernel<<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+        if (a.D == 128 && !g_norm_generic)
+            head_rmsnorm_backward_kernel<4><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+        else
+            head_rmsnorm_backward_kernel<0><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
     else
         head_rmsnorm_forward_kernel<<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
     return h3c_launch_check(op);
