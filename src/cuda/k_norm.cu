@@ -13,8 +13,9 @@
 #include "cuda/k_common.cuh"
 
 #define NORM_THREADS 256
+#define NORM_REG_NV 24 /* rows of up to 6144 columns held in registers (the release hidden size: 5376) */
 
-/* test hook: 1 = the backward kernels' generic form (every pass reads memory) instead of the register-resident one */
+/* test hook: 1 = the kernels' generic form (every pass reads memory) instead of the register-resident one */
 static int g_norm_generic = 0;
 extern "C" void h3c_norm_force_generic(int on) { g_norm_generic = on ? 1 : 0; }
 
@@ -64,19 +65,38 @@ typedef struct norm_args {
     int *flag;
 } norm_args;
 
-__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args a) {
+/* NV > 0: thread t's columns t, t + 256, ... of x loaded once into registers (rows of at most NV * NORM_THREADS
+ * columns), every load in flight together; NV = 0: x read in each pass.  The same operations: the same bits. */
+template <int NV> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args a) {
     __shared__ float sm[NORM_THREADS];
     __shared__ int64_t row_sh;
     const int64_t m = blockIdx.x;
     const uint16_t *xr = a.x + m * a.H;
     if (threadIdx.x == 0) row_sh = a.table ? h3k_index(a.index, m, a.R, a.flag, a.code) : 0;
-    float inv = row_inv_rms(xr, a.H, a.eps, sm); /* its barriers publish row_sh */
+    constexpr int RV = NV > 0 ? NV : 1;
+    float xv[RV];
+    float inv;
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
+            xv[j] = k < a.H ? h3k_bf2f(xr[k]) : 0.0f;
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            if (threadIdx.x + (int64_t)j * NORM_THREADS < a.H) ss = __fmaf_rn(xv[j], xv[j], ss); /* row_inv_rms */
+        ss = block_sum(ss, sm); /* its barriers publish row_sh */
+        inv = 1.0f / sqrtf(ss / (float)a.H + a.eps);
+    } else {
+        inv = row_inv_rms(xr, a.H, a.eps, sm); /* its barriers publish row_sh */
+    }
     const int64_t row = row_sh;
     if (row < 0) return; /* bad index: reported, row left unwritten */
     const uint16_t *sh = a.table ? a.table + row * a.ld_table + a.shift_off : NULL;
     const uint16_t *sc = a.table ? a.table + row * a.ld_table + a.scale_off : NULL;
-    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
-        float t = h3k_bf2f(xr[k]) * inv;
+    auto one = [&](int64_t k, float xk) {
+        float t = xk * inv;
         if (a.w) t = t * h3k_bf2f(a.w[k]);
         if (sc) {
             float s = 1.0f + h3k_bf2f(sc[k]);
@@ -84,6 +104,16 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args
             t = t + h3k_bf2f(sh[k]);
         }
         h3k_st(a.y, a.y_dt, m * a.H + k, t);
+    };
+    if constexpr (NV > 0) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
+            if (k < a.H) one(k, xv[j]);
+        }
+    } else {
+        for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS)
+            one(k, h3k_bf2f(xr[k]));
     }
 }
 
@@ -164,7 +194,6 @@ template <int NV> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backwa
         }
     }
 }
-#define NORM_REG_NV 24 /* rows up to 6144 columns in registers (the release hidden size: 5376) */
 
 static h3s_status norm_launch_check(const char *op, int64_t M) {
     if (M > 0x7fffffffLL) return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rows exceed the grid limit", op, (long long)M);
@@ -181,7 +210,10 @@ extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, i
     a.M = M, a.H = H, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w, a.table = (const uint16_t *)table;
     a.index = index, a.R = R, a.ld_table = ld_table, a.shift_off = shift_off, a.scale_off = scale_off;
     a.eps = eps, a.y = y, a.y_dt = y_dt, a.code = code, a.flag = h3c_error_flag();
-    rmsnorm_forward_kernel<<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    if (H <= (int64_t)NORM_REG_NV * NORM_THREADS && !g_norm_generic)
+        rmsnorm_forward_kernel<NORM_REG_NV><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    else
+        rmsnorm_forward_kernel<0><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
     return h3c_launch_check(op);
 }
 
@@ -224,16 +256,36 @@ __device__ __forceinline__ float head_inv_rms(const uint16_t *xr, int64_t D, flo
     return 1.0f / sqrtf(ss / (float)D + eps);
 }
 
-__global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
+/* NV > 0 (D = 32 NV): the lane's values of x loaded once, in flight together; NV = 0: read in each pass. */
+template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
     const int lane = threadIdx.x & 31;
     const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); /* (row, head) pair */
     if (p >= a.pairs) return;                                       /* whole warps leave together */
     const uint16_t *xr = a.x + p * a.D;
-    float inv = head_inv_rms(xr, a.D, a.eps, lane);
-    for (int64_t d = lane; d < a.D; d += 32) {
-        float t = h3k_bf2f(xr[d]) * inv;
-        t = t * h3k_bf2f(a.w[d]);
-        a.y[p * a.D + d] = h3k_f2bf(t);
+    if constexpr (NV > 0) {
+        float xv[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            xv[j] = h3k_bf2f(xr[lane + 32 * j]);
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NV; j++)
+            ss = __fmaf_rn(xv[j], xv[j], ss); /* head_inv_rms */
+        ss = warp_sum(ss);
+        const float inv = 1.0f / sqrtf(ss / (float)a.D + a.eps);
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            float t = xv[j] * inv;
+            t = t * h3k_bf2f(a.w[lane + 32 * j]);
+            a.y[p * a.D + lane + 32 * j] = h3k_f2bf(t);
+        }
+    } else {
+        float inv = head_inv_rms(xr, a.D, a.eps, lane);
+        for (int64_t d = lane; d < a.D; d += 32) {
+            float t = h3k_bf2f(xr[d]) * inv;
+            t = t * h3k_bf2f(a.w[d]);
+            a.y[p * a.D + d] = h3k_f2bf(t);
+        }
     }
 }
 
@@ -303,8 +355,10 @@ static h3s_status head_launch(const char *op, int backward, const head_args &a) 
             head_rmsnorm_backward_kernel<4><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
         else
             head_rmsnorm_backward_kernel<0><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+    else if (a.D == 128 && !g_norm_generic)
+        head_rmsnorm_forward_kernel<4><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
     else
-        head_rmsnorm_forward_kernel<<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
+        head_rmsnorm_forward_kernel<0><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
     return h3c_launch_check(op);
 }
 

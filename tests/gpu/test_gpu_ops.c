@@ -253,13 +253,15 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
     CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, NULL));
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)), "rmsnorm repeat");
-    /* the backward's generic kernel (every pass reads memory) gives the bits of the one that holds the row in
-     * registers (H = 1000: the last of a thread's columns past the row's end for some threads) */
+    /* the generic kernels (every pass reads memory) give the bits of the ones that hold the row in registers
+     * (H = 1000: the last of a thread's columns past the row's end for some threads) */
+    gpoison(&yd), gpoison(&dxd);
     h3c_norm_force_generic(1);
+    CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
     CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, NULL));
     h3c_norm_force_generic(0);
-    CHECK(gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
-          "rmsnorm backward: the generic kernel differs from the register-resident one");
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
+          "rmsnorm: the generic kernels differ from the register-resident ones");
     /* rows alone (with their own index rows) */
     const int64_t r0 = M / 3, n = M / 2;
     h3s_tensor xv = grows(&xd, r0, n), dyv = grows(&dyd, r0, n), iv = hview_rows(&idx, r0, n);
@@ -375,12 +377,14 @@ static void test_head_rmsnorm(void) {
     CHECK_OK(h3s_head_rmsnorm_forward(&xd, heads, &wd, 1e-5, &yd));
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dwd));
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw), "head_rmsnorm repeat");
-    /* the backward's generic kernel gives the bits of the one that holds a head in registers (D = 128) */
+    /* the generic kernels give the bits of the ones that hold a head in registers (D = 128) */
+    gpoison(&yd), gpoison(&dxd);
     h3c_norm_force_generic(1);
+    CHECK_OK(h3s_head_rmsnorm_forward(&xd, heads, &wd, 1e-5, &yd));
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dwd));
     h3c_norm_force_generic(0);
-    CHECK(gequal(&dxd, &dx) && gequal(&dwd, &dw),
-          "head_rmsnorm backward: the generic kernel differs from the register-resident one");
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw),
+          "head_rmsnorm: the generic kernels differ from the register-resident ones");
     /* in place: dx over dy gives the same bits */
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dyd, &dwd));
     CHECK(gequal(&dyd, &dx) && gequal(&dwd, &dw), "head_rmsnorm backward in place");
