@@ -152,27 +152,31 @@ __global__ void __launch_bounds__(FOLD_COLS)
     a.out[r * a.ldo + n] = have ? total : 0.0f;
 }
 
-/* HEAD_DW partials, in two steps.
- *   1. head_contrib_kernel writes every contribution c = dy * (x * inv) (the two products of the
- *      generic kernel, one rounding each) to a workspace laid out like dy, with all of the GPU.
- *   2. fold_head_dw_kernel runs the chain of fold_head_dw_generic_kernel over them (one chain per
- *      column, the (row, head) pairs of the tile in ascending order: part = c for the first step,
- *      part = part + c after).  A block takes HD_COLS columns of one 256-row tile.  Phases of HD_G
- *      rows (these columns of every head: HD_G x heads x HD_COLS floats, (row, head) pairs in chain
- *      order) go through a ring of `slots` shared-memory slots.  Warps 1-3 (the producers) copy
- *      phase ph into slot ph % slots with cp.async and arm the slot's "full" mbarrier with
- *      cp.async.mbarrier.arrive.noinc (it completes when all 96 producers' copies have landed);
- *      before the slot's next use they wait on its "empty" mbarrier, which warp 0 completes after
- *      it has read the slot.  Warp 0 (the consumer) runs the chain: it waits on the slot's "full"
- *      barrier, then loads the next HD_B values into registers while it adds the current HD_B,
- *      so each addition waits only on the one before (lanes 16-31 repeat lanes 0-15's chain and
- *      store nothing).  Use u = ph / slots of a slot is phase u of both its barriers: the consumer
- *      waits on "full" with parity u & 1, a producer waits on "empty" with parity (u - 1) & 1
- *      before use u >= 1; neither barrier can be more than one phase ahead of its waiter, so the
- *      parity is unambiguous.  A partial last phase copies and chains only its rows; every
- *      producer arrives on every phase's "full" barrier, whether or not it copied anything.
- *      Same operations, same order: the same bits (tested against the generic kernel).
- * Rows are taken in chunks of HD_CHUNK_TILES tiles, so the workspace stays bounded. */
+/* HEAD_DW partials, in one launch over all tiles, with no contribution workspace.  fold_head_dw_kernel
+ * runs the chain of fold_head_dw_generic_kernel (one chain per column, the (row, head) pairs of the tile
+ * in ascending order: part = c for the first step, part = part + c after).  A block takes HD_COLS
+ * columns of one 256-row tile.  Phases of HD_G rows (these columns of every head: HD_G x heads x HD_COLS
+ * floats, (row, head) pairs in chain order) go through a ring of `slots` shared-memory slots.
+ *   - Warps 1-3 (the producers) compute phase ph's contributions themselves: in passes of up to HD_PB
+ *     groups of four columns per thread (16 bytes of dy, 8 of x and the (row, head)'s inverse norm: the
+ *     four columns share a head, head_dim being a multiple of HD_COLS), every load of a pass issued into
+ *     registers before the first is used; before the first stores of use u >= 1 of slot ph % slots they
+ *     wait on its "empty" mbarrier (parity (u - 1) & 1), which warp 0 completes after it has read use
+ *     u - 1; then they store c = dy * (x * inv) into the slot with ordinary shared stores and arrive on
+ *     the slot's "full" mbarrier (release; expected count HD_PRODUCERS: every producer arrives once per
+ *     phase, whether or not it stored anything, and only after its stores).
+ *   - Warp 0 (the consumer) runs the chain: it waits on the slot's "full" barrier (parity u & 1;
+ *     acquire: all HD_PRODUCERS arrivals, so all of the phase's stores, are visible), then loads the
+ *     next HD_B values into registers while it adds the current HD_B, so each addition waits only on
+ *     the one before (lanes 16-31 repeat lanes 0-15's chain and store nothing), and arrives on "empty".
+ * Use u = ph / slots of a slot is phase u of both its barriers; neither barrier can be more than one
+ * phase ahead of its waiter, so the parity is unambiguous.  A partial last phase (rows - ph * HD_G rows)
+ * computes and chains only its rows.
+ * Same bits as the generic kernel (tested): each contribution is its two products in its order, one
+ * rounding each (xh = x * inv, then c = dy * xh; built with --fmad=false, so nothing is contracted), and
+ * the chain adds them in its order.  The ring is sized for two blocks per SM (HD_SMEM_TARGET: 3 slots at
+ * 56 heads x 128); a shape whose two slots do not fit there but fit HD_SMEM_LIMIT gets two slots (and
+ * fewer blocks per SM). */
 #define HD_COLS 16
 #define HD_THREADS 128
 #define HD_PRODUCERS (HD_THREADS - 32)
@@ -180,22 +184,12 @@ __global__ void __launch_bounds__(FOLD_COLS)
 #define HD_B 16 /* the consumer's batch: loaded one batch ahead of the additions */
 #define HD_MAX_SLOTS 8
 #define HD_BAR_BYTES 128 /* the 2 x HD_MAX_SLOTS mbarriers, before the slots */
-#define HD_SMEM_LIMIT (200 * 1024)
-#define HD_CHUNK_TILES 16
+#define HD_PB 19 /* a producer's pass: ceil(HD_G * 56 heads * (HD_COLS / 4) / HD_PRODUCERS), a release phase in one */
+#define HD_SMEM_TARGET (100 * 1024) /* barriers + ring: two blocks in an SM's 228 KB */
+#define HD_SMEM_LIMIT (200 * 1024)  /* the most it takes: two slots, one block per SM */
 static_assert(HD_BAR_BYTES >= 2 * HD_MAX_SLOTS * 8 && HD_BAR_BYTES % 16 == 0, "mbarriers before the slots");
 static_assert(HD_MAX_SLOTS <= 32 && HD_PRODUCERS > 0 && HD_COLS % 4 == 0, "fold_head_dw_kernel layout");
-
-__device__ __forceinline__ void hd_cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
-}
-
-/* An arrival on bar once every cp.async this thread has issued so far has landed (counted in the
- * barrier's expected count: .noinc). */
-__device__ __forceinline__ void hd_cp_arrive(uint64_t *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
-                 : "memory");
-}
+static_assert(HD_PRODUCERS % (HD_COLS / 4) == 0, "a producer's groups all have the same four columns");
 
 /* v[u] = s[min(k + u, cnt - 1) * HD_COLS]: never past the cnt values the slot holds. */
 __device__ __forceinline__ void hd_ld_clamped(float (&v)[HD_B], const float *s, int k, int cnt) {
@@ -250,36 +244,16 @@ __device__ __forceinline__ float hd_chain(const float *s, int cnt, bool first, f
     return part;
 }
 
-/* c[(m - row0) * W + k] = dy[m * ld_dy + k] * (x[m * ld_x + k] * inv[m * heads + k / D]), rows [row0, row1),
- * four columns per thread (D is a multiple of 16, so the four share a head). */
-__global__ void head_contrib_kernel(h3c_fold_args a, int64_t row0, int64_t row1, float *c) {
-    const int64_t W = a.heads * a.head_dim, W4 = W / 4, n4 = (row1 - row0) * W4;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n4; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / W4, k = (e - r * W4) * 4, m = row0 + r;
-        const float4 g = *(const float4 *)(a.dy + m * a.ld_dy + k);
-        const uint2 xv = *(const uint2 *)((const uint16_t *)a.x + m * a.ld_x + k);
-        const float inv = a.inv[m * a.heads + k / a.head_dim];
-        float4 o;
-        o.x = g.x * (h3k_bf2f((uint16_t)(xv.x & 0xffffu)) * inv);
-        o.y = g.y * (h3k_bf2f((uint16_t)(xv.x >> 16)) * inv);
-        o.z = g.z * (h3k_bf2f((uint16_t)(xv.y & 0xffffu)) * inv);
-        o.w = g.w * (h3k_bf2f((uint16_t)(xv.y >> 16)) * inv);
-        *(float4 *)(c + r * W + k) = o;
-    }
-}
-
 /* Dynamic shared memory: HD_BAR_BYTES of mbarriers (full[HD_MAX_SLOTS], empty[HD_MAX_SLOTS]), then
  * `slots` slots of HD_G * heads * HD_COLS floats (hd_slots: 2 <= slots <= HD_MAX_SLOTS). */
 __global__ void __launch_bounds__(HD_THREADS)
-    fold_head_dw_kernel(h3c_fold_args a, const float *c, int64_t row0, int64_t tile0, int slots, float *partial,
-                        uint8_t *has) {
+    fold_head_dw_kernel(h3c_fold_args a, int slots, float *partial, uint8_t *has) {
     extern __shared__ __align__(16) unsigned char hd_smem[];
     uint64_t *full = (uint64_t *)hd_smem, *empty = full + HD_MAX_SLOTS;
     float *ring = (float *)(hd_smem + HD_BAR_BYTES);
     const int H = (int)a.heads, hd = (int)a.head_dim, slot_floats = HD_G * H * HD_COLS;
-    const int64_t W = a.heads * a.head_dim;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = tile0 + blockIdx.y;
+    const int64_t n0 = (int64_t)blockIdx.x * HD_COLS, tile = blockIdx.y;
     const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
     const int rows = (int)(m1 - m0), phases = (rows + HD_G - 1) / HD_G;
     if (tid < slots) {
@@ -299,33 +273,69 @@ __global__ void __launch_bounds__(HD_THREADS)
         const int64_t n = n0 + lane;
         if (lane < HD_COLS && n < a.N) partial[tile * a.N + n] = part;
         if (blockIdx.x == 0 && tid == 0) has[tile] = rows > 0 ? 1 : 0;
-    } else { /* the producers: phase ph into slot ph % slots */
-        const int pt = tid - 32;
+    } else { /* the producers: phase ph's contributions into slot ph % slots */
+        /* Group e < ne of a phase: (row r of the phase, head h) = pair gh = e / (HD_COLS / 4) = r * H + h,
+         * columns n0 + 4j .. n0 + 4j + 3 of head h (j = e % (HD_COLS / 4)); its slot floats
+         * gh * HD_COLS + 4j .. + 3 are 4e .. 4e + 3.  A thread's groups are e = e0 + i * HD_PRODUCERS + pt:
+         * all with the same j, pairs GS apart; (r, h) goes from one to the next without a division. */
+        const int pt = tid - 32, j = pt % (HD_COLS / 4), GS = HD_PRODUCERS / (HD_COLS / 4);
+        const int dr = GS / H, dh = GS - dr * H; /* GS = dr * H + dh pairs */
         for (int ph = 0, s = 0, u = 0; ph < phases; ph++) {
-            if (u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 has been read */
             const int g_n = min(HD_G, rows - ph * HD_G), ne = g_n * H * (HD_COLS / 4);
+            const int64_t mp = m0 + (int64_t)ph * HD_G; /* the phase's first row */
+            const float *dyp = a.dy + mp * a.ld_dy + n0 + j * 4;
+            const uint16_t *xp = (const uint16_t *)a.x + mp * a.ld_x + n0 + j * 4;
+            const float *ivp = a.inv + mp * a.heads;
             float *sl = ring + s * slot_floats;
-            const float *src = c + (m0 + ph * HD_G - row0) * W + n0;
-            for (int e = pt; e < ne; e += HD_PRODUCERS) { /* 16 bytes: (row g, head h), columns 4j .. 4j + 3 */
-                const int gh = e / (HD_COLS / 4), j = e % (HD_COLS / 4), g = gh / H, h = gh - g * H;
-                hd_cp16(sl + gh * HD_COLS + j * 4, src + g * W + (int64_t)h * hd + j * 4);
+            /* every producer takes every pass (the bound is the same for all), so each waits on "empty"
+             * before its arrival on "full", even with nothing to store */
+            for (int e0 = 0; e0 < ne; e0 += HD_PB * HD_PRODUCERS) {
+                float4 d[HD_PB];
+                uint2 xv[HD_PB];
+                float iv[HD_PB];
+                int r = (e0 + pt) / (HD_COLS / 4) / H, h = (e0 + pt) / (HD_COLS / 4) - r * H; /* group i = 0 */
+#pragma unroll
+                for (int i = 0; i < HD_PB; i++) { /* the loads, all in flight together */
+                    const int e = e0 + i * HD_PRODUCERS + pt;
+                    if (e < ne) { /* r < g_n */
+                        d[i] = *(const float4 *)(dyp + r * a.ld_dy + (int64_t)h * hd);
+                        xv[i] = *(const uint2 *)(xp + r * a.ld_x + (int64_t)h * hd);
+                        iv[i] = ivp[r * a.heads + h];
+                    }
+                    r += dr, h += dh; /* the next group: GS pairs on */
+                    if (h >= H) r++, h -= H;
+                }
+                if (e0 == 0 && u > 0) wg::mbar_wait(&empty[s], (unsigned)(u - 1) & 1u); /* use u - 1 has been read */
+#pragma unroll
+                for (int i = 0; i < HD_PB; i++) { /* c = dy * (x * inv): the generic kernel's two roundings */
+                    const int e = e0 + i * HD_PRODUCERS + pt;
+                    if (e < ne) {
+                        float4 c;
+                        c.x = d[i].x * (h3k_bf2f((uint16_t)(xv[i].x & 0xffffu)) * iv[i]);
+                        c.y = d[i].y * (h3k_bf2f((uint16_t)(xv[i].x >> 16)) * iv[i]);
+                        c.z = d[i].z * (h3k_bf2f((uint16_t)(xv[i].y & 0xffffu)) * iv[i]);
+                        c.w = d[i].w * (h3k_bf2f((uint16_t)(xv[i].y >> 16)) * iv[i]);
+                        *(float4 *)(sl + e * 4) = c;
+                    }
+                }
             }
-            hd_cp_arrive(&full[s]);
+            wg::mbar_arrive(&full[s]); /* release: this thread's stores of the phase come before it */
             if (++s == slots) s = 0, u++;
         }
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
 }
 
-/* Slots of fold_head_dw_kernel's ring for this shape (at least 2, at most HD_MAX_SLOTS, within
- * HD_SMEM_LIMIT); 0 when the shape does not suit it. */
+/* Slots of fold_head_dw_kernel's ring for this shape: as many as fit HD_SMEM_TARGET (two blocks per
+ * SM), at most HD_MAX_SLOTS; else 2 if two fit HD_SMEM_LIMIT; 0 (the generic kernel) when the shape
+ * does not suit it. */
 static int hd_slots(const h3c_fold_args *a) {
     if (a->heads < 1 || a->heads > 256 || a->head_dim % HD_COLS || a->N != a->head_dim) return 0;
     if (((uintptr_t)a->dy | (uintptr_t)a->x) & 15u) return 0;
     if ((a->ld_dy * 4) % 16 || (a->ld_x * 2) % 16) return 0;
     const size_t slot = (size_t)HD_G * (size_t)a->heads * HD_COLS * 4;
-    const size_t n = (HD_SMEM_LIMIT - HD_BAR_BYTES) / slot;
-    return n < 2 ? 0 : n > HD_MAX_SLOTS ? HD_MAX_SLOTS : (int)n;
+    const size_t n = (HD_SMEM_TARGET - HD_BAR_BYTES) / slot;
+    if (n < 2) return 2 * slot <= HD_SMEM_LIMIT - HD_BAR_BYTES ? 2 : 0;
+    return n > HD_MAX_SLOTS ? HD_MAX_SLOTS : (int)n;
 }
 
 static size_t hd_smem_bytes(const h3c_fold_args *a, int slots) {
@@ -364,31 +374,18 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
             if (!attr_set) {
                 cudaError_t e = cudaFuncSetAttribute(fold_head_dw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      HD_SMEM_LIMIT);
+                if (e == cudaSuccess) /* the largest carveout: room for two blocks' rings */
+                    e = cudaFuncSetAttribute(fold_head_dw_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
                 if (e != cudaSuccess) {
                     h3c_ws_free(ws);
                     return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
                 }
                 attr_set = 1;
             }
-            const int64_t W = a->heads * a->head_dim, chunk = (int64_t)HD_CHUNK_TILES * H3S_FOLD_TILE;
-            const int64_t crow = a->M < chunk ? a->M : chunk;
-            void *cws = NULL;
-            h3s_status st = h3c_ws_alloc(op, (size_t)(crow * W) * sizeof(float), &cws);
-            if (st != H3S_OK) {
-                h3c_ws_free(ws);
-                return st;
-            }
-            for (int64_t t0 = 0; t0 < tiles; t0 += HD_CHUNK_TILES) {
-                const int64_t nt = tiles - t0 < HD_CHUNK_TILES ? tiles - t0 : HD_CHUNK_TILES;
-                const int64_t r0 = t0 * H3S_FOLD_TILE,
-                              r1 = r0 + nt * H3S_FOLD_TILE < a->M ? r0 + nt * H3S_FOLD_TILE : a->M;
-                head_contrib_kernel<<<h3k_blocks((r1 - r0) * W / 4, 256), 256, 0, H3K_STREAM>>>(*a, r0, r1,
-                                                                                                (float *)cws);
-                dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)nt);
-                fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem_bytes(a, hd_nslots), H3K_STREAM>>>(
-                    *a, (const float *)cws, r0, t0, hd_nslots, partial, has);
-            }
-            h3c_ws_free(cws);
+            dim3 grid((unsigned)(a->N / HD_COLS), (unsigned)tiles);
+            fold_head_dw_kernel<<<grid, HD_THREADS, hd_smem_bytes(a, hd_nslots), H3K_STREAM>>>(*a, hd_nslots, partial,
+                                                                                               has);
         } else {
             dim3 grid((unsigned)cb, (unsigned)tiles, (unsigned)rows_out);
             int *flag = h3c_error_flag();
