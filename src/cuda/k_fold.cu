@@ -16,34 +16,55 @@
 
 #define FOLD_COLS 128
 
-template <int MODE>
-__device__ __forceinline__ float fold_contrib(const h3c_fold_args &a, int64_t m, int64_t n, int64_t row_index) {
-    if (MODE == H3C_FOLD_COPY) return a.dy[m * a.ld_dy + n];
-    if (MODE == H3C_FOLD_RMS_DW) {
-        float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
-        float s =
-            a.table ? 1.0f + h3k_bf2f(((const uint16_t *)a.table)[row_index * a.ld_table + a.scale_off + n]) : 1.0f;
-        float g = a.dy[m * a.ld_dy + n] * s;
-        return g * xh;
-    }
-    if (MODE == H3C_FOLD_RMS_DSCALE) {
-        float xh = h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]) * a.inv[m];
-        float wk = a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
-        return a.dy[m * a.ld_dy + n] * (xh * wk);
-    }
-    if (MODE == H3C_FOLD_PRODUCT) return a.dy[m * a.ld_dy + n] * h3k_bf2f(((const uint16_t *)a.x)[m * a.ld_x + n]);
-    return 0.0f;
-}
-
 /* Partial kernel for the one-value-per-(row, column) modes.  The chain is the definition above
  * (rows ascending, the first contributing row's value, then part + c).  The block first lists the
  * tile's contributing rows in shared memory (index read and checked once per row, not once per
- * column; a bad index is reported once and its row skipped), in ascending order, then runs the
- * chain over that list in batches of FOLD_BATCH rows whose loads are all in flight together.
- * Same contributions, same order: the same bits. */
-#ifndef FOLD_BATCH
-#define FOLD_BATCH 64
-#endif
+ * column; a bad index is reported once and its row skipped), in ascending order, with each row's
+ * inverse norm where the mode uses it, then runs the chain over that list in batches of fold_batch<MODE>
+ * rows: every load of a batch into registers first (fold_load), then the contributions (fold_value) and the
+ * additions in order.  The batch is smaller where a contribution takes
+ * more loads, so that the batch's loads fit the registers and are all in flight together (a batch of 64
+ * rows of four loads each made the compiler issue most of them one at a time, each add waiting on its
+ * load).  Same contributions, same order: the same bits. */
+template <int MODE> __host__ __device__ constexpr int fold_batch() {
+    return MODE == H3C_FOLD_COPY ? 64 : MODE == H3C_FOLD_PRODUCT ? 32 : 16;
+}
+
+/* The loads of one contribution (row m, column n, table row ri). */
+struct fold_raw {
+    float dy;
+    uint16_t x, t;
+};
+
+template <int MODE>
+__device__ __forceinline__ fold_raw fold_load(const h3c_fold_args &a, int64_t m, int64_t n, int64_t ri) {
+    fold_raw r;
+    r.dy = a.dy[m * a.ld_dy + n];
+    r.x = MODE == H3C_FOLD_COPY ? (uint16_t)0 : ((const uint16_t *)a.x)[m * a.ld_x + n];
+    r.t = MODE == H3C_FOLD_RMS_DW && a.table ? ((const uint16_t *)a.table)[ri * a.ld_table + a.scale_off + n]
+                                             : (uint16_t)0;
+    return r;
+}
+
+/* A contribution from its loaded operands (inv: the row's inverse norm; wk: the column's weight or 1), each with
+ * the CPU's formula: dy (COPY), (dy * (1 + scale)) * (x * inv) (RMS_DW), dy * ((x * inv) * w) (RMS_DSCALE),
+ * dy * x (PRODUCT). */
+template <int MODE>
+__device__ __forceinline__ float fold_value(const h3c_fold_args &a, const fold_raw &r, float inv, float wk) {
+    if (MODE == H3C_FOLD_COPY) return r.dy;
+    if (MODE == H3C_FOLD_RMS_DW) {
+        float xh = h3k_bf2f(r.x) * inv;
+        float s = a.table ? 1.0f + h3k_bf2f(r.t) : 1.0f;
+        float g = r.dy * s;
+        return g * xh;
+    }
+    if (MODE == H3C_FOLD_RMS_DSCALE) {
+        float xh = h3k_bf2f(r.x) * inv;
+        return r.dy * (xh * wk);
+    }
+    if (MODE == H3C_FOLD_PRODUCT) return r.dy * h3k_bf2f(r.x);
+    return 0.0f;
+}
 
 template <int MODE>
 __global__ void __launch_bounds__(FOLD_COLS)
@@ -52,6 +73,7 @@ __global__ void __launch_bounds__(FOLD_COLS)
     __shared__ int rix[H3S_FOLD_TILE];    /* their table row index */
     __shared__ uint8_t ok[H3S_FOLD_TILE]; /* row takes part */
     __shared__ int idx_sm[H3S_FOLD_TILE];
+    __shared__ float ivl[H3S_FOLD_TILE]; /* the listed rows' inverse norms (the RMS modes) */
     __shared__ int count;
     const int tid = threadIdx.x, lane = tid & 31;
     const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + tid;
@@ -84,6 +106,7 @@ __global__ void __launch_bounds__(FOLD_COLS)
                 const int at = c + __popc(bal & ((1u << lane) - 1u));
                 list[at] = i0 + lane;
                 rix[at] = idx_sm[i0 + lane];
+                if (MODE == H3C_FOLD_RMS_DW || MODE == H3C_FOLD_RMS_DSCALE) ivl[at] = a.inv[m0 + i0 + lane];
             }
             c += __popc(bal);
         }
@@ -93,18 +116,25 @@ __global__ void __launch_bounds__(FOLD_COLS)
     const int cnt = count;
     float part = 0.0f;
     if (n < a.N) {
-        for (int j0 = 0; j0 < cnt; j0 += FOLD_BATCH) {
+        constexpr int FB = fold_batch<MODE>();
+        const float wk = MODE == H3C_FOLD_RMS_DSCALE && a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
+        for (int j0 = 0; j0 < cnt; j0 += FB) {
             /* every load of the batch unconditional (past the list's end: its last row again, not
              * used), so that they are all issued before the first add waits on one */
-            float c[FOLD_BATCH];
+            fold_raw v[FB];
 #pragma unroll
-            for (int u = 0; u < FOLD_BATCH; u++) {
+            for (int u = 0; u < FB; u++) {
                 const int j = min(j0 + u, cnt - 1);
-                c[u] = fold_contrib<MODE>(a, m0 + list[j], n, rix[j]);
+                v[u] = fold_load<MODE>(a, m0 + list[j], n, rix[j]);
             }
 #pragma unroll
-            for (int u = 0; u < FOLD_BATCH; u++)
-                if (j0 + u < cnt) part = j0 + u == 0 ? c[u] : part + c[u];
+            for (int u = 0; u < FB; u++)
+                if (j0 + u < cnt) {
+                    const float iv =
+                        MODE == H3C_FOLD_RMS_DW || MODE == H3C_FOLD_RMS_DSCALE ? ivl[min(j0 + u, cnt - 1)] : 0.0f;
+                    const float c = fold_value<MODE>(a, v[u], iv, wk);
+                    part = j0 + u == 0 ? c : part + c;
+                }
         }
         partial[(tile * rows_out + r) * a.N + n] = part;
     }
