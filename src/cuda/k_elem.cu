@@ -152,10 +152,8 @@ __global__ void rope_apply_ref_kernel(int backward, int64_t M, int64_t S, int64_
  * reference's expressions, in its order, with its roundings; the thread reads both halves of all
  * its pairs before it writes any, and no other thread touches them, so out may still alias in.
  * The head and chunk come from one division of the chunk index by cph (chunks per head), and the
- * table row from m % S once per row a block visits, both in I: 32-bit unsigned when the launcher
- * checked M, S and heads D below 2^31, else 64-bit.  The block copies the row's cos and sin (2 R
- * floats) to shared memory first: each thread's pairs read them there, not 4 VW floats from memory
- * per chunk (the same values). */
+ * table row from m % S once per row a thread visits, both in I: 32-bit unsigned when the launcher
+ * checked M, S and heads D below 2^31, else 64-bit. */
 template <int VW, typename T> __device__ __forceinline__ void rope_load(const T *p, T (&v)[VW]) {
     if constexpr (sizeof(T) == 2)
         h3k_ld_bf16v<VW>(p, v);
@@ -176,16 +174,9 @@ __global__ void rope_apply_vec_kernel(int64_t M, int64_t S, int64_t heads, int64
     typedef typename std::conditional<BACKWARD, float, uint16_t>::type T;
     const int64_t half = R / 2, W = heads * D;
     const int64_t chunks = heads * (int64_t)cph;
-    extern __shared__ __align__(16) float rope_row[]; /* the row's cos, then sin: 2 R floats */
     ROW_LOOP(m, M) {
         const int64_t ms = (int64_t)((I)m % (I)S);
-        __syncthreads(); /* the previous row's table has been read */
-        for (int64_t k = threadIdx.x; k < R; k += blockDim.x) {
-            rope_row[k] = ct[ms * R + k];
-            rope_row[R + k] = st[ms * R + k];
-        }
-        __syncthreads();
-        const float *c = rope_row, *s = rope_row + R;
+        const float *c = ct + ms * R, *s = st + ms * R;
         COL_LOOP(t, chunks) {
             const I h = (I)t / cph, k = (I)t - h * cph;
             const int64_t base = m * W + (int64_t)h * D;
@@ -234,8 +225,8 @@ static void rope_apply_launch(int64_t M, int64_t S, int64_t heads, int64_t D, in
                               const float *sin_t, const void *in, void *out) {
     const int64_t pc = R / 2 / VW, cph = pc + (in != out ? (D - R) / VW : 0);
     const el_grid g = el_rows(M, heads * cph);
-    rope_apply_vec_kernel<VW, I, BACKWARD><<<g.grid, g.block, (size_t)R * 2 * sizeof(float), H3K_STREAM>>>(
-        M, S, heads, D, R, (I)pc, (I)cph, cos_t, sin_t, in, out);
+    rope_apply_vec_kernel<VW, I, BACKWARD>
+        <<<g.grid, g.block, 0, H3K_STREAM>>>(M, S, heads, D, R, (I)pc, (I)cph, cos_t, sin_t, in, out);
 }
 
 template <typename I, int BACKWARD>
@@ -256,9 +247,6 @@ extern "C" h3s_status h3c_rope_apply(const char *op, int backward, int64_t M, in
     const int64_t n = M * heads * (R / 2 + (D - R));
     if (g_elem_reference) LAUNCH(rope_apply_ref_kernel, n, backward, M, S, heads, D, R, cos_t, sin_t, in, out);
     if (n <= 0) return H3S_OK;
-    if (R > 4096) /* the row's table in shared memory: 2 R floats */
-        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: %lld rotated channels per head; the CUDA kernel takes at most 4096",
-                        op, (long long)R);
     /* VW pairs per chunk: half and the pass-through width multiples of VW (so are R, D, every head's
      * base and every chunk's offset), the data (BF16 forward, F32 backward) and the tables aligned. */
     const int esz = backward ? 4 : 2;
