@@ -226,6 +226,16 @@ __device__ __forceinline__ float head_inv_rms(const uint16_t *xr, int64_t D, flo
     return 1.0f / sqrtf(ss / (float)D + eps);
 }
 
+/* head_inv_rms over the lane's values d = lane, lane + 32, ... already in registers (D = 32 NV) */
+template <int NV> __device__ __forceinline__ float head_inv_rms_regs(const float (&xv)[NV], int64_t D, float eps) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; j++)
+        ss = __fmaf_rn(xv[j], xv[j], ss);
+    ss = warp_sum(ss);
+    return 1.0f / sqrtf(ss / (float)D + eps);
+}
+
 /* NV > 0 (D = 32 NV): the lane's values of x loaded once, in flight together; NV = 0: read in each pass. */
 template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
     const int lane = threadIdx.x & 31;
@@ -237,12 +247,7 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_forward_ke
 #pragma unroll
         for (int j = 0; j < NV; j++)
             xv[j] = h3k_bf2f(xr[lane + 32 * j]);
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NV; j++)
-            ss = __fmaf_rn(xv[j], xv[j], ss); /* head_inv_rms */
-        ss = warp_sum(ss);
-        const float inv = 1.0f / sqrtf(ss / (float)a.D + a.eps);
+        const float inv = head_inv_rms_regs<NV>(xv, a.D, a.eps);
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             float t = xv[j] * inv;
@@ -275,12 +280,7 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_k
             xv[j] = h3k_bf2f(xr[lane + 32 * j]);
             gv[j] = dyr[lane + 32 * j];
         }
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NV; j++)
-            ss = __fmaf_rn(xv[j], xv[j], ss); /* head_inv_rms */
-        ss = warp_sum(ss);
-        const float inv = 1.0f / sqrtf(ss / (float)a.D + a.eps);
+        const float inv = head_inv_rms_regs<NV>(xv, a.D, a.eps);
         if (lane == 0) a.inv[p] = inv;
         float dot = 0.0f;
 #pragma unroll

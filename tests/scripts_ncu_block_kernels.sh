@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/ncu_block_kernels.py: a synthetic ncu CSV with two backwards gives each one's launches and sums by kind
+# (GEMM, attention, the rest) and the rest per kernel; a CSV without a backward, or a missing file, gives exit 2; a
+# committed development CSV gives the figures its note quotes.
+set -u
+SRC=${H3S_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+PY=${PYTHON:-python3}
+H3S_CLI=${H3S_CLI:-unused} # check.sh asks for it; this test runs no CLI
+. "$SRC/tests/check.sh"
+T=$dir
+row() { # id kernel microseconds
+    printf '"%s","1","bench_gpu_block","127.0.0.1","%s","1","13","(256, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","%s"\n' \
+        "$1" "$2" "$3"
+}
+{
+    echo "program output before the table"
+    echo '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    row 0 "void residual_forward_vec_kernel<8>(long)" "1,000"
+    row 1 "void wg::wg_gemm<wg::cfg<128, 256, 4, 0, 0, 0, 0, 1>>(CUtensorMap)" "2,000,000"
+    row 2 "attn_tc_dq_kernel(h3c_attn_args)" "500,000"
+    row 3 "void fold_partial_kernel<1>(h3c_fold_args)" "30,000"
+    row 4 "void fold_partial_kernel<2>(h3c_fold_args)" "12,500"
+    row 5 "mul_silu_grad_kernel(long)" "2,500"
+    row 6 "void residual_forward_vec_kernel<8>(long)" "1,000"
+    row 7 "add_f32_vec_kernel(long)" "7,000"
+    row 8 "mul_silu_grad_kernel(long)" "3,000"
+} >"$T/two.csv"
+"$PY" "$SRC/scripts/ncu_block_kernels.py" "$T/two.csv" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 0 ] && ok || { bad "two backwards: exit $rc"; cat "$T/out"; }
+grep -q "backward 1: 5 launches, 2545 us: GEMM 2000, attention 500, rest 45" "$T/out" && ok ||
+    { bad "backward 1's sums"; cat "$T/out"; }
+grep -Eq "^    fold_partial_kernel +2 x +42.5 us" "$T/out" && ok || { bad "the rest per kernel"; cat "$T/out"; }
+grep -q "backward 2: 2 launches, 10 us: GEMM 0, attention 0, rest 10" "$T/out" && ok ||
+    { bad "backward 2's sums"; cat "$T/out"; }
+head -2 "$T/two.csv" >"$T/none.csv"
+"$PY" "$SRC/scripts/ncu_block_kernels.py" "$T/none.csv" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || bad "no backward: exit $rc, expected 2"
+"$PY" "$SRC/scripts/ncu_block_kernels.py" "$T/missing.csv" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || bad "a missing file: exit $rc, expected 2"
+"$PY" "$SRC/scripts/ncu_block_kernels.py" \
+    "$SRC/docs/evidence/gpu/development/bwd_aux_78ca8bb/call4_ded8199_ncu_8349.csv" >"$T/out" 2>&1
+grep -q "backward 1: 63 launches, 41803 us: GEMM 22324, attention 14888, rest 4592" "$T/out" && ok ||
+    { bad "the committed CSV's first backward"; head -3 "$T/out"; }
+finish scripts_ncu_block_kernels
