@@ -60,6 +60,23 @@ __device__ __forceinline__ uint32_t h3k_f2bf2(float lo, float hi) {
 #endif
 }
 
+/* o[j] = h3k_f2bf(v[j]) for j < VW, two at a time through h3k_f2bf2 (the same bits for every value, NaN payloads
+ * included; test_gpu_runtime compares the two on every F32 bit pattern) where VW is even. */
+template <int VW> __device__ __forceinline__ void h3k_f2bf_v(const float (&v)[VW], uint16_t (&o)[VW]) {
+    if constexpr (VW % 2 == 0) {
+#pragma unroll
+        for (int j = 0; j < VW; j += 2) {
+            const uint32_t r = h3k_f2bf2(v[j], v[j + 1]);
+            o[j] = (uint16_t)(r & 0xffffu);
+            o[j + 1] = (uint16_t)(r >> 16);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < VW; j++)
+            o[j] = h3k_f2bf(v[j]);
+    }
+}
+
 /* VW (1, 2, 4 or 8) consecutive BF16 / F32 elements at p, moved with the widest access the
  * launcher proved aligned: min(VW * element size, 16) bytes (two 16-byte accesses for 8 F32).
  * Stores are written with __stwb (st.global.wb, the default write-back policy) so that the

@@ -192,15 +192,21 @@ __global__ void rope_apply_vec_kernel(int64_t M, int64_t S, int64_t heads, int64
                 h3k_ld_f32v<VW>(s + i, s1);
                 h3k_ld_f32v<VW>(c + half + i, c2);
                 h3k_ld_f32v<VW>(s + half + i, s2);
+                if constexpr (!BACKWARD) {
+                    float fa[VW], fb[VW];
 #pragma unroll
-                for (int j = 0; j < VW; j++) {
-                    if constexpr (!BACKWARD) {
+                    for (int j = 0; j < VW; j++) {
                         float x1 = h3k_bf2f(a[j]), x2 = h3k_bf2f(b[j]);
                         float p1 = x1 * c1[j], p2 = x2 * s1[j];
                         float q1 = x2 * c2[j], q2 = x1 * s2[j];
-                        ya[j] = h3k_f2bf(p1 - p2);
-                        yb[j] = h3k_f2bf(q1 + q2);
-                    } else {
+                        fa[j] = p1 - p2;
+                        fb[j] = q1 + q2;
+                    }
+                    h3k_f2bf_v<VW>(fa, ya); /* h3k_f2bf's bits, two values per cvt */
+                    h3k_f2bf_v<VW>(fb, yb);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < VW; j++) {
                         float g1 = a[j], g2 = b[j];
                         float p1 = g1 * c1[j], p2 = g2 * s2[j];
                         float q1 = g2 * c2[j], q2 = g1 * s1[j];
@@ -304,12 +310,14 @@ __global__ void residual_forward_vec_kernel(int64_t M, int64_t H, const uint16_t
                 if (row < 0) continue;
                 h3k_ld_bf16v<VW>(table + row * ld_table + gate_off + k, tv);
             }
+            float f[VW];
 #pragma unroll
             for (int j = 0; j < VW; j++) {
                 float v = h3k_bf2f(yv[j]);
                 if (table) v = h3k_bf2f(tv[j]) * v; /* exact: 8-bit x 8-bit significands */
-                o[j] = h3k_f2bf(h3k_bf2f(rv[j]) + v);
+                f[j] = h3k_bf2f(rv[j]) + v;
             }
+            h3k_f2bf_v<VW>(f, o); /* h3k_f2bf's bits, two values per cvt */
             h3k_st_bf16v<VW>(out + e, o);
         }
     }
