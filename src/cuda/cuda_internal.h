@@ -152,8 +152,9 @@ h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
 void h3c_fold_force_generic(int on);
 
 /* ------------------------------------------------------------------ norms */
-/* Test hook: nonzero makes the RMSNorm backward and the per-head norm kernels (forward and backward) read memory in
- * every pass instead of holding a row (or a head) in registers (the same bits; the tests compare the two). */
+/* Test hook: nonzero makes the RMSNorm and per-head norm kernels (forward and backward) take one column at a time in
+ * every pass instead of holding a row (or a head) in registers and writing the forward's outputs several columns at
+ * a time (the same bits; the tests compare the two). */
 void h3c_norm_force_generic(int on);
 /* x, w, table BF16 (w / table may be NULL); y BF16 or F32 (y_dt). index device or NULL. */
 h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,

@@ -66,7 +66,12 @@ typedef struct norm_args {
     int *flag;
 } norm_args;
 
-__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args a) {
+/* VEC = 0: one column per thread in both passes.  VEC = 1 (the launcher checked H, the rows and the table offsets
+ * multiples of 8 and every pointer 16-byte aligned): the sum of squares as above (it fixes which thread adds which
+ * column), then each thread writes 8 consecutive columns at a time from 16-byte loads of x, w, shift and scale, BF16
+ * outputs rounded two at a time (h3k_f2bf_v: h3k_f2bf's bits).  The second pass sums nothing, so which thread
+ * computes a column cannot move its bits; the element formula is the same. */
+template <int VEC> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args a) {
     __shared__ float sm[NORM_THREADS];
     __shared__ int64_t row_sh;
     const int64_t m = blockIdx.x;
@@ -77,15 +82,46 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_forward_kernel(norm_args
     if (row < 0) return; /* bad index: reported, row left unwritten */
     const uint16_t *sh = a.table ? a.table + row * a.ld_table + a.shift_off : NULL;
     const uint16_t *sc = a.table ? a.table + row * a.ld_table + a.scale_off : NULL;
-    for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
-        float t = h3k_bf2f(xr[k]) * inv;
-        if (a.w) t = t * h3k_bf2f(a.w[k]);
-        if (sc) {
-            float s = 1.0f + h3k_bf2f(sc[k]);
-            t = t * s;
-            t = t + h3k_bf2f(sh[k]);
+    if constexpr (VEC) {
+        for (int64_t c = threadIdx.x; c < a.H / 8; c += NORM_THREADS) {
+            const int64_t k = c * 8;
+            uint16_t xv[8], wv[8], scv[8], shv[8];
+            h3k_ld_bf16v<8>(xr + k, xv);
+            if (a.w) h3k_ld_bf16v<8>(a.w + k, wv);
+            if (sc) {
+                h3k_ld_bf16v<8>(sc + k, scv);
+                h3k_ld_bf16v<8>(sh + k, shv);
+            }
+            float t[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                t[j] = h3k_bf2f(xv[j]) * inv;
+                if (a.w) t[j] = t[j] * h3k_bf2f(wv[j]);
+                if (sc) {
+                    float s = 1.0f + h3k_bf2f(scv[j]);
+                    t[j] = t[j] * s;
+                    t[j] = t[j] + h3k_bf2f(shv[j]);
+                }
+            }
+            if (a.y_dt == H3S_BF16) {
+                uint16_t o[8];
+                h3k_f2bf_v<8>(t, o);
+                h3k_st_bf16v<8>((uint16_t *)a.y + m * a.H + k, o);
+            } else {
+                h3k_st_f32v<8>((float *)a.y + m * a.H + k, t);
+            }
         }
-        h3k_st(a.y, a.y_dt, m * a.H + k, t);
+    } else {
+        for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
+            float t = h3k_bf2f(xr[k]) * inv;
+            if (a.w) t = t * h3k_bf2f(a.w[k]);
+            if (sc) {
+                float s = 1.0f + h3k_bf2f(sc[k]);
+                t = t * s;
+                t = t + h3k_bf2f(sh[k]);
+            }
+            h3k_st(a.y, a.y_dt, m * a.H + k, t);
+        }
     }
 }
 
@@ -183,7 +219,14 @@ extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, i
     a.index = index, a.R = R, a.ld_table = ld_table, a.shift_off = shift_off, a.scale_off = scale_off;
     a.eps = eps, a.y = y, a.y_dt = y_dt, a.code = code, a.flag = h3c_error_flag();
     /* (x held in registers, as the backward does, measured slower here: 156 against 112 us at 8349 x 5376) */
-    rmsnorm_forward_kernel<<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    const int vec =
+        !g_norm_generic && H % 8 == 0 && h3k_vec_aligned(x, 8, 2) && (!w || h3k_vec_aligned(w, 8, 2)) &&
+        (y_dt == H3S_BF16 ? h3k_vec_aligned(y, 8, 2) : h3k_vec_aligned(y, 8, 4)) &&
+        (!table || (h3k_vec_aligned(table, 8, 2) && ld_table % 8 == 0 && shift_off % 8 == 0 && scale_off % 8 == 0));
+    if (vec)
+        rmsnorm_forward_kernel<1><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
+    else
+        rmsnorm_forward_kernel<0><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
     return h3c_launch_check(op);
 }
 
@@ -236,7 +279,8 @@ template <int NV> __device__ __forceinline__ float head_inv_rms_regs(const float
     return 1.0f / sqrtf(ss / (float)D + eps);
 }
 
-/* NV > 0 (D = 32 NV): the lane's values of x loaded once, in flight together; NV = 0: read in each pass. */
+/* NV > 0 (D = 32 NV, x, w and y aligned to NV elements): the lane's values of x for the sum of squares loaded
+ * together; NV = 0: one column at a time in each pass. */
 template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_forward_kernel(head_args a) {
     const int lane = threadIdx.x & 31;
     const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); /* (row, head) pair */
@@ -248,12 +292,19 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_forward_ke
         for (int j = 0; j < NV; j++)
             xv[j] = h3k_bf2f(xr[lane + 32 * j]);
         const float inv = head_inv_rms_regs<NV>(xv, a.D, a.eps);
+        /* the outputs: lane's NV consecutive columns from NV-wide loads of x (again) and w, rounded two at a time
+         * (h3k_f2bf's bits); nothing is summed, so the columns' assignment to lanes cannot move a bit */
+        uint16_t xc[NV], wc[NV], o[NV];
+        h3k_ld_bf16v<NV>(xr + NV * lane, xc);
+        h3k_ld_bf16v<NV>(a.w + NV * lane, wc);
+        float t[NV];
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            float t = xv[j] * inv;
-            t = t * h3k_bf2f(a.w[lane + 32 * j]);
-            a.y[p * a.D + lane + 32 * j] = h3k_f2bf(t);
+            t[j] = h3k_bf2f(xc[j]) * inv;
+            t[j] = t[j] * h3k_bf2f(wc[j]);
         }
+        h3k_f2bf_v<NV>(t, o);
+        h3k_st_bf16v<NV>(a.y + p * a.D + NV * lane, o);
     } else {
         float inv = head_inv_rms(xr, a.D, a.eps, lane);
         for (int64_t d = lane; d < a.D; d += 32) {
@@ -325,7 +376,8 @@ static h3s_status head_launch(const char *op, int backward, const head_args &a) 
             head_rmsnorm_backward_kernel<4><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
         else
             head_rmsnorm_backward_kernel<0><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
-    else if (a.D == 128 && !g_norm_generic)
+    else if (a.D == 128 && !g_norm_generic && h3k_vec_aligned(a.x, 4, 2) && h3k_vec_aligned(a.w, 4, 2) &&
+             h3k_vec_aligned(a.y, 4, 2))
         head_rmsnorm_forward_kernel<4><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);
     else
         head_rmsnorm_forward_kernel<0><<<(unsigned)blocks, 256, 0, H3K_STREAM>>>(a);

@@ -253,14 +253,16 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
     CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, NULL));
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)), "rmsnorm repeat");
-    /* the backward's generic kernel (every pass reads memory) gives the bits of the one that holds the row in
-     * registers (H = 1000: the last of a thread's columns past the row's end for some threads) */
-    gpoison(&dxd);
+    /* the generic kernels (one column at a time in every pass) give the bits of the forward that writes 8 columns
+     * at a time and of the backward that holds the row in registers (H = 1000: the last of a thread's columns past
+     * the row's end for some threads; the table's chunks at multiples of 8) */
+    gpoison(&yd), gpoison(&dxd);
     h3c_norm_force_generic(1);
+    CHECK_OK(h3s_rmsnorm_forward(&xd, W, MOD, 1e-5, &yd));
     CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, &dxd, with_w ? &dwd : NULL, NULL));
     h3c_norm_force_generic(0);
-    CHECK(gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
-          "rmsnorm backward: the generic kernel differs from the register-resident one");
+    CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
+          "rmsnorm: the generic kernels differ from the vector and register-resident ones");
     /* rows alone (with their own index rows) */
     const int64_t r0 = M / 3, n = M / 2;
     h3s_tensor xv = grows(&xd, r0, n), dyv = grows(&dyd, r0, n), iv = hview_rows(&idx, r0, n);
