@@ -440,26 +440,102 @@ __global__ void swiglu_forward_ref_kernel(int64_t M, int64_t F, const uint16_t *
     }
 }
 
-template <int VW> __global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
+/* SiLU of a BF16 gate through a table.  A gate is a BF16 value, so h3k_siluf(g) and h3k_silu_gradf(g) (FP64 exp
+ * and division, about as many FP64 instructions per element as the kernels had cycles to spare for a whole row:
+ * Nsight Compute had them issue-bound) take one of at most 65,536 values.  Before each swiglu launch a small
+ * kernel evaluates both, with those same device functions, for the 8,192 gates whose magnitude lies in
+ * [2^-16, 2^16) (exponent field SILU_E0 .. SILU_E0 + 31, both signs); every CTA copies the table into shared
+ * memory and looks a gate up, and a gate outside that range (zero, tiny, huge, infinite, NaN) is computed
+ * directly, as before.  Each element therefore gets the float the direct computation returns: the table only
+ * remembers results.  test_gpu_ops runs all 65,536 gate patterns against the reference kernels. */
+#define SILU_E0 111u
+#define SILU_NE 32u
+#define SILU_N (2 * SILU_NE * 128) /* entries: sign x exponent x 7-bit mantissa */
+
+/* The table slot of gate bits b (sign, exponent - SILU_E0, mantissa), or -1 outside the table. */
+__device__ __forceinline__ int silu_slot(uint16_t b) {
+    const unsigned k = (((unsigned)b >> 7) & 0xffu) - SILU_E0;
+    return k < SILU_NE ? (int)((((unsigned)b >> 15) << 12) | (k << 7) | ((unsigned)b & 127u)) : -1;
+}
+
+/* tab[i] = (silu(g), silu'(g)) for the gate g of slot i (grad 0: the first only, as floats) */
+__global__ void silu_table_kernel(float *tab, int grad) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (int)SILU_N; i += gridDim.x * blockDim.x) {
+        const unsigned b = ((unsigned)(i >> 12) << 15) | ((SILU_E0 + (((unsigned)i >> 7) & 31u)) << 7) | (i & 127u);
+        const float g = h3k_bf2f((uint16_t)b);
+        if (grad) {
+            tab[2 * i] = h3k_siluf(g);
+            tab[2 * i + 1] = h3k_silu_gradf(g);
+        } else {
+            tab[i] = h3k_siluf(g);
+        }
+    }
+}
+
+/* Every CTA's copy of the table (n floats, 16-byte pieces) into shared memory. */
+__device__ __forceinline__ void silu_table_stage(float *sm, const float *tab, int n) {
+    for (int i = threadIdx.x; i < n / 4; i += blockDim.x)
+        ((float4 *)sm)[i] = ((const float4 *)tab)[i];
+    __syncthreads();
+}
+
+template <int VW>
+__global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *tab, uint16_t *h) {
+    __shared__ __align__(16) float st[SILU_N];
+    silu_table_stage(st, tab, SILU_N);
     ROW_LOOP(m, M) {
         COL_LOOP(c, F / VW) {
             const int64_t f = c * VW;
             uint16_t vv[VW], gv[VW], o[VW];
+            float y[VW];
             h3k_ld_bf16v<VW>(u + m * 2 * F + f, vv);
             h3k_ld_bf16v<VW>(u + m * 2 * F + F + f, gv);
 #pragma unroll
             for (int j = 0; j < VW; j++) {
-                float v = h3k_bf2f(vv[j]), g = h3k_bf2f(gv[j]);
-                o[j] = h3k_f2bf(v * h3k_siluf(g));
+                const int k = silu_slot(gv[j]);
+                const float s = k >= 0 ? st[k] : h3k_siluf(h3k_bf2f(gv[j]));
+                y[j] = h3k_bf2f(vv[j]) * s;
             }
+            h3k_f2bf_v<VW>(y, o); /* h3k_f2bf's bits, two values per cvt */
             h3k_st_bf16v<VW>(h + m * F + f, o);
         }
     }
 }
 
-template <int VW> static void swiglu_forward_launch(int64_t M, int64_t F, const uint16_t *u, uint16_t *h) {
-    const el_grid g = el_rows(M, F / VW);
-    swiglu_forward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, F, u, h);
+/* The row grid of el_rows with at most as many CTAs as are resident at once (each copies the table once and then
+ * walks rows): which CTA computes an element changes none of its arithmetic. */
+template <typename K> static el_grid silu_rows(K kernel, int64_t M, int64_t chunks, size_t smem) {
+    el_grid g = el_rows(M, chunks);
+    static int sms = 0, per = 0, threads = 0; /* per instantiation, for the last block size asked */
+    if (threads != (int)g.block.x) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, (int)g.block.x, smem) != cudaSuccess ||
+            sms < 1 || per < 1) {
+            cudaGetLastError();
+            threads = 0;
+            return g; /* the uncapped grid: more CTAs, each copying the table */
+        }
+        threads = (int)g.block.x;
+    }
+    const int64_t cap = ((int64_t)sms * per + g.grid.x - 1) / g.grid.x;
+    if ((int64_t)g.grid.y > cap) g.grid.y = (unsigned)(cap < 1 ? 1 : cap);
+    return g;
+}
+
+static h3s_status silu_table(const char *op, int grad, float **tab) {
+    H3S_TRY(h3c_ws_alloc(op, (size_t)SILU_N * (grad ? 2 : 1) * sizeof(float), (void **)tab));
+    silu_table_kernel<<<SILU_N / 256, 256, 0, H3K_STREAM>>>(*tab, grad);
+    h3s_status st = h3c_launch_check(op);
+    if (st != H3S_OK) h3c_ws_free(*tab);
+    return st;
+}
+
+template <int VW>
+static void swiglu_forward_launch(int64_t M, int64_t F, const uint16_t *u, const float *tab, uint16_t *h) {
+    const el_grid g = silu_rows(swiglu_forward_vec_kernel<VW>, M, F / VW, 0);
+    swiglu_forward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, F, u, tab, h);
 }
 
 extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h) {
@@ -469,13 +545,17 @@ extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, c
     if (M * F <= 0) return H3S_OK;
     const int vw =
         el_pick_vw(8, [&](int v) { return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(h, v, 2); });
+    float *tab = NULL;
+    H3S_TRY(silu_table(op, 0, &tab));
     switch (vw) {
-    case 8: swiglu_forward_launch<8>(M, F, u16, h16); break;
-    case 4: swiglu_forward_launch<4>(M, F, u16, h16); break;
-    case 2: swiglu_forward_launch<2>(M, F, u16, h16); break;
-    default: swiglu_forward_launch<1>(M, F, u16, h16); break;
+    case 8: swiglu_forward_launch<8>(M, F, u16, tab, h16); break;
+    case 4: swiglu_forward_launch<4>(M, F, u16, tab, h16); break;
+    case 2: swiglu_forward_launch<2>(M, F, u16, tab, h16); break;
+    default: swiglu_forward_launch<1>(M, F, u16, tab, h16); break;
     }
-    return h3c_launch_check(op);
+    h3s_status st = h3c_launch_check(op);
+    h3c_ws_free(tab);
+    return st;
 }
 
 __global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
@@ -488,8 +568,13 @@ __global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t 
     }
 }
 
+#define SILU_BWD_SMEM (SILU_N * 2 * sizeof(float)) /* (silu, silu') pairs: 64 KB */
+
 template <int VW>
-__global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
+__global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, const float *tab,
+                                           float *du) {
+    extern __shared__ __align__(16) float st2[];
+    silu_table_stage(st2, tab, 2 * SILU_N);
     ROW_LOOP(m, M) {
         COL_LOOP(c, F / VW) {
             const int64_t f = c * VW;
@@ -500,10 +585,18 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
             h3k_ld_f32v<VW>(dh + m * F + f, dv);
 #pragma unroll
             for (int j = 0; j < VW; j++) {
-                float v = h3k_bf2f(vv[j]), g = h3k_bf2f(gv[j]);
-                float d = dv[j];
-                a[j] = d * h3k_siluf(g);
-                b[j] = (d * v) * h3k_silu_gradf(g);
+                const float v = h3k_bf2f(vv[j]), d = dv[j];
+                const int k = silu_slot(gv[j]);
+                float s, sg;
+                if (k >= 0) {
+                    const float2 t = ((const float2 *)st2)[k];
+                    s = t.x, sg = t.y;
+                } else {
+                    const float g = h3k_bf2f(gv[j]);
+                    s = h3k_siluf(g), sg = h3k_silu_gradf(g);
+                }
+                a[j] = d * s;
+                b[j] = (d * v) * sg;
             }
             h3k_st_f32v<VW>(du + m * 2 * F + f, a);
             h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
@@ -512,9 +605,19 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
 }
 
 template <int VW>
-static void swiglu_backward_launch(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
-    const el_grid g = el_rows(M, F / VW);
-    swiglu_backward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, F, u, dh, du);
+static h3s_status swiglu_backward_launch(const char *op, int64_t M, int64_t F, const uint16_t *u, const float *dh,
+                                         const float *tab, float *du) {
+    static int attr = 0; /* one per vector width */
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(swiglu_backward_vec_kernel<VW>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SILU_BWD_SMEM);
+        if (e != cudaSuccess)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
+        attr = 1;
+    }
+    const el_grid g = silu_rows(swiglu_backward_vec_kernel<VW>, M, F / VW, SILU_BWD_SMEM);
+    swiglu_backward_vec_kernel<VW><<<g.grid, g.block, SILU_BWD_SMEM, H3K_STREAM>>>(M, F, u, dh, tab, du);
+    return h3c_launch_check(op);
 }
 
 extern "C" h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh,
@@ -522,15 +625,20 @@ extern "C" h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, 
     const uint16_t *u16 = (const uint16_t *)u;
     if (g_elem_reference) LAUNCH(swiglu_backward_ref_kernel, M * F, M, F, u16, dh, du);
     if (M * F <= 0) return H3S_OK;
-    const int vw = el_pick_vw(4, [&](int v) {
+    const int vw = el_pick_vw(8, [&](int v) {
         return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(dh, v, 4) && h3k_vec_aligned(du, v, 4);
     });
+    float *tab = NULL;
+    H3S_TRY(silu_table(op, 1, &tab));
+    h3s_status st;
     switch (vw) {
-    case 4: swiglu_backward_launch<4>(M, F, u16, dh, du); break;
-    case 2: swiglu_backward_launch<2>(M, F, u16, dh, du); break;
-    default: swiglu_backward_launch<1>(M, F, u16, dh, du); break;
+    case 8: st = swiglu_backward_launch<8>(op, M, F, u16, dh, tab, du); break;
+    case 4: st = swiglu_backward_launch<4>(op, M, F, u16, dh, tab, du); break;
+    case 2: st = swiglu_backward_launch<2>(op, M, F, u16, dh, tab, du); break;
+    default: st = swiglu_backward_launch<1>(op, M, F, u16, dh, tab, du); break;
     }
-    return h3c_launch_check(op);
+    h3c_ws_free(tab);
+    return st;
 }
 
 __global__ void silu_to_bf16_kernel(int64_t n, const float *t, uint16_t *a) {

@@ -1176,11 +1176,16 @@ static void ebuf_free(ebuf *b) {
         CHECK(same_, "%s: the row kernels give the reference's bits", what);                                           \
     } while (0)
 
-static void elem_swiglu(int64_t M, int64_t F, int64_t ou, int64_t oo) {
+/* all_gates: the gates are every BF16 bit pattern in turn (M F = 65,536 covers them all once: the SiLU table's
+ * 8,192 and every gate the kernels compute directly) */
+static void elem_swiglu(int64_t M, int64_t F, int64_t ou, int64_t oo, int all_gates) {
     char what[160];
-    snprintf(what, sizeof what, "swiglu M=%lld F=%lld offsets %lld %lld", (long long)M, (long long)F, (long long)ou,
-             (long long)oo);
+    snprintf(what, sizeof what, "swiglu M=%lld F=%lld offsets %lld %lld%s", (long long)M, (long long)F, (long long)ou,
+             (long long)oo, all_gates ? ", every gate pattern" : "");
     ebuf u = ebuf_new(H3S_BF16, M * 2 * F, 201, 1), h = ebuf_new(H3S_BF16, M * F, 0, 0);
+    for (int64_t m = 0; all_gates && m < M; m++)
+        for (int64_t f = 0; f < F; f++)
+            ((uint16_t *)u.init.data)[ou + m * 2 * F + F + f] = (uint16_t)(m * F + f);
     ebuf dh = ebuf_new(H3S_F32, M * F, 202, 1), du = ebuf_new(H3S_F32, M * 2 * F, 0, 0);
     ebuf *fw[] = {&u, &h}, *bw[] = {&u, &dh, &du};
     ELEM_SAME_BITS(what, fw, 2, h3c_swiglu_forward("t", M, F, ebuf_at(&u, ou), ebuf_at(&h, oo)));
@@ -1257,11 +1262,13 @@ static void elem_add_round(int64_t n, int64_t oa, int64_t oo) {
 static void test_elem_rows(void) {
     printf("row kernels against the one-thread-per-element reference\n");
     /* swiglu: production ffn, then F and offsets that pick vector widths 8, 4, 2 and 1 */
-    elem_swiglu(SZ(925, 3), SZ(14336, 96), 0, 0);
+    elem_swiglu(SZ(925, 3), SZ(14336, 96), 0, 0, 0);
     const int64_t sw[][3] = {{96, 0, 0}, {100, 0, 0}, {6, 0, 0},  {7, 0, 0},
                              {96, 1, 0}, {96, 0, 1},  {96, 2, 2}, {96, 4, 0}};
     for (int i = 0; i < 8; i++)
-        elem_swiglu(7, sw[i][0], sw[i][1], sw[i][2]);
+        elem_swiglu(7, sw[i][0], sw[i][1], sw[i][2], 0);
+    elem_swiglu(8, 8192, 0, 0, 1);  /* vector width 8 */
+    elem_swiglu(64, 1024, 1, 0, 1); /* misaligned: width 1 */
     /* residual: production hidden, then H 40 (8), 12 with gate offset 60 (4), 6 (2), 13 (1), misaligned views */
     for (int t = 0; t < 2; t++) {
         elem_residual(SZ(925, 4), SZ(5376, 40), t, 6, 0, 0, 0);
