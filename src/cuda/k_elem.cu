@@ -452,10 +452,11 @@ __global__ void swiglu_forward_ref_kernel(int64_t M, int64_t F, const uint16_t *
 #define SILU_NE 32u
 #define SILU_N (2 * SILU_NE * 128) /* entries: sign x exponent x 7-bit mantissa */
 
-/* The table slot of gate bits b (sign, exponent - SILU_E0, mantissa), or -1 outside the table. */
+/* The table slot of gate bits b: the magnitude's bits minus those of the first gate in the table (below 4096 = 32
+ * binades of 128 inside it), the sign above them; -1 outside the table. */
 __device__ __forceinline__ int silu_slot(uint16_t b) {
-    const unsigned k = (((unsigned)b >> 7) & 0xffu) - SILU_E0;
-    return k < SILU_NE ? (int)((((unsigned)b >> 15) << 12) | (k << 7) | ((unsigned)b & 127u)) : -1;
+    const unsigned k = ((unsigned)b & 0x7fffu) - (SILU_E0 << 7);
+    return k < SILU_NE * 128 ? (int)(k | (((unsigned)b >> 3) & 0x1000u)) : -1;
 }
 
 /* tab[i] = (silu(g), silu'(g)) for the gate g of slot i (grad 0: the first only, as floats) */
@@ -479,25 +480,71 @@ __device__ __forceinline__ void silu_table_stage(float *sm, const float *tab, in
     __syncthreads();
 }
 
+/* A thread takes the same chunk of VW columns in the rows blockIdx.y, blockIdx.y + gridDim.y, ... and loads the next
+ * row's operands before computing the current one (one row's loads in flight per thread left the kernels waiting on
+ * memory, Nsight Compute); a chunk whose gates are all in the table takes the branch without FP64 code.  Each
+ * element is still computed alone, by the same expression. */
+/* VW consecutive BF16 values kept packed as loaded (two per 32-bit word, element j in the lower half of word j / 2
+ * when j is even): the prefetched row of the SwiGLU kernels holds half the registers it would unpacked. */
+template <int VW> struct bf_pack {
+    uint32_t w[VW > 1 ? VW / 2 : 1];
+    __device__ __forceinline__ void load(const uint16_t *p) {
+        if constexpr (VW == 1) {
+            w[0] = p[0];
+        } else if constexpr (VW == 2) {
+            w[0] = *(const uint32_t *)p;
+        } else if constexpr (VW == 4) {
+            const uint2 q = *(const uint2 *)p;
+            w[0] = q.x, w[1] = q.y;
+        } else {
+            static_assert(VW == 8, "vector width");
+            const uint4 q = *(const uint4 *)p;
+            w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w;
+        }
+    }
+    __device__ __forceinline__ uint16_t bits(int j) const {
+        return (uint16_t)(j & 1 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
+    }
+};
+
 template <int VW>
 __global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *tab, uint16_t *h) {
     __shared__ __align__(16) float st[SILU_N];
     silu_table_stage(st, tab, SILU_N);
-    ROW_LOOP(m, M) {
-        COL_LOOP(c, F / VW) {
-            const int64_t f = c * VW;
-            uint16_t vv[VW], gv[VW], o[VW];
-            float y[VW];
-            h3k_ld_bf16v<VW>(u + m * 2 * F + f, vv);
-            h3k_ld_bf16v<VW>(u + m * 2 * F + F + f, gv);
+    COL_LOOP(c, F / VW) {
+        const int64_t f = c * VW;
+        int64_t m = blockIdx.y;
+        if (m >= M) continue;
+        bf_pack<VW> vv, gv, vn, gn;
+        vv.load(u + m * 2 * F + f);
+        gv.load(u + m * 2 * F + F + f);
+#pragma unroll 1
+        for (; m < M; m += gridDim.y) {
+            const int64_t mn = m + gridDim.y;
+            if (mn < M) {
+                vn.load(u + mn * 2 * F + f);
+                gn.load(u + mn * 2 * F + F + f);
+            }
+            int k[VW], all = 1;
 #pragma unroll
             for (int j = 0; j < VW; j++) {
-                const int k = silu_slot(gv[j]);
-                const float s = k >= 0 ? st[k] : h3k_siluf(h3k_bf2f(gv[j]));
-                y[j] = h3k_bf2f(vv[j]) * s;
+                k[j] = silu_slot(gv.bits(j));
+                all &= k[j] >= 0;
             }
+            float y[VW];
+            if (all) {
+#pragma unroll
+                for (int j = 0; j < VW; j++)
+                    y[j] = h3k_bf2f(vv.bits(j)) * st[k[j]];
+            } else {
+#pragma unroll
+                for (int j = 0; j < VW; j++)
+                    y[j] = h3k_bf2f(vv.bits(j)) * (k[j] >= 0 ? st[k[j]] : h3k_siluf(h3k_bf2f(gv.bits(j))));
+            }
+            uint16_t o[VW];
             h3k_f2bf_v<VW>(y, o); /* h3k_f2bf's bits, two values per cvt */
             h3k_st_bf16v<VW>(h + m * F + f, o);
+            vv = vn, gv = gn;
         }
     }
 }
@@ -575,31 +622,53 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
                                            float *du) {
     extern __shared__ __align__(16) float st2[];
     silu_table_stage(st2, tab, 2 * SILU_N);
-    ROW_LOOP(m, M) {
-        COL_LOOP(c, F / VW) {
-            const int64_t f = c * VW;
-            uint16_t vv[VW], gv[VW];
-            float dv[VW], a[VW], b[VW];
-            h3k_ld_bf16v<VW>(u + m * 2 * F + f, vv);
-            h3k_ld_bf16v<VW>(u + m * 2 * F + F + f, gv);
-            h3k_ld_f32v<VW>(dh + m * F + f, dv);
+    const float2 *pt = (const float2 *)st2;
+    COL_LOOP(c, F / VW) {
+        const int64_t f = c * VW;
+        int64_t m = blockIdx.y;
+        if (m >= M) continue;
+        bf_pack<VW> vv, gv, vn, gn;
+        float dv[VW], dn[VW];
+        vv.load(u + m * 2 * F + f);
+        gv.load(u + m * 2 * F + F + f);
+        h3k_ld_f32v<VW>(dh + m * F + f, dv);
+#pragma unroll 1
+        for (; m < M; m += gridDim.y) {
+            const int64_t mn = m + gridDim.y;
+            if (mn < M) {
+                vn.load(u + mn * 2 * F + f);
+                gn.load(u + mn * 2 * F + F + f);
+                h3k_ld_f32v<VW>(dh + mn * F + f, dn);
+            }
+            int k[VW], all = 1;
 #pragma unroll
             for (int j = 0; j < VW; j++) {
-                const float v = h3k_bf2f(vv[j]), d = dv[j];
-                const int k = silu_slot(gv[j]);
-                float s, sg;
-                if (k >= 0) {
-                    const float2 t = ((const float2 *)st2)[k];
-                    s = t.x, sg = t.y;
-                } else {
-                    const float g = h3k_bf2f(gv[j]);
-                    s = h3k_siluf(g), sg = h3k_silu_gradf(g);
+                k[j] = silu_slot(gv.bits(j));
+                all &= k[j] >= 0;
+            }
+            float a[VW], b[VW];
+            if (all) {
+#pragma unroll
+                for (int j = 0; j < VW; j++) {
+                    const float2 t = pt[k[j]];
+                    a[j] = dv[j] * t.x;
+                    b[j] = (dv[j] * h3k_bf2f(vv.bits(j))) * t.y;
                 }
-                a[j] = d * s;
-                b[j] = (d * v) * sg;
+            } else {
+#pragma unroll
+                for (int j = 0; j < VW; j++) {
+                    const float g = h3k_bf2f(gv.bits(j));
+                    const float2 t = k[j] >= 0 ? pt[k[j]] : make_float2(h3k_siluf(g), h3k_silu_gradf(g));
+                    a[j] = dv[j] * t.x;
+                    b[j] = (dv[j] * h3k_bf2f(vv.bits(j))) * t.y;
+                }
             }
             h3k_st_f32v<VW>(du + m * 2 * F + f, a);
             h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
+            vv = vn, gv = gn;
+#pragma unroll
+            for (int j = 0; j < VW; j++)
+                dv[j] = dn[j];
         }
     }
 }
