@@ -86,6 +86,8 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
  * *on_device = 1 when they are CUDA tensors (0 when all are NULL). */
 h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
                                int *on_device);
+/* The byte ranges of a and b intersect (a NULL tensor, NULL data or 0 bytes never overlaps). */
+int h3s_tensors_overlap(const h3s_tensor *a, const h3s_tensor *b);
 
 /* h3s_tensor_first_nonfinite (the first NaN or Inf of a host tensor) is public (include/h3s.h). */
 

@@ -251,3 +251,11 @@ int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t) {
     }
     return first < n ? first : -1;
 }
+
+int h3s_tensors_overlap(const h3s_tensor *a, const h3s_tensor *b) {
+    if (!a || !b || !a->data || !b->data) return 0;
+    const size_t na = h3s_tensor_nbytes(a), nb = h3s_tensor_nbytes(b);
+    if (na == 0 || nb == 0) return 0;
+    const uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
+    return a0 < b0 + nb && b0 < a0 + na;
+}

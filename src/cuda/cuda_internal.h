@@ -160,10 +160,12 @@ void h3c_norm_force_generic(int on);
 h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,
                                const void *table, const int64_t *index, int64_t R, int64_t ld_table, int64_t shift_off,
                                int64_t scale_off, float eps, void *y, int y_dt);
-/* dx (F32, may be NULL) and inv[M] (F32 workspace, always written). */
+/* dx (F32, may be NULL; dx_add + the norm's dx when dx_add is not NULL) and inv[M] (F32 workspace, always
+ * written). */
 h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_t H, const void *x, const void *w,
                                      const void *table, const int64_t *index, int64_t R, int64_t ld_table,
-                                     int64_t scale_off, float eps, const float *dy, float *dx, float *inv);
+                                     int64_t scale_off, float eps, const float *dy, const float *dx_add, float *dx,
+                                     float *inv);
 h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_t heads, int64_t D, const void *x, const void *w,
                                     float eps, void *y);
 h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
@@ -237,7 +239,8 @@ h3s_status h3c_timestep_sinusoid_backward(const char *op, int64_t T, int64_t fre
 h3s_status h3c_rows_copy(const char *op, int scatter, int code, int64_t batch, int64_t n, int64_t src_rows,
                          int64_t dst_rows, int64_t width, const void *src, int src_dt, void *dst, int dst_dt,
                          const int64_t *index);
-h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, float *out);
+/* out = a + b, or (a + b) + c when c is not NULL; out may alias any input (element by element). */
+h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, const float *c, float *out);
 /* Seeded values (uniform in [-scale, scale) times sqrt(3): unit variance for scale 1) into a
  * F32 or BF16 device buffer; a counter hash of (seed, i), the same on every launch. */
 h3s_status h3c_fill_random(const char *op, int64_t n, uint64_t seed, float scale, void *dst, int dst_dt);

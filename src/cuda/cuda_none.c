@@ -45,7 +45,8 @@ h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, co
     return NO_CUDA("rmsnorm_forward");
 }
 h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
-                                     const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable) {
+                                     const h3s_tensor *dy, const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw,
+                                     h3s_tensor *dtable) {
     return NO_CUDA("rmsnorm_backward");
 }
 h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
@@ -132,6 +133,9 @@ h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index,
     return NO_CUDA("rows_scatter");
 }
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out) { return NO_CUDA("grad_add"); }
+h3s_status h3s_cuda_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out) {
+    return NO_CUDA("grad_add");
+}
 h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst) { return NO_CUDA("round_bf16"); }
 h3s_status h3s_cuda_describe(char *buf, size_t size) {
     if (!buf || size == 0) return h3s_fail(H3S_ERR_INVALID, "cuda_describe: empty buffer");

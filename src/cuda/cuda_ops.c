@@ -68,13 +68,6 @@ static h3s_status check_eps(const char *op, double eps) {
     return H3S_OK;
 }
 
-static int overlap(const h3s_tensor *a, const h3s_tensor *b) {
-    if (!a || !b || !a->data || !b->data) return 0;
-    const char *a0 = (const char *)a->data, *a1 = a0 + h3s_tensor_nbytes(a);
-    const char *b0 = (const char *)b->data, *b1 = b0 + h3s_tensor_nbytes(b);
-    return a0 < b1 && b0 < a1;
-}
-
 static const void *dp(const h3s_tensor *t) { return t ? t->data : NULL; }
 
 /* ------------------------------------------------------------------ linear */
@@ -191,12 +184,15 @@ static h3s_status rmsnorm_forward_impl(const char *op, int code, const h3s_tenso
 }
 
 static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tensor *x, const h3s_tensor *w,
-                                        const h3s_modulation *mod, double eps, const h3s_tensor *dy, h3s_tensor *dx,
-                                        h3s_tensor *dw, h3s_tensor *dtable) {
+                                        const h3s_modulation *mod, double eps, const h3s_tensor *dy,
+                                        const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable) {
     norm_geom g;
     H3S_TRY(norm_common(op, x, w, mod, eps, &g));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, g.M, g.H, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, g.M, g.H));
+    H3S_TRY(dev_opt(op, "dx_add", dx_add, H3S_F32, 2, g.M, g.H));
+    if (dx_add && (!dx || h3s_tensors_overlap(dx_add, dx) || h3s_tensors_overlap(dx_add, dy)))
+        return h3s_fail(H3S_ERR_INVALID, "%s: dx_add needs dx, and may overlap neither dx nor dy", op);
     if (dw && !w) return h3s_fail(H3S_ERR_INVALID, "%s: dw requested but the norm has no weight", op);
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 1, g.H, -1));
     if (dtable && !mod) return h3s_fail(H3S_ERR_INVALID, "%s: dtable requested but there is no modulation", op);
@@ -206,9 +202,10 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
     H3S_TRY(h3c_ws_alloc(op, (size_t)(g.M > 0 ? g.M : 1) * sizeof(float), &inv));
     /* dx may alias dy (the rows kernel reads a row of dy before writing it); the folds read dy
      * too, so then they run before dx is written. */
-    const int late_dx = dx && (dw || dtable) && overlap(dx, dy);
+    const int late_dx = dx && (dw || dtable) && h3s_tensors_overlap(dx, dy);
     h3s_status st = h3c_rmsnorm_backward_rows(op, code, g.M, g.H, x->data, dp(w), g.table, g.index, g.R, g.ld_table,
-                                              g.scale_off, (float)eps, dy->data, late_dx || !dx ? NULL : dx->data, inv);
+                                              g.scale_off, (float)eps, dy->data, (const float *)dp(dx_add),
+                                              late_dx || !dx ? NULL : dx->data, inv);
     h3c_fold_args f;
     memset(&f, 0, sizeof f);
     f.code = code, f.M = g.M, f.N = g.H, f.dy = dy->data, f.ld_dy = g.H, f.x = x->data, f.ld_x = g.H;
@@ -233,7 +230,7 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
     }
     if (st == H3S_OK && late_dx)
         st = h3c_rmsnorm_backward_rows(op, code, g.M, g.H, x->data, dp(w), g.table, g.index, g.R, g.ld_table,
-                                       g.scale_off, (float)eps, dy->data, dx->data, inv);
+                                       g.scale_off, (float)eps, dy->data, (const float *)dp(dx_add), dx->data, inv);
     h3c_ws_free(inv);
     return st;
 }
@@ -244,8 +241,10 @@ h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, co
 }
 
 h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
-                                     const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable) {
-    return rmsnorm_backward_impl("rmsnorm_backward", H3C_CODE_RMSNORM_BACKWARD, x, w, mod, eps, dy, dx, dw, dtable);
+                                     const h3s_tensor *dy, const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw,
+                                     h3s_tensor *dtable) {
+    return rmsnorm_backward_impl("rmsnorm_backward", H3C_CODE_RMSNORM_BACKWARD, x, w, mod, eps, dy, dx_add, dx, dw,
+                                 dtable);
 }
 
 h3s_status h3s_cuda_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *table,
@@ -262,7 +261,7 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
     static const char op[] = "final_norm_backward";
     h3s_modulation mod;
     H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
-    return rmsnorm_backward_impl(op, H3C_CODE_FINAL_NORM_BACKWARD, x, w, &mod, eps, dy, dx, dw, dtable);
+    return rmsnorm_backward_impl(op, H3C_CODE_FINAL_NORM_BACKWARD, x, w, &mod, eps, dy, NULL, dx, dw, dtable);
 }
 
 static h3s_status head_common(const char *op, const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
@@ -297,7 +296,7 @@ h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, co
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 1, D, -1));
     void *inv = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(M * heads > 0 ? M * heads : 1) * sizeof(float), &inv));
-    const int late_dx = dx && dw && overlap(dx, dy);
+    const int late_dx = dx && dw && h3s_tensors_overlap(dx, dy);
     h3s_status st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data,
                                                    late_dx || !dx ? NULL : dx->data, inv);
     if (st == H3S_OK && dw) {
@@ -502,7 +501,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
         f.out = (float *)dtable->data + off, f.ldo = ld;
         H3S_TRY(h3c_fold(op, &f));
     }
-    if (dr && dy && overlap(dr, dy)) return h3s_fail(H3S_ERR_INVALID, "%s: dr and dy overlap", op);
+    if (dr && dy && h3s_tensors_overlap(dr, dy)) return h3s_fail(H3S_ERR_INVALID, "%s: dr and dy overlap", op);
     return h3c_residual_backward_rows(op, M, H, dp(table), idx, R, ld, off, dout->data, dr ? dr->data : NULL,
                                       dy ? dy->data : NULL);
 }
@@ -698,7 +697,7 @@ static h3s_status rows_common(const char *op, int scatter, int code, const h3s_t
     if (items->shape[0] != batch * n || packed->shape[0] % batch)
         return h3s_fail(H3S_ERR_SHAPE, "%s: row counts do not match batch %lld x index length %lld", op,
                         (long long)batch, (long long)n);
-    if (overlap(src, dst)) return h3s_fail(H3S_ERR_INVALID, "%s: src and dst overlap", op);
+    if (h3s_tensors_overlap(src, dst)) return h3s_fail(H3S_ERR_INVALID, "%s: src and dst overlap", op);
     if (scatter) {
         /* Duplicate targets would make the result depend on which thread writes last. */
         if (index->device)
@@ -749,7 +748,16 @@ h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tenso
         if (h3s_tensor_numel(*t) != h3s_tensor_numel(a))
             return h3s_fail(H3S_ERR_SHAPE, "%s: a, b and out differ in size", op);
     }
-    return h3c_add_f32(op, h3s_tensor_numel(a), a->data, b->data, out->data);
+    return h3c_add_f32(op, h3s_tensor_numel(a), a->data, b->data, NULL, out->data);
+}
+
+h3s_status h3s_cuda_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out) {
+    static const char op[] = "grad_add";
+    H3S_TRY(h3c_init(op));
+    for (const h3s_tensor *const *t = (const h3s_tensor *const[]){a, b, c, out, NULL}; *t; t++)
+        if ((*t)->device != 1 || (*t)->dtype != H3S_F32 || h3s_tensor_numel(*t) != h3s_tensor_numel(a))
+            return h3s_fail(H3S_ERR_INVALID, "%s: a, b, c and out must be F32 device tensors of one size", op);
+    return h3c_add_f32(op, h3s_tensor_numel(a), a->data, b->data, c->data, out->data);
 }
 
 h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst) {

@@ -44,7 +44,8 @@ h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, co
 h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
                                     h3s_tensor *y);
 h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
-                                     const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable);
+                                     const h3s_tensor *dy, const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw,
+                                     h3s_tensor *dtable);
 h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                          h3s_tensor *y);
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
@@ -89,6 +90,7 @@ h3s_status h3s_cuda_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w
 h3s_status h3s_cuda_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 h3s_status h3s_cuda_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 h3s_status h3s_cuda_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
+h3s_status h3s_cuda_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out);
 /* dst = bf16(src) elementwise, round to nearest even (the library's rounding); src F32, dst BF16, both on the device,
  * the same element count. */
 h3s_status h3s_cuda_round_bf16(const h3s_tensor *src, h3s_tensor *dst);

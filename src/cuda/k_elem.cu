@@ -813,35 +813,45 @@ extern "C" h3s_status h3c_rows_copy(const char *op, int scatter, int code, int64
            dst_dt, index, h3c_error_flag());
 }
 
-__global__ void add_f32_ref_kernel(int64_t n, const float *a, const float *b, float *out) {
-    GRID_STRIDE(i, n) { out[i] = a[i] + b[i]; }
+/* out = a + b, or (a + b) + c when c is given (two IEEE additions in that order: the bits of two grad_adds). */
+__global__ void add_f32_ref_kernel(int64_t n, const float *a, const float *b, const float *c, float *out) {
+    GRID_STRIDE(i, n) { out[i] = c ? (a[i] + b[i]) + c[i] : a[i] + b[i]; }
 }
 
-/* VW consecutive elements per thread (the same one addition each), then the n % VW tail elements,
- * one per thread of the grid's first threads.  out may alias a or b (the same element). */
-template <int VW> __global__ void add_f32_vec_kernel(int64_t n, const float *a, const float *b, float *out) {
+template <int VW, int THREE>
+__global__ void add_f32_vec_kernel(int64_t n, const float *a, const float *b, const float *c, float *out) {
     const int64_t nv = n / VW;
     GRID_STRIDE(i, nv) {
-        float x[VW], y[VW], o[VW];
+        float x[VW], y[VW], z[VW], o[VW];
         h3k_ld_f32v<VW>(a + i * VW, x);
         h3k_ld_f32v<VW>(b + i * VW, y);
+        if (THREE) h3k_ld_f32v<VW>(c + i * VW, z);
 #pragma unroll
         for (int j = 0; j < VW; j++)
-            o[j] = x[j] + y[j];
+            o[j] = THREE ? (x[j] + y[j]) + z[j] : x[j] + y[j];
         h3k_st_f32v<VW>(out + i * VW, o);
     }
     const int64_t t = nv * VW + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < n) out[t] = a[t] + b[t];
+    if (t < n) out[t] = THREE ? (a[t] + b[t]) + c[t] : a[t] + b[t];
 }
 
-extern "C" h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, float *out) {
-    if (g_elem_reference) LAUNCH(add_f32_ref_kernel, n, n, a, b, out);
-    if (n <= 0) return H3S_OK;
-    if (h3k_vec_aligned(a, 4, 4) && h3k_vec_aligned(b, 4, 4) && h3k_vec_aligned(out, 4, 4))
-        add_f32_vec_kernel<4>
-            <<<h3k_blocks(n / 4 > 0 ? n / 4 : 1, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, out);
+template <int THREE> static void add_f32_launch(int64_t n, const float *a, const float *b, const float *c, float *out) {
+    if (h3k_vec_aligned(a, 4, 4) && h3k_vec_aligned(b, 4, 4) && (!THREE || h3k_vec_aligned(c, 4, 4)) &&
+        h3k_vec_aligned(out, 4, 4))
+        add_f32_vec_kernel<4, THREE>
+            <<<h3k_blocks(n / 4 > 0 ? n / 4 : 1, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, c, out);
     else
-        add_f32_vec_kernel<1><<<h3k_blocks(n, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, out);
+        add_f32_vec_kernel<1, THREE><<<h3k_blocks(n, EL_THREADS), EL_THREADS, 0, H3K_STREAM>>>(n, a, b, c, out);
+}
+
+extern "C" h3s_status h3c_add_f32(const char *op, int64_t n, const float *a, const float *b, const float *c,
+                                  float *out) {
+    if (g_elem_reference) LAUNCH(add_f32_ref_kernel, n, n, a, b, c, out);
+    if (n <= 0) return H3S_OK;
+    if (c)
+        add_f32_launch<1>(n, a, b, c, out);
+    else
+        add_f32_launch<0>(n, a, b, NULL, out);
     return h3c_launch_check(op);
 }
 

@@ -60,7 +60,7 @@ typedef struct norm_args {
     float eps;
     void *y;
     int y_dt;
-    const float *dy;
+    const float *dy, *dx_add; /* dx = dx_add + the norm's dx when dx_add is not NULL (the block's residual sum) */
     float *dx, *inv;
     int code;
     int *flag;
@@ -190,7 +190,10 @@ template <int NV> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backwa
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             const int64_t k = threadIdx.x + (int64_t)j * NORM_THREADS;
-            if (k < a.H) a.dx[m * a.H + k] = inv * (gxv[j] - xv[j] * mean);
+            if (k < a.H) {
+                const float d = inv * (gxv[j] - xv[j] * mean);
+                a.dx[m * a.H + k] = a.dx_add ? a.dx_add[m * a.H + k] + d : d;
+            }
         }
     } else {
         for (int64_t k = threadIdx.x; k < a.H; k += NORM_THREADS) {
@@ -198,7 +201,8 @@ template <int NV> __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_backwa
             float wk = a.w ? h3k_bf2f(a.w[k]) : 1.0f;
             float s = sc ? 1.0f + h3k_bf2f(sc[k]) : 1.0f;
             float gx = (dyr[k] * s) * wk;
-            a.dx[m * a.H + k] = inv * (gx - xh * mean);
+            const float d = inv * (gx - xh * mean);
+            a.dx[m * a.H + k] = a.dx_add ? a.dx_add[m * a.H + k] + d : d;
         }
     }
 }
@@ -233,14 +237,14 @@ extern "C" h3s_status h3c_rmsnorm_forward(const char *op, int code, int64_t M, i
 extern "C" h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_t H, const void *x,
                                                 const void *w, const void *table, const int64_t *index, int64_t R,
                                                 int64_t ld_table, int64_t scale_off, float eps, const float *dy,
-                                                float *dx, float *inv) {
+                                                const float *dx_add, float *dx, float *inv) {
     if (M <= 0) return H3S_OK;
     H3S_TRY(norm_launch_check(op, M));
     norm_args a;
     memset(&a, 0, sizeof a);
     a.M = M, a.H = H, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w, a.table = (const uint16_t *)table;
     a.index = index, a.R = R, a.ld_table = ld_table, a.scale_off = scale_off;
-    a.eps = eps, a.dy = dy, a.dx = dx, a.inv = inv, a.code = code, a.flag = h3c_error_flag();
+    a.eps = eps, a.dy = dy, a.dx_add = dx_add, a.dx = dx, a.inv = inv, a.code = code, a.flag = h3c_error_flag();
     if (H <= (int64_t)NORM_REG_NV * NORM_THREADS && !g_norm_generic)
         rmsnorm_backward_rows_kernel<NORM_REG_NV><<<(unsigned)M, NORM_THREADS, 0, H3K_STREAM>>>(a);
     else

@@ -93,10 +93,10 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
     BLOCK_OP("ffn_down.grad", b->dh, h3s_linear_backward(f->h, w->ff_out, b->df, b->dh, g->ff_out, NULL));
     BLOCK_OP("swiglu.grad", b->du, h3s_swiglu_backward(f->u, b->dh, b->du));
     BLOCK_OP("ffn_gate_up.grad", b->dn2, h3s_linear_backward(f->n2, w->ff_in, b->du, b->dn2, g->ff_in, NULL));
-    BLOCK_OP(
-        H3S_BLOCK_STEP_NORM2, NULL,
-        h3s_rmsnorm_backward(f->x1, w->norm2, refiner ? NULL : &mod2, c->norm_eps, b->dn2, b->dx1b, g->norm2, dtab));
-    BLOCK_OP("norm2.grad", b->dx1, h3s_grad_add(b->dx1a, b->dx1b, b->dx1));
+    /* dx1 = dx1a + norm2's dx, summed as the norm writes it */
+    BLOCK_OP("norm2.grad", b->dx1,
+             h3s_rmsnorm_backward_add(f->x1, w->norm2, refiner ? NULL : &mod2, c->norm_eps, b->dn2, b->dx1a, b->dx1,
+                                      g->norm2, dtab));
     BLOCK_OP("residual_attn.grad", b->dout_o,
              h3s_residual_backward(f->o, tab, idx, 2, b->dx1, b->dxa, b->dout_o, dtab));
     BLOCK_OP("o_proj.grad", b->datt, h3s_linear_backward(f->att, w->to_out, b->dout_o, b->datt, g->to_out, NULL));
@@ -121,12 +121,12 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
     BLOCK_OP("q_proj.grad", b->dn1q, h3s_linear_backward(f->n1, w->to_q, b->dq, b->dn1q, g->to_q, NULL));
     BLOCK_OP("k_proj.grad", b->dn1k, h3s_linear_backward(f->n1, w->to_k, b->dk, b->dn1k, g->to_k, NULL));
     BLOCK_OP("v_proj.grad", b->dn1v, h3s_linear_backward(f->n1, w->to_v, b->dv, b->dn1v, g->to_v, NULL));
-    /* fixed order: (q + k) + v */
-    BLOCK_OP(H3S_BLOCK_STEP_NORM1_QK, NULL, h3s_grad_add(b->dn1q, b->dn1k, b->dn1));
-    BLOCK_OP(H3S_BLOCK_STEP_NORM1_QKV, NULL, h3s_grad_add(b->dn1, b->dn1v, b->dn1));
-    BLOCK_OP(H3S_BLOCK_STEP_NORM1, NULL,
-             h3s_rmsnorm_backward(f->x, w->norm1, refiner ? NULL : &mod1, c->norm_eps, b->dn1, b->dxb, g->norm1, dtab));
-    BLOCK_OP("norm1.grad", b->dx, h3s_grad_add(b->dxa, b->dxb, b->dx));
+    /* fixed order: (q + k) + v, one pass */
+    BLOCK_OP(H3S_BLOCK_STEP_NORM1_QKV, NULL, h3s_grad_add3(b->dn1q, b->dn1k, b->dn1v, b->dn1));
+    /* dx = dxa + norm1's dx */
+    BLOCK_OP("norm1.grad", b->dx,
+             h3s_rmsnorm_backward_add(f->x, w->norm1, refiner ? NULL : &mod1, c->norm_eps, b->dn1, b->dxa, b->dx,
+                                      g->norm1, dtab));
     if (!refiner)
         BLOCK_OP(
             "adaln_projection.grad", b->dtemb,

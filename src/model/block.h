@@ -25,11 +25,8 @@
  * operator and an evidence writer skips them.  A status other than H3S_OK stops the block and is returned. */
 typedef h3s_status (*h3s_block_node_fn)(void *ctx, const char *name, h3s_tensor *t);
 
-/* Backward steps without an evidence node (t == NULL), in order. */
-#define H3S_BLOCK_STEP_NORM2 "norm2.grad_norm"    /* norm2's backward (dx before the residual's sum) */
-#define H3S_BLOCK_STEP_NORM1_QK "norm1.grad_qk"   /* q_proj's dx + k_proj's dx */
-#define H3S_BLOCK_STEP_NORM1_QKV "norm1.grad_qkv" /* ... + v_proj's dx */
-#define H3S_BLOCK_STEP_NORM1 "norm1.grad_norm"    /* norm1's backward (dx before the residual's sum) */
+/* The backward's step without an evidence node (t == NULL). */
+#define H3S_BLOCK_STEP_NORM1_QKV "norm1.grad_qkv" /* (q_proj's dx + k_proj's dx) + v_proj's dx */
 
 /* The block's 12 parameters ([out, in] as in the checkpoint).  adaln_w / adaln_b unused in a refiner block. */
 typedef struct h3s_block_weights {
@@ -68,16 +65,16 @@ typedef struct h3s_block_fwd {
 
 /* The backward's tensors: dout (the gradient of x2) the input, the rest outputs the caller allocated.
  *   dtable [T, 18H] the AdaLN table's gradient (chunks written by the residuals and norms; zero it) and dtemb
- *   [T, E] (unused in a refiner block); dx1a, df the residual_mlp's (into x1, into ffn_down); dh, du, dn2; dx1b
- *   norm2's dx, dx1 = dx1a + dx1b; dxa, dout_o the residual_attn's; datt; dqa, dka, dv attention's; dqn, dkn the
- *   rope's (unused in a refiner block, where q_norm's backward reads dqa, dka); dq, dk; dn1q, dn1k, dn1v the
- *   three projections' dx and dn1 = (dn1q + dn1k) + dn1v (dn1q may be dn1: the sums run in place); dxb norm1's dx,
- *   dx = dxa + dxb the block input's gradient. */
+ *   [T, E] (unused in a refiner block); dx1a, df the residual_mlp's (into x1, into ffn_down); dh, du, dn2; dx1 =
+ *   dx1a + norm2's dx (the norm's backward adds it as it writes, h3s_rmsnorm_backward_add); dxa, dout_o the
+ *   residual_attn's; datt; dqa, dka, dv attention's; dqn, dkn the rope's (unused in a refiner block, where q_norm's
+ *   backward reads dqa, dka); dq, dk; dn1q, dn1k, dn1v the three projections' dx and dn1 = (dn1q + dn1k) + dn1v (one
+ *   pass; dn1q may be dn1: the sum runs in place); dx = dxa + norm1's dx the block input's gradient. */
 typedef struct h3s_block_bwd {
     const h3s_tensor *dout;
     h3s_tensor *dtable, *dtemb;
-    h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1b, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
-    h3s_tensor *dn1q, *dn1k, *dn1v, *dn1, *dxb, *dx;
+    h3s_tensor *dx1a, *df, *dh, *du, *dn2, *dx1, *dxa, *dout_o, *datt, *dqa, *dka, *dv, *dqn, *dkn, *dq, *dk;
+    h3s_tensor *dn1q, *dn1k, *dn1v, *dn1, *dx;
 } h3s_block_bwd;
 
 /* Queue the forward of one block (the operators write every output of f). */

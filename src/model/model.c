@@ -1987,7 +1987,6 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW_OUT(d.dh, gd, M, F);
     NEW_OUT(d.du, gd, M, 2 * F);
     NEW_OUT(d.dn2, gd, M, H);
-    NEW_OUT(d.dx1b, gd, M, H);
     NEW_OUT(d.dx1, gd, M, H);
     NEW_OUT(d.dxa, gd, M, H);
     NEW_OUT(d.dout_o, gd, M, H);
@@ -2005,7 +2004,6 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     d.dn1q = d.dn1; /* q_proj's dx is written into the sum, which then runs in place */
     NEW_OUT(d.dn1k, gd, M, H);
     NEW_OUT(d.dn1v, gd, M, H);
-    NEW_OUT(d.dxb, gd, M, H);
     NEW_OUT(d.dx, gd, M, H);
     if (!refiner) NEW_OUT(d.dtemb, gd, tp->T, c->time_embed_dim);
     const block_params *bp = refiner ? &m->rbp[i] : &m->bp[i];

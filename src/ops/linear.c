@@ -726,14 +726,6 @@ static h3s_status dw_golden(const double *dy, const double *x, double *dw, int64
 
 /* ------------------------------------------------------------------ validation */
 
-static int ranges_overlap(const h3s_tensor *a, const h3s_tensor *b) {
-    if (!a || !b || !a->data || !b->data) return 0;
-    size_t na = h3s_tensor_nbytes(a), nb = h3s_tensor_nbytes(b);
-    if (na == 0 || nb == 0) return 0;
-    uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
-    return a0 < b0 + nb && b0 < a0 + na;
-}
-
 /* Every tensor on the host (0) or every one on the device (1); *device gets which. */
 static h3s_status check_devices(const char *op, const h3s_tensor *const *t, const char *const *names, int n,
                                 int *device) {
@@ -784,7 +776,7 @@ h3s_status h3s_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3
     H3S_TRY(check_devices(op, all, names, 4, &device));
     if (device) return h3s_cuda_linear_forward(x, w, b, y);
     for (int i = 0; i < 3; i++)
-        if (ranges_overlap(y, all[i])) return h3s_fail(H3S_ERR_INVALID, "%s: y overlaps %s", op, names[i]);
+        if (h3s_tensors_overlap(y, all[i])) return h3s_fail(H3S_ERR_INVALID, "%s: y overlaps %s", op, names[i]);
 
     const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[0];
     if (dt == H3S_F64) {
@@ -842,7 +834,7 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
     if (device) return h3s_cuda_linear_backward(x, w, dy, dx, dw, db);
     for (int o = 3; o < 6; o++)
         for (int i = 0; i < o; i++)
-            if (ranges_overlap(all[o], all[i]))
+            if (h3s_tensors_overlap(all[o], all[i]))
                 return h3s_fail(H3S_ERR_INVALID, "%s: %s overlaps %s", op, names[o], names[i]);
 
     const int nt = h3s_get_num_threads();

@@ -40,6 +40,12 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
  * written (tile fold per table row, rows no index names get 0); other chunks untouched. */
 h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
                                 const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable);
+/* h3s_rmsnorm_backward with dx = dx_add + the norm's dx (one addition per element, dx_add first: the bits of
+ * h3s_grad_add(dx_add, dx, dx) after the plain backward); dx_add has dy's shape and dtype and may overlap neither
+ * dx nor dy. */
+h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
+                                    const h3s_tensor *dy, const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw,
+                                    h3s_tensor *dtable);
 
 /* Per-head RMSNorm (q_norm / k_norm): x [M, heads*D], w [D]; normalised over each head's D
  * channels.  dw folds over token rows in tiles of 256 rows, inside a tile row-major
@@ -133,5 +139,7 @@ h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, con
  * duplicate indices are an error. */
 /* out = a + b elementwise (gradient accumulation in a fixed order: a first). */
 h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *out);
+/* out = (a + b) + c: the bits of two h3s_grad_add in that order, in one pass; out may alias any input. */
+h3s_status h3s_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out);
 
 #endif

@@ -329,13 +329,28 @@ h3s_status h3s_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h
     return rmsnorm_forward_impl(x, w, mod, eps, y, &c);
 }
 
-h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
-                                const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable) {
+h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
+                                    const h3s_tensor *dy, const h3s_tensor *dx_add, h3s_tensor *dx, h3s_tensor *dw,
+                                    h3s_tensor *dtable) {
     static const char op[] = "rmsnorm_backward";
     norm_call c;
     H3S_TRY(check_rmsnorm(op, x, w, mod, eps, 0, NULL, 0, dy, dx, dw, dtable, &c));
-    if (c.on_device) return h3s_cuda_rmsnorm_backward(x, w, mod, eps, dy, dx, dw, dtable);
-    return rmsnorm_backward_impl(x, w, mod, eps, dy, dx, dw, dtable, &c);
+    if (dx_add) {
+        if (!dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_add is given but dx is NULL", op);
+        H3S_TRY(h3s_check_shape(op, "dx_add", dx_add, dy->dtype, 2, dy->shape));
+        if (dx_add->device != dx->device)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: dx_add and dx are not in the same memory", op);
+        if (h3s_tensors_overlap(dx_add, dx) || h3s_tensors_overlap(dx_add, dy))
+            return h3s_fail(H3S_ERR_INVALID, "%s: dx_add overlaps dx or dy", op);
+    }
+    if (c.on_device) return h3s_cuda_rmsnorm_backward(x, w, mod, eps, dy, dx_add, dx, dw, dtable);
+    H3S_TRY(rmsnorm_backward_impl(x, w, mod, eps, dy, dx, dw, dtable, &c));
+    return dx_add ? h3s_grad_add(dx_add, dx, dx) : H3S_OK; /* dx_add + dx: grad_add's one addition per element */
+}
+
+h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
+                                const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable) {
+    return h3s_rmsnorm_backward_add(x, w, mod, eps, dy, NULL, dx, dw, dtable);
 }
 
 /* ---------------------------------------------------------------- final norm -------- */

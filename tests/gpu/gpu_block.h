@@ -57,9 +57,9 @@ typedef struct gblock_run {
     /* the nodes, in allocation order (pointers into t[]) */
     h3s_tensor *x, *dout, *temb, *cosT, *sinT;
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
-    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *dn2, *dw_up, *dx2b, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
+    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
     h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk, *dwv, *dn1;
-    h3s_tensor *dxb, *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
+    h3s_tensor *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
     void (*after)(void *ctx, const char *node);
     void *ctx;
 } gblock_run;
@@ -193,7 +193,6 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn2, "grad.ffn_gate_up.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dw_up, "grad.ffn_gate_up.dw", WGT, 2 * FF, H, 0));
-    GBLOCK_TRY(gblock_node(r, &r->dx2b, "grad.norm2.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dnorm2, "grad.norm2.dw", H3S_F32, H, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2, "grad.residual_attn.out", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dxa, "grad.residual_attn.dr", H3S_F32, M, H, 1));
@@ -216,7 +215,6 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dwk, "grad.k_proj.dw", WGT, QW, H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dwv, "grad.v_proj.dw", WGT, QW, H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dn1, "grad.norm1.dy", H3S_F32, M, H, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dxb, "grad.norm1.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dnorm1, "grad.norm1.dw", H3S_F32, H, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx, "grad.x", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dtemb, "grad.temb", H3S_F32, 1, E, 0));
@@ -250,8 +248,7 @@ static inline const char *gblock_label(const char *name) {
         {"ffn_down.grad", "ffn_down"},
         {"swiglu.grad", "swiglu"},
         {"ffn_gate_up.grad", "ffn_gate_up"},
-        {H3S_BLOCK_STEP_NORM2, "norm2"},
-        {"norm2.grad", "grad_add.residual_attn"},
+        {"norm2.grad", "norm2"},
         {"residual_attn.grad", "residual_attn"},
         {"o_proj.grad", "o_proj"},
         {"attention.grad_q", "attention"},
@@ -264,10 +261,8 @@ static inline const char *gblock_label(const char *name) {
         {"q_proj.grad", "q_proj"},
         {"k_proj.grad", "k_proj"},
         {"v_proj.grad", "v_proj"},
-        {H3S_BLOCK_STEP_NORM1_QK, "grad_add.norm1"},
         {H3S_BLOCK_STEP_NORM1_QKV, "grad_add.norm1"},
-        {H3S_BLOCK_STEP_NORM1, "norm1"},
-        {"norm1.grad", "grad_add.x"},
+        {"norm1.grad", "norm1"},
         {"adaln_projection.grad", "adaln_projection"},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
@@ -360,7 +355,6 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dh = r->dhs,
                              .du = r->du,
                              .dn2 = r->dn2,
-                             .dx1b = r->dx2b,
                              .dx1 = r->dx2,
                              .dxa = r->dxa,
                              .dout_o = r->dob,
@@ -376,7 +370,6 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dn1k = r->dn1k,
                              .dn1v = r->dn1v,
                              .dn1 = r->dn1,
-                             .dxb = r->dxb,
                              .dx = r->dx};
     const h3s_block_grads pg = {.adaln_w = r->dw_ada,
                                 .adaln_b = r->db_ada,

@@ -263,6 +263,29 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     h3c_norm_force_generic(0);
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
           "rmsnorm: the generic kernels differ from the vector and register-resident ones");
+    /* dx = dx_add + the norm's dx (h3s_rmsnorm_backward_add: the block's residual sums), register-resident and
+     * generic kernels: the bits of the plain backward followed by grad_add(dx_add, dx) */
+    {
+        h3s_tensor addh = hrand(H3S_F32, M, H, 27, 1.0f), addd = gup(&addh), dxs = gdev2(H3S_F32, M, H);
+        h3s_tensor sumd = gdev2(H3S_F32, M, H);
+        CHECK_OK(h3s_grad_add(&addd, &dxd, &sumd));
+        h3s_tensor want = gdown(&sumd);
+        for (int generic = 0; generic < 2; generic++) {
+            gpoison(&dxs);
+            h3c_norm_force_generic(generic);
+            CHECK_OK(h3s_rmsnorm_backward_add(&xd, W, MOD, 1e-5, &dyd, &addd, &dxs, with_w ? &dwd : NULL, NULL));
+            h3c_norm_force_generic(0);
+            CHECK(gequal(&dxs, &want) && (!with_w || gequal(&dwd, &dw)),
+                  "rmsnorm_backward_add (%s kernels) gives the backward's dx plus dx_add, bit for bit",
+                  generic ? "generic" : "register-resident");
+        }
+        CHECK(h3s_rmsnorm_backward_add(&xd, W, MOD, 1e-5, &dyd, &dxs, &dxs, NULL, NULL) != H3S_OK,
+              "rmsnorm_backward_add: dx_add overlapping dx is refused");
+        CHECK(h3s_rmsnorm_backward_add(&xd, W, MOD, 1e-5, &dyd, &addd, NULL, NULL, NULL) != H3S_OK,
+              "rmsnorm_backward_add: dx_add without dx is refused");
+        h3s_tensor_free(&addh), h3s_tensor_free(&want);
+        gfree(&addd), gfree(&dxs), gfree(&sumd);
+    }
     /* rows alone (with their own index rows) */
     const int64_t r0 = M / 3, n = M / 2;
     h3s_tensor xv = grows(&xd, r0, n), dyv = grows(&dyd, r0, n), iv = hview_rows(&idx, r0, n);
@@ -1250,13 +1273,26 @@ static void elem_add_round(int64_t n, int64_t oa, int64_t oo) {
     snprintf(what, sizeof what, "grad_add / round_bf16 n=%lld offsets %lld %lld", (long long)n, (long long)oa,
              (long long)oo);
     ebuf a = ebuf_new(H3S_F32, n, 231, 1), b = ebuf_new(H3S_F32, n, 232, 1), o = ebuf_new(H3S_F32, n, 0, 0);
-    ebuf r = ebuf_new(H3S_BF16, n, 0, 0);
-    ebuf *ab[] = {&a, &b, &o}, *rb[] = {&a, &r};
+    ebuf c = ebuf_new(H3S_F32, n, 233, 1), r = ebuf_new(H3S_BF16, n, 0, 0);
+    ebuf *ab[] = {&a, &b, &o}, *abc[] = {&a, &b, &c, &o}, *rb[] = {&a, &r};
     const float *pa = (const float *)ebuf_at(&a, oa), *pb = (const float *)ebuf_at(&b, oo);
-    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, (float *)ebuf_at(&o, oo)));
-    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, (float *)pa)); /* in place over a */
+    const float *pc = (const float *)ebuf_at(&c, oa);
+    float *po = (float *)ebuf_at(&o, oo);
+    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, NULL, po));
+    ELEM_SAME_BITS(what, ab, 3, h3c_add_f32("t", n, pa, pb, NULL, (float *)pa)); /* in place over a */
+    ELEM_SAME_BITS(what, abc, 4, h3c_add_f32("t", n, pa, pb, pc, po));
+    ELEM_SAME_BITS(what, abc, 4, h3c_add_f32("t", n, pa, pb, pc, (float *)pa)); /* in place over a */
     ELEM_SAME_BITS(what, rb, 2, h3c_round_bf16("t", n, pa, ebuf_at(&r, oo)));
-    ebuf_free(&a), ebuf_free(&b), ebuf_free(&o), ebuf_free(&r);
+    /* (a + b) + c in one pass: the bits of two passes */
+    ebuf_reset(&o);
+    CHECK_OK(h3c_add_f32("t", n, pa, pb, NULL, po));
+    CHECK_OK(h3c_add_f32("t", n, po, pc, NULL, po));
+    h3s_tensor two = gdown(&o.dev);
+    CHECK_OK(h3c_add_f32("t", n, pa, pb, pc, po));
+    h3s_tensor one = gdown(&o.dev);
+    CHECK(h3t_bitwise_equal(&one, &two), "%s: (a + b) + c in one pass equals two passes", what);
+    h3s_tensor_free(&one), h3s_tensor_free(&two);
+    ebuf_free(&a), ebuf_free(&b), ebuf_free(&c), ebuf_free(&o), ebuf_free(&r);
 }
 
 static void test_elem_rows(void) {
