@@ -156,8 +156,10 @@ static void run_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const
     /* previous strict kernels */
     if (phase == PH_FWD) ok(h3c_gemm_bf16_forward_mma(op, M, N, K, b->x, b->w, NULL, b->y), "previous forward");
     ok(h3s_set_grad_operands(H3S_GRAD_OPERANDS_SPLIT), "mode");
-    if (phase == PH_DGRAD) ok(h3c_gemm_bf16_backward(op, M, N, K, b->dy, b->w, NULL, b->dx, NULL, 0), "previous dgrad");
-    if (phase == PH_WGRAD) ok(h3c_gemm_bf16_backward(op, M, N, K, b->dy, NULL, b->x, NULL, b->dw, 0), "previous wgrad");
+    if (phase == PH_DGRAD)
+        ok(h3c_gemm_bf16_backward(op, M, N, K, b->dy, NULL, b->w, NULL, b->dx, NULL, 0), "previous dgrad");
+    if (phase == PH_WGRAD)
+        ok(h3c_gemm_bf16_backward(op, M, N, K, b->dy, NULL, NULL, b->x, NULL, b->dw, 0), "previous wgrad");
     ok(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16), "mode");
 }
 

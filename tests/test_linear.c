@@ -490,6 +490,37 @@ static void test_boundaries(h3s_dtype dt) {
     }
 }
 
+/* linear_backward_rounded on the host: dy_bf16 (dy's rounding) is checked and adds nothing, so dx, dw and db are the
+ * plain backward's bits; the F32 variant, another shape and an output over dy_bf16 are refused. */
+static void test_rounded_dy(void) {
+    const int64_t M = 37, K = 24, N = 40;
+    h3s_tensor x = h3t_normal2(H3S_BF16, M, K, 70, 1.0f), w = h3t_normal2(H3S_BF16, N, K, 71, 0.2f);
+    h3s_tensor dy = h3t_normal2(H3S_F32, M, N, 72, 1.0f), dyb = h3t_alloc2(H3S_BF16, M, N);
+    CHECK_OK(h3s_tensor_convert(&dy, &dyb));
+    h3s_tensor dx1 = h3t_alloc2(H3S_F32, M, K), dx2 = h3t_alloc2(H3S_F32, M, K);
+    h3s_tensor dw1 = h3t_alloc2(H3S_F32, N, K), dw2 = h3t_alloc2(H3S_F32, N, K);
+    h3s_tensor db1 = h3t_alloc1(H3S_F32, N), db2 = h3t_alloc1(H3S_F32, N);
+    CHECK_OK(h3s_linear_backward(&x, &w, &dy, &dx1, &dw1, &db1));
+    CHECK_OK(h3s_linear_backward_rounded(&x, &w, &dy, &dyb, &dx2, &dw2, &db2));
+    CHECK(h3t_bitwise_equal(&dx1, &dx2) && h3t_bitwise_equal(&dw1, &dw2) && h3t_bitwise_equal(&db1, &db2),
+          "linear_backward_rounded on the host: not the plain backward's bits");
+    h3s_tensor xf = h3t_normal2(H3S_F32, M, K, 73, 1.0f), wf = h3t_normal2(H3S_F32, N, K, 74, 0.2f);
+    h3s_tensor bad = h3t_alloc2(H3S_BF16, M, N + 1), dxb = h3t_alloc2(H3S_BF16, M, 2 * K);
+    h3s_tensor dx_over = dxb; /* dx viewing dy_bf16's bytes */
+    dx_over.dtype = H3S_F32;
+    dx_over.shape[1] = K;
+    h3s_tensor dyb_over = dxb;
+    dyb_over.shape[1] = N;
+    h3t_outs oo = {{&dx2, &dxb}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_linear_backward_rounded(&xf, &wf, &dy, &dyb, &dx2, NULL, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &oo, h3s_linear_backward_rounded(&x, &w, &dy, &bad, &dx2, NULL, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_linear_backward_rounded(&x, &w, &dy, &dyb_over, &dx_over, NULL, NULL));
+    h3s_tensor *frees[] = {&x, &w, &dy, &dyb, &dx1, &dx2, &dw1, &dw2, &db1, &db2, &xf, &wf, &bad, &dxb};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+        h3s_tensor_free(frees[i]);
+}
+
 int main(void) {
     if (!getenv("OMP_NUM_THREADS")) h3s_set_num_threads(2);
     printf("linear kernel: %s\n", h3s_linear_impl_name(h3s_linear_get_impl()));
@@ -522,6 +553,7 @@ int main(void) {
     test_thread_invariance(H3S_BF16);
     test_thread_invariance(H3S_F32);
     test_bad_input();
+    test_rounded_dy();
     test_boundaries(H3S_BF16);
     test_boundaries(H3S_F32);
     return h3t_finish("test_linear");

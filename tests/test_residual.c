@@ -408,6 +408,35 @@ static void check_bad_input(void) {
 
 /* ---------------------------------------------------------------- grad_add ---------- */
 
+/* grad_add3: (a + b) + c, the bits of two grad_adds, F32 and F64, in place over a; bad c refused. */
+static void check_grad_add3(void) {
+    for (int golden = 0; golden < 2; golden++) {
+        h3s_tensor a = h3t_normal2(H3S_F32, 70, 33, 11, 1.0f), b = h3t_normal2(H3S_F32, 70, 33, 12, 2.0f);
+        h3s_tensor c = h3t_normal2(H3S_F32, 70, 33, 13, 3.0f);
+        if (golden) {
+            h3s_tensor t[3] = {h3t_to_f64(&a), h3t_to_f64(&b), h3t_to_f64(&c)};
+            h3s_tensor_free(&a), h3s_tensor_free(&b), h3s_tensor_free(&c);
+            a = t[0], b = t[1], c = t[2];
+        }
+        h3s_tensor two = h3t_alloc2(a.dtype, 70, 33), one = h3t_alloc2(a.dtype, 70, 33);
+        CHECK_OK(h3s_grad_add(&a, &b, &two));
+        CHECK_OK(h3s_grad_add(&two, &c, &two));
+        CHECK_OK(h3s_grad_add3(&a, &b, &c, &one));
+        CHECK(h3t_bitwise_equal(&one, &two), "grad_add3 (%s) differs from two grad_adds", golden ? "F64" : "F32");
+        CHECK_OK(h3s_grad_add3(&a, &b, &c, &a));
+        CHECK(h3t_bitwise_equal(&a, &two), "grad_add3 in place (out = a) differs");
+        h3s_tensor wrong = h3t_alloc2(a.dtype, 71, 33), dev = c;
+        dev.device = 1;
+        h3t_outs oo = {{&one}, {0}};
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_grad_add3(&a, &b, NULL, &one));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &oo, h3s_grad_add3(&a, &b, &wrong, &one));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &oo, h3s_grad_add3(&a, &b, &dev, &one));
+        h3s_tensor *frees[] = {&a, &b, &c, &two, &one, &wrong};
+        for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+            h3s_tensor_free(frees[i]);
+    }
+}
+
 static void check_grad_add(void) {
     /* accuracy: one FP32 addition, at most u_f32 per element; F64 is exact to u_f64. */
     int64_t shape3[3] = {4, 5, 37};
@@ -479,5 +508,6 @@ int main(void) {
     check_aliasing();
     check_bad_input();
     check_grad_add();
+    check_grad_add3();
     return h3t_finish("test_residual");
 }

@@ -848,6 +848,57 @@ static void check_head(void) {
     }
 }
 
+/* rmsnorm_backward_add: dx = dx_add + the backward's dx, the bits of the backward followed by grad_add(dx_add, dx),
+ * strict and golden, every other output unchanged; dx_add without dx, of another shape or over dx is refused. */
+static void check_backward_add(norm_kind kind) {
+    norm_case c;
+    case_init(&c, kind, 40, 52, 3, 900);
+    for (int golden = 0; golden < 2; golden++) {
+        h3s_tensor x = golden ? h3t_to_f64(&c.x) : c.x, dy = golden ? h3t_to_f64(&c.dy) : c.dy;
+        h3s_tensor w = c.has_w && golden ? h3t_to_f64(&c.w) : c.w;
+        h3s_tensor table = c.has_mod && golden ? h3t_to_f64(&c.table) : c.table;
+        h3s_modulation mod = c.mod;
+        mod.table = &table;
+        const h3s_tensor *wp = c.has_w ? &w : NULL;
+        const h3s_modulation *mp = c.has_mod ? &mod : NULL;
+        const h3s_dtype g = golden ? H3S_F64 : H3S_F32;
+        h3s_tensor add = h3t_normal2(H3S_F32, c.M, c.H, 901, 1.0f);
+        if (golden) {
+            h3s_tensor t = h3t_to_f64(&add);
+            h3s_tensor_free(&add);
+            add = t;
+        }
+        h3s_tensor dx1 = h3t_alloc2(g, c.M, c.H), dx2 = h3t_alloc2(g, c.M, c.H);
+        h3s_tensor dw1 = h3t_alloc1(g, c.H), dw2 = h3t_alloc1(g, c.H);
+        h3s_tensor dt1 = h3t_alloc2(g, c.R, c.C * c.H), dt2 = h3t_alloc2(g, c.R, c.C * c.H);
+        h3s_tensor *dw1p = c.has_w ? &dw1 : NULL, *dw2p = c.has_w ? &dw2 : NULL;
+        h3s_tensor *dt1p = c.has_mod ? &dt1 : NULL, *dt2p = c.has_mod ? &dt2 : NULL;
+        CHECK_OK(h3s_rmsnorm_backward(&x, wp, mp, EPS, &dy, &dx1, dw1p, dt1p));
+        CHECK_OK(h3s_grad_add(&add, &dx1, &dx1));
+        CHECK_OK(h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &add, &dx2, dw2p, dt2p));
+        CHECK(h3t_bitwise_equal(&dx1, &dx2) && h3t_bitwise_equal(&dw1, &dw2) && h3t_bitwise_equal(&dt1, &dt2),
+              "rmsnorm_backward_add (%s, %s): not the backward followed by grad_add", kind_name[kind],
+              golden ? "golden" : "strict");
+        h3s_tensor wrong = h3t_alloc2(g, c.M + 1, c.H);
+        h3t_outs oo = {{&dx2}, {0}};
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                              h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &add, NULL, NULL, NULL));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &oo,
+                              h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &wrong, &dx2, NULL, NULL));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                              h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &dx2, &dx2, NULL, NULL));
+        h3s_tensor *frees[] = {&add, &dx1, &dx2, &dw1, &dw2, &dt1, &dt2, &wrong};
+        for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+            h3s_tensor_free(frees[i]);
+        if (golden) {
+            h3s_tensor_free(&x), h3s_tensor_free(&dy);
+            if (c.has_w) h3s_tensor_free(&w);
+            if (c.has_mod) h3s_tensor_free(&table);
+        }
+    }
+    case_free(&c);
+}
+
 int main(void) {
     /* One thread except where threads are the subject (thread invariance, repeat): OpenMP
      * barriers on an oversubscribed 2-core CI runner cost milliseconds each. */
@@ -863,6 +914,7 @@ int main(void) {
         check_thread_invariance((norm_kind)k);
         check_zero_rows((norm_kind)k);
         check_documented_formula((norm_kind)k);
+        if (k != NORM_FINAL) check_backward_add((norm_kind)k);
     }
     check_dtable_chunks();
     check_final_is_rmsnorm();

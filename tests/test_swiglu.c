@@ -153,6 +153,32 @@ static void check_boundaries(void) {
     h3s_tensor_free(&dh2);
 }
 
+/* 8. h3s_swiglu_backward_rounded: du as h3s_swiglu_backward writes it, and du_bf16 = du rounded to BF16 (the
+ * conversion's round to nearest even); refused for the golden variant, without du, or over its inputs. */
+static void check_rounded(void) {
+    const int64_t M = 9, F = 40;
+    h3s_tensor u = h3t_normal2(H3S_BF16, M, 2 * F, 80, 2.0f), dh = h3t_normal2(H3S_F32, M, F, 81, 1.0f);
+    h3s_tensor du = h3t_alloc2(H3S_F32, M, 2 * F), du2 = h3t_alloc2(H3S_F32, M, 2 * F);
+    h3s_tensor dub = h3t_alloc2(H3S_BF16, M, 2 * F), want = h3t_alloc2(H3S_BF16, M, 2 * F);
+    CHECK_OK(h3s_swiglu_backward(&u, &dh, &du));
+    CHECK_OK(h3s_swiglu_backward_rounded(&u, &dh, &du2, &dub));
+    CHECK_OK(h3s_tensor_convert(&du, &want));
+    CHECK(h3t_bitwise_equal(&du, &du2), "swiglu_backward_rounded: du is swiglu_backward's");
+    CHECK(h3t_bitwise_equal(&dub, &want), "swiglu_backward_rounded: du_bf16 is du rounded to BF16");
+    h3s_tensor u64 = h3t_to_f64(&u), dh64 = h3t_to_f64(&dh), du64 = h3t_alloc2(H3S_F64, M, 2 * F);
+    h3s_tensor dubad = h3t_alloc2(H3S_BF16, M, 2 * F + 2);
+    h3s_tensor uview = u; /* du_bf16 over u's own bytes */
+    uview.shape[1] = 2 * F;
+    h3t_outs all = {{&du2, &dub, &du64, &dubad}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_backward_rounded(&u64, &dh64, &du64, &dub));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_backward_rounded(&u, &dh, NULL, &dub));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &all, h3s_swiglu_backward_rounded(&u, &dh, &du2, &dubad));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_backward_rounded(&u, &dh, &du2, &uview));
+    h3s_tensor *frees[] = {&u, &dh, &du, &du2, &dub, &want, &u64, &dh64, &du64, &dubad};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+        h3s_tensor_free(frees[i]);
+}
+
 /* 6. bad input: every failing call leaves its poisoned output untouched. */
 static void check_bad_input(void) {
     const int64_t M = 4, F = 6;
@@ -198,6 +224,7 @@ int main(void) {
      * barriers on an oversubscribed 2-core CI runner cost milliseconds each. */
     h3s_set_num_threads(1);
     check_accuracy(50, 60);
+    check_rounded();
     check_accuracy(50, 37);
     check_accuracy(40, 100);
     check_accuracy(1, 37);

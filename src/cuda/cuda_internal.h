@@ -68,9 +68,10 @@ h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K
  * output may be NULL); dy F32, w and x BF16, dx F32, dw F32 (dw_bf16 = 0) or BF16 (dw_bf16 = 1: the F32 fold
  * rounded once to nearest even, bit for bit the F32 result rounded).  dy enters the tensor cores as
  * h3s_get_grad_operands() says (rounded once to BF16, converted once for both products, or
- * split into hi + lo). */
-h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
-                                  const void *x, float *dx, void *dw, int dw_bf16);
+ * split into hi + lo).  dyb (may be NULL): dy already rounded to BF16 by its producer, read instead of the rounding
+ * pass when the operands are BF16 (the same bits). */
+h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *dyb,
+                                  const void *w, const void *x, float *dx, void *dw, int dw_bf16);
 h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w, float *dx);
 h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x, float *dw);
 /* The two products with dy already in BF16 (dyb [M, N]); K and N multiples of 8. */
@@ -224,7 +225,9 @@ h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, cons
                                       int64_t R, int64_t ld_table, int64_t gate_off, const float *dout, float *dr,
                                       float *dy);
 h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h);
-h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh, float *du);
+/* du_bf16 (may be NULL): du rounded to BF16 as well, in the same pass. */
+h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh, float *du,
+                               void *du_bf16);
 /* a = bf16(float(silu(temb))) elementwise. */
 h3s_status h3c_silu_to_bf16(const char *op, int64_t n, const float *temb, void *a);
 /* s = float(silu(h)) elementwise (F32 -> F32). */

@@ -36,8 +36,8 @@ h3s_status h3s_cuda_device_sync(void) { return NO_CUDA("cuda_device_sync"); }
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {
     return NO_CUDA("linear_forward");
 }
-h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
-                                    h3s_tensor *dw, h3s_tensor *db) {
+h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                    const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db) {
     return NO_CUDA("linear_backward");
 }
 h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
@@ -89,7 +89,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
     return NO_CUDA("residual_backward");
 }
 h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) { return NO_CUDA("swiglu_forward"); }
-h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du) {
+h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16) {
     return NO_CUDA("swiglu_backward");
 }
 h3s_status h3s_cuda_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b,

@@ -100,8 +100,8 @@ h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, con
     return h3c_sgemm_forward(op, M, N, K, x->data, w->data, (const float *)dp(b), y->data);
 }
 
-h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
-                                    h3s_tensor *dw, h3s_tensor *db) {
+h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                    const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db) {
     static const char op[] = "linear_backward";
     h3s_dtype dt = H3S_F32;
     int64_t M = 0, K = 0, N = 0;
@@ -112,9 +112,11 @@ h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, co
     const int dw_bf16 = dw && dt == H3S_BF16 && dw->dtype == H3S_BF16;
     H3S_TRY(dev_opt(op, "dw", dw, dw_bf16 ? H3S_BF16 : H3S_F32, 2, N, K));
     H3S_TRY(dev_opt(op, "db", db, H3S_F32, 1, N, -1));
+    if (dy_bf16 && dt != H3S_BF16) return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 is for the BF16 variant only", op);
+    H3S_TRY(dev_opt(op, "dy_bf16", dy_bf16, H3S_BF16, 2, M, N));
     if (dt == H3S_BF16) {
         if (dx || dw)
-            H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, dy->data, w->data, x->data, dx ? dx->data : NULL,
+            H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, dy->data, dp(dy_bf16), w->data, x->data, dx ? dx->data : NULL,
                                            dw ? dw->data : NULL, dw_bf16));
     } else {
         if (dx) H3S_TRY(h3c_sgemm_dx(op, M, N, K, dy->data, w->data, dx->data));
@@ -526,13 +528,14 @@ h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
     return h3c_swiglu_forward(op, M, F, u->data, h->data);
 }
 
-h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du) {
+h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16) {
     static const char op[] = "swiglu_backward";
     int64_t M = 0, F = 0;
     H3S_TRY(swiglu_common(op, u, &M, &F));
     H3S_TRY(dev_tensor(op, "dh", dh, H3S_F32, 2, M, F, -1));
     H3S_TRY(dev_tensor(op, "du", du, H3S_F32, 2, M, 2 * F, -1));
-    return h3c_swiglu_backward(op, M, F, u->data, dh->data, du->data);
+    H3S_TRY(dev_opt(op, "du_bf16", du_bf16, H3S_BF16, 2, M, 2 * F));
+    return h3c_swiglu_backward(op, M, F, u->data, dh->data, du->data, du_bf16 ? du_bf16->data : NULL);
 }
 
 /* ------------------------------------------------------------------ adaln projection */
@@ -567,7 +570,7 @@ h3s_status h3s_cuda_adaln_projection_backward(const h3s_tensor *temb, const h3s_
     H3S_TRY(dev_opt(op, "dw", dw, dw && dw->dtype == H3S_BF16 ? H3S_BF16 : H3S_F32, 2, N, E)); /* BF16: rounded */
     H3S_TRY(dev_opt(op, "db", db, H3S_F32, 1, N, -1));
     h3s_tensor *none = NULL;
-    H3S_TRY(h3s_cuda_linear_backward(a, w, dtable, none, dw, db));
+    H3S_TRY(h3s_cuda_linear_backward(a, w, dtable, NULL, none, dw, db));
     if (dtemb) {
         /* through the BF16 cast straight, then silu' */
         H3S_TRY(h3c_gemm_bf16_dx(op, T, N, E, dtable->data, w->data, dtemb->data));

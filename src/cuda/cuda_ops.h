@@ -39,8 +39,8 @@ h3s_status h3s_cuda_sync(void);
 h3s_status h3s_cuda_device_sync(void);
 
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y);
-h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
-                                    h3s_tensor *dw, h3s_tensor *db);
+h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                    const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db);
 h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
                                     h3s_tensor *y);
 h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
@@ -68,7 +68,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
                                       h3s_tensor *dtable);
 h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h);
-h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du);
+h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16);
 h3s_status h3s_cuda_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b,
                                              h3s_tensor *a, h3s_tensor *table);
 h3s_status h3s_cuda_adaln_projection_backward(const h3s_tensor *temb, const h3s_tensor *a, const h3s_tensor *w,

@@ -605,13 +605,19 @@ extern "C" h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, c
     return st;
 }
 
-__global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du) {
+__global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, float *du,
+                                           uint16_t *dub) {
     GRID_STRIDE(e, M * F) {
         const int64_t m = e / F, f = e % F;
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
         float d = dh[e];
-        du[m * 2 * F + f] = d * h3k_siluf(g);
-        du[m * 2 * F + F + f] = (d * v) * h3k_silu_gradf(g);
+        const float a = d * h3k_siluf(g), b = (d * v) * h3k_silu_gradf(g);
+        du[m * 2 * F + f] = a;
+        du[m * 2 * F + F + f] = b;
+        if (dub) {
+            dub[m * 2 * F + f] = h3k_f2bf(a);
+            dub[m * 2 * F + F + f] = h3k_f2bf(b);
+        }
     }
 }
 
@@ -619,7 +625,7 @@ __global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t 
 
 template <int VW>
 __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *dh, const float *tab,
-                                           float *du) {
+                                           float *du, uint16_t *dub) {
     extern __shared__ __align__(16) float st2[];
     silu_table_stage(st2, tab, 2 * SILU_N);
     const float2 *pt = (const float2 *)st2;
@@ -665,6 +671,13 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
             }
             h3k_st_f32v<VW>(du + m * 2 * F + f, a);
             h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
+            if (dub) { /* du rounded as h3k_f2bf rounds it, for the linear backward's BF16 operands */
+                uint16_t ra[VW], rb[VW];
+                h3k_f2bf_v<VW>(a, ra);
+                h3k_f2bf_v<VW>(b, rb);
+                h3k_st_bf16v<VW>(dub + m * 2 * F + f, ra);
+                h3k_st_bf16v<VW>(dub + m * 2 * F + F + f, rb);
+            }
             vv = vn, gv = gn;
 #pragma unroll
             for (int j = 0; j < VW; j++)
@@ -675,7 +688,7 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
 
 template <int VW>
 static h3s_status swiglu_backward_launch(const char *op, int64_t M, int64_t F, const uint16_t *u, const float *dh,
-                                         const float *tab, float *du) {
+                                         const float *tab, float *du, uint16_t *dub) {
     static int attr = 0; /* one per vector width */
     if (!attr) {
         cudaError_t e = cudaFuncSetAttribute(swiglu_backward_vec_kernel<VW>,
@@ -685,26 +698,28 @@ static h3s_status swiglu_backward_launch(const char *op, int64_t M, int64_t F, c
         attr = 1;
     }
     const el_grid g = silu_rows(swiglu_backward_vec_kernel<VW>, M, F / VW, SILU_BWD_SMEM);
-    swiglu_backward_vec_kernel<VW><<<g.grid, g.block, SILU_BWD_SMEM, H3K_STREAM>>>(M, F, u, dh, tab, du);
+    swiglu_backward_vec_kernel<VW><<<g.grid, g.block, SILU_BWD_SMEM, H3K_STREAM>>>(M, F, u, dh, tab, du, dub);
     return h3c_launch_check(op);
 }
 
 extern "C" h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh,
-                                          float *du) {
+                                          float *du, void *du_bf16) {
     const uint16_t *u16 = (const uint16_t *)u;
-    if (g_elem_reference) LAUNCH(swiglu_backward_ref_kernel, M * F, M, F, u16, dh, du);
+    uint16_t *dub = (uint16_t *)du_bf16;
+    if (g_elem_reference) LAUNCH(swiglu_backward_ref_kernel, M * F, M, F, u16, dh, du, dub);
     if (M * F <= 0) return H3S_OK;
     const int vw = el_pick_vw(8, [&](int v) {
-        return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(dh, v, 4) && h3k_vec_aligned(du, v, 4);
+        return F % v == 0 && h3k_vec_aligned(u, v, 2) && h3k_vec_aligned(dh, v, 4) && h3k_vec_aligned(du, v, 4) &&
+               (!dub || h3k_vec_aligned(dub, v, 2));
     });
     float *tab = NULL;
     H3S_TRY(silu_table(op, 1, &tab));
     h3s_status st;
     switch (vw) {
-    case 8: st = swiglu_backward_launch<8>(op, M, F, u16, dh, tab, du); break;
-    case 4: st = swiglu_backward_launch<4>(op, M, F, u16, dh, tab, du); break;
-    case 2: st = swiglu_backward_launch<2>(op, M, F, u16, dh, tab, du); break;
-    default: st = swiglu_backward_launch<1>(op, M, F, u16, dh, tab, du); break;
+    case 8: st = swiglu_backward_launch<8>(op, M, F, u16, dh, tab, du, dub); break;
+    case 4: st = swiglu_backward_launch<4>(op, M, F, u16, dh, tab, du, dub); break;
+    case 2: st = swiglu_backward_launch<2>(op, M, F, u16, dh, tab, du, dub); break;
+    default: st = swiglu_backward_launch<1>(op, M, F, u16, dh, tab, du, dub); break;
     }
     h3c_ws_free(tab);
     return st;

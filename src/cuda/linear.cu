@@ -1042,7 +1042,8 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
 }
 
 extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
-                                             const void *w, const void *x, float *dx, void *dw, int dw_bf16) {
+                                             const void *dyb_given, const void *w, const void *x, float *dx, void *dw,
+                                             int dw_bf16) {
     if (!h3c_gemm_wgmma_shape(N, K) || h3s_get_grad_operands() == H3S_GRAD_OPERANDS_SPLIT) {
         if (dx) H3S_TRY(mma_gemm_dx_split(op, M, N, K, dy, w, dx));
         if (dw && !dw_bf16) H3S_TRY(mma_gemm_dw_split(op, M, N, K, dy, x, (float *)dw));
@@ -1065,6 +1066,12 @@ extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t 
         if (dw) H3S_TRY(h3c_memset(op, dw, (size_t)N * (size_t)K * (dw_bf16 ? 2 : sizeof(float))));
         return H3S_OK;
     }
+    if (dyb_given) { /* rounded by dy's producer: the bits of the pass below */
+        H3S_TRY(need_aligned(op, "dy_bf16", dyb_given));
+        if (dx) H3S_TRY(h3c_gemm_bf16_dgrad_bf16(op, M, N, K, dyb_given, w, dx));
+        if (dw) H3S_TRY(h3c_gemm_bf16_wgrad_bf16(op, M, N, K, dyb_given, x, dw, dw_bf16));
+        return H3S_OK;
+    }
     void *dyb = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)M * (size_t)N * 2, &dyb));
     h3s_status st = round_to_bf16(op, M * N, dy, (uint16_t *)dyb); /* once, for both products */
@@ -1076,12 +1083,12 @@ extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t 
 
 extern "C" h3s_status h3c_gemm_bf16_dx(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *w,
                                        float *dx) {
-    return h3c_gemm_bf16_backward(op, M, N, K, dy, w, NULL, dx, NULL, 0);
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, w, NULL, dx, NULL, 0);
 }
 
 extern "C" h3s_status h3c_gemm_bf16_dw(const char *op, int64_t M, int64_t N, int64_t K, const float *dy, const void *x,
                                        float *dw) {
-    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, x, NULL, dw, 0);
+    return h3c_gemm_bf16_backward(op, M, N, K, dy, NULL, NULL, x, NULL, dw, 0);
 }
 
 /* The previous strict kernel (mma.sync), for the benchmark's side-by-side column. */

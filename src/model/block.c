@@ -91,8 +91,9 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
 
     BLOCK_OP("residual_mlp.grad", b->df, h3s_residual_backward(f->f, tab, idx, 5, b->dout, b->dx1a, b->df, dtab));
     BLOCK_OP("ffn_down.grad", b->dh, h3s_linear_backward(f->h, w->ff_out, b->df, b->dh, g->ff_out, NULL));
-    BLOCK_OP("swiglu.grad", b->du, h3s_swiglu_backward(f->u, b->dh, b->du));
-    BLOCK_OP("ffn_gate_up.grad", b->dn2, h3s_linear_backward(f->n2, w->ff_in, b->du, b->dn2, g->ff_in, NULL));
+    BLOCK_OP("swiglu.grad", b->du, h3s_swiglu_backward_rounded(f->u, b->dh, b->du, b->du_bf16));
+    BLOCK_OP("ffn_gate_up.grad", b->dn2,
+             h3s_linear_backward_rounded(f->n2, w->ff_in, b->du, b->du_bf16, b->dn2, g->ff_in, NULL));
     /* dx1 = dx1a + norm2's dx, summed as the norm writes it */
     BLOCK_OP("norm2.grad", b->dx1,
              h3s_rmsnorm_backward_add(f->x1, w->norm2, refiner ? NULL : &mod2, c->norm_eps, b->dn2, b->dx1a, b->dx1,

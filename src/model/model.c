@@ -1986,6 +1986,10 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW_OUT(d.df, gd, M, H);
     NEW_OUT(d.dh, gd, M, F);
     NEW_OUT(d.du, gd, M, 2 * F);
+    /* du rounded to BF16 by the SwiGLU backward in the same pass, the gate/up linear's gradient operand on the GPU
+     * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself */
+    if (m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16)
+        NEW_OUT(d.du_bf16, H3S_BF16, M, 2 * F);
     NEW_OUT(d.dn2, gd, M, H);
     NEW_OUT(d.dx1, gd, M, H);
     NEW_OUT(d.dxa, gd, M, H);

@@ -811,6 +811,11 @@ h3s_status h3s_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3
 
 h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
                                h3s_tensor *dw, h3s_tensor *db) {
+    return h3s_linear_backward_rounded(x, w, dy, NULL, dx, dw, db);
+}
+
+h3s_status h3s_linear_backward_rounded(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                       const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db) {
     static const char *op = "linear_backward";
     H3S_TRY(check_variant_dtype(op, x));
     const h3s_dtype dt = x->dtype, gt = dt == H3S_F64 ? H3S_F64 : H3S_F32;
@@ -825,13 +830,20 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
     const h3s_dtype wt = dw && dt == H3S_BF16 && dw->dtype == H3S_BF16 && dw->device ? H3S_BF16 : gt;
     if (s == H3S_OK && dw) s = h3s_check_shape(op, "dw", dw, wt, 2, (const int64_t[]){N, K});
     if (s == H3S_OK && db) s = h3s_check_shape(op, "db", db, gt, 1, (const int64_t[]){N});
+    if (s == H3S_OK && dy_bf16 && dt != H3S_BF16)
+        s = h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 is for the BF16 variant only", op);
+    if (s == H3S_OK && dy_bf16) s = h3s_check_shape(op, "dy_bf16", dy_bf16, H3S_BF16, 2, (const int64_t[]){M, N});
     if (s != H3S_OK) return h3s_fail_context(s, "%s variant (x is %s)", variant_name(dt), h3s_dtype_name(dt));
 
     int device = 0;
-    const h3s_tensor *all[6] = {x, w, dy, dx, dw, db};
-    const char *names[6] = {"x", "w", "dy", "dx", "dw", "db"};
-    H3S_TRY(check_devices(op, all, names, 6, &device));
-    if (device) return h3s_cuda_linear_backward(x, w, dy, dx, dw, db);
+    const h3s_tensor *all[7] = {x, w, dy, dx, dw, db, dy_bf16};
+    const char *names[7] = {"x", "w", "dy", "dx", "dw", "db", "dy_bf16"};
+    H3S_TRY(check_devices(op, all, names, 7, &device));
+    for (int o = 3; dy_bf16 && o < 6; o++)
+        if (h3s_tensors_overlap(all[o], dy_bf16))
+            return h3s_fail(H3S_ERR_INVALID, "%s: %s overlaps dy_bf16", op, names[o]);
+    if (device) return h3s_cuda_linear_backward(x, w, dy, dy_bf16, dx, dw, db);
+    /* the host computes from dy itself: dy_bf16 (dy's rounding, checked above) adds nothing there */
     for (int o = 3; o < 6; o++)
         for (int i = 0; i < o; i++)
             if (h3s_tensors_overlap(all[o], all[i]))

@@ -30,6 +30,12 @@
  * the F32 fold rounded once to nearest even as it is stored (bit for bit the F32 dw rounded afterwards). */
 h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
                                h3s_tensor *dw, h3s_tensor *db);
+/* h3s_linear_backward given also dy_bf16 = dy rounded to BF16 (round to nearest even), as the producer of dy wrote it
+ * in the same pass (h3s_swiglu_backward_rounded): the CUDA backend's BF16 gradient operands are then read from it
+ * instead of a rounding pass over dy, the same bits when dy_bf16 is dy's rounding.  BF16 variant only; the host and
+ * the split operands compute from dy. */
+h3s_status h3s_linear_backward_rounded(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
+                                       const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db);
 
 /* ---------------------------------------------------------------- rmsnorm ------------
  * y = x * rsqrt(mean_k(x^2) + eps) [* w] [* (1 + scale[index[m]]) + shift[index[m]]].
@@ -99,6 +105,9 @@ h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, c
 /* ---------------------------------------------------------------- swiglu -------------
  * u [M, 2F]: value = u[:, :F], gate = u[:, F:]; h = value * silu(gate) [M, F]. */
 h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du);
+/* h3s_swiglu_backward that also writes du_bf16 = du rounded to BF16 (round to nearest even, the rounding of the
+ * linear backward's BF16 gradient operands), for h3s_linear_backward_rounded: strict variant, du required. */
+h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16);
 
 /* ---------------------------------------------------------------- adaln projection ---
  * silu(temb) in FP32, cast once to BF16 (golden: F64, no cast) -> a [T, E];

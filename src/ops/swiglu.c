@@ -69,7 +69,7 @@ h3s_status h3s_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
     return H3S_OK;
 }
 
-h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du) {
+h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16) {
     static const char op[] = "swiglu_backward";
     int golden = 0, on_device = 0;
     int64_t M = 0, F = 0;
@@ -79,10 +79,18 @@ h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_te
     int64_t dimMF[2] = {M, F}, dimU[2] = {M, 2 * F};
     H3S_TRY(h3s_check_shape(op, "dh", dh, grad, 2, dimMF));
     if (du) H3S_TRY(h3s_check_shape(op, "du", du, grad, 2, dimU));
-    const h3s_tensor *ts[3] = {u, dh, du};
-    const char *names[3] = {"u", "dh", "du"};
-    H3S_TRY(h3s_check_placement(op, ts, names, 3, &on_device));
-    if (on_device) return h3s_cuda_swiglu_backward(u, dh, du);
+    if (du_bf16) {
+        if (golden || !du) return h3s_fail(H3S_ERR_INVALID, "%s: du_bf16 needs the strict variant and du", op);
+        H3S_TRY(h3s_check_shape(op, "du_bf16", du_bf16, H3S_BF16, 2, dimU));
+        const h3s_tensor *in[3] = {u, dh, du};
+        for (int i = 0; i < 3; i++)
+            if (h3s_tensors_overlap(du_bf16, in[i]))
+                return h3s_fail(H3S_ERR_INVALID, "%s: du_bf16 overlaps u, dh or du", op);
+    }
+    const h3s_tensor *ts[4] = {u, dh, du, du_bf16};
+    const char *names[4] = {"u", "dh", "du", "du_bf16"};
+    H3S_TRY(h3s_check_placement(op, ts, names, 4, &on_device));
+    if (on_device) return h3s_cuda_swiglu_backward(u, dh, du, du_bf16);
     if (!du) return H3S_OK;
     if (golden) {
         const double *U = (const double *)u->data, *DH = (const double *)dh->data;
@@ -106,6 +114,17 @@ h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_te
                 DU[m * 2 * F + f] = d * h3s_det_siluf(g);
                 DU[m * 2 * F + F + f] = (d * v) * h3s_det_silu_gradf(g);
             }
+        if (du_bf16) {
+            uint16_t *R = (uint16_t *)du_bf16->data;
+            const int64_t n = M * 2 * F;
+#pragma omp parallel for schedule(static)
+            for (int64_t i = 0; i < n; i++)
+                R[i] = h3s_bf16_round(DU[i]);
+        }
     }
     return H3S_OK;
+}
+
+h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du) {
+    return h3s_swiglu_backward_rounded(u, dh, du, NULL);
 }

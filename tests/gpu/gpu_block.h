@@ -57,7 +57,7 @@ typedef struct gblock_run {
     /* the nodes, in allocation order (pointers into t[]) */
     h3s_tensor *x, *dout, *temb, *cosT, *sinT;
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
-    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
+    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *du_bf16, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
     h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk, *dwv, *dn1;
     h3s_tensor *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
     void (*after)(void *ctx, const char *node);
@@ -191,6 +191,8 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", WGT, H, FF, 0));
     GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
+    /* the model's: du rounded in the SwiGLU backward's pass, the gate/up linear's BF16 gradient operand */
+    GBLOCK_TRY(gblock_node(r, &r->du_bf16, "grad.swiglu.bf16", H3S_BF16, M, 2 * FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn2, "grad.ffn_gate_up.dx", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dw_up, "grad.ffn_gate_up.dw", WGT, 2 * FF, H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dnorm2, "grad.norm2.dw", H3S_F32, H, 0, 0));
@@ -354,6 +356,7 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .df = r->df,
                              .dh = r->dhs,
                              .du = r->du,
+                             .du_bf16 = r->du_bf16,
                              .dn2 = r->dn2,
                              .dx1 = r->dx2,
                              .dxa = r->dxa,

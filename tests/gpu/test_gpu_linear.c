@@ -192,6 +192,35 @@ static void dw_bf16_nonfinite(int64_t M) {
     gfree(&xd), gfree(&wd), gfree(&dyd);
 }
 
+/* h3s_linear_backward_rounded: given dy's BF16 rounding (h3s_cuda_round_bf16), dx and dw (F32 and BF16) are the bits of
+ * the plain backward, which rounds dy itself; bad dy_bf16 is refused. */
+static void dy_rounded(int64_t M, int64_t K, int64_t N) {
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    h3s_tensor dybd = gdev2(H3S_BF16, M, N);
+    gfill(&xd, 61, 1.0f), gfill(&wd, 62, 1.0f / sqrtf((float)K)), gfill(&dyd, 63, 1.0f);
+    CHECK_OK(h3s_cuda_round_bf16(&dyd, &dybd));
+    h3s_tensor dxd = gdev2(H3S_F32, M, K), dwd = gdev2(H3S_F32, N, K), dwbd = gdev2(H3S_BF16, N, K);
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dxd, &dwd, NULL));
+    CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, NULL, &dwbd, NULL));
+    h3s_tensor dx = gdown(&dxd), dw = gdown(&dwd), dwb = gdown(&dwbd);
+    gpoison(&dxd), gpoison(&dwd), gpoison(&dwbd);
+    CHECK_OK(h3s_linear_backward_rounded(&xd, &wd, &dyd, &dybd, &dxd, &dwd, NULL));
+    CHECK_OK(h3s_linear_backward_rounded(&xd, &wd, &dyd, &dybd, NULL, &dwbd, NULL));
+    CHECK(gequal(&dxd, &dx) && gequal(&dwd, &dw) && gequal(&dwbd, &dwb),
+          "linear_backward_rounded M=%lld %lld->%lld: dx, dw and BF16 dw are the plain backward's bits", (long long)M,
+          (long long)K, (long long)N);
+    h3s_tensor xf = gdev2(H3S_F32, M, K), wf = gdev2(H3S_F32, N, K), dybad = gdev2(H3S_BF16, M, N + 8);
+    CHECK(h3s_linear_backward_rounded(&xf, &wf, &dyd, &dybd, &dxd, NULL, NULL) != H3S_OK,
+          "linear_backward_rounded: dy_bf16 with the F32 variant is refused");
+    CHECK(h3s_linear_backward_rounded(&xd, &wd, &dyd, &dybad, &dxd, NULL, NULL) != H3S_OK,
+          "linear_backward_rounded: dy_bf16 of the wrong shape is refused");
+    CHECK(h3s_linear_backward_rounded(&xd, &wd, &dyd, &dybd, NULL, NULL, NULL) == H3S_OK,
+          "linear_backward_rounded: no output is a no-op");
+    h3s_tensor_free(&dx), h3s_tensor_free(&dw), h3s_tensor_free(&dwb);
+    gfree(&xd), gfree(&wd), gfree(&dyd), gfree(&dybd), gfree(&dxd), gfree(&dwd), gfree(&dwbd);
+    gfree(&xf), gfree(&wf), gfree(&dybad);
+}
+
 int main(void) {
     gpu_require();
     const int small = gpu_small();
@@ -210,6 +239,9 @@ int main(void) {
     if (!small)
         for (int i = 0; i < 4; i++)
             dw_fold(512, shapes[i][0], shapes[i][1]);
+    printf("dy given rounded to BF16\n");
+    dy_rounded(small ? 300 : 925, small ? 136 : 5376, small ? 200 : 7168);
+    dy_rounded(77, 136, 200);
     printf("BF16 dw on the other paths\n");
     dw_bf16_paths();
     dw_bf16_nonfinite(300);

@@ -1210,12 +1210,19 @@ static void elem_swiglu(int64_t M, int64_t F, int64_t ou, int64_t oo, int all_ga
         for (int64_t f = 0; f < F; f++)
             ((uint16_t *)u.init.data)[ou + m * 2 * F + F + f] = (uint16_t)(m * F + f);
     ebuf dh = ebuf_new(H3S_F32, M * F, 202, 1), du = ebuf_new(H3S_F32, M * 2 * F, 0, 0);
-    ebuf *fw[] = {&u, &h}, *bw[] = {&u, &dh, &du};
+    ebuf dub = ebuf_new(H3S_BF16, M * 2 * F, 0, 0), r = ebuf_new(H3S_BF16, M * 2 * F, 0, 0);
+    ebuf *fw[] = {&u, &h}, *bw[] = {&u, &dh, &du}, *bwr[] = {&u, &dh, &du, &dub};
+    const float *pdh = (const float *)ebuf_at(&dh, oo);
+    float *pdu = (float *)ebuf_at(&du, oo);
     ELEM_SAME_BITS(what, fw, 2, h3c_swiglu_forward("t", M, F, ebuf_at(&u, ou), ebuf_at(&h, oo)));
-    ELEM_SAME_BITS(
-        what, bw, 3,
-        h3c_swiglu_backward("t", M, F, ebuf_at(&u, ou), (const float *)ebuf_at(&dh, oo), (float *)ebuf_at(&du, oo)));
-    ebuf_free(&u), ebuf_free(&h), ebuf_free(&dh), ebuf_free(&du);
+    ELEM_SAME_BITS(what, bw, 3, h3c_swiglu_backward("t", M, F, ebuf_at(&u, ou), pdh, pdu, NULL));
+    /* with du rounded to BF16 in the same pass: the same du, and du_bf16 = round_bf16(du) */
+    ELEM_SAME_BITS(what, bwr, 4, h3c_swiglu_backward("t", M, F, ebuf_at(&u, ou), pdh, pdu, ebuf_at(&dub, oo)));
+    CHECK_OK(h3c_round_bf16("t", M * 2 * F, pdu, ebuf_at(&r, oo)));
+    h3s_tensor a = gdown(&dub.dev), b = gdown(&r.dev);
+    CHECK(h3t_bitwise_equal(&a, &b), "%s: du_bf16 is du rounded to BF16", what);
+    h3s_tensor_free(&a), h3s_tensor_free(&b);
+    ebuf_free(&u), ebuf_free(&h), ebuf_free(&dh), ebuf_free(&du), ebuf_free(&dub), ebuf_free(&r);
 }
 
 /* gate chunk 5 of 6 (gate_off = 5 H) or, with C = 3, chunk 1 */
