@@ -507,6 +507,17 @@ template <int VW> struct bf_pack {
     }
 };
 
+/* The table slots of a chunk's gates (-1 outside the table); 1 when every gate is in the table. */
+template <int VW> __device__ __forceinline__ int silu_slots(const bf_pack<VW> &g, int (&k)[VW]) {
+    int all = 1;
+#pragma unroll
+    for (int j = 0; j < VW; j++) {
+        k[j] = silu_slot(g.bits(j));
+        all &= k[j] >= 0;
+    }
+    return all;
+}
+
 template <int VW>
 __global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *u, const float *tab, uint16_t *h) {
     __shared__ __align__(16) float st[SILU_N];
@@ -525,12 +536,8 @@ __global__ void swiglu_forward_vec_kernel(int64_t M, int64_t F, const uint16_t *
                 vn.load(u + mn * 2 * F + f);
                 gn.load(u + mn * 2 * F + F + f);
             }
-            int k[VW], all = 1;
-#pragma unroll
-            for (int j = 0; j < VW; j++) {
-                k[j] = silu_slot(gv.bits(j));
-                all &= k[j] >= 0;
-            }
+            int k[VW];
+            const int all = silu_slots<VW>(gv, k);
             float y[VW];
             if (all) {
 #pragma unroll
@@ -646,12 +653,8 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
                 gn.load(u + mn * 2 * F + F + f);
                 h3k_ld_f32v<VW>(dh + mn * F + f, dn);
             }
-            int k[VW], all = 1;
-#pragma unroll
-            for (int j = 0; j < VW; j++) {
-                k[j] = silu_slot(gv.bits(j));
-                all &= k[j] >= 0;
-            }
+            int k[VW];
+            const int all = silu_slots<VW>(gv, k);
             float a[VW], b[VW];
             if (all) {
 #pragma unroll
