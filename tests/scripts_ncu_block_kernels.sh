@@ -51,16 +51,18 @@ rc=$?
 "$PY" "$SRC/scripts/ncu_block_kernels.py" "$T/missing.csv" >"$T/out" 2>&1
 rc=$?
 [ "$rc" = 2 ] && ok || bad "a missing file: exit $rc, expected 2"
-"$PY" "$SRC/scripts/ncu_block_kernels.py" \
-    "$SRC/docs/evidence/gpu/development/bwd_aux_78ca8bb/call4_ded8199_ncu_8349.csv" >"$T/out" 2>&1
-grep -q "backward 1: 63 launches, 41803 us: GEMM 22324, attention 14888, rest 4592" "$T/out" && ok ||
-    { bad "the committed CSV's first backward"; head -3 "$T/out"; }
-grep -q "forward 1: 18 launches, 16165 us: GEMM 10746, attention 4044, rest 1375" "$T/out" && ok ||
-    { bad "the committed CSV's first forward"; head -3 "$T/out"; }
-"$PY" "$SRC/scripts/ncu_block_kernels.py" \
-    "$SRC/docs/evidence/gpu/development/block_elem_0007666/call5_0007666_ncu_8349.csv" >"$T/out" 2>&1
-grep -q "forward 1: 19 launches, 15842 us: GEMM 10808, attention 4012, rest 1022" "$T/out" && ok ||
-    { bad "the second committed CSV's first forward"; head -3 "$T/out"; }
-grep -q "backward 1: 60 launches, 41303 us: GEMM 22387, attention 14792, rest 4124" "$T/out" && ok ||
-    { bad "the second committed CSV's first backward"; head -3 "$T/out"; }
+# the summary of a committed development CSV holds a line its note quotes
+quotes() { # csv line what
+    "$PY" "$SRC/scripts/ncu_block_kernels.py" "$SRC/docs/evidence/gpu/development/$1" >"$T/out" 2>&1
+    grep -q "$2" "$T/out" && ok || { bad "$3"; head -3 "$T/out"; }
+}
+quotes bwd_aux_78ca8bb/call4_ded8199_ncu_8349.csv \
+    "backward 1: 63 launches, 41803 us: GEMM 22324, attention 14888, rest 4592" "the committed CSV's first backward"
+quotes bwd_aux_78ca8bb/call4_ded8199_ncu_8349.csv \
+    "forward 1: 18 launches, 16165 us: GEMM 10746, attention 4044, rest 1375" "the committed CSV's first forward"
+quotes block_elem_0007666/call5_0007666_ncu_8349.csv \
+    "forward 1: 19 launches, 15842 us: GEMM 10808, attention 4012, rest 1022" "the second committed CSV's first forward"
+quotes block_elem_0007666/call5_0007666_ncu_8349.csv \
+    "backward 1: 60 launches, 41303 us: GEMM 22387, attention 14792, rest 4124" \
+    "the second committed CSV's first backward"
 finish scripts_ncu_block_kernels

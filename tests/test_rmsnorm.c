@@ -887,6 +887,10 @@ static void check_backward_add(norm_kind kind) {
                               h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &wrong, &dx2, NULL, NULL));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
                               h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &dx2, &dx2, NULL, NULL));
+        h3s_tensor add_dev = add; /* dx_add said to be in device memory, dx on the host */
+        add_dev.device = 1;
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_DEVICE, &oo,
+                              h3s_rmsnorm_backward_add(&x, wp, mp, EPS, &dy, &add_dev, &dx2, NULL, NULL));
         h3s_tensor *frees[] = {&add, &dx1, &dx2, &dw1, &dw2, &dt1, &dt2, &wrong};
         for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
             h3s_tensor_free(frees[i]);

@@ -338,8 +338,10 @@ h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, co
     if (dx_add) {
         if (!dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_add is given but dx is NULL", op);
         H3S_TRY(h3s_check_shape(op, "dx_add", dx_add, dy->dtype, 2, dy->shape));
-        if (dx_add->device != dx->device)
-            return h3s_fail(H3S_ERR_DEVICE, "%s: dx_add and dx are not in the same memory", op);
+        const h3s_tensor *ts[2] = {dx, dx_add};
+        const char *names[2] = {"dx", "dx_add"};
+        int on_device = 0;
+        H3S_TRY(h3s_check_placement(op, ts, names, 2, &on_device));
         if (h3s_tensors_overlap(dx_add, dx) || h3s_tensors_overlap(dx_add, dy))
             return h3s_fail(H3S_ERR_INVALID, "%s: dx_add overlaps dx or dy", op);
     }
