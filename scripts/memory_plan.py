@@ -51,9 +51,10 @@ def plan(c, B, S, Nt, capacity):
     block_params = sum(n for n, _ in param_table(dict(c, layers=1, refiner=0))) - sum(
         n for n, _ in param_table(dict(c, layers=0, refiner=0)))
     # per packed row and block: BF16 activations kept for the backward (6H + 8 heads*D + 3F) and two F32 softmax
-    # statistics per head; a block's backward temporaries, F32 (12H + 8 heads*D + 3F)
+    # statistics per head; a block's backward temporaries, F32 (10H + 8 heads*D + 3F), and on the GPU with BF16
+    # gradient operands du rounded to BF16 by the SwiGLU backward (2F BF16)
     act_row = (6 * H + 8 * HD + 3 * F) * 2 + 2 * heads * 4
-    grad_row = (12 * H + 8 * HD + 3 * F) * 4
+    grad_row = (10 * H + 8 * HD + 3 * F) * 4 + 2 * F * 2
     M, Mt = B * S, B * Nt
     widest = max(M, Mt)
     tape_none = (M * L + Mt * R) * act_row
@@ -88,7 +89,7 @@ def main():
     print(f"parameters: {p['n_params'] / 1e9:.2f} G ({p['block_params'] / 1e9:.3f} G per block); weights "
           f"{p['weights'] / GB:.1f} GB; F32 gradients of all of them {p['n_params'] * 4 / GB:.1f} GB")
     print(f"per packed row and block: {p['act_row']} bytes of BF16 activations kept without recomputation, "
-          f"{c['H'] * 2} bytes (the block input) with it; {p['grad_row']} bytes of F32 backward temporaries")
+          f"{c['H'] * 2} bytes (the block input) with it; {p['grad_row']} bytes of backward temporaries")
     print(f"tape: {p['tape_none'] / GB:.1f} GB without recomputation, {p['tape_blocks'] / GB:.2f} GB with "
           f"(block inputs + one block rebuilt); backward temporaries {p['temporaries'] / GB:.2f} GB")
     print("| recompute | gradients | tape GB | parameter gradients GB | total GB | fits |")

@@ -520,7 +520,8 @@ static double physical_memory_bytes(void) {
  * formula as scripts/memory_plan.py).  Per packed row and block the tape keeps, without recomputation, the BF16
  * activations of the block (6H + 8 heads*D + 3F values, and 2 F32 softmax statistics per head); with
  * --recompute blocks only the block's input (H BF16 values), plus one block's activations rebuilt at a time.  The
- * backward holds one block's F32 gradients at a time (12H + 8 heads*D + 3F per row) and the F32 gradient of every
+ * backward holds one block's F32 gradients at a time (10H + 8 heads*D + 3F per row; gpu: also du rounded to
+ * BF16, 2F BF16 values, as the model allocates with BF16 gradient operands) and the F32 gradient of every
  * parameter asked for.  activations: bytes of the tape and the backward's temporaries (device memory with --device
  * cuda); params: bytes of the F32 parameter gradients asked for (host memory). */
 typedef struct memory_estimate {
@@ -528,11 +529,11 @@ typedef struct memory_estimate {
 } memory_estimate;
 
 static memory_estimate estimate_backward_memory(const h3s_config *c, int64_t batch, int64_t S, int64_t Nt,
-                                                int recompute, double param_elems) {
+                                                int recompute, int gpu, double param_elems) {
     double H = (double)c->hidden_size, F = (double)c->ffn_dim;
     double hd = (double)c->num_attention_heads * (double)c->attention_head_dim;
     double per_row = (6.0 * H + 8.0 * hd + 3.0 * F) * 2 + 2.0 * (double)c->num_attention_heads * 4;
-    double grad_row = (12.0 * H + 8.0 * hd + 3.0 * F) * 4;
+    double grad_row = (10.0 * H + 8.0 * hd + 3.0 * F) * 4 + (gpu ? 2.0 * F * 2 : 0);
     double b = (double)batch, block_rows = b * (double)S, text_rows = b * (double)Nt;
     double rows = block_rows * (double)c->num_layers + text_rows * (double)c->num_refiner_layers;
     double widest = block_rows > text_rows ? block_rows : text_rows;
@@ -551,7 +552,8 @@ static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_bac
     double params = 0;
     for (int64_t i = 0; i < h3s_weights_count(w); i++)
         params += (double)h3s_tensor_numel(h3s_weights_at(w, i, NULL));
-    memory_estimate e = estimate_backward_memory(c, batch, S, Nt, g_recompute == H3S_RECOMPUTE_BLOCKS, params);
+    memory_estimate e = estimate_backward_memory(c, batch, S, Nt, g_recompute == H3S_RECOMPUTE_BLOCKS,
+                                                 kind == H3S_BACKEND_CUDA, params);
     double strict = (kind == H3S_BACKEND_CUDA ? 0 : e.activations) + e.params;
     double bytes = golden ? e.activations * 4 + params * 16 : strict;
     double mem = physical_memory_bytes();
@@ -1033,7 +1035,8 @@ static int cmd_grad(int argc, char **argv) {
     }
     if (st == H3S_OK) {
         est = estimate_backward_memory(h3s_weights_config(l.w), l.in.hidden_states.shape[0], l.in.token_tags.shape[0],
-                                       l.in.text_indices.shape[0], recompute == H3S_RECOMPUTE_BLOCKS, want_elems);
+                                       l.in.text_indices.shape[0], recompute == H3S_RECOMPUTE_BLOCKS,
+                                       kind == H3S_BACKEND_CUDA, want_elems);
         double host = (kind == H3S_BACKEND_CUDA ? 0 : est.activations) + est.params, mem = physical_memory_bytes();
         if (get(o, n, "--force") == NULL && mem > 0 && host > mem) {
             char need_s[32], have[32];
