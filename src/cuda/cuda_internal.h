@@ -123,7 +123,8 @@ enum h3c_fold_mode {
     H3C_FOLD_RMS_DW = 1,     /* (dy * (1 + scale)) * (x * inv[m]) */
     H3C_FOLD_RMS_DSCALE = 2, /* dy * ((x * inv[m]) * w) */
     H3C_FOLD_PRODUCT = 3,    /* dy * x (residual gate: dout * y) */
-    H3C_FOLD_HEAD_DW = 4     /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+    H3C_FOLD_HEAD_DW = 4,    /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+    H3C_FOLD_SHIFT_SCALE = 5 /* COPY into out and RMS_DSCALE into out2 (same rows, same ldo), in one pass */
 };
 
 typedef struct h3c_fold_args {
@@ -145,11 +146,12 @@ typedef struct h3c_fold_args {
     int64_t heads, head_dim; /* HEAD_DW: x/dy columns h * head_dim + n */
     float *out;
     int64_t ldo;
+    float *out2; /* SHIFT_SCALE: the RMS_DSCALE output */
 } h3c_fold_args;
 
 h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
-/* Test hook: nonzero routes HEAD_DW through the generic partial kernel (the reference the
- * dedicated kernel must equal bit for bit). */
+/* Test hook: nonzero routes HEAD_DW through the generic partial kernel and SHIFT_SCALE through two separate folds
+ * (COPY, RMS_DSCALE): the references the dedicated kernels must equal bit for bit. */
 void h3c_fold_force_generic(int on);
 
 /* ------------------------------------------------------------------ norms */

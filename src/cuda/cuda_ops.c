@@ -218,17 +218,13 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
         f.out = dw->data, f.ldo = g.H;
         st = h3c_fold(op, &f);
     }
-    if (st == H3S_OK && dtable) {
+    if (st == H3S_OK && dtable) { /* the shift chunk (fold of dy) and the scale chunk in one pass over dy and x */
         f.table = NULL;
         f.R = g.R, f.indexed = 1, f.ldo = g.C * g.H;
-        f.mode = H3C_FOLD_COPY;
+        f.mode = H3C_FOLD_SHIFT_SCALE;
         f.out = (float *)dtable->data + g.shift_off;
+        f.out2 = (float *)dtable->data + g.scale_off;
         st = h3c_fold(op, &f);
-        if (st == H3S_OK) {
-            f.mode = H3C_FOLD_RMS_DSCALE;
-            f.out = (float *)dtable->data + g.scale_off;
-            st = h3c_fold(op, &f);
-        }
     }
     if (st == H3S_OK && late_dx)
         st = h3c_rmsnorm_backward_rows(op, code, g.M, g.H, x->data, dp(w), g.table, g.index, g.R, g.ld_table,

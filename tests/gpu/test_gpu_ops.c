@@ -263,6 +263,14 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     h3c_norm_force_generic(0);
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
           "rmsnorm: the generic kernels differ from the vector and register-resident ones");
+    if (with_mod) { /* the shift and scale folds in one pass: the bits of the two folds apart (the fold hook) */
+        h3s_tensor dt2 = gup(&pattern);
+        h3c_fold_force_generic(1);
+        CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, NULL, NULL, &dt2));
+        h3c_fold_force_generic(0);
+        CHECK(gequal(&dt2, &dt), "rmsnorm dtable: the one-pass shift and scale fold differs from the two folds");
+        gfree(&dt2);
+    }
     /* dx = dx_add + the norm's dx (h3s_rmsnorm_backward_add: the block's residual sums), register-resident and
      * generic kernels: the bits of the plain backward followed by grad_add(dx_add, dx) */
     {
