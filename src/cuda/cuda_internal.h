@@ -171,8 +171,9 @@ h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_
                                      float *inv);
 h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_t heads, int64_t D, const void *x, const void *w,
                                     float eps, void *y);
+/* dx (may be NULL), dxb (dx rounded to BF16 as well; NULL, or only with dx) and inv[M * heads] (always written). */
 h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
-                                          const void *w, float eps, const float *dy, float *dx, float *inv);
+                                          const void *w, float eps, const float *dy, float *dx, void *dxb, float *inv);
 
 /* ------------------------------------------------------------------ attention */
 typedef struct h3c_attn_args {

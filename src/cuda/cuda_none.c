@@ -54,7 +54,7 @@ h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, con
     return NO_CUDA("head_rmsnorm_forward");
 }
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw) {
     return NO_CUDA("head_rmsnorm_backward");
 }
 h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,

@@ -285,18 +285,21 @@ h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, con
 }
 
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw) {
     static const char op[] = "head_rmsnorm_backward";
     int64_t M = 0, D = 0;
     H3S_TRY(head_common(op, x, heads, w, eps, &M, &D));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, heads * D, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, heads * D));
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 1, D, -1));
+    H3S_TRY(dev_opt(op, "dx_bf16", dx_bf16, H3S_BF16, 2, M, heads * D));
+    if (dx_bf16 && !dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs dx", op);
     void *inv = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(M * heads > 0 ? M * heads : 1) * sizeof(float), &inv));
     const int late_dx = dx && dw && h3s_tensors_overlap(dx, dy);
     h3s_status st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data,
-                                                   late_dx || !dx ? NULL : dx->data, inv);
+                                                   late_dx || !dx ? NULL : dx->data,
+                                                   late_dx || !dx_bf16 ? NULL : dx_bf16->data, inv);
     if (st == H3S_OK && dw) {
         h3c_fold_args f;
         memset(&f, 0, sizeof f);
@@ -306,7 +309,8 @@ h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, co
         st = h3c_fold(op, &f);
     }
     if (st == H3S_OK && late_dx)
-        st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data, dx->data, inv);
+        st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data, dx->data,
+                                            dx_bf16 ? dx_bf16->data : NULL, inv);
     h3c_ws_free(inv);
     return st;
 }

@@ -49,7 +49,7 @@ h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, c
 h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                          h3s_tensor *y);
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw);
 h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
                                h3s_tensor *sin_out);
 h3s_status h3s_cuda_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,

@@ -115,12 +115,16 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
         dqn = b->dqn;
         dkn = b->dkn;
     }
-    BLOCK_OP("q_norm.grad", b->dq,
-             h3s_head_rmsnorm_backward(f->q, heads, w->norm_q, c->qk_norm_eps, dqn, b->dq, g->norm_q));
-    BLOCK_OP("k_norm.grad", b->dk,
-             h3s_head_rmsnorm_backward(f->k, heads, w->norm_k, c->qk_norm_eps, dkn, b->dk, g->norm_k));
-    BLOCK_OP("q_proj.grad", b->dn1q, h3s_linear_backward(f->n1, w->to_q, b->dq, b->dn1q, g->to_q, NULL));
-    BLOCK_OP("k_proj.grad", b->dn1k, h3s_linear_backward(f->n1, w->to_k, b->dk, b->dn1k, g->to_k, NULL));
+    BLOCK_OP(
+        "q_norm.grad", b->dq,
+        h3s_head_rmsnorm_backward_rounded(f->q, heads, w->norm_q, c->qk_norm_eps, dqn, b->dq, b->dq_bf16, g->norm_q));
+    BLOCK_OP(
+        "k_norm.grad", b->dk,
+        h3s_head_rmsnorm_backward_rounded(f->k, heads, w->norm_k, c->qk_norm_eps, dkn, b->dk, b->dk_bf16, g->norm_k));
+    BLOCK_OP("q_proj.grad", b->dn1q,
+             h3s_linear_backward_rounded(f->n1, w->to_q, b->dq, b->dq_bf16, b->dn1q, g->to_q, NULL));
+    BLOCK_OP("k_proj.grad", b->dn1k,
+             h3s_linear_backward_rounded(f->n1, w->to_k, b->dk, b->dk_bf16, b->dn1k, g->to_k, NULL));
     BLOCK_OP("v_proj.grad", b->dn1v, h3s_linear_backward(f->n1, w->to_v, b->dv, b->dn1v, g->to_v, NULL));
     /* fixed order: (q + k) + v, one pass */
     BLOCK_OP(H3S_BLOCK_STEP_NORM1_QKV, NULL, h3s_grad_add3(b->dn1q, b->dn1k, b->dn1v, b->dn1));

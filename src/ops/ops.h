@@ -58,6 +58,10 @@ h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, co
  * (ascending row, then ascending head). */
 h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
+/* h3s_head_rmsnorm_backward that also writes dx_bf16 = dx rounded to BF16 (round to nearest even), for the
+ * projection's h3s_linear_backward_rounded: strict variant, dx required, dx_bf16 may overlap no operand. */
+h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
+                                             const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw);
 
 /* ---------------------------------------------------------------- rope ---------------
  * Table from position_ids [S, 3] (F64 or F32; cast to F32 first as the provider does):

@@ -58,7 +58,8 @@ typedef struct gblock_run {
     h3s_tensor *x, *dout, *temb, *cosT, *sinT;
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
     h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *du_bf16, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
-    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk, *dwv, *dn1;
+    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dq_bf16, *dk_bf16, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk,
+        *dwv, *dn1;
     h3s_tensor *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
     void (*after)(void *ctx, const char *node);
     void *ctx;
@@ -208,6 +209,9 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dkn, "grad.rope_k", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dq, "grad.q_norm.dx", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dk, "grad.k_norm.dx", H3S_F32, M, QW, 1));
+    /* the model's: dq, dk rounded in the per-head norms' backward pass, the q and k projections' operands */
+    GBLOCK_TRY(gblock_node(r, &r->dq_bf16, "grad.q_norm.dx.bf16", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dk_bf16, "grad.k_norm.dx.bf16", H3S_BF16, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dqnw, "grad.q_norm.dw", H3S_F32, g->D, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dknw, "grad.k_norm.dw", H3S_F32, g->D, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dn1q, "grad.q_proj.dx", H3S_F32, M, H, 1));
@@ -369,6 +373,8 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dkn = r->dkn,
                              .dq = r->dq,
                              .dk = r->dk,
+                             .dq_bf16 = r->dq_bf16,
+                             .dk_bf16 = r->dk_bf16,
                              .dn1q = r->dn1q,
                              .dn1k = r->dn1k,
                              .dn1v = r->dn1v,

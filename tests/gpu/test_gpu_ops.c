@@ -417,6 +417,26 @@ static void test_head_rmsnorm(void) {
     h3c_norm_force_generic(0);
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw),
           "head_rmsnorm: the generic kernels differ from the register-resident ones");
+    /* dx rounded to BF16 in the same pass (register-resident and generic kernels): dx unchanged, and the copy is
+     * round_bf16(dx) */
+    {
+        h3s_tensor dxb = gdev2(H3S_BF16, M, W), want = gdev2(H3S_BF16, M, W);
+        CHECK_OK(h3s_cuda_round_bf16(&dxd, &want));
+        h3s_tensor wanth = gdown(&want);
+        for (int generic = 0; generic < 2; generic++) {
+            gpoison(&dxd), gpoison(&dxb);
+            h3c_norm_force_generic(generic);
+            CHECK_OK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dxb, &dwd));
+            h3c_norm_force_generic(0);
+            CHECK(gequal(&dxd, &dx) && gequal(&dxb, &wanth) && gequal(&dwd, &dw),
+                  "head_rmsnorm_backward_rounded (%s kernels): dx, dw unchanged and dx_bf16 = round_bf16(dx)",
+                  generic ? "generic" : "register-resident");
+        }
+        CHECK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, NULL, &dxb, NULL) != H3S_OK,
+              "head_rmsnorm_backward_rounded: dx_bf16 without dx is refused");
+        h3s_tensor_free(&wanth);
+        gfree(&dxb), gfree(&want);
+    }
     /* in place: dx over dy gives the same bits */
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dyd, &dwd));
     CHECK(gequal(&dyd, &dx) && gequal(&dwd, &dw), "head_rmsnorm backward in place");
