@@ -223,10 +223,10 @@ h3s_status h3c_rope_apply(const char *op, int backward, int64_t M, int64_t S, in
                           const float *cos_t, const float *sin_t, const void *in, void *out);
 h3s_status h3c_residual_forward(const char *op, int64_t M, int64_t H, const void *r, const void *y, const void *table,
                                 const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off, void *out);
-/* dy = dout * gate (or dout without a table); dr = dout. */
+/* dy = dout * gate (or dout without a table); dr = dout; dy_bf16 (may be NULL; only with dy) = dy rounded to BF16. */
 h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table, const int64_t *index,
                                       int64_t R, int64_t ld_table, int64_t gate_off, const float *dout, float *dr,
-                                      float *dy);
+                                      float *dy, void *dy_bf16);
 h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h);
 /* du_bf16 (may be NULL): du rounded to BF16 as well, in the same pass. */
 h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh, float *du,

@@ -85,7 +85,7 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
 }
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
-                                      h3s_tensor *dtable) {
+                                      h3s_tensor *dy_bf16, h3s_tensor *dtable) {
     return NO_CUDA("residual_backward");
 }
 h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) { return NO_CUDA("swiglu_forward"); }

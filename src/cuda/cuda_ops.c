@@ -481,13 +481,15 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
 
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
-                                      h3s_tensor *dtable) {
+                                      h3s_tensor *dy_bf16, h3s_tensor *dtable) {
     static const char op[] = "residual_backward";
     H3S_TRY(h3c_init(op));
     H3S_TRY(dev_tensor(op, "dout", dout, H3S_F32, 2, -1, -1, -1));
     const int64_t M = dout->shape[0], H = dout->shape[1];
     H3S_TRY(dev_opt(op, "dr", dr, H3S_F32, 2, M, H));
     H3S_TRY(dev_opt(op, "dy", dy, H3S_F32, 2, M, H));
+    H3S_TRY(dev_opt(op, "dy_bf16", dy_bf16, H3S_BF16, 2, M, H));
+    if (dy_bf16 && !dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 needs dy", op);
     int64_t R = 0, ld = 0, off = 0;
     const int64_t *idx;
     H3S_TRY(gate_table(op, table, index, gate_chunk, M, H, &R, &ld, &off, &idx));
@@ -505,7 +507,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
     }
     if (dr && dy && h3s_tensors_overlap(dr, dy)) return h3s_fail(H3S_ERR_INVALID, "%s: dr and dy overlap", op);
     return h3c_residual_backward_rows(op, M, H, dp(table), idx, R, ld, off, dout->data, dr ? dr->data : NULL,
-                                      dy ? dy->data : NULL);
+                                      dy ? dy->data : NULL, dy_bf16 ? dy_bf16->data : NULL);
 }
 
 /* ------------------------------------------------------------------ swiglu */

@@ -1990,7 +1990,11 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
      * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself */
     const int rounded =
         m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16;
-    if (rounded) NEW_OUT(d.du_bf16, H3S_BF16, M, 2 * F);
+    if (rounded) {
+        NEW_OUT(d.du_bf16, H3S_BF16, M, 2 * F);
+        NEW_OUT(d.df_bf16, H3S_BF16, M, H);
+        NEW_OUT(d.dout_o_bf16, H3S_BF16, M, H);
+    }
     NEW_OUT(d.dn2, gd, M, H);
     NEW_OUT(d.dx1, gd, M, H);
     NEW_OUT(d.dxa, gd, M, H);

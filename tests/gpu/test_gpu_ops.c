@@ -1274,8 +1274,20 @@ static void elem_residual(int64_t M, int64_t H, int with_table, int64_t C, int64
     float *g = (float *)ebuf_at(&dout, o1);
     ELEM_SAME_BITS(what, bw, 4,
                    h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1),
-                                              (float *)ebuf_at(&dy, o1)));
-    ELEM_SAME_BITS(what, bw, 4, h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, NULL, g));
+                                              (float *)ebuf_at(&dy, o1), NULL));
+    ELEM_SAME_BITS(what, bw, 4, h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, NULL, g, NULL));
+    /* with dy rounded to BF16 in the same pass: dr and dy unchanged, the copy is round_bf16(dy) */
+    ebuf dyb = ebuf_new(H3S_BF16, M * H, 0, 0), rr = ebuf_new(H3S_BF16, M * H, 0, 0);
+    ebuf *bwr[] = {&dout, &dr, &dy, &dyb};
+    float *pdy = (float *)ebuf_at(&dy, o1);
+    ELEM_SAME_BITS(what, bwr, 4,
+                   h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1), pdy,
+                                              ebuf_at(&dyb, o1)));
+    CHECK_OK(h3c_round_bf16("t", M * H, pdy, ebuf_at(&rr, o1)));
+    h3s_tensor a = gdown(&dyb.dev), b = gdown(&rr.dev);
+    CHECK(h3t_bitwise_equal(&a, &b), "%s: dy_bf16 is dy rounded to BF16", what);
+    h3s_tensor_free(&a), h3s_tensor_free(&b);
+    ebuf_free(&dyb), ebuf_free(&rr);
     ebuf_free(&r), ebuf_free(&y), ebuf_free(&out), ebuf_free(&table), ebuf_free(&dout), ebuf_free(&dr);
     ebuf_free(&dy);
     h3s_tensor_free(&idx_h);
