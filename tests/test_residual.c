@@ -408,6 +408,34 @@ static void check_bad_input(void) {
 
 /* ---------------------------------------------------------------- grad_add ---------- */
 
+/* residual_backward_rounded on the host: dr, dy and dtable as the plain backward, dy_bf16 = dy converted to BF16;
+ * refused without dy, for the golden variant and over an operand. */
+static void check_backward_rounded(void) {
+    const int64_t M = 12, H = 40, R = 3;
+    h3s_tensor y = h3t_normal2(H3S_BF16, M, H, 960, 1.0f), table = h3t_normal2(H3S_BF16, R, 6 * H, 961, 0.5f);
+    h3s_tensor dout = h3t_normal2(H3S_F32, M, H, 962, 1.0f), idx = h3t_alloc1(H3S_I64, M);
+    for (int64_t m = 0; m < M; m++)
+        ((int64_t *)idx.data)[m] = m % R;
+    h3s_tensor dr1 = h3t_alloc2(H3S_F32, M, H), dy1 = h3t_alloc2(H3S_F32, M, H), dt1 = h3t_alloc2(H3S_F32, R, 6 * H);
+    h3s_tensor dr2 = h3t_alloc2(H3S_F32, M, H), dy2 = h3t_alloc2(H3S_F32, M, H), dt2 = h3t_alloc2(H3S_F32, R, 6 * H);
+    h3s_tensor dyb = h3t_alloc2(H3S_BF16, M, H), want = h3t_alloc2(H3S_BF16, M, H);
+    CHECK_OK(h3s_residual_backward(&y, &table, &idx, 5, &dout, &dr1, &dy1, &dt1));
+    CHECK_OK(h3s_residual_backward_rounded(&y, &table, &idx, 5, &dout, &dr2, &dy2, &dyb, &dt2));
+    CHECK_OK(h3s_tensor_convert(&dy1, &want));
+    CHECK(h3t_bitwise_equal(&dr1, &dr2) && h3t_bitwise_equal(&dy1, &dy2) && h3t_bitwise_equal(&dt1, &dt2) &&
+              h3t_bitwise_equal(&dyb, &want),
+          "residual_backward_rounded: not the plain backward with dy rounded to BF16");
+    h3s_tensor yview = y; /* dy_bf16 over y's bytes */
+    h3t_outs oo = {{&dr2, &dy2, &dt2, &dyb}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_residual_backward_rounded(&y, &table, &idx, 5, &dout, &dr2, NULL, &dyb, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_residual_backward_rounded(&y, &table, &idx, 5, &dout, &dr2, &dy2, &yview, NULL));
+    h3s_tensor *frees[] = {&y, &table, &dout, &idx, &dr1, &dy1, &dt1, &dr2, &dy2, &dt2, &dyb, &want};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+        h3s_tensor_free(frees[i]);
+}
+
 /* grad_add3: (a + b) + c, the bits of two grad_adds, F32 and F64, in place over a; bad c refused. */
 static void check_grad_add3(void) {
     for (int golden = 0; golden < 2; golden++) {
@@ -509,5 +537,6 @@ int main(void) {
     check_bad_input();
     check_grad_add();
     check_grad_add3();
+    check_backward_rounded();
     return h3t_finish("test_residual");
 }

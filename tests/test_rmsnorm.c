@@ -695,6 +695,34 @@ static int head_equal(const norm_result *a, const norm_result *b) {
     return h3t_bitwise_equal(&a->y, &b->y) && h3t_bitwise_equal(&a->dx, &b->dx) && h3t_bitwise_equal(&a->dw, &b->dw);
 }
 
+/* head_rmsnorm_backward_rounded on the host: dx and dw as the plain backward, dx_bf16 = dx converted to BF16; refused
+ * for the golden variant, without dx, and over an operand. */
+static void check_head_rounded(void) {
+    const int64_t M = 30, heads = 3, D = 40, Wd = heads * D;
+    h3s_tensor x = h3t_normal2(H3S_BF16, M, Wd, 950, 1.5f), w = h3t_normal1(H3S_BF16, D, 951, 0.8f);
+    h3s_tensor dy = h3t_normal2(H3S_F32, M, Wd, 952, 1.0f);
+    h3s_tensor dx1 = h3t_alloc2(H3S_F32, M, Wd), dx2 = h3t_alloc2(H3S_F32, M, Wd);
+    h3s_tensor dw1 = h3t_alloc1(H3S_F32, D), dw2 = h3t_alloc1(H3S_F32, D);
+    h3s_tensor dxb = h3t_alloc2(H3S_BF16, M, Wd), want = h3t_alloc2(H3S_BF16, M, Wd);
+    CHECK_OK(h3s_head_rmsnorm_backward(&x, heads, &w, EPS, &dy, &dx1, &dw1));
+    CHECK_OK(h3s_head_rmsnorm_backward_rounded(&x, heads, &w, EPS, &dy, &dx2, &dxb, &dw2));
+    CHECK_OK(h3s_tensor_convert(&dx1, &want));
+    CHECK(h3t_bitwise_equal(&dx1, &dx2) && h3t_bitwise_equal(&dw1, &dw2) && h3t_bitwise_equal(&dxb, &want),
+          "head_rmsnorm_backward_rounded: not the plain backward with dx rounded to BF16");
+    h3s_tensor x64 = h3t_to_f64(&x), w64 = h3t_to_f64(&w), dy64 = h3t_to_f64(&dy), dx64 = h3t_alloc2(H3S_F64, M, Wd);
+    h3s_tensor xview = x; /* dx_bf16 over x's bytes */
+    h3t_outs oo = {{&dx2, &dxb, &dx64}, {0}};
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_head_rmsnorm_backward_rounded(&x64, heads, &w64, EPS, &dy64, &dx64, &dxb, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_head_rmsnorm_backward_rounded(&x, heads, &w, EPS, &dy, NULL, &dxb, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                          h3s_head_rmsnorm_backward_rounded(&x, heads, &w, EPS, &dy, &dx2, &xview, NULL));
+    h3s_tensor *frees[] = {&x, &w, &dy, &dx1, &dx2, &dw1, &dw2, &dxb, &want, &x64, &w64, &dy64, &dx64};
+    for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
+        h3s_tensor_free(frees[i]);
+}
+
 static void check_head(void) {
     /* 1. accuracy; D = 37, 60 (non-powers of two), M = 50 and M = 1.  dw folds M * heads
      * contributions (n <= 200): the fold bound above with n = 200 is (D/2 + 5 + 199 * 14)
@@ -925,5 +953,6 @@ int main(void) {
     check_bad_rmsnorm();
     check_bad_final_norm();
     check_head();
+    check_head_rounded();
     return h3t_finish("test_rmsnorm");
 }

@@ -123,7 +123,8 @@ enum h3c_fold_mode {
     H3C_FOLD_RMS_DW = 1,     /* (dy * (1 + scale)) * (x * inv[m]) */
     H3C_FOLD_RMS_DSCALE = 2, /* dy * ((x * inv[m]) * w) */
     H3C_FOLD_PRODUCT = 3,    /* dy * x (residual gate: dout * y) */
-    H3C_FOLD_HEAD_DW = 4     /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+    H3C_FOLD_HEAD_DW = 4,    /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+    H3C_FOLD_SHIFT_SCALE = 5 /* COPY into out and RMS_DSCALE into out2 (same rows, same ldo), in one pass */
 };
 
 typedef struct h3c_fold_args {
@@ -145,11 +146,12 @@ typedef struct h3c_fold_args {
     int64_t heads, head_dim; /* HEAD_DW: x/dy columns h * head_dim + n */
     float *out;
     int64_t ldo;
+    float *out2; /* SHIFT_SCALE: the RMS_DSCALE output */
 } h3c_fold_args;
 
 h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
-/* Test hook: nonzero routes HEAD_DW through the generic partial kernel (the reference the
- * dedicated kernel must equal bit for bit). */
+/* Test hook: nonzero routes HEAD_DW through the generic partial kernel and SHIFT_SCALE through two separate folds
+ * (COPY, RMS_DSCALE): the references the dedicated kernels must equal bit for bit. */
 void h3c_fold_force_generic(int on);
 
 /* ------------------------------------------------------------------ norms */
@@ -169,8 +171,9 @@ h3s_status h3c_rmsnorm_backward_rows(const char *op, int code, int64_t M, int64_
                                      float *inv);
 h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_t heads, int64_t D, const void *x, const void *w,
                                     float eps, void *y);
+/* dx (may be NULL), dxb (dx rounded to BF16 as well; NULL, or only with dx) and inv[M * heads] (always written). */
 h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
-                                          const void *w, float eps, const float *dy, float *dx, float *inv);
+                                          const void *w, float eps, const float *dy, float *dx, void *dxb, float *inv);
 
 /* ------------------------------------------------------------------ attention */
 typedef struct h3c_attn_args {
@@ -220,10 +223,10 @@ h3s_status h3c_rope_apply(const char *op, int backward, int64_t M, int64_t S, in
                           const float *cos_t, const float *sin_t, const void *in, void *out);
 h3s_status h3c_residual_forward(const char *op, int64_t M, int64_t H, const void *r, const void *y, const void *table,
                                 const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off, void *out);
-/* dy = dout * gate (or dout without a table); dr = dout. */
+/* dy = dout * gate (or dout without a table); dr = dout; dy_bf16 (may be NULL; only with dy) = dy rounded to BF16. */
 h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table, const int64_t *index,
                                       int64_t R, int64_t ld_table, int64_t gate_off, const float *dout, float *dr,
-                                      float *dy);
+                                      float *dy, void *dy_bf16);
 h3s_status h3c_swiglu_forward(const char *op, int64_t M, int64_t F, const void *u, void *h);
 /* du_bf16 (may be NULL): du rounded to BF16 as well, in the same pass. */
 h3s_status h3c_swiglu_backward(const char *op, int64_t M, int64_t F, const void *u, const float *dh, float *du,

@@ -54,7 +54,7 @@ h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, con
     return NO_CUDA("head_rmsnorm_forward");
 }
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw) {
     return NO_CUDA("head_rmsnorm_backward");
 }
 h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
@@ -85,7 +85,7 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
 }
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
-                                      h3s_tensor *dtable) {
+                                      h3s_tensor *dy_bf16, h3s_tensor *dtable) {
     return NO_CUDA("residual_backward");
 }
 h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) { return NO_CUDA("swiglu_forward"); }

@@ -218,17 +218,13 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
         f.out = dw->data, f.ldo = g.H;
         st = h3c_fold(op, &f);
     }
-    if (st == H3S_OK && dtable) {
+    if (st == H3S_OK && dtable) { /* the shift chunk (fold of dy) and the scale chunk in one pass over dy and x */
         f.table = NULL;
         f.R = g.R, f.indexed = 1, f.ldo = g.C * g.H;
-        f.mode = H3C_FOLD_COPY;
+        f.mode = H3C_FOLD_SHIFT_SCALE;
         f.out = (float *)dtable->data + g.shift_off;
+        f.out2 = (float *)dtable->data + g.scale_off;
         st = h3c_fold(op, &f);
-        if (st == H3S_OK) {
-            f.mode = H3C_FOLD_RMS_DSCALE;
-            f.out = (float *)dtable->data + g.scale_off;
-            st = h3c_fold(op, &f);
-        }
     }
     if (st == H3S_OK && late_dx)
         st = h3c_rmsnorm_backward_rows(op, code, g.M, g.H, x->data, dp(w), g.table, g.index, g.R, g.ld_table,
@@ -289,18 +285,21 @@ h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, con
 }
 
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw) {
     static const char op[] = "head_rmsnorm_backward";
     int64_t M = 0, D = 0;
     H3S_TRY(head_common(op, x, heads, w, eps, &M, &D));
     H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, heads * D, -1));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, heads * D));
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 1, D, -1));
+    H3S_TRY(dev_opt(op, "dx_bf16", dx_bf16, H3S_BF16, 2, M, heads * D));
+    if (dx_bf16 && !dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs dx", op);
     void *inv = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(M * heads > 0 ? M * heads : 1) * sizeof(float), &inv));
     const int late_dx = dx && dw && h3s_tensors_overlap(dx, dy);
     h3s_status st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data,
-                                                   late_dx || !dx ? NULL : dx->data, inv);
+                                                   late_dx || !dx ? NULL : dx->data,
+                                                   late_dx || !dx_bf16 ? NULL : dx_bf16->data, inv);
     if (st == H3S_OK && dw) {
         h3c_fold_args f;
         memset(&f, 0, sizeof f);
@@ -310,7 +309,8 @@ h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, co
         st = h3c_fold(op, &f);
     }
     if (st == H3S_OK && late_dx)
-        st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data, dx->data, inv);
+        st = h3c_head_rmsnorm_backward_rows(op, M, heads, D, x->data, w->data, (float)eps, dy->data, dx->data,
+                                            dx_bf16 ? dx_bf16->data : NULL, inv);
     h3c_ws_free(inv);
     return st;
 }
@@ -481,13 +481,15 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
 
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
-                                      h3s_tensor *dtable) {
+                                      h3s_tensor *dy_bf16, h3s_tensor *dtable) {
     static const char op[] = "residual_backward";
     H3S_TRY(h3c_init(op));
     H3S_TRY(dev_tensor(op, "dout", dout, H3S_F32, 2, -1, -1, -1));
     const int64_t M = dout->shape[0], H = dout->shape[1];
     H3S_TRY(dev_opt(op, "dr", dr, H3S_F32, 2, M, H));
     H3S_TRY(dev_opt(op, "dy", dy, H3S_F32, 2, M, H));
+    H3S_TRY(dev_opt(op, "dy_bf16", dy_bf16, H3S_BF16, 2, M, H));
+    if (dy_bf16 && !dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 needs dy", op);
     int64_t R = 0, ld = 0, off = 0;
     const int64_t *idx;
     H3S_TRY(gate_table(op, table, index, gate_chunk, M, H, &R, &ld, &off, &idx));
@@ -505,7 +507,7 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
     }
     if (dr && dy && h3s_tensors_overlap(dr, dy)) return h3s_fail(H3S_ERR_INVALID, "%s: dr and dy overlap", op);
     return h3c_residual_backward_rows(op, M, H, dp(table), idx, R, ld, off, dout->data, dr ? dr->data : NULL,
-                                      dy ? dy->data : NULL);
+                                      dy ? dy->data : NULL, dy_bf16 ? dy_bf16->data : NULL);
 }
 
 /* ------------------------------------------------------------------ swiglu */

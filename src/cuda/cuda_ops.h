@@ -49,7 +49,7 @@ h3s_status h3s_cuda_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, c
 h3s_status h3s_cuda_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                          h3s_tensor *y);
 h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
-                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
+                                          const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw);
 h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
                                h3s_tensor *sin_out);
 h3s_status h3s_cuda_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t, const h3s_tensor *sin_t,
@@ -66,7 +66,7 @@ h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, c
                                      const h3s_tensor *index, int gate_chunk, h3s_tensor *out);
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                       int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
-                                      h3s_tensor *dtable);
+                                      h3s_tensor *dy_bf16, h3s_tensor *dtable);
 h3s_status h3s_cuda_swiglu_forward(const h3s_tensor *u, h3s_tensor *h);
 h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16);
 h3s_status h3s_cuda_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b,

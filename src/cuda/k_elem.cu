@@ -356,7 +356,7 @@ extern "C" h3s_status h3c_residual_forward(const char *op, int64_t M, int64_t H,
 
 __global__ void residual_backward_ref_kernel(int64_t M, int64_t H, const uint16_t *table, const int64_t *index,
                                              int64_t R, int64_t ld_table, int64_t gate_off, const float *dout,
-                                             float *dr, float *dy, int *flag) {
+                                             float *dr, float *dy, uint16_t *dyb, int *flag) {
     GRID_STRIDE(e, M * H) {
         const int64_t m = e / H, k = e % H;
         const float g = dout[e];
@@ -368,13 +368,14 @@ __global__ void residual_backward_ref_kernel(int64_t M, int64_t H, const uint16_
         }
         if (dr) dr[e] = g;
         if (dy) dy[e] = gy;
+        if (dyb) dyb[e] = h3k_f2bf(gy);
     }
 }
 
 template <int VW>
 __global__ void residual_backward_vec_kernel(int64_t M, int64_t H, const uint16_t *table, const int64_t *index,
                                              int64_t R, int64_t ld_table, int64_t gate_off, const float *dout,
-                                             float *dr, float *dy, int *flag) {
+                                             float *dr, float *dy, uint16_t *dyb, int *flag) {
     ROW_LOOP(m, M) {
         COL_LOOP(c, H / VW) {
             const int64_t k = c * VW, e = m * H + k;
@@ -394,36 +395,43 @@ __global__ void residual_backward_vec_kernel(int64_t M, int64_t H, const uint16_
             }
             if (dr) h3k_st_f32v<VW>(dr + e, g);
             if (dy) h3k_st_f32v<VW>(dy + e, gy);
+            if (dyb) { /* dy rounded as h3k_f2bf rounds it, for the linear backward's BF16 operands */
+                uint16_t o[VW];
+                h3k_f2bf_v<VW>(gy, o);
+                h3k_st_bf16v<VW>(dyb + e, o);
+            }
         }
     }
 }
 
 template <int VW>
 static void residual_backward_launch(int64_t M, int64_t H, const uint16_t *table, const int64_t *index, int64_t R,
-                                     int64_t ld_table, int64_t gate_off, const float *dout, float *dr, float *dy) {
+                                     int64_t ld_table, int64_t gate_off, const float *dout, float *dr, float *dy,
+                                     uint16_t *dyb) {
     const el_grid g = el_rows(M, H / VW);
-    residual_backward_vec_kernel<VW>
-        <<<g.grid, g.block, 0, H3K_STREAM>>>(M, H, table, index, R, ld_table, gate_off, dout, dr, dy, h3c_error_flag());
+    residual_backward_vec_kernel<VW><<<g.grid, g.block, 0, H3K_STREAM>>>(M, H, table, index, R, ld_table, gate_off,
+                                                                         dout, dr, dy, dyb, h3c_error_flag());
 }
 
 extern "C" h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table,
                                                  const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off,
-                                                 const float *dout, float *dr, float *dy) {
+                                                 const float *dout, float *dr, float *dy, void *dy_bf16) {
     if (!dr && !dy) return H3S_OK;
     const uint16_t *t16 = (const uint16_t *)table;
+    uint16_t *dyb = dy ? (uint16_t *)dy_bf16 : NULL;
     if (g_elem_reference)
-        LAUNCH(residual_backward_ref_kernel, M * H, M, H, t16, index, R, ld_table, gate_off, dout, dr, dy,
+        LAUNCH(residual_backward_ref_kernel, M * H, M, H, t16, index, R, ld_table, gate_off, dout, dr, dy, dyb,
                h3c_error_flag());
     if (M * H <= 0) return H3S_OK;
     const int vw = el_pick_vw(4, [&](int v) {
         return H % v == 0 && h3k_vec_aligned(dout, v, 4) && (!dr || h3k_vec_aligned(dr, v, 4)) &&
-               (!dy || h3k_vec_aligned(dy, v, 4)) &&
+               (!dy || h3k_vec_aligned(dy, v, 4)) && (!dyb || h3k_vec_aligned(dyb, v, 2)) &&
                (!table || (ld_table % v == 0 && gate_off % v == 0 && h3k_vec_aligned(table, v, 2)));
     });
     switch (vw) {
-    case 4: residual_backward_launch<4>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
-    case 2: residual_backward_launch<2>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
-    default: residual_backward_launch<1>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy); break;
+    case 4: residual_backward_launch<4>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy, dyb); break;
+    case 2: residual_backward_launch<2>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy, dyb); break;
+    default: residual_backward_launch<1>(M, H, t16, index, R, ld_table, gate_off, dout, dr, dy, dyb); break;
     }
     return h3c_launch_check(op);
 }

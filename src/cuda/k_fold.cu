@@ -31,6 +31,11 @@ template <int MODE> __host__ __device__ constexpr int fold_batch() {
     return MODE == H3C_FOLD_COPY || MODE == H3C_FOLD_PRODUCT ? 64 : 16;
 }
 
+/* The modes that read x with the row's inverse norm. */
+template <int MODE> __host__ __device__ constexpr bool fold_rms() {
+    return MODE == H3C_FOLD_RMS_DW || MODE == H3C_FOLD_RMS_DSCALE || MODE == H3C_FOLD_SHIFT_SCALE;
+}
+
 /* The loads of one contribution (row m, column n, table row ri). */
 struct fold_raw {
     float dy;
@@ -59,7 +64,7 @@ __device__ __forceinline__ float fold_value(const h3c_fold_args &a, const fold_r
         float g = r.dy * s;
         return g * xh;
     }
-    if (MODE == H3C_FOLD_RMS_DSCALE) {
+    if (MODE == H3C_FOLD_RMS_DSCALE || MODE == H3C_FOLD_SHIFT_SCALE) { /* SHIFT_SCALE: its second chain */
         float xh = h3k_bf2f(r.x) * inv;
         return r.dy * (xh * wk);
     }
@@ -67,9 +72,11 @@ __device__ __forceinline__ float fold_value(const h3c_fold_args &a, const fold_r
     return 0.0f;
 }
 
+/* SHIFT_SCALE runs the COPY chain (dy) into partial and the RMS_DSCALE chain into partial2 over the same rows, from
+ * the same loads: each chain is the one its own mode runs, so the bits of the two folds apart. */
 template <int MODE>
 __global__ void __launch_bounds__(FOLD_COLS)
-    fold_partial_kernel(h3c_fold_args a, float *partial, uint8_t *has, int64_t rows_out, int *flag) {
+    fold_partial_kernel(h3c_fold_args a, float *partial, float *partial2, uint8_t *has, int64_t rows_out, int *flag) {
     __shared__ int list[H3S_FOLD_TILE];   /* contributing rows, tile-relative, ascending */
     __shared__ int rix[H3S_FOLD_TILE];    /* their table row index */
     __shared__ uint8_t ok[H3S_FOLD_TILE]; /* row takes part */
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(FOLD_COLS)
                 const int at = c + __popc(bal & ((1u << lane) - 1u));
                 list[at] = i0 + lane;
                 rix[at] = idx_sm[i0 + lane];
-                if (MODE == H3C_FOLD_RMS_DW || MODE == H3C_FOLD_RMS_DSCALE) ivl[at] = a.inv[m0 + i0 + lane];
+                if (fold_rms<MODE>()) ivl[at] = a.inv[m0 + i0 + lane];
             }
             c += __popc(bal);
         }
@@ -115,10 +122,12 @@ __global__ void __launch_bounds__(FOLD_COLS)
     }
     __syncthreads();
     const int cnt = count;
-    float part = 0.0f;
+    float part = 0.0f, part2 = 0.0f;
     if (n < a.N) {
         constexpr int FB = fold_batch<MODE>();
-        const float wk = MODE == H3C_FOLD_RMS_DSCALE && a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
+        const float wk = (MODE == H3C_FOLD_RMS_DSCALE || MODE == H3C_FOLD_SHIFT_SCALE) && a.w
+                             ? h3k_bf2f(((const uint16_t *)a.w)[n])
+                             : 1.0f;
         for (int j0 = 0; j0 < cnt; j0 += FB) {
             /* every load of the batch unconditional (past the list's end: its last row again, not
              * used), so that they are all issued before the first add waits on one */
@@ -131,13 +140,19 @@ __global__ void __launch_bounds__(FOLD_COLS)
 #pragma unroll
             for (int u = 0; u < FB; u++)
                 if (j0 + u < cnt) {
-                    const float iv =
-                        MODE == H3C_FOLD_RMS_DW || MODE == H3C_FOLD_RMS_DSCALE ? ivl[min(j0 + u, cnt - 1)] : 0.0f;
+                    const float iv = fold_rms<MODE>() ? ivl[min(j0 + u, cnt - 1)] : 0.0f;
                     const float c = fold_value<MODE>(a, v[u], iv, wk);
-                    part = j0 + u == 0 ? c : part + c;
+                    if (MODE == H3C_FOLD_SHIFT_SCALE) {
+                        const float c0 = v[u].dy; /* the COPY chain's contribution */
+                        part = j0 + u == 0 ? c0 : part + c0;
+                        part2 = j0 + u == 0 ? c : part2 + c;
+                    } else {
+                        part = j0 + u == 0 ? c : part + c;
+                    }
                 }
         }
         partial[(tile * rows_out + r) * a.N + n] = part;
+        if (MODE == H3C_FOLD_SHIFT_SCALE) partial2[(tile * rows_out + r) * a.N + n] = part2;
     }
     if (blockIdx.x == 0 && tid == 0) has[tile * rows_out + r] = cnt > 0 ? 1 : 0;
 }
@@ -379,6 +394,15 @@ extern "C" void h3c_fold_force_generic(int on) { g_fold_generic = on ? 1 : 0; }
 
 extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
     if (a->N <= 0) return H3S_OK;
+    const int two = a->mode == H3C_FOLD_SHIFT_SCALE;
+    if (two && !a->out2) return h3s_fail(H3S_ERR_INVALID, "%s: the shift and scale fold needs out2", op);
+    if (two && g_fold_generic) { /* the reference: the two folds apart */
+        h3c_fold_args b = *a;
+        b.mode = H3C_FOLD_COPY;
+        H3S_TRY(h3c_fold(op, &b));
+        b.mode = H3C_FOLD_RMS_DSCALE, b.out = a->out2;
+        return h3c_fold(op, &b);
+    }
     const int64_t rows_out = a->indexed ? a->R : 1;
     if (rows_out <= 0) return H3S_OK;
     const int64_t tiles = (a->M + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE;
@@ -386,15 +410,16 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
     if (tiles > 65535 || rows_out > 65535)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: fold of %lld rows into %lld table rows exceeds the grid limits", op,
                         (long long)a->M, (long long)rows_out);
-    float *partial = NULL;
+    float *partial = NULL, *partial2 = NULL;
     uint8_t *has = NULL;
     if (tiles > 0) {
         size_t pbytes = (size_t)tiles * (size_t)rows_out * (size_t)a->N * sizeof(float);
         pbytes = (pbytes + 255) & ~(size_t)255;
         void *ws = NULL;
-        H3S_TRY(h3c_ws_alloc(op, pbytes + (size_t)tiles * (size_t)rows_out, &ws));
+        H3S_TRY(h3c_ws_alloc(op, (two ? 2 : 1) * pbytes + (size_t)tiles * (size_t)rows_out, &ws));
         partial = (float *)ws;
-        has = (uint8_t *)ws + pbytes;
+        if (two) partial2 = (float *)((uint8_t *)ws + pbytes);
+        has = (uint8_t *)ws + (two ? 2 : 1) * pbytes;
         const int hd_nslots = a->mode == H3C_FOLD_HEAD_DW ? hd_slots(a) : 0;
         if (a->mode == H3C_FOLD_HEAD_DW && (a->index || rows_out != 1)) {
             h3c_ws_free(ws);
@@ -423,22 +448,26 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
             switch (a->mode) {
             case H3C_FOLD_COPY:
                 fold_partial_kernel<H3C_FOLD_COPY>
-                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, NULL, has, rows_out, flag);
                 break;
             case H3C_FOLD_RMS_DW:
                 fold_partial_kernel<H3C_FOLD_RMS_DW>
-                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, NULL, has, rows_out, flag);
                 break;
             case H3C_FOLD_RMS_DSCALE:
                 fold_partial_kernel<H3C_FOLD_RMS_DSCALE>
-                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, NULL, has, rows_out, flag);
                 break;
             case H3C_FOLD_PRODUCT:
                 fold_partial_kernel<H3C_FOLD_PRODUCT>
-                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, rows_out, flag);
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, NULL, has, rows_out, flag);
                 break;
             case H3C_FOLD_HEAD_DW:
                 fold_head_dw_generic_kernel<<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, flag);
+                break;
+            case H3C_FOLD_SHIFT_SCALE:
+                fold_partial_kernel<H3C_FOLD_SHIFT_SCALE>
+                    <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, partial2, has, rows_out, flag);
                 break;
             default: h3c_ws_free(ws); return h3s_fail(H3S_ERR_INVALID, "%s: unknown fold mode %d", op, a->mode);
             }
@@ -451,6 +480,11 @@ extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
     }
     dim3 grid2((unsigned)cb, (unsigned)rows_out);
     fold_final_kernel<<<grid2, FOLD_COLS, 0, H3K_STREAM>>>(*a, partial, has, tiles, rows_out);
+    if (two) { /* the scale chain's partials, into out2 */
+        h3c_fold_args b = *a;
+        b.out = a->out2;
+        fold_final_kernel<<<grid2, FOLD_COLS, 0, H3K_STREAM>>>(b, partial2, has, tiles, rows_out);
+    }
     h3s_status st = h3c_launch_check(op);
     if (partial) h3c_ws_free(partial);
     return st;

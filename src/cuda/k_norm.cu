@@ -281,6 +281,7 @@ typedef struct head_args {
     uint16_t *y;
     const float *dy;
     float *dx, *inv;
+    uint16_t *dxb; /* backward: dx rounded to BF16 as well (h3k_f2bf), or NULL */
 } head_args;
 
 __device__ __forceinline__ float head_inv_rms(const uint16_t *xr, int64_t D, float eps, int lane) {
@@ -369,8 +370,11 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_k
         if (!a.dx) return;
         const float mean = dot / (float)a.D;
 #pragma unroll
-        for (int j = 0; j < NV; j++)
-            a.dx[p * a.D + lane + 32 * j] = inv * (gv[j] - xv[j] * mean);
+        for (int j = 0; j < NV; j++) {
+            const float v = inv * (gv[j] - xv[j] * mean);
+            a.dx[p * a.D + lane + 32 * j] = v;
+            if (a.dxb) a.dxb[p * a.D + lane + 32 * j] = h3k_f2bf(v);
+        }
     } else {
         float inv = head_inv_rms(xr, a.D, a.eps, lane);
         if (lane == 0) a.inv[p] = inv;
@@ -386,7 +390,9 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_k
         for (int64_t d = lane; d < a.D; d += 32) {
             float xh = h3k_bf2f(xr[d]) * inv;
             float gx = dyr[d] * h3k_bf2f(a.w[d]);
-            a.dx[p * a.D + d] = inv * (gx - xh * mean);
+            const float v = inv * (gx - xh * mean);
+            a.dx[p * a.D + d] = v;
+            if (a.dxb) a.dxb[p * a.D + d] = h3k_f2bf(v);
         }
     }
 }
@@ -418,10 +424,11 @@ extern "C" h3s_status h3c_head_rmsnorm_forward(const char *op, int64_t M, int64_
 }
 
 extern "C" h3s_status h3c_head_rmsnorm_backward_rows(const char *op, int64_t M, int64_t heads, int64_t D, const void *x,
-                                                     const void *w, float eps, const float *dy, float *dx, float *inv) {
+                                                     const void *w, float eps, const float *dy, float *dx, void *dxb,
+                                                     float *inv) {
     head_args a;
     memset(&a, 0, sizeof a);
     a.pairs = M * heads, a.heads = heads, a.D = D, a.x = (const uint16_t *)x, a.w = (const uint16_t *)w;
-    a.eps = eps, a.dy = dy, a.dx = dx, a.inv = inv;
+    a.eps = eps, a.dy = dy, a.dx = dx, a.dxb = (uint16_t *)dxb, a.inv = inv;
     return head_launch(op, 1, a);
 }

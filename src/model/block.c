@@ -89,8 +89,10 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
     const h3s_tensor *tab = refiner ? NULL : &table6, *idx = refiner ? NULL : c->adaln_rows;
     h3s_tensor *dtab = refiner ? NULL : &dtable6;
 
-    BLOCK_OP("residual_mlp.grad", b->df, h3s_residual_backward(f->f, tab, idx, 5, b->dout, b->dx1a, b->df, dtab));
-    BLOCK_OP("ffn_down.grad", b->dh, h3s_linear_backward(f->h, w->ff_out, b->df, b->dh, g->ff_out, NULL));
+    BLOCK_OP("residual_mlp.grad", b->df,
+             h3s_residual_backward_rounded(f->f, tab, idx, 5, b->dout, b->dx1a, b->df, b->df_bf16, dtab));
+    BLOCK_OP("ffn_down.grad", b->dh,
+             h3s_linear_backward_rounded(f->h, w->ff_out, b->df, b->df_bf16, b->dh, g->ff_out, NULL));
     BLOCK_OP("swiglu.grad", b->du, h3s_swiglu_backward_rounded(f->u, b->dh, b->du, b->du_bf16));
     BLOCK_OP("ffn_gate_up.grad", b->dn2,
              h3s_linear_backward_rounded(f->n2, w->ff_in, b->du, b->du_bf16, b->dn2, g->ff_in, NULL));
@@ -99,8 +101,9 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
              h3s_rmsnorm_backward_add(f->x1, w->norm2, refiner ? NULL : &mod2, c->norm_eps, b->dn2, b->dx1a, b->dx1,
                                       g->norm2, dtab));
     BLOCK_OP("residual_attn.grad", b->dout_o,
-             h3s_residual_backward(f->o, tab, idx, 2, b->dx1, b->dxa, b->dout_o, dtab));
-    BLOCK_OP("o_proj.grad", b->datt, h3s_linear_backward(f->att, w->to_out, b->dout_o, b->datt, g->to_out, NULL));
+             h3s_residual_backward_rounded(f->o, tab, idx, 2, b->dx1, b->dxa, b->dout_o, b->dout_o_bf16, dtab));
+    BLOCK_OP("o_proj.grad", b->datt,
+             h3s_linear_backward_rounded(f->att, w->to_out, b->dout_o, b->dout_o_bf16, b->datt, g->to_out, NULL));
     h3s_tensor stats3 = h3s_block_stats_view(f->stats, heads);
     const h3s_tensor *qa = refiner ? f->qn : f->qr, *ka = refiner ? f->kn : f->kr;
     H3S_TRY(
@@ -115,12 +118,16 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
         dqn = b->dqn;
         dkn = b->dkn;
     }
-    BLOCK_OP("q_norm.grad", b->dq,
-             h3s_head_rmsnorm_backward(f->q, heads, w->norm_q, c->qk_norm_eps, dqn, b->dq, g->norm_q));
-    BLOCK_OP("k_norm.grad", b->dk,
-             h3s_head_rmsnorm_backward(f->k, heads, w->norm_k, c->qk_norm_eps, dkn, b->dk, g->norm_k));
-    BLOCK_OP("q_proj.grad", b->dn1q, h3s_linear_backward(f->n1, w->to_q, b->dq, b->dn1q, g->to_q, NULL));
-    BLOCK_OP("k_proj.grad", b->dn1k, h3s_linear_backward(f->n1, w->to_k, b->dk, b->dn1k, g->to_k, NULL));
+    BLOCK_OP(
+        "q_norm.grad", b->dq,
+        h3s_head_rmsnorm_backward_rounded(f->q, heads, w->norm_q, c->qk_norm_eps, dqn, b->dq, b->dq_bf16, g->norm_q));
+    BLOCK_OP(
+        "k_norm.grad", b->dk,
+        h3s_head_rmsnorm_backward_rounded(f->k, heads, w->norm_k, c->qk_norm_eps, dkn, b->dk, b->dk_bf16, g->norm_k));
+    BLOCK_OP("q_proj.grad", b->dn1q,
+             h3s_linear_backward_rounded(f->n1, w->to_q, b->dq, b->dq_bf16, b->dn1q, g->to_q, NULL));
+    BLOCK_OP("k_proj.grad", b->dn1k,
+             h3s_linear_backward_rounded(f->n1, w->to_k, b->dk, b->dk_bf16, b->dn1k, g->to_k, NULL));
     BLOCK_OP("v_proj.grad", b->dn1v, h3s_linear_backward(f->n1, w->to_v, b->dv, b->dn1v, g->to_v, NULL));
     /* fixed order: (q + k) + v, one pass */
     BLOCK_OP(H3S_BLOCK_STEP_NORM1_QKV, NULL, h3s_grad_add3(b->dn1q, b->dn1k, b->dn1v, b->dn1));

@@ -77,6 +77,10 @@ typedef struct h3s_block_bwd {
     h3s_tensor *dn1q, *dn1k, *dn1v, *dn1, *dx;
     h3s_tensor *du_bf16; /* NULL, or BF16 [M, 2F]: du rounded as the SwiGLU backward writes it, read by the gate/up
                           * linear's backward instead of its own rounding pass (h3s_linear_backward_rounded) */
+    h3s_tensor *dq_bf16, *dk_bf16;     /* NULL, or BF16 [M, heads D]: dq, dk rounded as the per-head norms' backward
+                                        * writes them, for the q and k projections' backward */
+    h3s_tensor *df_bf16, *dout_o_bf16; /* NULL, or BF16 [M, H]: df, dout_o rounded as the residuals' backward writes
+                                        * them, for the ffn_down and o_proj backward */
 } h3s_block_bwd;
 
 /* Queue the forward of one block (the operators write every output of f). */

@@ -1988,8 +1988,13 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW_OUT(d.du, gd, M, 2 * F);
     /* du rounded to BF16 by the SwiGLU backward in the same pass, the gate/up linear's gradient operand on the GPU
      * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself */
-    if (m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16)
+    const int rounded =
+        m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16;
+    if (rounded) {
         NEW_OUT(d.du_bf16, H3S_BF16, M, 2 * F);
+        NEW_OUT(d.df_bf16, H3S_BF16, M, H);
+        NEW_OUT(d.dout_o_bf16, H3S_BF16, M, H);
+    }
     NEW_OUT(d.dn2, gd, M, H);
     NEW_OUT(d.dx1, gd, M, H);
     NEW_OUT(d.dxa, gd, M, H);
@@ -2004,6 +2009,10 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     }
     NEW_OUT(d.dq, gd, M, HD);
     NEW_OUT(d.dk, gd, M, HD);
+    if (rounded) { /* dq and dk likewise, by the per-head norms' backward */
+        NEW_OUT(d.dq_bf16, H3S_BF16, M, HD);
+        NEW_OUT(d.dk_bf16, H3S_BF16, M, HD);
+    }
     NEW_OUT(d.dn1, gd, M, H);
     d.dn1q = d.dn1; /* q_proj's dx is written into the sum, which then runs in place */
     NEW_OUT(d.dn1k, gd, M, H);

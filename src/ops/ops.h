@@ -58,6 +58,10 @@ h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, co
  * (ascending row, then ascending head). */
 h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
+/* h3s_head_rmsnorm_backward that also writes dx_bf16 = dx rounded to BF16 (round to nearest even), for the
+ * projection's h3s_linear_backward_rounded: strict variant, dx required, dx_bf16 may overlap no operand. */
+h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
+                                             const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw);
 
 /* ---------------------------------------------------------------- rope ---------------
  * Table from position_ids [S, 3] (F64 or F32; cast to F32 first as the provider does):
@@ -101,6 +105,11 @@ h3s_status h3s_attention_backward_rows(const h3s_tensor *q, const h3s_tensor *k,
 /* dr = dout; dy = dout * gate; dtable: only the gate chunk is written (tile fold). */
 h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index, int gate_chunk,
                                  const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy, h3s_tensor *dtable);
+/* h3s_residual_backward that also writes dy_bf16 = dy rounded to BF16 (round to nearest even), for the branch's
+ * h3s_linear_backward_rounded: strict variant, dy required, dy_bf16 may overlap no operand. */
+h3s_status h3s_residual_backward_rounded(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
+                                         int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
+                                         h3s_tensor *dy_bf16, h3s_tensor *dtable);
 
 /* ---------------------------------------------------------------- swiglu -------------
  * u [M, 2F]: value = u[:, :F], gate = u[:, F:]; h = value * silu(gate) [M, F]. */

@@ -108,6 +108,12 @@ h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const 
 
 h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index, int gate_chunk,
                                  const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy, h3s_tensor *dtable) {
+    return h3s_residual_backward_rounded(y, table, index, gate_chunk, dout, dr, dy, NULL, dtable);
+}
+
+h3s_status h3s_residual_backward_rounded(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
+                                         int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
+                                         h3s_tensor *dy_bf16, h3s_tensor *dtable) {
     static const char op[] = "residual_backward";
     residual_call c;
     memset(&c, 0, sizeof c);
@@ -133,12 +139,20 @@ h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, c
         int64_t dimT[2] = {c.R, c.C * c.H};
         H3S_TRY(h3s_check_shape(op, "dtable", dtable, grad, 2, dimT));
     }
-    const h3s_tensor *ts[6] = {dout, y, table, dr, dy, dtable};
-    const char *names[6] = {"dout", "y", "table", "dr", "dy", "dtable"};
-    H3S_TRY(h3s_check_placement(op, ts, names, 6, &c.on_device));
+    if (dy_bf16) {
+        if (c.golden || !dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 needs the strict variant and dy", op);
+        H3S_TRY(h3s_check_shape(op, "dy_bf16", dy_bf16, H3S_BF16, 2, dimMH));
+        const h3s_tensor *in[6] = {dout, y, table, dr, dy, dtable};
+        for (int i = 0; i < 6; i++)
+            if (h3s_tensors_overlap(dy_bf16, in[i]))
+                return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 overlaps an operand", op);
+    }
+    const h3s_tensor *ts[7] = {dout, y, table, dr, dy, dtable, dy_bf16};
+    const char *names[7] = {"dout", "y", "table", "dr", "dy", "dtable", "dy_bf16"};
+    H3S_TRY(h3s_check_placement(op, ts, names, 7, &c.on_device));
     if (index && index->device && !c.on_device)
         return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
-    if (c.on_device) return h3s_cuda_residual_backward(y, table, index, gate_chunk, dout, dr, dy, dtable);
+    if (c.on_device) return h3s_cuda_residual_backward(y, table, index, gate_chunk, dout, dr, dy, dy_bf16, dtable);
 
     const int64_t M = c.M, H = c.H, ld = c.C * H;
     const size_t es = c.golden ? sizeof(double) : sizeof(float);
@@ -189,6 +203,13 @@ h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, c
                 for (int64_t k = 0; k < H; k++)
                     DY[m * H + k] = DO[m * H + k] * bf16_at(G, idx[m] * ld + k);
         }
+    }
+    if (dy_bf16) { /* dy rounded as the CUDA backend's linear rounds its gradient operand */
+        const float *DY = (const float *)dy->data;
+        uint16_t *R = (uint16_t *)dy_bf16->data;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < M * H; i++)
+            R[i] = h3s_bf16_round(DY[i]);
     }
     return H3S_OK;
 }

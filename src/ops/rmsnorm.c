@@ -507,11 +507,27 @@ h3s_status h3s_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3
 
 h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw) {
+    return h3s_head_rmsnorm_backward_rounded(x, heads, w, eps, dy, dx, NULL, dw);
+}
+
+h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
+                                             const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16,
+                                             h3s_tensor *dw) {
     static const char op[] = "head_rmsnorm_backward";
     norm_call c;
     int64_t D;
     H3S_TRY(check_head_rmsnorm(op, x, heads, w, eps, 0, NULL, dy, dx, dw, &c, &D));
-    if (c.on_device) return h3s_cuda_head_rmsnorm_backward(x, heads, w, eps, dy, dx, dw);
+    if (dx_bf16) {
+        if (c.golden || !dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs the strict variant and dx", op);
+        H3S_TRY(h3s_check_shape(op, "dx_bf16", dx_bf16, H3S_BF16, 2, dx->shape));
+        if (dx_bf16->device != dx->device)
+            return h3s_fail(H3S_ERR_DEVICE, "%s: dx_bf16 and dx are not in the same memory", op);
+        const h3s_tensor *in[5] = {x, w, dy, dx, dw};
+        for (int i = 0; i < 5; i++)
+            if (h3s_tensors_overlap(dx_bf16, in[i]))
+                return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 overlaps an operand", op);
+    }
+    if (c.on_device) return h3s_cuda_head_rmsnorm_backward(x, heads, w, eps, dy, dx, dx_bf16, dw);
     const int64_t P = c.M * heads;
     void *cdw = NULL;
     if (dw) {
@@ -563,5 +579,13 @@ h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h
         if (dw) head_fold_f32(CW, c.M, heads, D, (float *)dw->data);
     }
     free(cdw);
+    if (dx_bf16) { /* dx rounded as the CUDA backend's linear rounds its gradient operand */
+        const float *DX = (const float *)dx->data;
+        uint16_t *R = (uint16_t *)dx_bf16->data;
+        const int64_t n = h3s_tensor_numel(dx);
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++)
+            R[i] = h3s_bf16_round(DX[i]);
+    }
     return H3S_OK;
 }

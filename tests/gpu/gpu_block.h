@@ -57,8 +57,10 @@ typedef struct gblock_run {
     /* the nodes, in allocation order (pointers into t[]) */
     h3s_tensor *x, *dout, *temb, *cosT, *sinT;
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
-    h3s_tensor *dtab, *dx2a, *df, *dhs, *dw_down, *du, *du_bf16, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob, *dao, *dwo;
-    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk, *dwv, *dn1;
+    h3s_tensor *dtab, *dx2a, *df, *df_bf16, *dhs, *dw_down, *du, *du_bf16, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob,
+        *dob_bf16, *dao, *dwo;
+    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dq_bf16, *dk_bf16, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk,
+        *dwv, *dn1;
     h3s_tensor *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
     void (*after)(void *ctx, const char *node);
     void *ctx;
@@ -188,6 +190,7 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dtab, "grad.adaln_table", H3S_F32, 1, 18 * H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2a, "grad.residual_mlp.dr", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->df_bf16, "grad.residual_mlp.dy.bf16", H3S_BF16, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", WGT, H, FF, 0));
     GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
@@ -199,6 +202,7 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dx2, "grad.residual_attn.out", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dxa, "grad.residual_attn.dr", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dob, "grad.residual_attn.dy", H3S_F32, M, H, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dob_bf16, "grad.residual_attn.dy.bf16", H3S_BF16, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dao, "grad.o_proj.dx", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", WGT, H, QW, 0));
     GBLOCK_TRY(gblock_node(r, &r->dqr, "grad.attention.dq", H3S_F32, M, QW, 1));
@@ -208,6 +212,9 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dkn, "grad.rope_k", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dq, "grad.q_norm.dx", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dk, "grad.k_norm.dx", H3S_F32, M, QW, 1));
+    /* the model's: dq, dk rounded in the per-head norms' backward pass, the q and k projections' operands */
+    GBLOCK_TRY(gblock_node(r, &r->dq_bf16, "grad.q_norm.dx.bf16", H3S_BF16, M, QW, 1));
+    GBLOCK_TRY(gblock_node(r, &r->dk_bf16, "grad.k_norm.dx.bf16", H3S_BF16, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dqnw, "grad.q_norm.dw", H3S_F32, g->D, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dknw, "grad.k_norm.dw", H3S_F32, g->D, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dn1q, "grad.q_proj.dx", H3S_F32, M, H, 1));
@@ -354,6 +361,7 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dtemb = r->dtemb,
                              .dx1a = r->dx2a,
                              .df = r->df,
+                             .df_bf16 = r->df_bf16,
                              .dh = r->dhs,
                              .du = r->du,
                              .du_bf16 = r->du_bf16,
@@ -361,6 +369,7 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dx1 = r->dx2,
                              .dxa = r->dxa,
                              .dout_o = r->dob,
+                             .dout_o_bf16 = r->dob_bf16,
                              .datt = r->dao,
                              .dqa = r->dqr,
                              .dka = r->dkr,
@@ -369,6 +378,8 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dkn = r->dkn,
                              .dq = r->dq,
                              .dk = r->dk,
+                             .dq_bf16 = r->dq_bf16,
+                             .dk_bf16 = r->dk_bf16,
                              .dn1q = r->dn1q,
                              .dn1k = r->dn1k,
                              .dn1v = r->dn1v,

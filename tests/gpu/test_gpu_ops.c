@@ -263,6 +263,14 @@ static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     h3c_norm_force_generic(0);
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && (!with_w || gequal(&dwd, &dw)),
           "rmsnorm: the generic kernels differ from the vector and register-resident ones");
+    if (with_mod) { /* the shift and scale folds in one pass: the bits of the two folds apart (the fold hook) */
+        h3s_tensor dt2 = gup(&pattern);
+        h3c_fold_force_generic(1);
+        CHECK_OK(h3s_rmsnorm_backward(&xd, W, MOD, 1e-5, &dyd, NULL, NULL, &dt2));
+        h3c_fold_force_generic(0);
+        CHECK(gequal(&dt2, &dt), "rmsnorm dtable: the one-pass shift and scale fold differs from the two folds");
+        gfree(&dt2);
+    }
     /* dx = dx_add + the norm's dx (h3s_rmsnorm_backward_add: the block's residual sums), register-resident and
      * generic kernels: the bits of the plain backward followed by grad_add(dx_add, dx) */
     {
@@ -409,6 +417,26 @@ static void test_head_rmsnorm(void) {
     h3c_norm_force_generic(0);
     CHECK(gequal(&yd, &y) && gequal(&dxd, &dx) && gequal(&dwd, &dw),
           "head_rmsnorm: the generic kernels differ from the register-resident ones");
+    /* dx rounded to BF16 in the same pass (register-resident and generic kernels): dx unchanged, and the copy is
+     * round_bf16(dx) */
+    {
+        h3s_tensor dxb = gdev2(H3S_BF16, M, W), want = gdev2(H3S_BF16, M, W);
+        CHECK_OK(h3s_cuda_round_bf16(&dxd, &want));
+        h3s_tensor wanth = gdown(&want);
+        for (int generic = 0; generic < 2; generic++) {
+            gpoison(&dxd), gpoison(&dxb);
+            h3c_norm_force_generic(generic);
+            CHECK_OK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, &dxd, &dxb, &dwd));
+            h3c_norm_force_generic(0);
+            CHECK(gequal(&dxd, &dx) && gequal(&dxb, &wanth) && gequal(&dwd, &dw),
+                  "head_rmsnorm_backward_rounded (%s kernels): dx, dw unchanged and dx_bf16 = round_bf16(dx)",
+                  generic ? "generic" : "register-resident");
+        }
+        CHECK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, NULL, &dxb, NULL) != H3S_OK,
+              "head_rmsnorm_backward_rounded: dx_bf16 without dx is refused");
+        h3s_tensor_free(&wanth);
+        gfree(&dxb), gfree(&want);
+    }
     /* in place: dx over dy gives the same bits */
     CHECK_OK(h3s_head_rmsnorm_backward(&xd, heads, &wd, 1e-5, &dyd, &dyd, &dwd));
     CHECK(gequal(&dyd, &dx) && gequal(&dwd, &dw), "head_rmsnorm backward in place");
@@ -1246,8 +1274,20 @@ static void elem_residual(int64_t M, int64_t H, int with_table, int64_t C, int64
     float *g = (float *)ebuf_at(&dout, o1);
     ELEM_SAME_BITS(what, bw, 4,
                    h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1),
-                                              (float *)ebuf_at(&dy, o1)));
-    ELEM_SAME_BITS(what, bw, 4, h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, NULL, g));
+                                              (float *)ebuf_at(&dy, o1), NULL));
+    ELEM_SAME_BITS(what, bw, 4, h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, NULL, g, NULL));
+    /* with dy rounded to BF16 in the same pass: dr and dy unchanged, the copy is round_bf16(dy) */
+    ebuf dyb = ebuf_new(H3S_BF16, M * H, 0, 0), rr = ebuf_new(H3S_BF16, M * H, 0, 0);
+    ebuf *bwr[] = {&dout, &dr, &dy, &dyb};
+    float *pdy = (float *)ebuf_at(&dy, o1);
+    ELEM_SAME_BITS(what, bwr, 4,
+                   h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1), pdy,
+                                              ebuf_at(&dyb, o1)));
+    CHECK_OK(h3c_round_bf16("t", M * H, pdy, ebuf_at(&rr, o1)));
+    h3s_tensor a = gdown(&dyb.dev), b = gdown(&rr.dev);
+    CHECK(h3t_bitwise_equal(&a, &b), "%s: dy_bf16 is dy rounded to BF16", what);
+    h3s_tensor_free(&a), h3s_tensor_free(&b);
+    ebuf_free(&dyb), ebuf_free(&rr);
     ebuf_free(&r), ebuf_free(&y), ebuf_free(&out), ebuf_free(&table), ebuf_free(&dout), ebuf_free(&dr);
     ebuf_free(&dy);
     h3s_tensor_free(&idx_h);
