@@ -5,13 +5,17 @@
  * bench/provider/run_gpu_bench.sh runs both in one call and writes the ratios.
  *
  *   build/bench_gpu_block [--seqs 12,925,4253,8349] [--reps N] [--warmup N] [--profile-reps N] [--small]
- *                         [--weight-grads bf16|f32] [--json FILE]
+ *                         [--weight-grads bf16|f32] [--all-f32-grads] [--json FILE]
  *
  * The seven linear weights' gradients are F32 by default (--weight-grads f32); --weight-grads bf16 has the GEMM round
  * them as it stores them (the dtype of the provider's .grad; test_gpu_block checks they are the F32 gradients rounded).
  * It measured slower on the H200 at commit bdc6d44 (the seven BF16 weight-gradient GEMMs 2458 us against about
  * 1984 us in F32 at S = 925); since fa332ca its epilogue goes through shared memory and it is the faster of the two at
  * M <= 1133 (docs/numerics/linear_cuda.md).
+ *
+ * df, du, dout_o, dq and dk are written only as the BF16 copies their linears read (gblock_setup_lean), as the model
+ * runs without a node hook; --all-f32-grads writes their F32 values too (the node hook's setting, and the only one
+ * where a linear reads F32 dy: split gradient operands, shapes the tensor-core kernels do not take).
  *
  * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the library's block,
  * src/model/block.c, which the model runs and test_gpu_block checks for batch invariance and repeat); the parameters
@@ -189,6 +193,7 @@ static void json_profile(FILE *f, const char *key, const profile *p, int n, int 
 typedef struct run_opts {
     int reps, warmup, preps, nseqs;
     int wgrad_bf16; /* --weight-grads bf16 (1) or f32 (0, the default) */
+    int all_f32;    /* --all-f32-grads: df, du, dout_o, dq, dk in F32 as well (else only their BF16 copies) */
     int64_t seqs[MAX_SEQS];
     const char *desc;
 } run_opts;
@@ -221,6 +226,7 @@ static int write_json(const char *path, const gblock_geom *g0, const run_opts *o
             "warm-up runs at every S; per-node: sync after every operator, median of %d\",\n",
             o->reps, o->warmup, o->preps);
     fprintf(f, "  \"weight_grads\": \"%s\",\n", o->wgrad_bf16 ? "bf16" : "f32");
+    fprintf(f, "  \"f32_grads\": \"%s\",\n", o->all_f32 ? "all" : "lean (df, du, dout_o, dq, dk as BF16 copies only)");
     fprintf(f, "  \"reps\": %d, \"warmup\": %d, \"profile_reps\": %d,\n  \"batches\": [\n", o->reps, o->warmup,
             o->preps);
     for (int ri = 0; ri < nres; ri++) {
@@ -261,7 +267,8 @@ static void measure(const gblock_geom *g, const gblock_params *p, const run_opts
     const int64_t S = g->S;
     gblock_run r;
     printf("[strict] S = %lld, B = %lld: setup\n", (long long)S, (long long)R->B);
-    ok(gblock_setup_wgrad(g, R->B, o->wgrad_bf16, &r), "block setup");
+    ok(o->all_f32 ? gblock_setup_wgrad(g, R->B, o->wgrad_bf16, &r) : gblock_setup_lean(g, R->B, o->wgrad_bf16, &r),
+       "block setup");
     ok(h3s_cuda_sync(), "sync");
     printf("[strict] S = %lld, B = %lld: %d warm-up runs (forward + backward)\n", (long long)S, (long long)R->B,
            o->warmup);
@@ -338,7 +345,7 @@ static void measure(const gblock_geom *g, const gblock_params *p, const run_opts
 
 static const char USAGE[] =
     "usage: bench_gpu_block [--seqs S1,S2,...] [--reps N] [--warmup N] [--profile-reps N] [--small]\n"
-    "                       [--weight-grads bf16|f32] [--json FILE]\n"
+    "                       [--weight-grads bf16|f32] [--all-f32-grads] [--json FILE]\n"
     "  --seqs LIST       rows per item, comma-separated, each in [1, %d], at most %d values\n"
     "                    (default %s; with --small, the small block's %lld)\n"
     "  --reps N          timed runs per (S, B), median reported, in [1, %d] (default 15)\n"
@@ -347,6 +354,8 @@ static const char USAGE[] =
     "  --small           scaled-down block (hidden 64), a quick check\n"
     "  --weight-grads T  the seven linear weights' gradients in f32 (default) or bf16 (the F32 gradient rounded once\n"
     "                    as the GEMM stores it, the dtype of the provider's .grad)\n"
+    "  --all-f32-grads   write df, du, dout_o, dq, dk in F32 too (default: only the BF16 copies their linears read,\n"
+    "                    as the model runs without a node hook)\n"
     "  --json FILE       write the results (rewritten after every S, so a stopped run keeps the finished ones)\n";
 
 static void usage(FILE *to) {
@@ -395,6 +404,8 @@ int main(int argc, char **argv) {
             return 0;
         } else if (!strcmp(argv[i], "--small")) {
             small = 1;
+        } else if (!strcmp(argv[i], "--all-f32-grads")) {
+            o.all_f32 = 1;
         } else if (has_value && !strcmp(argv[i], "--reps")) {
             if (parse_int("--reps", argv[++i], &o.reps)) return 2;
         } else if (has_value && !strcmp(argv[i], "--warmup")) {

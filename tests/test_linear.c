@@ -516,6 +516,10 @@ static void test_rounded_dy(void) {
     CHECK_FAILS_UNWRITTEN(H3S_ERR_SHAPE, &oo, h3s_linear_backward_rounded(&x, &w, &dy, &bad, &dx2, NULL, NULL));
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
                           h3s_linear_backward_rounded(&x, &w, &dy, &dyb_over, &dx_over, NULL, NULL));
+    /* dy_bf16 alone is a CUDA-backend option: the host reads dy */
+    CHECK(!h3s_linear_backward_bf16_dy_only(&x, &w), "linear_backward_bf16_dy_only: 1 for host tensors");
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_linear_backward_rounded(&x, &w, NULL, &dyb, &dx2, NULL, NULL));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo, h3s_linear_backward_rounded(&x, &w, NULL, NULL, &dx2, NULL, NULL));
     h3s_tensor *frees[] = {&x, &w, &dy, &dyb, &dx1, &dx2, &dw1, &dw2, &db1, &db2, &xf, &wf, &bad, &dxb};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
         h3s_tensor_free(frees[i]);

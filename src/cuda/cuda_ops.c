@@ -100,13 +100,29 @@ h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, con
     return h3c_sgemm_forward(op, M, N, K, x->data, w->data, (const float *)dp(b), y->data);
 }
 
+int h3s_cuda_linear_bf16_dy_only(int64_t N, int64_t K) {
+    return h3c_gemm_wgmma_shape(N, K) && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16;
+}
+
 h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
                                     const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db) {
     static const char op[] = "linear_backward";
     h3s_dtype dt = H3S_F32;
     int64_t M = 0, K = 0, N = 0;
     H3S_TRY(linear_common(op, x, w, &dt, &M, &K, &N));
-    H3S_TRY(dev_tensor(op, "dy", dy, H3S_F32, 2, M, N, -1));
+    if (!dy) { /* dy_bf16 alone: only where the kernels read nothing else */
+        if (!dy_bf16) return h3s_fail(H3S_ERR_INVALID, "%s: dy is NULL", op);
+        if (dt != H3S_BF16 || !h3s_cuda_linear_bf16_dy_only(N, K))
+            return h3s_fail(H3S_ERR_INVALID,
+                            "%s: dy is NULL, but this backward reads F32 dy (%s); only the BF16 variant with BF16 "
+                            "gradient operands on a shape whose K and N are multiples of 8 computes from dy_bf16 alone",
+                            op,
+                            dt != H3S_BF16                                       ? "F32 variant"
+                            : h3s_get_grad_operands() == H3S_GRAD_OPERANDS_SPLIT ? "split gradient operands"
+                                                                                 : "K or N not a multiple of 8");
+        if (db) return h3s_fail(H3S_ERR_INVALID, "%s: db sums F32 dy, which is NULL", op);
+    }
+    H3S_TRY(dev_opt(op, "dy", dy, H3S_F32, 2, M, N));
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, K));
     /* dw in BF16 (the BF16 variant only): the F32 fold rounded once as it is stored */
     const int dw_bf16 = dw && dt == H3S_BF16 && dw->dtype == H3S_BF16;
@@ -116,8 +132,8 @@ h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, co
     H3S_TRY(dev_opt(op, "dy_bf16", dy_bf16, H3S_BF16, 2, M, N));
     if (dt == H3S_BF16) {
         if (dx || dw)
-            H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, dy->data, dp(dy_bf16), w->data, x->data, dx ? dx->data : NULL,
-                                           dw ? dw->data : NULL, dw_bf16));
+            H3S_TRY(h3c_gemm_bf16_backward(op, M, N, K, (const float *)dp(dy), dp(dy_bf16), w->data, x->data,
+                                           dx ? dx->data : NULL, dw ? dw->data : NULL, dw_bf16));
     } else {
         if (dx) H3S_TRY(h3c_sgemm_dx(op, M, N, K, dy->data, w->data, dx->data));
         if (dw) H3S_TRY(h3c_sgemm_dw(op, M, N, K, dy->data, x->data, dw->data));
@@ -293,7 +309,6 @@ h3s_status h3s_cuda_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, co
     H3S_TRY(dev_opt(op, "dx", dx, H3S_F32, 2, M, heads * D));
     H3S_TRY(dev_opt(op, "dw", dw, H3S_F32, 1, D, -1));
     H3S_TRY(dev_opt(op, "dx_bf16", dx_bf16, H3S_BF16, 2, M, heads * D));
-    if (dx_bf16 && !dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs dx", op);
     void *inv = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(M * heads > 0 ? M * heads : 1) * sizeof(float), &inv));
     const int late_dx = dx && dw && h3s_tensors_overlap(dx, dy);
@@ -489,7 +504,6 @@ h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *tab
     H3S_TRY(dev_opt(op, "dr", dr, H3S_F32, 2, M, H));
     H3S_TRY(dev_opt(op, "dy", dy, H3S_F32, 2, M, H));
     H3S_TRY(dev_opt(op, "dy_bf16", dy_bf16, H3S_BF16, 2, M, H));
-    if (dy_bf16 && !dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy_bf16 needs dy", op);
     int64_t R = 0, ld = 0, off = 0;
     const int64_t *idx;
     H3S_TRY(gate_table(op, table, index, gate_chunk, M, H, &R, &ld, &off, &idx));
@@ -535,9 +549,10 @@ h3s_status h3s_cuda_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h
     int64_t M = 0, F = 0;
     H3S_TRY(swiglu_common(op, u, &M, &F));
     H3S_TRY(dev_tensor(op, "dh", dh, H3S_F32, 2, M, F, -1));
-    H3S_TRY(dev_tensor(op, "du", du, H3S_F32, 2, M, 2 * F, -1));
+    H3S_TRY(dev_opt(op, "du", du, H3S_F32, 2, M, 2 * F));
     H3S_TRY(dev_opt(op, "du_bf16", du_bf16, H3S_BF16, 2, M, 2 * F));
-    return h3c_swiglu_backward(op, M, F, u->data, dh->data, du->data, du_bf16 ? du_bf16->data : NULL);
+    if (!du && !du_bf16) return H3S_OK;
+    return h3c_swiglu_backward(op, M, F, u->data, dh->data, du ? du->data : NULL, du_bf16 ? du_bf16->data : NULL);
 }
 
 /* ------------------------------------------------------------------ adaln projection */

@@ -39,6 +39,9 @@ h3s_status h3s_cuda_sync(void);
 h3s_status h3s_cuda_device_sync(void);
 
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y);
+/* 1 when the CUDA BF16 linear backward of a [N, K] weight computes dx and dw from dy_bf16 alone (BF16 gradient
+ * operands, a shape the tensor-core kernels take), so that dy's producer may skip writing F32 dy. */
+int h3s_cuda_linear_bf16_dy_only(int64_t N, int64_t K);
 h3s_status h3s_cuda_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
                                     const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db);
 h3s_status h3s_cuda_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,

@@ -361,7 +361,7 @@ __global__ void residual_backward_ref_kernel(int64_t M, int64_t H, const uint16_
         const int64_t m = e / H, k = e % H;
         const float g = dout[e];
         float gy = g;
-        if (table && dy) {
+        if (table && (dy || dyb)) {
             const int64_t row = h3k_index(index, m, R, flag, H3C_CODE_RESIDUAL_BACKWARD);
             if (row < 0) continue;
             gy = g * h3k_bf2f(table[row * ld_table + gate_off + k]);
@@ -384,7 +384,7 @@ __global__ void residual_backward_vec_kernel(int64_t M, int64_t H, const uint16_
 #pragma unroll
             for (int j = 0; j < VW; j++)
                 gy[j] = g[j];
-            if (table && dy) {
+            if (table && (dy || dyb)) {
                 const int64_t row = h3k_index(index, m, R, flag, H3C_CODE_RESIDUAL_BACKWARD);
                 if (row < 0) continue;
                 uint16_t tv[VW];
@@ -416,9 +416,9 @@ static void residual_backward_launch(int64_t M, int64_t H, const uint16_t *table
 extern "C" h3s_status h3c_residual_backward_rows(const char *op, int64_t M, int64_t H, const void *table,
                                                  const int64_t *index, int64_t R, int64_t ld_table, int64_t gate_off,
                                                  const float *dout, float *dr, float *dy, void *dy_bf16) {
-    if (!dr && !dy) return H3S_OK;
+    if (!dr && !dy && !dy_bf16) return H3S_OK;
     const uint16_t *t16 = (const uint16_t *)table;
-    uint16_t *dyb = dy ? (uint16_t *)dy_bf16 : NULL;
+    uint16_t *dyb = (uint16_t *)dy_bf16; /* with dy NULL: the branch gradient in BF16 only */
     if (g_elem_reference)
         LAUNCH(residual_backward_ref_kernel, M * H, M, H, t16, index, R, ld_table, gate_off, dout, dr, dy, dyb,
                h3c_error_flag());
@@ -627,8 +627,10 @@ __global__ void swiglu_backward_ref_kernel(int64_t M, int64_t F, const uint16_t 
         float v = h3k_bf2f(u[m * 2 * F + f]), g = h3k_bf2f(u[m * 2 * F + F + f]);
         float d = dh[e];
         const float a = d * h3k_siluf(g), b = (d * v) * h3k_silu_gradf(g);
-        du[m * 2 * F + f] = a;
-        du[m * 2 * F + F + f] = b;
+        if (du) {
+            du[m * 2 * F + f] = a;
+            du[m * 2 * F + F + f] = b;
+        }
         if (dub) {
             dub[m * 2 * F + f] = h3k_f2bf(a);
             dub[m * 2 * F + F + f] = h3k_f2bf(b);
@@ -680,8 +682,10 @@ __global__ void swiglu_backward_vec_kernel(int64_t M, int64_t F, const uint16_t 
                     b[j] = (dv[j] * h3k_bf2f(vv.bits(j))) * t.y;
                 }
             }
-            h3k_st_f32v<VW>(du + m * 2 * F + f, a);
-            h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
+            if (du) { /* NULL: only the BF16 copy is read (h3s_swiglu_backward_rounded) */
+                h3k_st_f32v<VW>(du + m * 2 * F + f, a);
+                h3k_st_f32v<VW>(du + m * 2 * F + F + f, b);
+            }
             if (dub) { /* du rounded as h3k_f2bf rounds it, for the linear backward's BF16 operands */
                 uint16_t ra[VW], rb[VW];
                 h3k_f2bf_v<VW>(a, ra);

@@ -367,12 +367,12 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_k
             xv[j] = xh, gv[j] = gx;
         }
         dot = warp_sum(dot);
-        if (!a.dx) return;
+        if (!a.dx && !a.dxb) return;
         const float mean = dot / (float)a.D;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             const float v = inv * (gv[j] - xv[j] * mean);
-            a.dx[p * a.D + lane + 32 * j] = v;
+            if (a.dx) a.dx[p * a.D + lane + 32 * j] = v;
             if (a.dxb) a.dxb[p * a.D + lane + 32 * j] = h3k_f2bf(v);
         }
     } else {
@@ -385,13 +385,13 @@ template <int NV> __global__ void __launch_bounds__(256) head_rmsnorm_backward_k
             dot = __fmaf_rn(gx, xh, dot);
         }
         dot = warp_sum(dot);
-        if (!a.dx) return;
+        if (!a.dx && !a.dxb) return;
         const float mean = dot / (float)a.D;
         for (int64_t d = lane; d < a.D; d += 32) {
             float xh = h3k_bf2f(xr[d]) * inv;
             float gx = dyr[d] * h3k_bf2f(a.w[d]);
             const float v = inv * (gx - xh * mean);
-            a.dx[p * a.D + d] = v;
+            if (a.dx) a.dx[p * a.D + d] = v;
             if (a.dxb) a.dxb[p * a.D + d] = h3k_f2bf(v);
         }
     }

@@ -72,6 +72,14 @@ h3s_status h3s_block_forward(const h3s_block_weights *w, const h3s_block_ctx *c,
     return H3S_OK;
 }
 
+int h3s_block_lean_grads(const h3s_block_weights *w, const h3s_block_fwd *f) {
+    return (h3s_linear_backward_bf16_dy_only(f->h, w->ff_out) ? H3S_BLOCK_LEAN_DF : 0) |
+           (h3s_linear_backward_bf16_dy_only(f->n2, w->ff_in) ? H3S_BLOCK_LEAN_DU : 0) |
+           (h3s_linear_backward_bf16_dy_only(f->att, w->to_out) ? H3S_BLOCK_LEAN_DOUT_O : 0) |
+           (h3s_linear_backward_bf16_dy_only(f->n1, w->to_q) ? H3S_BLOCK_LEAN_DQ : 0) |
+           (h3s_linear_backward_bf16_dy_only(f->n1, w->to_k) ? H3S_BLOCK_LEAN_DK : 0);
+}
+
 h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c, const h3s_block_fwd *f,
                               const h3s_block_bwd *b, const h3s_block_grads *g) {
     static const h3s_block_grads none = {0};

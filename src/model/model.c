@@ -1981,15 +1981,20 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     int64_t HD = heads * c->attention_head_dim, F = c->ffn_dim;
     h3s_dtype gd = m->grad;
     h3s_block_bwd d = {.dout = dx2};
-    if (!refiner) NEW(d.dtable, gd, tp->T, 18 * H);
-    NEW_OUT(d.dx1a, gd, M, H);
-    NEW_OUT(d.df, gd, M, H);
-    NEW_OUT(d.dh, gd, M, F);
-    NEW_OUT(d.du, gd, M, 2 * F);
+    const h3s_block_weights *bw = refiner ? &m->rbw[i] : &m->bw[i];
+    h3s_block_fwd f = block_fwd_of(a);
     /* du rounded to BF16 by the SwiGLU backward in the same pass, the gate/up linear's gradient operand on the GPU
-     * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself */
+     * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself.  Likewise df, dout_o, dq, dk.
+     * Where the linear reads the BF16 copy alone and no node hook wants the F32 gradient, the F32 one is neither
+     * allocated nor written (h3s_block_lean_grads): the same bits everywhere else. */
     const int rounded =
         m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16;
+    const int lean = rounded && !r->hook ? h3s_block_lean_grads(bw, &f) : 0;
+    if (!refiner) NEW(d.dtable, gd, tp->T, 18 * H);
+    NEW_OUT(d.dx1a, gd, M, H);
+    if (!(lean & H3S_BLOCK_LEAN_DF)) NEW_OUT(d.df, gd, M, H);
+    NEW_OUT(d.dh, gd, M, F);
+    if (!(lean & H3S_BLOCK_LEAN_DU)) NEW_OUT(d.du, gd, M, 2 * F);
     if (rounded) {
         NEW_OUT(d.du_bf16, H3S_BF16, M, 2 * F);
         NEW_OUT(d.df_bf16, H3S_BF16, M, H);
@@ -1998,7 +2003,7 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW_OUT(d.dn2, gd, M, H);
     NEW_OUT(d.dx1, gd, M, H);
     NEW_OUT(d.dxa, gd, M, H);
-    NEW_OUT(d.dout_o, gd, M, H);
+    if (!(lean & H3S_BLOCK_LEAN_DOUT_O)) NEW_OUT(d.dout_o, gd, M, H);
     NEW_OUT(d.datt, gd, M, HD);
     NEW(d.dqa, gd, M, HD);
     NEW(d.dka, gd, M, HD);
@@ -2007,8 +2012,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
         NEW_OUT(d.dqn, gd, M, HD);
         NEW_OUT(d.dkn, gd, M, HD);
     }
-    NEW_OUT(d.dq, gd, M, HD);
-    NEW_OUT(d.dk, gd, M, HD);
+    if (!(lean & H3S_BLOCK_LEAN_DQ)) NEW_OUT(d.dq, gd, M, HD);
+    if (!(lean & H3S_BLOCK_LEAN_DK)) NEW_OUT(d.dk, gd, M, HD);
     if (rounded) { /* dq and dk likewise, by the per-head norms' backward */
         NEW_OUT(d.dq_bf16, H3S_BF16, M, HD);
         NEW_OUT(d.dk_bf16, H3S_BF16, M, HD);
@@ -2037,8 +2042,7 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     block_emit e = {r, refiner ? "refiner" : "block", (long long)i, S, d.dtemb};
     h3s_attn_mask mask = block_mask(tp, refiner);
     h3s_block_ctx bc = block_ctx(tp, refiner, &mask, &e);
-    h3s_block_fwd f = block_fwd_of(a);
-    H3S_TRY(h3s_block_backward(refiner ? &m->rbw[i] : &m->bw[i], &bc, &f, &d, &pg));
+    H3S_TRY(h3s_block_backward(bw, &bc, &f, &d, &pg));
     if (!refiner) H3S_TRY(accumulate_dtemb(g, d.dtemb));
     *dx_out = d.dx;
     return H3S_OK;

@@ -809,6 +809,11 @@ h3s_status h3s_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3
     return H3S_OK;
 }
 
+int h3s_linear_backward_bf16_dy_only(const h3s_tensor *x, const h3s_tensor *w) {
+    return x && w && x->device && w->device && x->dtype == H3S_BF16 && w->dtype == H3S_BF16 && x->ndim == 2 &&
+           w->ndim == 2 && w->shape[1] == x->shape[1] && h3s_cuda_linear_bf16_dy_only(w->shape[0], w->shape[1]);
+}
+
 h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy, h3s_tensor *dx,
                                h3s_tensor *dw, h3s_tensor *db) {
     return h3s_linear_backward_rounded(x, w, dy, NULL, dx, dw, db);
@@ -820,11 +825,11 @@ h3s_status h3s_linear_backward_rounded(const h3s_tensor *x, const h3s_tensor *w,
     H3S_TRY(check_variant_dtype(op, x));
     const h3s_dtype dt = x->dtype, gt = dt == H3S_F64 ? H3S_F64 : H3S_F32;
     if (!w) return h3s_fail(H3S_ERR_INVALID, "%s: w is NULL", op);
-    if (!dy) return h3s_fail(H3S_ERR_INVALID, "%s: dy is NULL", op);
+    if (!dy && !dy_bf16) return h3s_fail(H3S_ERR_INVALID, "%s: dy is NULL", op);
     h3s_status s = h3s_check_tensor(op, "x", x, dt, 2);
     if (s == H3S_OK) s = h3s_check_shape(op, "w", w, dt, 2, (const int64_t[]){-1, x->shape[1]});
     const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[0];
-    if (s == H3S_OK) s = h3s_check_shape(op, "dy", dy, gt, 2, (const int64_t[]){M, N});
+    if (s == H3S_OK && dy) s = h3s_check_shape(op, "dy", dy, gt, 2, (const int64_t[]){M, N});
     if (s == H3S_OK && dx) s = h3s_check_shape(op, "dx", dx, gt, 2, (const int64_t[]){M, K});
     /* dw may be BF16 in the BF16 variant on the CUDA backend: the F32 fold rounded once as it is stored */
     const h3s_dtype wt = dw && dt == H3S_BF16 && dw->dtype == H3S_BF16 && dw->device ? H3S_BF16 : gt;
@@ -843,6 +848,10 @@ h3s_status h3s_linear_backward_rounded(const h3s_tensor *x, const h3s_tensor *w,
         if (h3s_tensors_overlap(all[o], dy_bf16))
             return h3s_fail(H3S_ERR_INVALID, "%s: %s overlaps dy_bf16", op, names[o]);
     if (device) return h3s_cuda_linear_backward(x, w, dy, dy_bf16, dx, dw, db);
+    if (!dy)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "%s: dy is NULL; computing from dy_bf16 alone is a CUDA-backend option (the host reads dy)",
+                        op);
     /* the host computes from dy itself: dy_bf16 (dy's rounding, checked above) adds nothing there */
     for (int o = 3; o < 6; o++)
         for (int i = 0; i < o; i++)

@@ -33,9 +33,15 @@ h3s_status h3s_linear_backward(const h3s_tensor *x, const h3s_tensor *w, const h
 /* h3s_linear_backward given also dy_bf16 = dy rounded to BF16 (round to nearest even), as the producer of dy wrote it
  * in the same pass (h3s_swiglu_backward_rounded): the CUDA backend's BF16 gradient operands are then read from it
  * instead of a rounding pass over dy, the same bits when dy_bf16 is dy's rounding.  BF16 variant only; the host and
- * the split operands compute from dy. */
+ * the split operands compute from dy.  dy may be NULL (dy_bf16 alone) where h3s_linear_backward_bf16_dy_only says the
+ * backward reads nothing else, and without db; elsewhere that is refused. */
 h3s_status h3s_linear_backward_rounded(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *dy,
                                        const h3s_tensor *dy_bf16, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *db);
+/* 1 when h3s_linear_backward_rounded(x, w, NULL, dy_bf16, dx, dw, NULL) computes dx and dw from dy_bf16 alone: x and w
+ * BF16 in device memory, BF16 gradient operands (h3s_set_grad_operands), K and N multiples of 8.  dy's producer may
+ * then write only the BF16 copy (h3s_swiglu_backward_rounded, h3s_residual_backward_rounded and
+ * h3s_head_rmsnorm_backward_rounded take a NULL F32 output on the CUDA backend). */
+int h3s_linear_backward_bf16_dy_only(const h3s_tensor *x, const h3s_tensor *w);
 
 /* ---------------------------------------------------------------- rmsnorm ------------
  * y = x * rsqrt(mean_k(x^2) + eps) [* w] [* (1 + scale[index[m]]) + shift[index[m]]].
@@ -59,7 +65,8 @@ h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, co
 h3s_status h3s_head_rmsnorm_backward(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                      const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw);
 /* h3s_head_rmsnorm_backward that also writes dx_bf16 = dx rounded to BF16 (round to nearest even), for the
- * projection's h3s_linear_backward_rounded: strict variant, dx required, dx_bf16 may overlap no operand. */
+ * projection's h3s_linear_backward_rounded: strict variant, dx_bf16 may overlap no operand.  dx may be NULL on the CUDA
+ * backend (the BF16 copy alone, the same bits); the host refuses that. */
 h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads, const h3s_tensor *w, double eps,
                                              const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dx_bf16, h3s_tensor *dw);
 
@@ -106,7 +113,8 @@ h3s_status h3s_attention_backward_rows(const h3s_tensor *q, const h3s_tensor *k,
 h3s_status h3s_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index, int gate_chunk,
                                  const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy, h3s_tensor *dtable);
 /* h3s_residual_backward that also writes dy_bf16 = dy rounded to BF16 (round to nearest even), for the branch's
- * h3s_linear_backward_rounded: strict variant, dy required, dy_bf16 may overlap no operand. */
+ * h3s_linear_backward_rounded: strict variant, dy_bf16 may overlap no operand.  dy may be NULL on the CUDA backend (the
+ * BF16 copy alone, the same bits); the host refuses that. */
 h3s_status h3s_residual_backward_rounded(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,
                                          int gate_chunk, const h3s_tensor *dout, h3s_tensor *dr, h3s_tensor *dy,
                                          h3s_tensor *dy_bf16, h3s_tensor *dtable);
@@ -115,7 +123,8 @@ h3s_status h3s_residual_backward_rounded(const h3s_tensor *y, const h3s_tensor *
  * u [M, 2F]: value = u[:, :F], gate = u[:, F:]; h = value * silu(gate) [M, F]. */
 h3s_status h3s_swiglu_backward(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du);
 /* h3s_swiglu_backward that also writes du_bf16 = du rounded to BF16 (round to nearest even, the rounding of the
- * linear backward's BF16 gradient operands), for h3s_linear_backward_rounded: strict variant, du required. */
+ * linear backward's BF16 gradient operands), for h3s_linear_backward_rounded: strict variant.  du may be NULL on the
+ * CUDA backend (the BF16 copy alone, the same bits); the host refuses that. */
 h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh, h3s_tensor *du, h3s_tensor *du_bf16);
 
 /* ---------------------------------------------------------------- adaln projection ---

@@ -518,16 +518,19 @@ h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads,
     int64_t D;
     H3S_TRY(check_head_rmsnorm(op, x, heads, w, eps, 0, NULL, dy, dx, dw, &c, &D));
     if (dx_bf16) {
-        if (c.golden || !dx) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs the strict variant and dx", op);
-        H3S_TRY(h3s_check_shape(op, "dx_bf16", dx_bf16, H3S_BF16, 2, dx->shape));
-        if (dx_bf16->device != dx->device)
-            return h3s_fail(H3S_ERR_DEVICE, "%s: dx_bf16 and dx are not in the same memory", op);
+        if (c.golden) return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 needs the strict variant", op);
+        H3S_TRY(h3s_check_shape(op, "dx_bf16", dx_bf16, H3S_BF16, 2, dy->shape));
+        if ((dx_bf16->device != 0) != (c.on_device != 0))
+            return h3s_fail(H3S_ERR_DEVICE, "%s: dx_bf16 is not in the memory of x, dy and dx", op);
         const h3s_tensor *in[5] = {x, w, dy, dx, dw};
         for (int i = 0; i < 5; i++)
             if (h3s_tensors_overlap(dx_bf16, in[i]))
                 return h3s_fail(H3S_ERR_INVALID, "%s: dx_bf16 overlaps an operand", op);
     }
     if (c.on_device) return h3s_cuda_head_rmsnorm_backward(x, heads, w, eps, dy, dx, dx_bf16, dw);
+    if (dx_bf16 && !dx)
+        return h3s_fail(H3S_ERR_INVALID, "%s: dx is NULL; dx_bf16 alone is a CUDA-backend option (the host writes dx)",
+                        op);
     const int64_t P = c.M * heads;
     void *cdw = NULL;
     if (dw) {

@@ -80,7 +80,7 @@ h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh
     H3S_TRY(h3s_check_shape(op, "dh", dh, grad, 2, dimMF));
     if (du) H3S_TRY(h3s_check_shape(op, "du", du, grad, 2, dimU));
     if (du_bf16) {
-        if (golden || !du) return h3s_fail(H3S_ERR_INVALID, "%s: du_bf16 needs the strict variant and du", op);
+        if (golden) return h3s_fail(H3S_ERR_INVALID, "%s: du_bf16 needs the strict variant", op);
         H3S_TRY(h3s_check_shape(op, "du_bf16", du_bf16, H3S_BF16, 2, dimU));
         const h3s_tensor *in[3] = {u, dh, du};
         for (int i = 0; i < 3; i++)
@@ -91,6 +91,9 @@ h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh
     const char *names[4] = {"u", "dh", "du", "du_bf16"};
     H3S_TRY(h3s_check_placement(op, ts, names, 4, &on_device));
     if (on_device) return h3s_cuda_swiglu_backward(u, dh, du, du_bf16);
+    if (!du && du_bf16)
+        return h3s_fail(H3S_ERR_INVALID, "%s: du is NULL; du_bf16 alone is a CUDA-backend option (the host writes du)",
+                        op);
     if (!du) return H3S_OK;
     if (golden) {
         const double *U = (const double *)u->data, *DH = (const double *)dh->data;

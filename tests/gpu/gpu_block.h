@@ -48,6 +48,8 @@ typedef struct gblock_params {
 typedef struct gblock_run {
     int64_t B;
     int wgrad_bf16; /* the 7 linear weights' gradients in BF16 (gblock_setup_wgrad): the F32 fold rounded as stored */
+    int lean; /* df, du, dout_o, dq, dk only as their BF16 copies (gblock_setup_lean), as the model runs without a node
+               * hook: those five F32 nodes are not allocated, their pointers NULL */
     int n;
     const char *name[GBLOCK_MAX_NODES];
     h3s_tensor t[GBLOCK_MAX_NODES];
@@ -189,11 +191,11 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     /* backward nodes */
     GBLOCK_TRY(gblock_node(r, &r->dtab, "grad.adaln_table", H3S_F32, 1, 18 * H, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2a, "grad.residual_mlp.dr", H3S_F32, M, H, 1));
-    GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
+    if (!r->lean) GBLOCK_TRY(gblock_node(r, &r->df, "grad.residual_mlp.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->df_bf16, "grad.residual_mlp.dy.bf16", H3S_BF16, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dhs, "grad.ffn_down.dx", H3S_F32, M, FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dw_down, "grad.ffn_down.dw", WGT, H, FF, 0));
-    GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
+    if (!r->lean) GBLOCK_TRY(gblock_node(r, &r->du, "grad.swiglu", H3S_F32, M, 2 * FF, 1));
     /* the model's: du rounded in the SwiGLU backward's pass, the gate/up linear's BF16 gradient operand */
     GBLOCK_TRY(gblock_node(r, &r->du_bf16, "grad.swiglu.bf16", H3S_BF16, M, 2 * FF, 1));
     GBLOCK_TRY(gblock_node(r, &r->dn2, "grad.ffn_gate_up.dx", H3S_F32, M, H, 1));
@@ -201,7 +203,7 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dnorm2, "grad.norm2.dw", H3S_F32, H, 0, 0));
     GBLOCK_TRY(gblock_node(r, &r->dx2, "grad.residual_attn.out", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dxa, "grad.residual_attn.dr", H3S_F32, M, H, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dob, "grad.residual_attn.dy", H3S_F32, M, H, 1));
+    if (!r->lean) GBLOCK_TRY(gblock_node(r, &r->dob, "grad.residual_attn.dy", H3S_F32, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dob_bf16, "grad.residual_attn.dy.bf16", H3S_BF16, M, H, 1));
     GBLOCK_TRY(gblock_node(r, &r->dao, "grad.o_proj.dx", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", WGT, H, QW, 0));
@@ -210,8 +212,10 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dv, "grad.attention.dv", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dqn, "grad.rope_q", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dkn, "grad.rope_k", H3S_F32, M, QW, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dq, "grad.q_norm.dx", H3S_F32, M, QW, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dk, "grad.k_norm.dx", H3S_F32, M, QW, 1));
+    if (!r->lean) {
+        GBLOCK_TRY(gblock_node(r, &r->dq, "grad.q_norm.dx", H3S_F32, M, QW, 1));
+        GBLOCK_TRY(gblock_node(r, &r->dk, "grad.k_norm.dx", H3S_F32, M, QW, 1));
+    }
     /* the model's: dq, dk rounded in the per-head norms' backward pass, the q and k projections' operands */
     GBLOCK_TRY(gblock_node(r, &r->dq_bf16, "grad.q_norm.dx.bf16", H3S_BF16, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dk_bf16, "grad.k_norm.dx.bf16", H3S_BF16, M, QW, 1));
@@ -246,6 +250,29 @@ static inline h3s_status gblock_setup_wgrad(const gblock_geom *g, int64_t B, int
 
 static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_run *r) {
     return gblock_setup_wgrad(g, B, 0, r);
+}
+
+/* 1 when every linear that reads one of df, du, dout_o, dq, dk computes from its BF16 copy alone (BF16 gradient
+ * operands, shapes the tensor-core kernels take): the condition for gblock_setup_lean, as h3s_block_lean_grads is
+ * the model's. */
+static inline int gblock_lean_possible(const gblock_geom *g) {
+    const int64_t H = g->H, QW = g->heads * g->D, FF = g->ffn;
+    return h3s_cuda_linear_bf16_dy_only(H, FF) && h3s_cuda_linear_bf16_dy_only(2 * FF, H) &&
+           h3s_cuda_linear_bf16_dy_only(H, QW) && h3s_cuda_linear_bf16_dy_only(QW, H);
+}
+
+/* gblock_setup_wgrad with df, du, dout_o, dq, dk written only as their BF16 copies, as the model runs them without a
+ * node hook (refused where gblock_lean_possible is 0). */
+static inline h3s_status gblock_setup_lean(const gblock_geom *g, int64_t B, int wgrad_bf16, gblock_run *r) {
+    if (!gblock_lean_possible(g))
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "gblock_setup_lean: a linear of this block reads F32 dy (split gradient "
+                                             "operands, or K or N not a multiple of 8)");
+    memset(r, 0, sizeof *r);
+    r->wgrad_bf16 = wgrad_bf16 ? 1 : 0;
+    r->lean = 1;
+    h3s_status st = gblock_setup_(g, B, r);
+    if (st != H3S_OK) gblock_free(r);
+    return st;
 }
 
 /* The label r.after gets for a node of the shared block (model/block.h): the forward's names as they are; in the

@@ -7,7 +7,9 @@
  *     forward and every per-row gradient of the backward, the bits it gets alone;
  *   - repeat: running B = 2 again gives identical bits in every node, the weight, norm, table
  *     and temb gradients included;
- *   - the linear weights' gradients in BF16 (the bench's setting) are the F32 ones rounded, every other node equal.
+ *   - the linear weights' gradients in BF16 (the bench's setting) are the F32 ones rounded, every other node equal;
+ *   - the lean run (df, du, dout_o, dq, dk only as BF16 copies, as the model runs without a node hook) gives every
+ *     remaining node the full run's bits.
  * H3S_GPU_TEST_SMALL=1 runs a scaled-down block. */
 #include "gpu_block.h"
 #include "gpu_util.h"
@@ -85,6 +87,46 @@ static void wgrad_bf16_check(const gblock_geom *g, const gblock_params *p) {
     gblock_free(&rb);
 }
 
+/* The block as the model runs it without a node hook (gblock_setup_lean: df, du, dout_o, dq, dk written only as the
+ * BF16 copies their linears read) against the run that writes them in F32 too: every node of the lean run, BF16 copies
+ * and weight gradients included, bit for bit the same-named node of the full run, which has exactly those five more. */
+static void lean_check(const gblock_geom *g, const gblock_params *p) {
+    if (!gblock_lean_possible(g)) {
+        printf("lean gradients: not possible here (a linear reads F32 dy); the full run above is the only one\n");
+        return;
+    }
+    gblock_run rf, rl;
+    if (gblock_setup_wgrad(g, 1, 1, &rf) != H3S_OK || gblock_setup_lean(g, 1, 1, &rl) != H3S_OK)
+        gpu_die("block setup (lean gradients)");
+    CHECK_OK(gblock_forward(g, p, &rf));
+    CHECK_OK(gblock_backward(g, p, &rf));
+    CHECK_OK(gblock_forward(g, p, &rl));
+    CHECK_OK(gblock_backward(g, p, &rl));
+    CHECK_OK(h3s_cuda_sync());
+    int bad = 0, missing = 0;
+    for (int i = 0; i < rl.n; i++) {
+        int j = 0;
+        while (j < rf.n && strcmp(rf.name[j], rl.name[i]))
+            j++;
+        CHECK(j < rf.n, "lean node %s is not a node of the full run", rl.name[i]);
+        if (j == rf.n) {
+            missing++;
+            continue;
+        }
+        h3s_tensor a = gdown(&rf.t[j]), b = gdown(&rl.t[i]);
+        const int same = h3t_bitwise_equal(&a, &b);
+        CHECK(same, "node %s: the lean run differs from the full run", rl.name[i]);
+        bad += !same;
+        h3s_tensor_free(&a), h3s_tensor_free(&b);
+    }
+    printf("lean gradients: %d nodes against the full run's %d: %d differ, %d unmatched\n", rl.n, rf.n, bad, missing);
+    CHECK(rf.n - rl.n == 5, "expected the lean run to skip 5 F32 nodes (df, du, dout_o, dq, dk), it has %d fewer",
+          rf.n - rl.n);
+    CHECK(!rl.df && !rl.du && !rl.dob && !rl.dq && !rl.dk, "the lean run allocated one of its skipped F32 nodes");
+    gblock_free(&rf);
+    gblock_free(&rl);
+}
+
 int main(void) {
     gpu_require();
     const int small = gpu_small();
@@ -119,6 +161,7 @@ int main(void) {
     printf("batch invariance: %d per-row nodes x B in {2, 4}: %d differ; repeat (B = 2): %d nodes, %d differ\n",
            per_row, batch_diff, runs[1].n, repeat_diff);
     wgrad_bf16_check(&g, &p);
+    lean_check(&g, &p);
     gblock_params_free(&p);
     return h3t_finish("test_gpu_block");
 }

@@ -216,6 +216,25 @@ static void dy_rounded(int64_t M, int64_t K, int64_t N) {
           "linear_backward_rounded: dy_bf16 of the wrong shape is refused");
     CHECK(h3s_linear_backward_rounded(&xd, &wd, &dyd, &dybd, NULL, NULL, NULL) == H3S_OK,
           "linear_backward_rounded: no output is a no-op");
+    /* dy_bf16 alone (dy NULL): the same bits where the BF16 operands read nothing else; refused with split operands
+     * and with db, which sums F32 dy */
+    CHECK(h3s_linear_backward_bf16_dy_only(&xd, &wd), "linear_backward_bf16_dy_only: 0 on a BF16 wgmma shape");
+    gpoison(&dxd), gpoison(&dwd), gpoison(&dwbd);
+    CHECK_OK(h3s_linear_backward_rounded(&xd, &wd, NULL, &dybd, &dxd, &dwd, NULL));
+    CHECK_OK(h3s_linear_backward_rounded(&xd, &wd, NULL, &dybd, NULL, &dwbd, NULL));
+    CHECK(gequal(&dxd, &dx) && gequal(&dwd, &dw) && gequal(&dwbd, &dwb),
+          "linear_backward_rounded without dy M=%lld %lld->%lld: dx, dw and BF16 dw are the plain backward's bits",
+          (long long)M, (long long)K, (long long)N);
+    h3s_tensor dbd = gdev1(H3S_F32, N);
+    CHECK(h3s_linear_backward_rounded(&xd, &wd, NULL, &dybd, &dxd, NULL, &dbd) != H3S_OK,
+          "linear_backward_rounded: db without dy is refused");
+    gfree(&dbd);
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_SPLIT));
+    CHECK(!h3s_linear_backward_bf16_dy_only(&xd, &wd), "linear_backward_bf16_dy_only: 1 with split operands");
+    CHECK(h3s_linear_backward_rounded(&xd, &wd, NULL, &dybd, &dxd, NULL, NULL) != H3S_OK,
+          "linear_backward_rounded: dy NULL with split operands is refused");
+    CHECK_OK(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16));
+    CHECK(!h3s_linear_backward_bf16_dy_only(&xf, &wf), "linear_backward_bf16_dy_only: 1 for the F32 variant");
     h3s_tensor_free(&dx), h3s_tensor_free(&dw), h3s_tensor_free(&dwb);
     gfree(&xd), gfree(&wd), gfree(&dyd), gfree(&dybd), gfree(&dxd), gfree(&dwd), gfree(&dwbd);
     gfree(&xf), gfree(&wf), gfree(&dybad);

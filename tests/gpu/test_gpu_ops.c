@@ -432,8 +432,16 @@ static void test_head_rmsnorm(void) {
                   "head_rmsnorm_backward_rounded (%s kernels): dx, dw unchanged and dx_bf16 = round_bf16(dx)",
                   generic ? "generic" : "register-resident");
         }
-        CHECK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, NULL, &dxb, NULL) != H3S_OK,
-              "head_rmsnorm_backward_rounded: dx_bf16 without dx is refused");
+        /* the copy alone (dx NULL, as the block writes it when q_proj reads only the copy): the same bits */
+        for (int generic = 0; generic < 2; generic++) {
+            gpoison(&dxb);
+            h3c_norm_force_generic(generic);
+            CHECK_OK(h3s_head_rmsnorm_backward_rounded(&xd, heads, &wd, 1e-5, &dyd, NULL, &dxb, &dwd));
+            h3c_norm_force_generic(0);
+            CHECK(gequal(&dxb, &wanth) && gequal(&dwd, &dw),
+                  "head_rmsnorm_backward_rounded without dx (%s kernels): dx_bf16 = round_bf16(dx), dw unchanged",
+                  generic ? "generic" : "register-resident");
+        }
         h3s_tensor_free(&wanth);
         gfree(&dxb), gfree(&want);
     }
@@ -1250,6 +1258,14 @@ static void elem_swiglu(int64_t M, int64_t F, int64_t ou, int64_t oo, int all_ga
     h3s_tensor a = gdown(&dub.dev), b = gdown(&r.dev);
     CHECK(h3t_bitwise_equal(&a, &b), "%s: du_bf16 is du rounded to BF16", what);
     h3s_tensor_free(&a), h3s_tensor_free(&b);
+    /* the copy alone (du NULL, as the block runs when the gate/up linear reads only the copy): the same copy */
+    ebuf dub1 = ebuf_new(H3S_BF16, M * 2 * F, 0, 0);
+    ebuf *bw1[] = {&u, &dh, &dub1};
+    ELEM_SAME_BITS(what, bw1, 3, h3c_swiglu_backward("t", M, F, ebuf_at(&u, ou), pdh, NULL, ebuf_at(&dub1, oo)));
+    a = gdown(&dub1.dev), b = gdown(&r.dev);
+    CHECK(h3t_bitwise_equal(&a, &b), "%s: du_bf16 without du is du rounded to BF16", what);
+    h3s_tensor_free(&a), h3s_tensor_free(&b);
+    ebuf_free(&dub1);
     ebuf_free(&u), ebuf_free(&h), ebuf_free(&dh), ebuf_free(&du), ebuf_free(&dub), ebuf_free(&r);
 }
 
@@ -1287,6 +1303,17 @@ static void elem_residual(int64_t M, int64_t H, int with_table, int64_t C, int64
     h3s_tensor a = gdown(&dyb.dev), b = gdown(&rr.dev);
     CHECK(h3t_bitwise_equal(&a, &b), "%s: dy_bf16 is dy rounded to BF16", what);
     h3s_tensor_free(&a), h3s_tensor_free(&b);
+    /* the copy alone (dy NULL, as the block runs when the branch's linear reads only the copy): the same copy, the
+     * same dr */
+    ebuf dyb1 = ebuf_new(H3S_BF16, M * H, 0, 0);
+    ebuf *bw1[] = {&dout, &dr, &dyb1};
+    ELEM_SAME_BITS(what, bw1, 3,
+                   h3c_residual_backward_rows("t", M, H, T, I, R, ld, gate_off, g, (float *)ebuf_at(&dr, o1), NULL,
+                                              ebuf_at(&dyb1, o1)));
+    a = gdown(&dyb1.dev), b = gdown(&rr.dev);
+    CHECK(h3t_bitwise_equal(&a, &b), "%s: dy_bf16 without dy is dy rounded to BF16", what);
+    h3s_tensor_free(&a), h3s_tensor_free(&b);
+    ebuf_free(&dyb1);
     ebuf_free(&dyb), ebuf_free(&rr);
     ebuf_free(&r), ebuf_free(&y), ebuf_free(&out), ebuf_free(&table), ebuf_free(&dout), ebuf_free(&dr);
     ebuf_free(&dy);
