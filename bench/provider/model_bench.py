@@ -449,6 +449,7 @@ class Side:
             self.sync()
             wall_ms = (time.perf_counter() - t0) * 1e3
         spans, groups, api = [], {}, {}
+        dev_ops, host_ops = [], []  # (start, end, name): the device timeline and the host's calls, for the gaps
 
         def count(table, name, us):  # name -> [calls, total ms]
             g = table.setdefault(name, [0, 0.0])
@@ -460,8 +461,11 @@ class Side:
             if str(e.device_type).endswith("CUDA"):  # a kernel or a copy on the device
                 spans.append((t_a, t_b))
                 count(groups, e.name, t_b - t_a)
-            elif e.name.startswith("cu"):  # a CUDA runtime or driver call on the host
-                count(api, e.name, t_b - t_a)
+                dev_ops.append((t_a, t_b, e.name))
+            else:
+                if e.name.startswith("cu"):  # a CUDA runtime or driver call on the host
+                    count(api, e.name, t_b - t_a)
+                host_ops.append((t_a, t_b, e.name))
         busy_ms, end = 0.0, None
         for a, b in sorted(spans):  # the union of the device intervals
             if end is None or a > end:
@@ -482,10 +486,40 @@ class Side:
                   "time includes the wait for the device)", f"{'total ms':>10} {'count':>6}  name"]
         for name, (n, ms) in sorted(api.items(), key=lambda kv: -kv[1][1])[:25]:
             lines.append(f"{ms:10.3f} {n:6d}  {name[:120]}")
+        lines += _gap_report(dev_ops, host_ops)
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         _say(self.side, f"profile: wall {wall_ms:.1f} ms, device busy {busy_ms:.1f} ms, "
                         f"{len(groups)} kernel names -> {path}")
+
+
+def _gap_report(dev_ops, host_ops, top=20, min_us=20.0):
+    """Where the device waited: the longest gaps between consecutive device operations (kernels, copies), each with
+    the operations on either side and the host calls (CUDA runtime, torch operators) that ran during it."""
+    dev_ops = sorted(dev_ops)
+    gaps, end, prev = [], None, None
+    for a, b, name in dev_ops:
+        if end is not None and a - end >= min_us:
+            gaps.append((a - end, end, a, prev, name))
+        if end is None or b > end:
+            end, prev = b, name
+    total = sum(g[0] for g in gaps)
+    out = ["", f"device gaps of at least {min_us:.0f} us: {len(gaps)}, {total / 1e3:.2f} ms in all; the {top} longest "
+           "(us, the device operation before and after, the host calls that started in the gap)"]
+    host_ops = sorted(host_ops)
+    for g, a, b, before, after in sorted(gaps, reverse=True)[:top]:
+        during = {}
+        for ha, hb, hn in host_ops:
+            if ha >= b:
+                break
+            if ha >= a:
+                d = during.setdefault(hn, [0, 0.0])
+                d[0] += 1
+                d[1] += (min(hb, b) - ha)
+        calls = ", ".join(f"{n[:48]} x{c} {us:.0f}us" for n, (c, us) in
+                          sorted(during.items(), key=lambda kv: -kv[1][1])[:6])
+        out.append(f"{g:9.0f}  after {before[:40]} | before {after[:40]} | {calls}")
+    return out
 
 
 def cmd_side(args):
