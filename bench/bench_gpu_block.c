@@ -13,9 +13,9 @@
  * 1984 us in F32 at S = 925); since fa332ca its epilogue goes through shared memory and it is the faster of the two at
  * M <= 1133 (docs/numerics/linear_cuda.md).
  *
- * df, du, dout_o, dq and dk are written only as the BF16 copies their linears read (gblock_setup_lean), as the model
- * runs without a node hook; --all-f32-grads writes their F32 values too (the node hook's setting, and the only one
- * where a linear reads F32 dy: split gradient operands, shapes the tensor-core kernels do not take).
+ * df, du, dout_o, dq, dk and dv are written only as the BF16 copies their linears read (gblock_setup_lean), as the
+ * model runs without a node hook; --all-f32-grads writes their F32 values too (the node hook's setting, and the only
+ * one where a linear reads F32 dy: split gradient operands, shapes the tensor-core kernels do not take).
  *
  * `--seqs 925` is the single-S run of earlier versions.  The block is tests/gpu/gpu_block.h (the library's block,
  * src/model/block.c, which the model runs and test_gpu_block checks for batch invariance and repeat); the parameters
@@ -193,7 +193,7 @@ static void json_profile(FILE *f, const char *key, const profile *p, int n, int 
 typedef struct run_opts {
     int reps, warmup, preps, nseqs;
     int wgrad_bf16; /* --weight-grads bf16 (1) or f32 (0, the default) */
-    int all_f32;    /* --all-f32-grads: df, du, dout_o, dq, dk in F32 as well (else only their BF16 copies) */
+    int all_f32;    /* --all-f32-grads: df, du, dout_o, dq, dk, dv in F32 as well (else only their BF16 copies) */
     int64_t seqs[MAX_SEQS];
     const char *desc;
 } run_opts;
@@ -226,7 +226,8 @@ static int write_json(const char *path, const gblock_geom *g0, const run_opts *o
             "warm-up runs at every S; per-node: sync after every operator, median of %d\",\n",
             o->reps, o->warmup, o->preps);
     fprintf(f, "  \"weight_grads\": \"%s\",\n", o->wgrad_bf16 ? "bf16" : "f32");
-    fprintf(f, "  \"f32_grads\": \"%s\",\n", o->all_f32 ? "all" : "lean (df, du, dout_o, dq, dk as BF16 copies only)");
+    fprintf(f, "  \"f32_grads\": \"%s\",\n",
+            o->all_f32 ? "all" : "lean (df, du, dout_o, dq, dk, dv as BF16 copies only)");
     fprintf(f, "  \"reps\": %d, \"warmup\": %d, \"profile_reps\": %d,\n  \"batches\": [\n", o->reps, o->warmup,
             o->preps);
     for (int ri = 0; ri < nres; ri++) {
@@ -354,7 +355,8 @@ static const char USAGE[] =
     "  --small           scaled-down block (hidden 64), a quick check\n"
     "  --weight-grads T  the seven linear weights' gradients in f32 (default) or bf16 (the F32 gradient rounded once\n"
     "                    as the GEMM stores it, the dtype of the provider's .grad)\n"
-    "  --all-f32-grads   write df, du, dout_o, dq, dk in F32 too (default: only the BF16 copies their linears read,\n"
+    "  --all-f32-grads   write df, du, dout_o, dq, dk, dv in F32 too (default: only the BF16 copies their linears "
+    "read,\n"
     "                    as the model runs without a node hook)\n"
     "  --json FILE       write the results (rewritten after every S, so a stopped run keeps the finished ones)\n";
 

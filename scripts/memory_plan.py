@@ -52,10 +52,11 @@ def plan(c, B, S, Nt, capacity):
         n for n, _ in param_table(dict(c, layers=0, refiner=0)))
     # per packed row and block: BF16 activations kept for the backward (6H + 8 heads*D + 3F) and two F32 softmax
     # statistics per head; a block's backward temporaries on the GPU with BF16 gradient operands and no node hook:
-    # F32 (8H + 6 heads*D + F) and the BF16 copies of df, dout_o, dq, dk, du that their linears read (2H + 2 heads*D +
-    # 2F BF16; their F32 values are not allocated; on the host, or with a node hook, the F32 ones: 10H + 8 heads*D + 3F)
+    # F32 (8H + 5 heads*D + F) and the BF16 copies of df, dout_o, dq, dk, dv, du that their linears read (2H + 3 heads*D
+    # + 2F BF16; their F32 values are not allocated; on the host, or with a node hook, the F32 ones: 10H + 8 heads*D +
+    # 3F)
     act_row = (6 * H + 8 * HD + 3 * F) * 2 + 2 * heads * 4
-    grad_row = (8 * H + 6 * HD + F) * 4 + (2 * H + 2 * HD + 2 * F) * 2
+    grad_row = (8 * H + 5 * HD + F) * 4 + (2 * H + 3 * HD + 2 * F) * 2
     M, Mt = B * S, B * Nt
     widest = max(M, Mt)
     tape_none = (M * L + Mt * R) * act_row

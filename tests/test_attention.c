@@ -377,6 +377,27 @@ static void test_repeat_and_partial(void) {
     h3t_poison(&g);
     CHECK_OK(h3s_attention_backward(&a.q, &a.k, &a.v, &a.out, &a.stats, 2, 3, &mask, &a.dout, &g, NULL, NULL));
     CHECK(h3t_bitwise_equal(&g, &b.dq), "dq alone differs");
+    /* dv with its BF16 rounding (the value projection's operand on the GPU): dv unchanged, the copy dv rounded to
+     * nearest even; the copy alone is a CUDA-backend option, refused here with nothing written */
+    {
+        h3s_tensor vb = h3t_alloc2(H3S_BF16, 2 * 53, 60), want = h3t_alloc2(H3S_BF16, 2 * 53, 60);
+        CHECK_OK(h3s_tensor_convert(&b.dv, &want));
+        h3t_poison(&g);
+        CHECK_OK(h3s_attention_backward_rounded(&a.q, &a.k, &a.v, &a.out, &a.stats, 2, 3, &mask, &a.dout, NULL, NULL,
+                                                &g, &vb));
+        CHECK(h3t_bitwise_equal(&g, &b.dv) && h3t_bitwise_equal(&vb, &want),
+              "attention_backward_rounded on the host: dv changed or dv_bf16 is not dv rounded");
+        h3t_outs oo = {{&g, &vb}, {0}};
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                              h3s_attention_backward_rounded(&a.q, &a.k, &a.v, &a.out, &a.stats, 2, 3, &mask, &a.dout,
+                                                             NULL, &g, NULL, &vb));
+        h3s_tensor over = g; /* dv_bf16 over dv's bytes */
+        over.dtype = H3S_BF16;
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &oo,
+                              h3s_attention_backward_rounded(&a.q, &a.k, &a.v, &a.out, &a.stats, 2, 3, &mask, &a.dout,
+                                                             NULL, NULL, &g, &over));
+        h3s_tensor_free(&vb), h3s_tensor_free(&want);
+    }
     h3s_tensor_free(&g);
     case_free(&a);
     case_free(&b);

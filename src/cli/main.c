@@ -521,8 +521,8 @@ static double physical_memory_bytes(void) {
  * activations of the block (6H + 8 heads*D + 3F values, and 2 F32 softmax statistics per head); with
  * --recompute blocks only the block's input (H BF16 values), plus one block's activations rebuilt at a time.  The
  * backward holds one block's F32 gradients at a time (10H + 8 heads*D + 3F per row; gpu, with BF16 gradient operands
- * and no node hook: 8H + 6 heads*D + F F32 values, since df, du, dout_o, dq and dk exist only as the BF16 copies
- * their linears read, 2H + 2 heads*D + 2F BF16 values) and the F32 gradient of every
+ * and no node hook: 8H + 5 heads*D + F F32 values, since df, du, dout_o, dq, dk and dv exist only as the BF16 copies
+ * their linears read, 2H + 3 heads*D + 2F BF16 values) and the F32 gradient of every
  * parameter asked for.  activations: bytes of the tape and the backward's temporaries (device memory with --device
  * cuda); params: bytes of the F32 parameter gradients asked for (host memory). */
 typedef struct memory_estimate {
@@ -535,7 +535,7 @@ static memory_estimate estimate_backward_memory(const h3s_config *c, int64_t bat
     double hd = (double)c->num_attention_heads * (double)c->attention_head_dim;
     double per_row = (6.0 * H + 8.0 * hd + 3.0 * F) * 2 + 2.0 * (double)c->num_attention_heads * 4;
     double grad_row =
-        gpu ? (8.0 * H + 6.0 * hd + F) * 4 + (2.0 * H + 2.0 * hd + 2.0 * F) * 2 : (10.0 * H + 8.0 * hd + 3.0 * F) * 4;
+        gpu ? (8.0 * H + 5.0 * hd + F) * 4 + (2.0 * H + 3.0 * hd + 2.0 * F) * 2 : (10.0 * H + 8.0 * hd + 3.0 * F) * 4;
     double b = (double)batch, block_rows = b * (double)S, text_rows = b * (double)Nt;
     double rows = block_rows * (double)c->num_layers + text_rows * (double)c->num_refiner_layers;
     double widest = block_rows > text_rows ? block_rows : text_rows;

@@ -260,6 +260,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
         if (d < D) {
             if (a.dk) a.dk[krow * W + h * D + d] = dk[i] * a.scale;
             if (a.dv) a.dv[krow * W + h * D + d] = dv[i];
+            if (a.dvb) a.dvb[krow * W + h * D + d] = h3k_f2bf(dv[i]);
         }
     }
 }
@@ -1052,12 +1053,13 @@ __global__ void __launch_bounds__(32 * TC_DW)
 
 /* dk and dv of the rows in no group's key list: +0 (every listed key's rows are written by the dk/dv kernel, so
  * nothing else needs clearing).  One float4 per thread of the n x W values. */
-__global__ void attn_tc_zero_rows_kernel(const int *rows, int n, int64_t W, float *dk, float *dv) {
+__global__ void attn_tc_zero_rows_kernel(const int *rows, int n, int64_t W, float *dk, float *dv, uint16_t *dvb) {
     const int64_t per = W / 4, total = (int64_t)n * per;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t off = (int64_t)rows[e / per] * W + (e % per) * 4;
         if (dk) *(float4 *)(dk + off) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (dv) *(float4 *)(dv + off) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (dvb) *(uint2 *)(dvb + off) = make_uint2(0u, 0u);
     }
 }
 
@@ -1412,6 +1414,8 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
                 *(float2 *)(a.dk + row * W + col0 + d) =
                     make_float2(dk[j * 4 + 2 * r] * a.scale, dk[j * 4 + 2 * r + 1] * a.scale);
             if (a.dv) *(float2 *)(a.dv + row * W + col0 + d) = make_float2(dv[j * 4 + 2 * r], dv[j * 4 + 2 * r + 1]);
+            if (a.dvb) /* h3k_f2bf's bits, two values per cvt */
+                *(uint32_t *)(a.dvb + row * W + col0 + d) = h3k_f2bf2(dv[j * 4 + 2 * r], dv[j * 4 + 2 * r + 1]);
         }
     }
 #endif
@@ -1643,7 +1647,8 @@ static h3s_status tc_smem_attr(const char *op) {
 static h3s_status tc_aligned(const char *op, const h3c_attn_args *a, int backward) {
     uintptr_t u = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v;
     if (backward)
-        u |= (uintptr_t)a->out_in | (uintptr_t)a->dout | (uintptr_t)a->dq | (uintptr_t)a->dk | (uintptr_t)a->dv;
+        u |= (uintptr_t)a->out_in | (uintptr_t)a->dout | (uintptr_t)a->dq | (uintptr_t)a->dk | (uintptr_t)a->dv |
+             (uintptr_t)a->dvb;
     else
         u |= (uintptr_t)a->out;
     if (u & 15u)
@@ -1741,9 +1746,9 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     }
     /* rows no kernel writes are +0: dq of the (row, head) pairs that take no part (the delta kernel above), dk and dv
      * of the rows whose key is masked everywhere (here) */
-    if (st == H3S_OK && (a->dk || a->dv) && P.G.nurows > 0) {
+    if (st == H3S_OK && (a->dk || a->dv || a->dvb) && P.G.nurows > 0) {
         attn_tc_zero_rows_kernel<<<h3k_blocks((int64_t)P.G.nurows * (W / 4), 256), 256, 0, H3K_STREAM>>>(
-            P.G.urows, P.G.nurows, W, a->dk, a->dv);
+            P.G.urows, P.G.nurows, W, a->dk, a->dv, a->dvb);
         st = h3c_launch_check(op);
     }
     if (st == H3S_OK && P.G.ngroups > 0) {
@@ -1758,7 +1763,7 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
             *a, G, gb, lse, mk, mv, mq1, mg1, bulk);
         st = h3c_launch_check(op);
     }
-    if (st == H3S_OK && (a->dk || a->dv) && P.nkv > 0) {
+    if (st == H3S_OK && (a->dk || a->dv || a->dvb) && P.nkv > 0) {
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
         attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
@@ -1821,7 +1826,7 @@ extern "C" h3s_status h3c_attention_backward(const char *op, const h3c_attn_args
         AT_DISPATCH(attn_dq_kernel, a->D, grid, AT_THREADS, 0, H3K_STREAM);
         H3S_TRY(h3c_launch_check(op));
     }
-    if (a->dk || a->dv) {
+    if (a->dk || a->dv || a->dvb) {
         AT_DISPATCH(attn_dkdv_kernel, a->D, grid, AT_THREADS, 0, H3K_STREAM);
         H3S_TRY(h3c_launch_check(op));
     }

@@ -119,12 +119,14 @@ h3s_status h3c_sgemm_force_config(int config);
  * partial (rows ascending) of contrib(m, n).  Indexed folds only take rows with
  * index[m] == r; a table row no index names gets 0.  Non-indexed: R = 1. */
 enum h3c_fold_mode {
-    H3C_FOLD_COPY = 0,       /* dy[m, n] */
-    H3C_FOLD_RMS_DW = 1,     /* (dy * (1 + scale)) * (x * inv[m]) */
-    H3C_FOLD_RMS_DSCALE = 2, /* dy * ((x * inv[m]) * w) */
-    H3C_FOLD_PRODUCT = 3,    /* dy * x (residual gate: dout * y) */
-    H3C_FOLD_HEAD_DW = 4,    /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
-    H3C_FOLD_SHIFT_SCALE = 5 /* COPY into out and RMS_DSCALE into out2 (same rows, same ldo), in one pass */
+    H3C_FOLD_COPY = 0,        /* dy[m, n] */
+    H3C_FOLD_RMS_DW = 1,      /* (dy * (1 + scale)) * (x * inv[m]) */
+    H3C_FOLD_RMS_DSCALE = 2,  /* dy * ((x * inv[m]) * w) */
+    H3C_FOLD_PRODUCT = 3,     /* dy * x (residual gate: dout * y) */
+    H3C_FOLD_HEAD_DW = 4,     /* chain over heads h of dy[m, h, n] * (x[m, h, n] * inv[m, h]) */
+    H3C_FOLD_SHIFT_SCALE = 5, /* COPY into out and RMS_DSCALE into out2 (same rows, same ldo), in one pass */
+    H3C_FOLD_NORM_ALL = 6     /* SHIFT_SCALE (indexed, into out and out2) and RMS_DW (over every row, into out3 [N],
+                               * with table) in one pass: a modulated norm's three cross-row sums */
 };
 
 typedef struct h3c_fold_args {
@@ -146,12 +148,14 @@ typedef struct h3c_fold_args {
     int64_t heads, head_dim; /* HEAD_DW: x/dy columns h * head_dim + n */
     float *out;
     int64_t ldo;
-    float *out2; /* SHIFT_SCALE: the RMS_DSCALE output */
+    float *out2; /* SHIFT_SCALE, NORM_ALL: the RMS_DSCALE output */
+    float *out3; /* NORM_ALL: the RMS_DW output [N] */
 } h3c_fold_args;
 
 h3s_status h3c_fold(const char *op, const h3c_fold_args *a);
-/* Test hook: nonzero routes HEAD_DW through the generic partial kernel and SHIFT_SCALE through two separate folds
- * (COPY, RMS_DSCALE): the references the dedicated kernels must equal bit for bit. */
+/* Test hook: nonzero routes HEAD_DW through the generic partial kernel, SHIFT_SCALE through two separate folds
+ * (COPY, RMS_DSCALE) and NORM_ALL through three (RMS_DW, COPY, RMS_DSCALE): the references the dedicated kernels must
+ * equal bit for bit. */
 void h3c_fold_force_generic(int on);
 
 /* ------------------------------------------------------------------ norms */
@@ -188,6 +192,7 @@ typedef struct h3c_attn_args {
     const float *stats_in;     /* backward */
     const float *dout, *delta; /* backward: F32 [B*S, heads*D]; delta workspace [B*S*heads] */
     float *dq, *dk, *dv;
+    uint16_t *dvb; /* backward: dv rounded to BF16 (h3k_f2bf) as it is stored, or NULL; dv itself may then be NULL */
     float *delta_out;
     /* the masks' host data when the caller gave host tensors (the plan is built from them, with no copy back and
      * no synchronisation); NULL otherwise */

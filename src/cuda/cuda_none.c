@@ -80,7 +80,7 @@ h3s_status h3s_cuda_attention_forward(const h3s_tensor *q, const h3s_tensor *k, 
 h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
                                        const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
                                        const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
-                                       h3s_tensor *dk, h3s_tensor *dv) {
+                                       h3s_tensor *dk, h3s_tensor *dv, h3s_tensor *dv_bf16) {
     return NO_CUDA("attention_backward");
 }
 h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const h3s_tensor *table,

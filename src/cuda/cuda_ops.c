@@ -228,6 +228,17 @@ static h3s_status rmsnorm_backward_impl(const char *op, int code, const h3s_tens
     memset(&f, 0, sizeof f);
     f.code = code, f.M = g.M, f.N = g.H, f.dy = dy->data, f.ld_dy = g.H, f.x = x->data, f.ld_x = g.H;
     f.inv = inv, f.w = dp(w), f.index = g.index, f.index_limit = g.R;
+    if (st == H3S_OK && dw && dtable && g.index) {
+        /* the weight's, the shift chunk's and the scale chunk's sums in one pass over dy and x (the three folds'
+         * bits) */
+        f.mode = H3C_FOLD_NORM_ALL, f.R = g.R, f.indexed = 1, f.ldo = g.C * g.H;
+        f.table = g.table, f.ld_table = g.ld_table, f.scale_off = g.scale_off;
+        f.out = (float *)dtable->data + g.shift_off;
+        f.out2 = (float *)dtable->data + g.scale_off;
+        f.out3 = dw->data;
+        st = h3c_fold(op, &f);
+        dw = NULL, dtable = NULL;
+    }
     if (st == H3S_OK && dw) {
         f.mode = H3C_FOLD_RMS_DW, f.R = 1, f.indexed = 0;
         f.table = g.table, f.ld_table = g.ld_table, f.scale_off = g.scale_off;
@@ -438,7 +449,7 @@ h3s_status h3s_cuda_attention_forward(const h3s_tensor *q, const h3s_tensor *k, 
 h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
                                        const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
                                        const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
-                                       h3s_tensor *dk, h3s_tensor *dv) {
+                                       h3s_tensor *dk, h3s_tensor *dv, h3s_tensor *dv_bf16) {
     static const char op[] = "attention_backward";
     h3c_attn_args a;
     H3S_TRY(attn_common(op, q, k, v, batch, heads, mask, out, stats, &a));
@@ -447,9 +458,11 @@ h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k,
     H3S_TRY(dev_opt(op, "dq", dq, H3S_F32, 2, rows, width));
     H3S_TRY(dev_opt(op, "dk", dk, H3S_F32, 2, rows, width));
     H3S_TRY(dev_opt(op, "dv", dv, H3S_F32, 2, rows, width));
-    if (!dq && !dk && !dv) return H3S_OK;
+    H3S_TRY(dev_opt(op, "dv_bf16", dv_bf16, H3S_BF16, 2, rows, width));
+    if (!dq && !dk && !dv && !dv_bf16) return H3S_OK;
     a.out_in = out->data, a.stats_in = stats->data, a.dout = dout->data;
     a.dq = dq ? dq->data : NULL, a.dk = dk ? dk->data : NULL, a.dv = dv ? dv->data : NULL;
+    a.dvb = dv_bf16 ? (uint16_t *)dv_bf16->data : NULL;
     void *delta = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)(rows * heads > 0 ? rows * heads : 1) * sizeof(float), &delta));
     a.delta = delta;

@@ -64,7 +64,7 @@ h3s_status h3s_cuda_attention_forward(const h3s_tensor *q, const h3s_tensor *k, 
 h3s_status h3s_cuda_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
                                        const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
                                        const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
-                                       h3s_tensor *dk, h3s_tensor *dv);
+                                       h3s_tensor *dk, h3s_tensor *dv, h3s_tensor *dv_bf16);
 h3s_status h3s_cuda_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const h3s_tensor *table,
                                      const h3s_tensor *index, int gate_chunk, h3s_tensor *out);
 h3s_status h3s_cuda_residual_backward(const h3s_tensor *y, const h3s_tensor *table, const h3s_tensor *index,

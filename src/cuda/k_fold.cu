@@ -157,6 +157,119 @@ __global__ void __launch_bounds__(FOLD_COLS)
     if (blockIdx.x == 0 && tid == 0) has[tile * rows_out + r] = cnt > 0 ? 1 : 0;
 }
 
+/* NORM_ALL partials: a modulated norm's three cross-row sums in one pass over dy and x.  The tile's rows with a valid
+ * index are listed ascending (as fold_partial_kernel lists them), each with its table row ri and inverse norm; each
+ * thread (one column) then runs the RMS_DW chain over every listed row and, for each table row q, the COPY and the
+ * RMS_DSCALE chains over the listed rows with ri == q.  Each chain is the one its own mode's kernel runs: the same
+ * contributions (fold_value's expressions), in the same order, from the same first row, so the bits of the three folds
+ * apart.  RMAX bounds the table rows at compile time so that the per-row chains stay in registers. */
+template <int RMAX>
+__global__ void __launch_bounds__(FOLD_COLS) fold_norm_all_kernel(h3c_fold_args a, float *pdw, float *psh, float *psc,
+                                                                  uint8_t *has_dw, uint8_t *has_r, int *flag) {
+    __shared__ int list[H3S_FOLD_TILE];
+    __shared__ int rix[H3S_FOLD_TILE];
+    __shared__ uint8_t ok[H3S_FOLD_TILE];
+    __shared__ int idx_sm[H3S_FOLD_TILE];
+    __shared__ float ivl[H3S_FOLD_TILE];
+    __shared__ int count, rcount[RMAX];
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int64_t n = (int64_t)blockIdx.x * FOLD_COLS + tid;
+    const int64_t tile = blockIdx.y;
+    const int64_t m0 = tile * H3S_FOLD_TILE, m1 = m0 + H3S_FOLD_TILE < a.M ? m0 + H3S_FOLD_TILE : a.M;
+    const int rows = (int)(m1 - m0), R = (int)a.R;
+    for (int i = tid; i < H3S_FOLD_TILE; i += FOLD_COLS) {
+        bool take = i < rows;
+        int ri = 0;
+        if (take) {
+            const int64_t v = a.index[m0 + i];
+            if (v < 0 || v >= a.index_limit) {
+                if (blockIdx.x == 0) h3k_report_index(flag, a.code, v);
+                take = false;
+            } else {
+                ri = (int)v;
+            }
+        }
+        ok[i] = take ? 1 : 0;
+        idx_sm[i] = ri;
+    }
+    __syncthreads();
+    if (tid < 32) { /* order-preserving compaction, 32 rows per step, and the rows of each table row */
+        int c = 0, rc[RMAX];
+#pragma unroll
+        for (int q = 0; q < RMAX; q++)
+            rc[q] = 0;
+        for (int i0 = 0; i0 < H3S_FOLD_TILE; i0 += 32) {
+            const bool f = ok[i0 + lane] != 0;
+            const int ri = idx_sm[i0 + lane];
+            const unsigned bal = __ballot_sync(0xffffffffu, f);
+            if (f) {
+                const int at = c + __popc(bal & ((1u << lane) - 1u));
+                list[at] = i0 + lane;
+                rix[at] = ri;
+                ivl[at] = a.inv[m0 + i0 + lane];
+            }
+            c += __popc(bal);
+#pragma unroll
+            for (int q = 0; q < RMAX; q++)
+                rc[q] += __popc(__ballot_sync(0xffffffffu, f && ri == q));
+        }
+        if (lane == 0) {
+            count = c;
+#pragma unroll
+            for (int q = 0; q < RMAX; q++)
+                rcount[q] = rc[q];
+        }
+    }
+    __syncthreads();
+    const int cnt = count;
+    if (n < a.N) {
+        constexpr int FB = 16; /* fold_batch of the RMS modes */
+        const float wk = a.w ? h3k_bf2f(((const uint16_t *)a.w)[n]) : 1.0f;
+        float dw = 0.0f, sh[RMAX], sc[RMAX];
+#pragma unroll
+        for (int q = 0; q < RMAX; q++)
+            sh[q] = 0.0f, sc[q] = 0.0f;
+        unsigned seen = 0; /* bit q: table row q's chains have their first row */
+        for (int j0 = 0; j0 < cnt; j0 += FB) {
+            fold_raw v[FB];
+#pragma unroll
+            for (int u = 0; u < FB; u++) {
+                const int j = min(j0 + u, cnt - 1);
+                v[u] = fold_load<H3C_FOLD_RMS_DW>(a, m0 + list[j], n, rix[j]);
+            }
+#pragma unroll
+            for (int u = 0; u < FB; u++)
+                if (j0 + u < cnt) {
+                    const int j = j0 + u, ri = rix[j];
+                    const float iv = ivl[j];
+                    const float cdw = fold_value<H3C_FOLD_RMS_DW>(a, v[u], iv, 1.0f);
+                    const float csc = fold_value<H3C_FOLD_RMS_DSCALE>(a, v[u], iv, wk);
+                    dw = j == 0 ? cdw : dw + cdw;
+                    const bool first = !((seen >> ri) & 1u);
+#pragma unroll
+                    for (int q = 0; q < RMAX; q++)
+                        if (ri == q) {
+                            sh[q] = first ? v[u].dy : sh[q] + v[u].dy;
+                            sc[q] = first ? csc : sc[q] + csc;
+                        }
+                    seen |= 1u << ri;
+                }
+        }
+        pdw[tile * a.N + n] = dw;
+#pragma unroll
+        for (int q = 0; q < RMAX; q++)
+            if (q < R) {
+                psh[(tile * R + q) * a.N + n] = sh[q];
+                psc[(tile * R + q) * a.N + n] = sc[q];
+            }
+    }
+    if (blockIdx.x == 0 && tid == 0) {
+        has_dw[tile] = cnt > 0 ? 1 : 0;
+        for (int q = 0; q < R; q++)
+            has_r[tile * R + q] = rcount[q] > 0 ? 1 : 0;
+    }
+}
+
 /* HEAD_DW partials, generic form (the reference the streamed kernel below is tested against):
  * one thread per column, the (row, head) pairs of the tile in ascending order, each one step. */
 __global__ void __launch_bounds__(FOLD_COLS)
@@ -392,8 +505,66 @@ static int g_fold_generic = 0; /* test hook: 1 = HEAD_DW through the generic par
 
 extern "C" void h3c_fold_force_generic(int on) { g_fold_generic = on ? 1 : 0; }
 
+#define NORM_ALL_RMAX 12 /* table rows the one-pass kernel takes (4 timesteps of 3 tags); more: the folds apart */
+
+/* NORM_ALL: the one-pass kernel (RMAX 3 or 12, by R), or the three folds apart (the test hook, more table rows). */
+static h3s_status fold_norm_all(const char *op, const h3c_fold_args *a) {
+    if (!a->out || !a->out2 || !a->out3 || !a->index || !a->indexed)
+        return h3s_fail(H3S_ERR_INVALID, "%s: the norm's three folds need out, out2, out3 and an index", op);
+    if (g_fold_generic || a->R > NORM_ALL_RMAX) {
+        h3c_fold_args b = *a;
+        b.mode = H3C_FOLD_RMS_DW, b.R = 1, b.indexed = 0, b.out = a->out3;
+        H3S_TRY(h3c_fold(op, &b));
+        b = *a;
+        b.mode = H3C_FOLD_SHIFT_SCALE, b.table = NULL;
+        return h3c_fold(op, &b);
+    }
+    const int64_t R = a->R;
+    if (R <= 0) return H3S_OK;
+    const int64_t tiles = (a->M + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE;
+    const int64_t cb = (a->N + FOLD_COLS - 1) / FOLD_COLS;
+    if (tiles > 65535)
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: fold of %lld rows exceeds the grid limits", op, (long long)a->M);
+    float *pdw = NULL, *psh = NULL, *psc = NULL;
+    uint8_t *has_dw = NULL, *has_r = NULL;
+    void *ws = NULL;
+    if (tiles > 0) {
+        const size_t b1 = ((size_t)tiles * (size_t)a->N * sizeof(float) + 255) & ~(size_t)255;
+        const size_t br = ((size_t)tiles * (size_t)R * (size_t)a->N * sizeof(float) + 255) & ~(size_t)255;
+        H3S_TRY(h3c_ws_alloc(op, b1 + 2 * br + (size_t)tiles * (size_t)(R + 1), &ws));
+        pdw = (float *)ws;
+        psh = (float *)((uint8_t *)ws + b1);
+        psc = (float *)((uint8_t *)ws + b1 + br);
+        has_dw = (uint8_t *)ws + b1 + 2 * br;
+        has_r = has_dw + tiles;
+        dim3 grid((unsigned)cb, (unsigned)tiles);
+        int *flag = h3c_error_flag();
+        if (R <= 3)
+            fold_norm_all_kernel<3><<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, pdw, psh, psc, has_dw, has_r, flag);
+        else
+            fold_norm_all_kernel<NORM_ALL_RMAX>
+                <<<grid, FOLD_COLS, 0, H3K_STREAM>>>(*a, pdw, psh, psc, has_dw, has_r, flag);
+        h3s_status st = h3c_launch_check(op);
+        if (st != H3S_OK) {
+            h3c_ws_free(ws);
+            return st;
+        }
+    }
+    h3c_fold_args b = *a;
+    b.out = a->out3;
+    fold_final_kernel<<<dim3((unsigned)cb, 1u), FOLD_COLS, 0, H3K_STREAM>>>(b, pdw, has_dw, tiles, 1);
+    fold_final_kernel<<<dim3((unsigned)cb, (unsigned)R), FOLD_COLS, 0, H3K_STREAM>>>(*a, psh, has_r, tiles, R);
+    b = *a;
+    b.out = a->out2;
+    fold_final_kernel<<<dim3((unsigned)cb, (unsigned)R), FOLD_COLS, 0, H3K_STREAM>>>(b, psc, has_r, tiles, R);
+    h3s_status st = h3c_launch_check(op);
+    if (ws) h3c_ws_free(ws);
+    return st;
+}
+
 extern "C" h3s_status h3c_fold(const char *op, const h3c_fold_args *a) {
     if (a->N <= 0) return H3S_OK;
+    if (a->mode == H3C_FOLD_NORM_ALL) return fold_norm_all(op, a);
     const int two = a->mode == H3C_FOLD_SHIFT_SCALE;
     if (two && !a->out2) return h3s_fail(H3S_ERR_INVALID, "%s: the shift and scale fold needs out2", op);
     if (two && g_fold_generic) { /* the reference: the two folds apart */

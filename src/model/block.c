@@ -77,7 +77,8 @@ int h3s_block_lean_grads(const h3s_block_weights *w, const h3s_block_fwd *f) {
            (h3s_linear_backward_bf16_dy_only(f->n2, w->ff_in) ? H3S_BLOCK_LEAN_DU : 0) |
            (h3s_linear_backward_bf16_dy_only(f->att, w->to_out) ? H3S_BLOCK_LEAN_DOUT_O : 0) |
            (h3s_linear_backward_bf16_dy_only(f->n1, w->to_q) ? H3S_BLOCK_LEAN_DQ : 0) |
-           (h3s_linear_backward_bf16_dy_only(f->n1, w->to_k) ? H3S_BLOCK_LEAN_DK : 0);
+           (h3s_linear_backward_bf16_dy_only(f->n1, w->to_k) ? H3S_BLOCK_LEAN_DK : 0) |
+           (h3s_linear_backward_bf16_dy_only(f->n1, w->to_v) ? H3S_BLOCK_LEAN_DV : 0);
 }
 
 h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c, const h3s_block_fwd *f,
@@ -114,8 +115,8 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
              h3s_linear_backward_rounded(f->att, w->to_out, b->dout_o, b->dout_o_bf16, b->datt, g->to_out, NULL));
     h3s_tensor stats3 = h3s_block_stats_view(f->stats, heads);
     const h3s_tensor *qa = refiner ? f->qn : f->qr, *ka = refiner ? f->kn : f->kr;
-    H3S_TRY(
-        h3s_attention_backward(qa, ka, f->v, f->att, &stats3, c->B, heads, c->mask, b->datt, b->dqa, b->dka, b->dv));
+    H3S_TRY(h3s_attention_backward_rounded(qa, ka, f->v, f->att, &stats3, c->B, heads, c->mask, b->datt, b->dqa, b->dka,
+                                           b->dv, b->dv_bf16));
     H3S_TRY(node(c, "attention.grad_q", b->dqa));
     H3S_TRY(node(c, "attention.grad_k", b->dka));
     H3S_TRY(node(c, "attention.grad_v", b->dv));
@@ -136,7 +137,8 @@ h3s_status h3s_block_backward(const h3s_block_weights *w, const h3s_block_ctx *c
              h3s_linear_backward_rounded(f->n1, w->to_q, b->dq, b->dq_bf16, b->dn1q, g->to_q, NULL));
     BLOCK_OP("k_proj.grad", b->dn1k,
              h3s_linear_backward_rounded(f->n1, w->to_k, b->dk, b->dk_bf16, b->dn1k, g->to_k, NULL));
-    BLOCK_OP("v_proj.grad", b->dn1v, h3s_linear_backward(f->n1, w->to_v, b->dv, b->dn1v, g->to_v, NULL));
+    BLOCK_OP("v_proj.grad", b->dn1v,
+             h3s_linear_backward_rounded(f->n1, w->to_v, b->dv, b->dv_bf16, b->dn1v, g->to_v, NULL));
     /* fixed order: (q + k) + v, one pass */
     BLOCK_OP(H3S_BLOCK_STEP_NORM1_QKV, NULL, h3s_grad_add3(b->dn1q, b->dn1k, b->dn1v, b->dn1));
     /* dx = dxa + norm1's dx */

@@ -81,19 +81,21 @@ typedef struct h3s_block_bwd {
                                         * writes them, for the q and k projections' backward */
     h3s_tensor *df_bf16, *dout_o_bf16; /* NULL, or BF16 [M, H]: df, dout_o rounded as the residuals' backward writes
                                         * them, for the ffn_down and o_proj backward */
-    /* With its BF16 copy given, each of df, du, dout_o, dq, dk may be NULL where the linear that reads it computes from
-     * the copy alone (h3s_linear_backward_bf16_dy_only): its producer then writes only the copy, the same bits, and the
-     * step has no evidence node (the node callback gets NULL).  h3s_block_lean_grads says which. */
+    h3s_tensor *dv_bf16; /* NULL, or BF16 [M, heads D]: dv rounded as attention's backward writes it, for v_proj's */
+    /* With its BF16 copy given, each of df, du, dout_o, dq, dk, dv may be NULL where the linear that reads it computes
+     * from the copy alone (h3s_linear_backward_bf16_dy_only): its producer then writes only the copy, the same bits,
+     * and the step has no evidence node (the node callback gets NULL).  h3s_block_lean_grads says which. */
 } h3s_block_bwd;
 
-/* Which F32 gradients of the backward may be NULL (h3s_block_bwd): set in *lean the flags H3S_BLOCK_LEAN_DF,
- * _DU, _DOUT_O, _DQ, _DK of the linears (w, over the forward's inputs f) that compute from the BF16 copy alone. */
+/* Which F32 gradients of the backward may be NULL (h3s_block_bwd): the flags H3S_BLOCK_LEAN_DF, _DU, _DOUT_O, _DQ,
+ * _DK, _DV of the linears (w, over the forward's inputs f) that compute from the BF16 copy alone. */
 enum {
     H3S_BLOCK_LEAN_DF = 1,
     H3S_BLOCK_LEAN_DU = 2,
     H3S_BLOCK_LEAN_DOUT_O = 4,
     H3S_BLOCK_LEAN_DQ = 8,
-    H3S_BLOCK_LEAN_DK = 16
+    H3S_BLOCK_LEAN_DK = 16,
+    H3S_BLOCK_LEAN_DV = 32
 };
 int h3s_block_lean_grads(const h3s_block_weights *w, const h3s_block_fwd *f);
 

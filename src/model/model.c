@@ -1984,9 +1984,9 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     const h3s_block_weights *bw = refiner ? &m->rbw[i] : &m->bw[i];
     h3s_block_fwd f = block_fwd_of(a);
     /* du rounded to BF16 by the SwiGLU backward in the same pass, the gate/up linear's gradient operand on the GPU
-     * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself.  Likewise df, dout_o, dq, dk.
-     * Where the linear reads the BF16 copy alone and no node hook wants the F32 gradient, the F32 one is neither
-     * allocated nor written (h3s_block_lean_grads): the same bits everywhere else. */
+     * (BF16 activations, BF16 operands); elsewhere the linear computes from du itself.  Likewise df, dout_o, dq, dk,
+     * and dv (by attention's backward).  Where the linear reads the BF16 copy alone and no node hook wants the F32
+     * gradient, the F32 one is neither allocated nor written (h3s_block_lean_grads): the same bits everywhere else. */
     const int rounded =
         m->device && a->u && a->u->dtype == H3S_BF16 && h3s_get_grad_operands() == H3S_GRAD_OPERANDS_BF16;
     const int lean = rounded && !r->hook ? h3s_block_lean_grads(bw, &f) : 0;
@@ -2007,7 +2007,8 @@ static h3s_status block_backward(grad_ctx *g, int refiner, int64_t i, int64_t S,
     NEW_OUT(d.datt, gd, M, HD);
     NEW(d.dqa, gd, M, HD);
     NEW(d.dka, gd, M, HD);
-    NEW(d.dv, gd, M, HD);
+    if (!(lean & H3S_BLOCK_LEAN_DV)) NEW(d.dv, gd, M, HD);
+    if (rounded) NEW(d.dv_bf16, H3S_BF16, M, HD); /* dv rounded by attention's backward, for v_proj's */
     if (!refiner) {
         NEW_OUT(d.dqn, gd, M, HD);
         NEW_OUT(d.dkn, gd, M, HD);

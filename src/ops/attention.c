@@ -1059,6 +1059,13 @@ h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const
 h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, const h3s_tensor *out,
                                   const h3s_tensor *stats, int64_t batch, int64_t heads, const h3s_attn_mask *mask,
                                   const h3s_tensor *dout, h3s_tensor *dq, h3s_tensor *dk, h3s_tensor *dv) {
+    return h3s_attention_backward_rounded(q, k, v, out, stats, batch, heads, mask, dout, dq, dk, dv, NULL);
+}
+
+h3s_status h3s_attention_backward_rounded(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
+                                          const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
+                                          const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
+                                          h3s_tensor *dk, h3s_tensor *dv, h3s_tensor *dv_bf16) {
     static const char *op = "attention_backward";
     attn_mode mode = {0, H3S_F64, H3S_F64, H3S_F64};
     attn_geom g;
@@ -1068,19 +1075,35 @@ h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, cons
     if (dq) H3S_TRY(check_same(op, "dq", dq, mode.grad, rows, g.W));
     if (dk) H3S_TRY(check_same(op, "dk", dk, mode.grad, rows, g.W));
     if (dv) H3S_TRY(check_same(op, "dv", dv, mode.grad, rows, g.W));
-    const h3s_tensor *all[] = {q, k, v, out, stats, dout, dq, dk, dv};
-    const char *names[] = {"q", "k", "v", "out", "stats", "dout", "dq", "dk", "dv"};
+    if (dv_bf16 && mode.golden) return h3s_fail(H3S_ERR_INVALID, "%s: dv_bf16 needs the strict variant", op);
+    if (dv_bf16) H3S_TRY(check_same(op, "dv_bf16", dv_bf16, H3S_BF16, rows, g.W));
+    const h3s_tensor *all[] = {q, k, v, out, stats, dout, dq, dk, dv, dv_bf16};
+    const char *names[] = {"q", "k", "v", "out", "stats", "dout", "dq", "dk", "dv", "dv_bf16"};
     int device;
-    H3S_TRY(check_devices(op, all, names, 9, mask, &device));
+    H3S_TRY(check_devices(op, all, names, 10, mask, &device));
+    if (dv_bf16) { /* checked on both backends: no output may overlap the copy */
+        const h3s_tensor *ins[] = {q, k, v, out, stats, dout, dq, dk, dv};
+        const h3s_tensor *outs[] = {dv_bf16};
+        const char *out_names[] = {"dv_bf16"};
+        H3S_TRY(check_no_overlap(op, outs, out_names, 1, ins, names, 9));
+    }
     if (!device) {
         const h3s_tensor *ins[] = {q, k, v, out, stats, dout, mask ? mask->doc : NULL, mask ? mask->key_valid : NULL};
         const char *in_names[] = {"q", "k", "v", "out", "stats", "dout", "mask.doc", "mask.key_valid"};
         const h3s_tensor *outs[] = {dq, dk, dv};
         const char *out_names[] = {"dq", "dk", "dv"};
         H3S_TRY(check_no_overlap(op, outs, out_names, 3, ins, in_names, 8));
+        if (dv_bf16 && !dv)
+            return h3s_fail(H3S_ERR_INVALID,
+                            "%s: dv is NULL; dv_bf16 alone is a CUDA-backend option (the host writes dv)", op);
     }
-    if (device) return h3s_cuda_attention_backward(q, k, v, out, stats, batch, heads, mask, dout, dq, dk, dv);
+    if (device) return h3s_cuda_attention_backward(q, k, v, out, stats, batch, heads, mask, dout, dq, dk, dv, dv_bf16);
     if (rows == 0 || (!dq && !dk && !dv)) return H3S_OK;
+    if (dv_bf16) { /* dv, then its rounding (h3s_tensor_convert rounds to nearest even, as the kernels do) */
+        H3S_TRY(strict_backward(op, &g, q->data, k->data, v->data, out->data, stats->data, dout->data,
+                                dq ? dq->data : NULL, dk ? dk->data : NULL, dv->data, 0, rows));
+        return h3s_tensor_convert(dv, dv_bf16);
+    }
 
     if (mode.golden) {
         golden_backward(&g, q->data, k->data, v->data, out->data, stats->data, dout->data, dq ? dq->data : NULL,

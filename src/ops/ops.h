@@ -92,6 +92,13 @@ h3s_status h3s_rope_backward(int64_t heads, const h3s_tensor *cos_t, const h3s_t
 h3s_status h3s_attention_backward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, const h3s_tensor *out,
                                   const h3s_tensor *stats, int64_t batch, int64_t heads, const h3s_attn_mask *mask,
                                   const h3s_tensor *dout, h3s_tensor *dq, h3s_tensor *dk, h3s_tensor *dv);
+/* h3s_attention_backward that also writes dv_bf16 = dv rounded to BF16 (round to nearest even), for the value
+ * projection's h3s_linear_backward_rounded: strict variant, dv_bf16 may overlap no operand.  dv may be NULL on the
+ * CUDA backend (the BF16 copy alone, the same bits); the host refuses that. */
+h3s_status h3s_attention_backward_rounded(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v,
+                                          const h3s_tensor *out, const h3s_tensor *stats, int64_t batch, int64_t heads,
+                                          const h3s_attn_mask *mask, const h3s_tensor *dout, h3s_tensor *dq,
+                                          h3s_tensor *dk, h3s_tensor *dv, h3s_tensor *dv_bf16);
 
 /* Sequence-parallel slices of the same computation (strict CPU only).  The slice is the packed rows
  * [row_lo, row_hi) of [batch * seq]; the key side holds the rows [kv_lo, kv_lo + k rows), which must cover every

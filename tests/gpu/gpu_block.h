@@ -43,13 +43,13 @@ typedef struct gblock_params {
     h3s_tensor w_ada, b_ada, norm1_w, norm2_w, wq, wk, wv, wo, qn_w, kn_w, w_up, w_down;
 } gblock_params;
 
-#define GBLOCK_MAX_NODES 64
+#define GBLOCK_MAX_NODES 80
 
 typedef struct gblock_run {
     int64_t B;
     int wgrad_bf16; /* the 7 linear weights' gradients in BF16 (gblock_setup_wgrad): the F32 fold rounded as stored */
-    int lean; /* df, du, dout_o, dq, dk only as their BF16 copies (gblock_setup_lean), as the model runs without a node
-               * hook: those five F32 nodes are not allocated, their pointers NULL */
+    int lean; /* df, du, dout_o, dq, dk, dv only as their BF16 copies (gblock_setup_lean), as the model runs without a
+               * node hook: those six F32 nodes are not allocated, their pointers NULL */
     int n;
     const char *name[GBLOCK_MAX_NODES];
     h3s_tensor t[GBLOCK_MAX_NODES];
@@ -61,8 +61,8 @@ typedef struct gblock_run {
     h3s_tensor *a, *tab, *n1, *q, *k, *v, *qn, *kn, *qr, *kr, *ao, *stats, *o, *x2, *n2, *u, *hs, *f, *x3;
     h3s_tensor *dtab, *dx2a, *df, *df_bf16, *dhs, *dw_down, *du, *du_bf16, *dn2, *dw_up, *dnorm2, *dx2, *dxa, *dob,
         *dob_bf16, *dao, *dwo;
-    h3s_tensor *dqr, *dkr, *dv, *dqn, *dkn, *dq, *dk, *dq_bf16, *dk_bf16, *dqnw, *dknw, *dn1q, *dn1k, *dn1v, *dwq, *dwk,
-        *dwv, *dn1;
+    h3s_tensor *dqr, *dkr, *dv, *dv_bf16, *dqn, *dkn, *dq, *dk, *dq_bf16, *dk_bf16, *dqnw, *dknw, *dn1q, *dn1k, *dn1v,
+        *dwq, *dwk, *dwv, *dn1;
     h3s_tensor *dnorm1, *dx, *dtemb, *dw_ada, *db_ada;
     void (*after)(void *ctx, const char *node);
     void *ctx;
@@ -209,7 +209,9 @@ static inline h3s_status gblock_setup_(const gblock_geom *g, int64_t B, gblock_r
     GBLOCK_TRY(gblock_node(r, &r->dwo, "grad.o_proj.dw", WGT, H, QW, 0));
     GBLOCK_TRY(gblock_node(r, &r->dqr, "grad.attention.dq", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dkr, "grad.attention.dk", H3S_F32, M, QW, 1));
-    GBLOCK_TRY(gblock_node(r, &r->dv, "grad.attention.dv", H3S_F32, M, QW, 1));
+    if (!r->lean) GBLOCK_TRY(gblock_node(r, &r->dv, "grad.attention.dv", H3S_F32, M, QW, 1));
+    /* the model's: dv rounded in attention's backward pass, the value projection's operand */
+    GBLOCK_TRY(gblock_node(r, &r->dv_bf16, "grad.attention.dv.bf16", H3S_BF16, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dqn, "grad.rope_q", H3S_F32, M, QW, 1));
     GBLOCK_TRY(gblock_node(r, &r->dkn, "grad.rope_k", H3S_F32, M, QW, 1));
     if (!r->lean) {
@@ -252,7 +254,7 @@ static inline h3s_status gblock_setup(const gblock_geom *g, int64_t B, gblock_ru
     return gblock_setup_wgrad(g, B, 0, r);
 }
 
-/* 1 when every linear that reads one of df, du, dout_o, dq, dk computes from its BF16 copy alone (BF16 gradient
+/* 1 when every linear that reads one of df, du, dout_o, dq, dk, dv computes from its BF16 copy alone (BF16 gradient
  * operands, shapes the tensor-core kernels take): the condition for gblock_setup_lean, as h3s_block_lean_grads is
  * the model's. */
 static inline int gblock_lean_possible(const gblock_geom *g) {
@@ -261,8 +263,8 @@ static inline int gblock_lean_possible(const gblock_geom *g) {
            h3s_cuda_linear_bf16_dy_only(H, QW) && h3s_cuda_linear_bf16_dy_only(QW, H);
 }
 
-/* gblock_setup_wgrad with df, du, dout_o, dq, dk written only as their BF16 copies, as the model runs them without a
- * node hook (refused where gblock_lean_possible is 0). */
+/* gblock_setup_wgrad with df, du, dout_o, dq, dk, dv written only as their BF16 copies, as the model runs them without
+ * a node hook (refused where gblock_lean_possible is 0). */
 static inline h3s_status gblock_setup_lean(const gblock_geom *g, int64_t B, int wgrad_bf16, gblock_run *r) {
     if (!gblock_lean_possible(g))
         return h3s_fail(H3S_ERR_UNSUPPORTED, "gblock_setup_lean: a linear of this block reads F32 dy (split gradient "
@@ -401,6 +403,7 @@ static inline h3s_status gblock_backward(const gblock_geom *g, const gblock_para
                              .dqa = r->dqr,
                              .dka = r->dkr,
                              .dv = r->dv,
+                             .dv_bf16 = r->dv_bf16,
                              .dqn = r->dqn,
                              .dkn = r->dkn,
                              .dq = r->dq,

@@ -8,7 +8,7 @@
  *   - repeat: running B = 2 again gives identical bits in every node, the weight, norm, table
  *     and temb gradients included;
  *   - the linear weights' gradients in BF16 (the bench's setting) are the F32 ones rounded, every other node equal;
- *   - the lean run (df, du, dout_o, dq, dk only as BF16 copies, as the model runs without a node hook) gives every
+ *   - the lean run (df, du, dout_o, dq, dk, dv only as BF16 copies, as the model runs without a node hook) gives every
  *     remaining node the full run's bits.
  * H3S_GPU_TEST_SMALL=1 runs a scaled-down block. */
 #include "gpu_block.h"
@@ -87,9 +87,9 @@ static void wgrad_bf16_check(const gblock_geom *g, const gblock_params *p) {
     gblock_free(&rb);
 }
 
-/* The block as the model runs it without a node hook (gblock_setup_lean: df, du, dout_o, dq, dk written only as the
+/* The block as the model runs it without a node hook (gblock_setup_lean: df, du, dout_o, dq, dk, dv written only as the
  * BF16 copies their linears read) against the run that writes them in F32 too: every node of the lean run, BF16 copies
- * and weight gradients included, bit for bit the same-named node of the full run, which has exactly those five more. */
+ * and weight gradients included, bit for bit the same-named node of the full run, which has exactly those six more. */
 static void lean_check(const gblock_geom *g, const gblock_params *p) {
     if (!gblock_lean_possible(g)) {
         printf("lean gradients: not possible here (a linear reads F32 dy); the full run above is the only one\n");
@@ -120,9 +120,10 @@ static void lean_check(const gblock_geom *g, const gblock_params *p) {
         h3s_tensor_free(&a), h3s_tensor_free(&b);
     }
     printf("lean gradients: %d nodes against the full run's %d: %d differ, %d unmatched\n", rl.n, rf.n, bad, missing);
-    CHECK(rf.n - rl.n == 5, "expected the lean run to skip 5 F32 nodes (df, du, dout_o, dq, dk), it has %d fewer",
+    CHECK(rf.n - rl.n == 6, "expected the lean run to skip 6 F32 nodes (df, du, dout_o, dq, dk, dv), it has %d fewer",
           rf.n - rl.n);
-    CHECK(!rl.df && !rl.du && !rl.dob && !rl.dq && !rl.dk, "the lean run allocated one of its skipped F32 nodes");
+    CHECK(!rl.df && !rl.du && !rl.dob && !rl.dq && !rl.dk && !rl.dv,
+          "the lean run allocated one of its skipped F32 nodes");
     gblock_free(&rf);
     gblock_free(&rl);
 }

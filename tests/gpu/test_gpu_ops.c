@@ -203,6 +203,35 @@ static void test_sgemm_configs(void) {
 
 /* ================================================================== rmsnorm */
 
+/* A modulated norm's weight, shift and scale gradients in one pass (H3C_FOLD_NORM_ALL, when dw and dtable are both
+ * asked for) against the three folds apart (the fold hook), for R table rows: 1 and 3 (the kernel for 3), 5 and 12
+ * (the kernel for 12), 13 (the folds apart either way).  Rows over 256-row tiles with a partial last tile; some table
+ * rows take no row of a tile (every third row index of a tile repeats). */
+static void test_norm_all(int64_t R) {
+    const int64_t M = SZ(700, 300), H = SZ(600, 136), C = 6;
+    const int shift = 3, scale = 4;
+    h3s_tensor x = hrand(H3S_BF16, M, H, 31, 1.5f), w = hrand(H3S_BF16, H, 0, 32, 1.0f);
+    h3s_tensor table = hrand(H3S_BF16, R, C * H, 33, 0.3f), idx = rand_index(M, R, 34);
+    h3s_tensor dy = hrand(H3S_F32, M, H, 35, 1.0f), pattern = hrand(H3S_F32, R, C * H, 36, 1.0f);
+    h3s_tensor xd = gup(&x), wd = gup(&w), td = gup(&table), dyd = gup(&dy);
+    h3s_modulation mod = {&td, &idx, shift, scale};
+    h3s_tensor dw1 = gdev1(H3S_F32, H), dw2 = gdev1(H3S_F32, H), dt1 = gup(&pattern), dt2 = gup(&pattern);
+    gpoison(&dw1), gpoison(&dw2);
+    CHECK_OK(h3s_rmsnorm_backward(&xd, &wd, &mod, 1e-5, &dyd, NULL, &dw1, &dt1));
+    h3c_fold_force_generic(1);
+    CHECK_OK(h3s_rmsnorm_backward(&xd, &wd, &mod, 1e-5, &dyd, NULL, &dw2, &dt2));
+    h3c_fold_force_generic(0);
+    h3s_tensor dw2h = gdown(&dw2), dt2h = gdown(&dt2);
+    CHECK(gequal(&dw1, &dw2h) && gequal(&dt1, &dt2h),
+          "rmsnorm R=%lld: the one-pass weight, shift and scale fold differs from the three folds apart", (long long)R);
+    printf("rmsnorm one-pass folds R=%lld M=%lld H=%lld: dw and dtable equal to the folds apart\n", (long long)R,
+           (long long)M, (long long)H);
+    h3s_tensor all[] = {x, w, table, idx, dy, pattern, dw2h, dt2h};
+    free_all(all, 8, 0);
+    h3s_tensor alld[] = {xd, wd, td, dyd, dw1, dw2, dt1, dt2};
+    free_all(alld, 8, 1);
+}
+
 static void test_rmsnorm(int with_w, int with_mod, h3s_dtype ydt) {
     const int64_t M = SZ(300, 20), H = SZ(1000, 72), R = 5, C = 6;
     const int shift = 3, scale = 4;
@@ -653,6 +682,28 @@ static void test_attention_case(const attn_case *c) {
     CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, &dkd, &dvd));
     CHECK(gequal(&od, &o) && gequal(&std, &st) && gequal(&dqd, &dq) && gequal(&dkd, &dk) && gequal(&dvd, &dv),
           "attention repeat");
+    /* dv rounded to BF16 in the same pass (the value projection's operand): dq, dk, dv unchanged and the copy
+     * round_bf16(dv), masked key rows included; then the copy alone (dv NULL, as the block runs it): the same copy */
+    {
+        h3s_tensor dvb = gdev2(H3S_BF16, M, W), want = gdev2(H3S_BF16, M, W);
+        CHECK_OK(h3s_cuda_round_bf16(&dvd, &want));
+        h3s_tensor wanth = gdown(&want);
+        gpoison(&dqd), gpoison(&dkd), gpoison(&dvd), gpoison(&dvb);
+        CHECK_OK(h3s_attention_backward_rounded(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, &dkd, &dvd,
+                                                &dvb));
+        CHECK(gequal(&dqd, &dq) && gequal(&dkd, &dk) && gequal(&dvd, &dv) && gequal(&dvb, &wanth),
+              "attention_backward_rounded: dq, dk, dv unchanged and dv_bf16 = round_bf16(dv)");
+        gpoison(&dkd), gpoison(&dvb);
+        CHECK_OK(h3s_attention_backward_rounded(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, NULL, &dkd, NULL,
+                                                &dvb));
+        CHECK(gequal(&dkd, &dk) && gequal(&dvb, &wanth),
+              "attention_backward_rounded without dv: dk unchanged and dv_bf16 = round_bf16(dv)");
+        CHECK(h3s_attention_backward_rounded(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, NULL, NULL, &dvd,
+                                             &dqd) != H3S_OK,
+              "attention_backward_rounded: an F32 dv_bf16 is refused");
+        h3s_tensor_free(&wanth);
+        gfree(&dvb), gfree(&want);
+    }
     h3s_tensor all[] = {q,   k,   v,    dout, doc, kv, o,  st,   dq,   dk,   dv,  q64, k64, v64,
                         g64, o64, st64, oc,   stc, og, sg, dq64, dk64, dv64, dqc, dkc, dvc};
     free_all(all, 27, 0);
@@ -1418,6 +1469,9 @@ int main(void) {
     test_rmsnorm(1, 1, H3S_BF16);
     test_rmsnorm(1, 0, H3S_BF16);
     test_rmsnorm(0, 1, H3S_F32);
+    const int64_t norm_rows[] = {1, 3, 5, 12, 13};
+    for (int i = 0; i < 5; i++)
+        test_norm_all(norm_rows[i]);
     test_norm_batch();
     test_head_rmsnorm();
     test_rope();
