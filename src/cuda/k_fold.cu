@@ -72,6 +72,18 @@ __device__ __forceinline__ float fold_value(const h3c_fold_args &a, const fold_r
     return 0.0f;
 }
 
+/* The loads of a batch of FB listed rows starting at list entry j0, every one unconditional (past the list's end:
+ * its last row again, not used), so that they are all issued before the first add waits on one. */
+template <int MODE, int FB>
+__device__ __forceinline__ void fold_load_batch(const h3c_fold_args &a, int64_t m0, const int *list, const int *rix,
+                                                int j0, int cnt, int64_t n, fold_raw (&v)[FB]) {
+#pragma unroll
+    for (int u = 0; u < FB; u++) {
+        const int j = min(j0 + u, cnt - 1);
+        v[u] = fold_load<MODE>(a, m0 + list[j], n, rix[j]);
+    }
+}
+
 /* SHIFT_SCALE runs the COPY chain (dy) into partial and the RMS_DSCALE chain into partial2 over the same rows, from
  * the same loads: each chain is the one its own mode runs, so the bits of the two folds apart. */
 template <int MODE>
@@ -129,14 +141,8 @@ __global__ void __launch_bounds__(FOLD_COLS)
                              ? h3k_bf2f(((const uint16_t *)a.w)[n])
                              : 1.0f;
         for (int j0 = 0; j0 < cnt; j0 += FB) {
-            /* every load of the batch unconditional (past the list's end: its last row again, not
-             * used), so that they are all issued before the first add waits on one */
             fold_raw v[FB];
-#pragma unroll
-            for (int u = 0; u < FB; u++) {
-                const int j = min(j0 + u, cnt - 1);
-                v[u] = fold_load<MODE>(a, m0 + list[j], n, rix[j]);
-            }
+            fold_load_batch<MODE, FB>(a, m0, list, rix, j0, cnt, n, v);
 #pragma unroll
             for (int u = 0; u < FB; u++)
                 if (j0 + u < cnt) {
@@ -232,11 +238,7 @@ __global__ void __launch_bounds__(FOLD_COLS) fold_norm_all_kernel(h3c_fold_args 
         unsigned seen = 0; /* bit q: table row q's chains have their first row */
         for (int j0 = 0; j0 < cnt; j0 += FB) {
             fold_raw v[FB];
-#pragma unroll
-            for (int u = 0; u < FB; u++) {
-                const int j = min(j0 + u, cnt - 1);
-                v[u] = fold_load<H3C_FOLD_RMS_DW>(a, m0 + list[j], n, rix[j]);
-            }
+            fold_load_batch<H3C_FOLD_RMS_DW, FB>(a, m0, list, rix, j0, cnt, n, v);
 #pragma unroll
             for (int u = 0; u < FB; u++)
                 if (j0 + u < cnt) {
