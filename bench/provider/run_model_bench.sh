@@ -23,7 +23,9 @@
 # requested L that the free disk (with 3 GB to spare) or the GPU memory (estimate: twice the weights, for the
 # weights and the gradients, plus 3 GB of activations per block and 8 GB) would not hold, or that init could not
 # write in the time left (H3S_MODEL_INIT_S_PER_GB, default 5 s per GB, with 30% to spare), is lowered, and the
-# log says so.  The L that ran is in bench_model.json ("layers").
+# log says so.  When the time left cannot write even one block, nothing is initialised or measured, and the log
+# names the deadline the requested L would need (it keeps PROVIDER_S + 100 s for the inputs and the two sides, so an
+# 8-block run from a fresh machine needs about 380 s).  The L that ran is in bench_model.json ("layers").
 #
 # S: H3S_MODEL_SEQS (default 1133,8762), each one of the layouts below
 # (S = text + frames * (latent_h / 2) * (latent_w / 2) + 2 * audio latents).
@@ -195,19 +197,32 @@ if [ "$BUILD_OK" = 1 ]; then
         else
             GPU_L=n/a
         fi
-        [ "$L" -lt 1 ] && L=1
+        # below one block by the disk's or the GPU's estimate: one block is tried, as it always was
+        [ "$L" -lt 1 ] && [ "$TIME_L" -ge 1 ] && L=1
         log "layers: asked $LAYERS, the disk holds $DISK_L (${AVAIL_MB} MB free under $MROOT), the GPU memory about $GPU_L, init's time (${INIT_T}s at ${INIT_S_PER_GB} s/GB) $TIME_L: L = $L"
-        [ "$LAYERS" != auto ] && [ "$L" != "$LAYERS" ] && log "layers: L lowered from $LAYERS to $L"
-        LAYERS=$L
-        M=$MROOT/model_${PRESET}_L$LAYERS
-        T=$INIT_T
-        log "== init (limit ${T}s): h3strict init --preset $PRESET --layers $LAYERS --seed 1 --out $M"
-        T0=$(date +%s)
-        timeout -k 10 "$T" "$H" init --preset "$PRESET" --layers "$LAYERS" --seed 1 --out "$M" >>"$LOG" 2>&1
-        rc=$?
-        [ "$rc" = 0 ] && touch "$M.complete"
-        log "init: rc=$rc in $(($(date +%s) - T0))s, $(du -sh "$M" 2>/dev/null | cut -f1)$([ "$rc" = 0 ] || echo ": no model, nothing to measure (124: stopped by its time limit)")"
-        [ "$rc" = 0 ] || rm -rf "$MROOT"/.model_*
+        if [ "$L" -lt 1 ]; then
+            # not even one block can be written in the time left: say which deadline would do, and spend no more time
+            WANT_L=$WANT
+            [ "$WANT_L" -gt "$DISK_L" ] && WANT_L=$DISK_L
+            [ "$WANT_L" -lt 1 ] && WANT_L=1
+            NEED_INIT=$(((REST_MB + WANT_L * BLOCK_MB) * INIT_S_PER_GB * 13 / 10000 + 1))
+            NEED=$(($(date +%s) - T_START + NEED_INIT + PROVIDER_S + 100))
+            log "init: skipped: ${INIT_T}s cannot write one block at ${INIT_S_PER_GB} s/GB; nothing to measure. $WANT_L blocks need H3S_MODEL_DEADLINE_S of about $NEED (init about ${NEED_INIT}s, $((PROVIDER_S + 100))s kept for the inputs and the two sides)"
+            L=0
+        fi
+        if [ "$L" -ge 1 ]; then
+            [ "$LAYERS" != auto ] && [ "$L" != "$LAYERS" ] && log "layers: L lowered from $LAYERS to $L"
+            LAYERS=$L
+            M=$MROOT/model_${PRESET}_L$LAYERS
+            T=$INIT_T
+            log "== init (limit ${T}s): h3strict init --preset $PRESET --layers $LAYERS --seed 1 --out $M"
+            T0=$(date +%s)
+            timeout -k 10 "$T" "$H" init --preset "$PRESET" --layers "$LAYERS" --seed 1 --out "$M" >>"$LOG" 2>&1
+            rc=$?
+            [ "$rc" = 0 ] && touch "$M.complete"
+            log "init: rc=$rc in $(($(date +%s) - T0))s, $(du -sh "$M" 2>/dev/null | cut -f1)$([ "$rc" = 0 ] || echo ": no model, nothing to measure (124: stopped by its time limit)")"
+            [ "$rc" = 0 ] || rm -rf "$MROOT"/.model_*
+        fi
     else
         log "model: reusing $M"
     fi
