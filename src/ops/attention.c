@@ -839,14 +839,6 @@ static h3s_status check_same(const char *op, const char *name, const h3s_tensor 
     return h3s_check_shape(op, name, t, dtype, 2, dims);
 }
 
-static int overlaps(const h3s_tensor *a, const h3s_tensor *b) {
-    if (!a || !b || !a->data || !b->data) return 0;
-    size_t na = h3s_tensor_nbytes(a), nb = h3s_tensor_nbytes(b);
-    if (!na || !nb) return 0;
-    uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
-    return a0 < b0 + nb && b0 < a0 + na;
-}
-
 /* Checks q, k, v, batch, heads, the mask and the forward's out and stats (outputs of the
  * forward, inputs of the backward); fills the geometry (data pointers of the mask only) and
  * the mode. */
@@ -917,10 +909,10 @@ static h3s_status check_no_overlap(const char *op, const h3s_tensor *const *outs
                                    int nout, const h3s_tensor *const *ins, const char *const *in_names, int nin) {
     for (int i = 0; i < nout; i++) {
         for (int j = 0; j < nin; j++)
-            if (overlaps(outs[i], ins[j]))
+            if (h3s_tensors_overlap(outs[i], ins[j]))
                 return h3s_fail(H3S_ERR_INVALID, "%s: output %s overlaps input %s", op, out_names[i], in_names[j]);
         for (int j = 0; j < i; j++)
-            if (overlaps(outs[i], outs[j]))
+            if (h3s_tensors_overlap(outs[i], outs[j]))
                 return h3s_fail(H3S_ERR_INVALID, "%s: outputs %s and %s overlap", op, out_names[j], out_names[i]);
     }
     return H3S_OK;

@@ -207,12 +207,6 @@ h3s_status h3s_residual_backward_rounded(const h3s_tensor *y, const h3s_tensor *
                     DY[m * H + k] = DO[m * H + k] * bf16_at(G, idx[m] * ld + k);
         }
     }
-    if (dy_bf16) { /* dy rounded as the CUDA backend's linear rounds its gradient operand */
-        const float *DY = (const float *)dy->data;
-        uint16_t *R = (uint16_t *)dy_bf16->data;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < M * H; i++)
-            R[i] = h3s_bf16_round(DY[i]);
-    }
-    return H3S_OK;
+    /* dy rounded as the CUDA backend's linear rounds its gradient operand (h3s_bf16_round per element) */
+    return dy_bf16 ? h3s_tensor_convert(dy, dy_bf16) : H3S_OK;
 }

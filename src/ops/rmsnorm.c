@@ -582,13 +582,6 @@ h3s_status h3s_head_rmsnorm_backward_rounded(const h3s_tensor *x, int64_t heads,
         if (dw) head_fold_f32(CW, c.M, heads, D, (float *)dw->data);
     }
     free(cdw);
-    if (dx_bf16) { /* dx rounded as the CUDA backend's linear rounds its gradient operand */
-        const float *DX = (const float *)dx->data;
-        uint16_t *R = (uint16_t *)dx_bf16->data;
-        const int64_t n = h3s_tensor_numel(dx);
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            R[i] = h3s_bf16_round(DX[i]);
-    }
-    return H3S_OK;
+    /* dx rounded as the CUDA backend's linear rounds its gradient operand (h3s_bf16_round per element) */
+    return dx_bf16 ? h3s_tensor_convert(dx, dx_bf16) : H3S_OK;
 }

@@ -117,13 +117,8 @@ h3s_status h3s_swiglu_backward_rounded(const h3s_tensor *u, const h3s_tensor *dh
                 DU[m * 2 * F + f] = d * h3s_det_siluf(g);
                 DU[m * 2 * F + F + f] = (d * v) * h3s_det_silu_gradf(g);
             }
-        if (du_bf16) {
-            uint16_t *R = (uint16_t *)du_bf16->data;
-            const int64_t n = M * 2 * F;
-#pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++)
-                R[i] = h3s_bf16_round(DU[i]);
-        }
+        /* du rounded as the CUDA backend's linear rounds its gradient operand (h3s_bf16_round per element) */
+        if (du_bf16) H3S_TRY(h3s_tensor_convert(du, du_bf16));
     }
     return H3S_OK;
 }
