@@ -1,7 +1,7 @@
 /* Benchmark (not a test): the strict Hopper GEMM against cuBLASLt on the MiniMax-H3 shapes.
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
- *                    [--config C] [--dw-bf16] [--wgrad-fold]
+ *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -20,7 +20,9 @@
  * refiner's 77 text rows).  --dw-bf16: the wgrad writes dw in BF16 on both sides (the strict fold rounded once as it
  * is stored, as the model's BF16 parameter gradients are), recorded as "dw_dtype" in the JSON.  --wgrad-fold runs
  * the wgrad's fold configuration at every M (the dispatcher takes the one-tile configuration at M <= 256; the same
- * bits).  Without a CUDA device it prints one line and
+ * bits).  --wgrad-config C forces wgrad configuration C (h3c_gemm_force_wgrad: 0 the fold on 128 x 192 tiles, 1 one
+ * tile, 2 the fold on 128 x 256 tiles; the same bits).  --phase P (forward, dgrad or wgrad) measures that phase
+ * alone.  Without a CUDA device it prints one line and
  * exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,6 +204,8 @@ int main(int argc, char **argv) {
     int64_t only_k = 0, only_n = 0, only_m = 0; /* --only K N M: one shape and M (profiling) */
     int force_config = -1;                      /* --config C: forward and dgrad in configuration C */
     int wgrad_fold = 0;                         /* --wgrad-fold */
+    int wgrad_config = -1;                      /* --wgrad-config C */
+    int only_phase = -1;                        /* --phase P */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -228,9 +232,26 @@ int main(int argc, char **argv) {
             g_dw_bf16 = 1;
         } else if (!strcmp(argv[i], "--wgrad-fold")) {
             wgrad_fold = 1;
+        } else if (!strcmp(argv[i], "--phase") && i + 1 < argc) {
+            const char *ph = argv[++i];
+            only_phase = !strcmp(ph, "forward") ? PH_FWD
+                         : !strcmp(ph, "dgrad") ? PH_DGRAD
+                         : !strcmp(ph, "wgrad") ? PH_WGRAD
+                                                : -2;
+            if (only_phase < 0) {
+                fprintf(stderr, "bench_gemm: --phase takes forward, dgrad or wgrad\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--wgrad-config") && i + 1 < argc) {
+            char *end = NULL;
+            wgrad_config = (int)strtol(argv[++i], &end, 10);
+            if (!end || *end || wgrad_config < 0 || wgrad_config > 2) {
+                fprintf(stderr, "bench_gemm: --wgrad-config takes 0, 1 or 2\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
-                            "[--only K N M] [--config C] [--dw-bf16] [--wgrad-fold]\n");
+                            "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C]\n");
             return 2;
         }
     }
@@ -244,9 +265,10 @@ int main(int argc, char **argv) {
         ok(h3c_gemm_force_config(force_config), "force_config");
         printf("bench_gemm: forward and dgrad forced to configuration %d\n", force_config);
     }
-    if (wgrad_fold) {
-        ok(h3c_gemm_force_wgrad(0), "force_wgrad");
-        printf("bench_gemm: wgrad forced to the fold configuration\n");
+    if (wgrad_fold || wgrad_config >= 0) {
+        const int c = wgrad_config >= 0 ? wgrad_config : 0;
+        ok(h3c_gemm_force_wgrad(c), "force_wgrad");
+        printf("bench_gemm: wgrad forced to configuration %d\n", c);
     }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
@@ -306,6 +328,7 @@ int main(int argc, char **argv) {
             const int64_t M = Ms[mi];
             if (only_m && M != only_m) continue;
             for (int ph = 0; ph < 3; ph++) {
+                if (only_phase >= 0 && ph != only_phase) continue;
                 lt_plan lp;
                 if (ph == PH_FWD) lp = lt_make(1, 0, N, M, K, K, K, CUDA_R_16BF);
                 if (ph == PH_DGRAD) lp = lt_make(0, 0, K, M, N, K, N, CUDA_R_32F);

@@ -95,8 +95,10 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
-/* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold,
- * 1 = the one-tile configuration (refused at M > 256).  Both give the same bits where both apply. */
+/* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold on
+ * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 2 = the fold on 128 x 256 tiles.  All give
+ * the same bits where they apply. */
+int h3c_gemm_wgrad_config_count(void);
 h3s_status h3c_gemm_force_wgrad(int config);
 /* The previous strict forward kernel (mma.sync), for side-by-side benchmarks. */
 h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,

@@ -411,14 +411,25 @@ template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_
     static constexpr int EPI_ROW = BN * 2 + 16;
     static constexpr int EPI_OFF = (STAGES * STAGE + 2 * STAGES * 8 + 127) / 128 * 128;
     static constexpr int EPI_BYTES = EPI == EPI_BF16_STAGED ? NC * 4 * 16 * EPI_ROW : 0;
-    static constexpr int SMEM =
-        EPI == EPI_BF16_STAGED ? EPI_OFF + EPI_BYTES + 1024 : STAGES * STAGE + 1024 + 2 * STAGES * 8;
+    /* FOLD == 2: the upper half of each consumer thread's running total lives in shared memory (after the ring's
+     * barriers), as float4 chunks [BN / 16][NC * 128 threads], so that a tile of 128 x 256 fits: its partial takes
+     * 128 registers per thread, and the whole total would take 128 more */
+    static constexpr int TOT_OFF = EPI_OFF; /* the staging buffer and the split total share one region */
+    static constexpr int TOT_BYTES = FOLD == 2 ? NC * 128 * (BN / 4) * 4 : 0;
+    static constexpr int REGION = EPI_BYTES > TOT_BYTES ? EPI_BYTES : TOT_BYTES;
+    static constexpr int SMEM = REGION ? EPI_OFF + REGION + 1024 : STAGES * STAGE + 1024 + 2 * STAGES * 8;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
+    static_assert(FOLD >= 0 && FOLD <= 2, "FOLD");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
 };
+
+/* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
+template <int NC> __device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+}
 
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
@@ -427,8 +438,11 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
-    constexpr int TR = C::FOLD ? ACC : 1; /* the running fold total */
+    /* the running fold total: all of it in registers (FOLD == 1), or its lower half in registers and its upper
+     * half in this thread's float4 chunks of shared memory (FOLD == 2) */
+    constexpr int TR = C::FOLD == 1 ? ACC : C::FOLD == 2 ? ACC / 2 : 1;
     float tot[TR];
+    float4 *tsm = (float4 *)(smem + C::TOT_OFF) + (c * 128 + t); /* chunk j at tsm[j * NC * 128] */
 #pragma unroll
     for (int i = 0; i < ACC; i++)
         acc[i] = 0.0f;
@@ -479,6 +493,18 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
 #pragma unroll
             for (int i = 0; i < TR; i++)
                 tot[i] = t0 == 0 ? acc[i] : tot[i] + acc[i];
+            if constexpr (C::FOLD == 2) { /* the same addition, element for element, for the upper half */
+#pragma unroll
+                for (int j = 0; j < ACC / 8; j++) {
+                    const float *a = acc + ACC / 2 + 4 * j;
+                    float4 v = make_float4(a[0], a[1], a[2], a[3]);
+                    if (t0 != 0) {
+                        const float4 o = tsm[j * C::NC * 128];
+                        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+                    }
+                    tsm[j * C::NC * 128] = v;
+                }
+            }
         }
     } else {
         for (int64_t kb = 0; kb < nk; kb++) {
@@ -489,7 +515,20 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
     wg_wait<0>();
     reg_fence<ACC>(acc);
-    release(nk); /* every stage of this tile is free for the producer's next tile */
+    release(nk);                  /* every stage of this tile is free for the producer's next tile */
+    if constexpr (C::FOLD == 2) { /* the whole total into acc (its partials are spent); the epilogue reads acc */
+#pragma unroll
+        for (int i = 0; i < ACC / 2; i++)
+            acc[i] = tot[i];
+#pragma unroll
+        for (int j = 0; j < ACC / 8; j++) {
+            const float4 o = tsm[j * C::NC * 128];
+            acc[ACC / 2 + 4 * j] = o.x, acc[ACC / 2 + 4 * j + 1] = o.y;
+            acc[ACC / 2 + 4 * j + 2] = o.z, acc[ACC / 2 + 4 * j + 3] = o.w;
+        }
+        /* the staging buffer overlays every consumer thread's chunks: all are read before any warp stages */
+        if constexpr (C::EPI == EPI_BF16_STAGED) consumers_sync<C::NC>();
+    }
 
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
     const int w = t >> 5, lane = t & 31;
@@ -510,8 +549,8 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                 for (int jj = 0; jj < 4; jj++) {
                     const int j = jg * 4 + jj;
                     const int64_t q = q0 + j * 8 + 2 * l;
-                    float v0 = C::FOLD ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
-                    float v1 = C::FOLD ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
+                    float v0 = C::FOLD == 1 ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
+                    float v1 = C::FOLD == 1 ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
                     if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
                         v0 = v0 + h3k_bf2f(g.bias[q]);
                         v1 = v1 + h3k_bf2f(g.bias[q + 1]);
@@ -546,14 +585,14 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         float chk = 0.0f;
 #pragma unroll
         for (int i = 0; i < ACC; i++)
-            chk = __fmaf_rn(C::FOLD ? tot[i] : acc[i], 0.0f, chk);
+            chk = __fmaf_rn(C::FOLD == 1 ? tot[i] : acc[i], 0.0f, chk);
         auto stage = [&](auto finite) {
 #pragma unroll
             for (int j = 0; j < BN / 8; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const float v0 = C::FOLD ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
-                    const float v1 = C::FOLD ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
+                    const float v0 = C::FOLD == 1 ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
+                    const float v1 = C::FOLD == 1 ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
                     *(uint32_t *)(ebuf + (qr + 8 * h) * C::EPI_ROW + (j * 8 + 2 * l) * 2) =
                         decltype(finite)::value ? h3k_f2bf2_finite(v0, v1) : h3k_f2bf2(v0, v1);
                 }
@@ -574,6 +613,8 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             if (p < g.P && q < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + q) = v; /* Q is a multiple of 8 */
         }
         __syncwarp(); /* the buffer is rewritten by this warp's next tile */
+        /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
+        if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
     } else {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
@@ -584,7 +625,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                 const int64_t p = row0 + 8 * h;
                 if (p >= g.P) continue;
                 float v0, v1;
-                if (C::FOLD) {
+                if (C::FOLD == 1) {
                     v0 = tot[j * 4 + 2 * h];
                     v1 = tot[j * 4 + 2 * h + 1];
                 } else {
@@ -737,6 +778,11 @@ typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
  * the in-register transpose, the BF16 wgrad ran 15% slower than the F32 one (M = 1133, 5376 -> 28672: 1.078 against
  * 0.934 ms under ncu, 58M more instructions executed), and 1.6-1.8x cuBLASLt's BF16 output. */
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
+/* The fold on 128 x 256 tiles: half of the running total in shared memory (FOLD == 2), three stages; BF16 out through
+ * the staging buffer, which overlays the total's region once the total is in registers.  Each output element gets the
+ * same 256-row chains from +0 and the same additions in ascending tile order, so the same bits. */
+typedef cfg<128, 256, 3, 1, 1, EPI_F32, 2> wgrad_wide;
+typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 2> wgrad_wide_bf16;
 /* A reduction of at most 256 rows (M <= H3S_FOLD_TILE: the token refiner's text rows) is one fold tile: the fold's
  * total is that tile's chain, so a configuration without the fold computes the same MMAs from +0 into the same
  * accumulator and gives the same bits (tests/gpu/test_gpu_gemm.c compares them).  Such a wgrad is almost all output
@@ -864,12 +910,19 @@ static int g_force_config = -1;
 
 extern "C" int h3c_gemm_config_count(void) { return 4; }
 
-/* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold, 1 = one tile. */
+/* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
+#define H3C_WGRAD_WIDE_M 16384
+
+/* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold on 128 x 192
+ * tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory). */
 static int g_force_wgrad = -1;
 
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 3; }
+
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
-    if (config < -1 || config > 1)
-        return h3s_fail(H3S_ERR_INVALID, "gemm: no wgrad configuration %d (0, 1, or -1)", config);
+    if (config < -1 || config >= h3c_gemm_wgrad_config_count())
+        return h3s_fail(H3S_ERR_INVALID, "gemm: no wgrad configuration %d (0..%d, or -1)", config,
+                        h3c_gemm_wgrad_config_count() - 1);
     g_force_wgrad = config;
     return H3S_OK;
 }
@@ -1036,6 +1089,14 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (one) {
         if (dw_bf16) return wg::launch<wg::wgrad_one_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_one>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
+    /* F32 dw of a long reduction (M >= H3C_WGRAD_WIDE_M: a batch of long requests) on 128 x 256 tiles: measured 3-8%
+     * faster than 128 x 192 at M = 33396 on four of the five H3 shapes, mixed (within +-5%) at M <= 8349; with BF16
+     * dw the 128 x 192 fold with its four-stage ring was faster at every M measured (docs/numerics/linear_cuda.md) */
+    const int c = g_force_wgrad >= 0 ? g_force_wgrad : (!dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2 : 0);
+    if (c == 2) {
+        if (dw_bf16) return wg::launch<wg::wgrad_wide_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_wide>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     }
     if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);

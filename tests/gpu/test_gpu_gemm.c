@@ -16,7 +16,8 @@
  * partial as a work item of its own and add them in a second pass; the comparison covers both.
  *
  * The wgrad of at most 256 rows (one fold tile) runs a configuration without the fold; wgrad_one_tile compares its
- * F32 and BF16 dw with the fold's on every shape.
+ * F32 and BF16 dw with the fold's on every shape.  wgrad_fold_configs compares every fold configuration of the wgrad
+ * (the tile shapes and epilogues of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}.
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
@@ -138,6 +139,56 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
     gfree(&big), gfree(&xd), gfree(&dyd), gfree(&dyb);
 }
 
+/* Every fold configuration of the wgrad (h3c_gemm_force_wgrad 0 and 2, and the dispatcher's choice) gives the fold's
+ * bits: dw, F32 and BF16, of M rows against configuration 0's, at M past one fold tile (a partial last tile among
+ * them).  Whole buffers are compared first; elements are counted only when they differ. */
+static void wgrad_fold_configs(int64_t K, int64_t N, const int64_t *Ms, int nM) {
+    const double t0 = gpu_now();
+    int64_t MM = 0;
+    for (int i = 0; i < nM; i++)
+        MM = Ms[i] > MM ? Ms[i] : MM;
+    h3s_tensor xd = gdev2(H3S_BF16, MM, K), dyd = gdev2(H3S_F32, MM, N), dyb = gdev2(H3S_BF16, MM, N);
+    gfill(&xd, 311, 1.0f);
+    gfill(&dyd, 312, 1.0f);
+    CHECK_OK(h3c_round_bf16("test", MM * N, dyd.data, dyb.data));
+    int64_t bad = 0, runs = 0;
+    for (int b16 = 0; b16 < 2; b16++) {
+        const h3s_dtype dt = b16 ? H3S_BF16 : H3S_F32;
+        h3s_tensor ref = gdev2(dt, N, K), got = gdev2(dt, N, K);
+        for (int i = 0; i < nM; i++) {
+            const int64_t M = Ms[i];
+            gpoison(&ref);
+            CHECK_OK(h3c_gemm_force_wgrad(0));
+            CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, ref.data, b16));
+            h3s_tensor rh = gdown(&ref);
+            for (int c = -1; c < h3c_gemm_wgrad_config_count(); c++) {
+                if (c == 0 || c == 1) continue; /* the reference; the one-tile configuration refuses M > 256 */
+                CHECK_OK(h3c_gemm_force_wgrad(c));
+                gpoison(&got);
+                CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16));
+                h3s_tensor gh = gdown(&got);
+                const int64_t d = memcmp(gh.data, rh.data, (size_t)(N * K) * h3s_dtype_size(dt))
+                                      ? count_differing(&gh, &rh, 0, N)
+                                      : 0;
+                CHECK(d == 0, "%lld->%lld wgrad (%s dw) M=%lld, configuration %d: %lld elements differ from the fold",
+                      (long long)K, (long long)N, b16 ? "bf16" : "f32", (long long)M, c, (long long)d);
+                bad += d, runs++;
+                g_comparisons += N * K;
+                h3s_tensor_free(&gh);
+            }
+            h3s_tensor_free(&rh);
+        }
+        gfree(&ref), gfree(&got);
+    }
+    CHECK_OK(h3c_gemm_force_wgrad(-1));
+    g_total_differing += bad;
+    printf(
+        "  %5lld -> %5lld: wgrad, the 128 x 256 fold and the dispatcher against the 128 x 192 fold, F32 and BF16 dw, "
+        "%lld runs: %lld elements differ; %.1f s\n",
+        (long long)K, (long long)N, (long long)runs, (long long)bad, gpu_now() - t0);
+    gfree(&xd), gfree(&dyd), gfree(&dyb);
+}
+
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -212,6 +263,13 @@ int main(void) {
     else
         for (int i = 0; i < 5; i++)
             wgrad_one_tile(shapes[i][0], shapes[i][1]);
+    const int64_t fold_ms[] = {257, 1133, 4253}, fold_ms_small[] = {257, 700, 1200};
+    if (small)
+        for (int i = 0; i < 3; i++)
+            wgrad_fold_configs(small_shapes[i][0], small_shapes[i][1], fold_ms_small, 3);
+    else
+        for (int i = 0; i < 5; i++)
+            wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
