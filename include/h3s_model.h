@@ -216,6 +216,15 @@ H3S_API void h3s_model_reset_peak_bytes(h3s_model *m);
  * they may be released after the call. */
 H3S_API h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
                                      h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
+/* The same forward, its outputs written into the caller's tensors: sample [B, Nv, video_width] and audio_sample
+ * [B, Na, audio_in_channels] (F32 strict, F64 golden), each host memory or, on a CUDA model, device memory of the
+ * library's device (device == 1: a device pointer the caller owns, e.g. a torch CUDA tensor's), so that a caller
+ * training on the GPU gets its outputs without a round trip through the host.  The bytes are those
+ * h3s_model_forward returns.  Dtype, shape, placement (a device tensor's memory is checked with the CUDA runtime)
+ * and overlap (with every input and with each other) are checked before any work; on an error their contents are
+ * unspecified.  The outputs are ready when the call returns (the library's stream has been synchronised). */
+H3S_API h3s_status h3s_model_forward_into(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                                          h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
 
 /* Gradients: the three input gradients and one entry per parameter, in canonical order.  A parameter whose
  * gradient was not requested has params[i].data == NULL (no memory, no computation). */
@@ -251,7 +260,10 @@ H3S_API h3s_status h3s_model_set_grad_dtype(h3s_model *m, h3s_dtype dtype);
 H3S_API h3s_dtype h3s_model_grad_dtype(const h3s_model *m);
 
 /* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite), every
- * parameter gradient.  The tape is not consumed: it may be used again, then freed. */
+ * parameter gradient.  On a CUDA model a cotangent may also be a device tensor of the gradient dtype (F32), checked
+ * for NaN and infinities on the device; it is copied in the library's stream order, so work of the caller's that
+ * writes it must be complete before the call (torch.cuda.synchronize()).  The tape is not consumed: it may be used
+ * again, then freed. */
 H3S_API h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
                                       const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx,
                                       h3s_grads *out);

@@ -198,6 +198,35 @@ int main(void) {
     CHECK_FAILS(H3S_ERR_INDEX, h3s_model_forward(m, &wrong, NULL, NULL, NULL, &s_w, &a_w));
     ((int64_t *)wrong.video_indices.data)[0] -= 1000;
 
+    /* forward into the caller's host tensors: the bits of h3s_model_forward; refused before any work when an output
+     * has the wrong dtype or shape, overlaps an input or the other output, or claims device memory on a host model */
+    {
+        h3s_tensor si, ai;
+        CHECK_OK(h3s_tensor_alloc(&si, H3S_F32, s1.ndim, s1.shape));
+        CHECK_OK(h3s_tensor_alloc(&ai, H3S_F32, a1.ndim, a1.shape));
+        h3s_tape *ti = NULL;
+        CHECK_OK(h3s_model_forward_into(m, &in1, NULL, NULL, &ti, &si, &ai));
+        CHECK(ti != NULL && same_bytes(&si, &s1) && same_bytes(&ai, &a1), "forward_into: the bits of forward");
+        h3s_tape_free(ti);
+        h3s_tensor wrong_out = si;
+        wrong_out.dtype = H3S_BF16;
+        CHECK_FAILS(H3S_ERR_DTYPE, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &wrong_out, &ai));
+        wrong_out = si;
+        wrong_out.shape[1] -= 1;
+        CHECK_FAILS(H3S_ERR_SHAPE, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &wrong_out, &ai));
+        wrong_out = si;
+        wrong_out.device = 1;
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &wrong_out, &ai));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &si, &si));
+        CHECK(in1.hidden_states.dtype == H3S_F32, "seeded hidden_states are F32, the sample's dtype");
+        h3s_tensor over = in1.hidden_states; /* the same shape and dtype as sample: an output over the input */
+        over.owns_data = 0;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &over, &ai));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, NULL, &ai));
+        h3s_tensor_free(&si);
+        h3s_tensor_free(&ai);
+    }
+
     /* backward: every gradient, then a choice; requested ones carry the same bits, the others none */
     h3s_tensor ct_s, ct_a;
     CHECK_OK(h3s_tensor_alloc(&ct_s, H3S_F32, s1.ndim, s1.shape));
@@ -206,6 +235,14 @@ int main(void) {
         ((float *)ct_s.data)[i] = (float)((i * 37) % 11 - 5) / 8.0f;
     for (int64_t i = 0; i < h3s_tensor_numel(&ct_a); i++)
         ((float *)ct_a.data)[i] = (float)((i * 13) % 7 - 3) / 4.0f;
+    { /* a device cotangent on a host model is refused before any work */
+        h3s_tensor dev_ct = ct_s;
+        dev_ct.device = 1;
+        dev_ct.owns_data = 0;
+        h3s_grads none;
+        memset(&none, 0, sizeof none);
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_backward(m, tape1, &dev_ct, &ct_a, NULL, NULL, &none));
+    }
     h3s_grads all, some, again;
     hook_log blog = {0};
     CHECK_OK(h3s_model_backward(m, tape1, &ct_s, &ct_a, hook, &blog, &all));

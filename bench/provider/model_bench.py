@@ -12,9 +12,10 @@ own (so the two never share device memory), then `combine` and `table`.
 
 The two sides:
   strict    h3strict.torch.StrictTransformer.from_pretrained(DIR, device=...) -- the PyTorch binding over the
-            library's resident model (weights uploaded once; inputs are host tensors, as the binding requires; the
-            outputs come back as host tensors; on CUDA the parameter gradients stay in the library's device
-            memory (h3s_model_set_device_grads); with --exact-grads 0 (the default) the library hands a BF16
+            library's resident model (weights uploaded once; inputs are host tensors, as the binding requires; on
+            CUDA the outputs are torch CUDA tensors the library fills (h3s_model_forward_into), so the loss and its
+            cotangents stay on the device, and the parameter gradients stay in the library's device memory
+            (h3s_model_set_device_grads); with --exact-grads 0 (the default) the library hands a BF16
             parameter's gradient over in BF16 (exact_grads=False: the F32 gradient rounded once, by the
             weight-gradient GEMM as it stores it), which becomes .grad as it is; with --exact-grads 1 every gradient
             comes over in F32 and the binding converts each on the device to the parameter's dtype; the .grad bits

@@ -127,6 +127,8 @@ _SIGNATURES = {
     "h3s_tape_free": (None, [_P]),
     "h3s_model_forward": (ctypes.c_int, [_P, ctypes.POINTER(Inputs), NODE_HOOK, _P, ctypes.POINTER(_P),
                                          ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)]),
+    "h3s_model_forward_into": (ctypes.c_int, [_P, ctypes.POINTER(Inputs), NODE_HOOK, _P, ctypes.POINTER(_P),
+                                              ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)]),
     "h3s_model_backward_select": (ctypes.c_int, [_P, _P, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor),
                                                  ctypes.POINTER(ctypes.c_ubyte), NODE_HOOK, _P,
                                                  ctypes.POINTER(Grads)]),

@@ -7,9 +7,12 @@
 
 What crosses without a copy: the parameters are torch.nn.Parameters over the library's resident weights (CPU:
 the model's own memory; CUDA: device memory), named as the checkpoint names them; the input tensors are read in
-place when they are contiguous CPU tensors of a dtype the library takes; the outputs and gradients are the
-library's own buffers, released when the last torch tensor over them goes.  Anything else is refused with an
-exception naming the argument and the explicit conversion to make (no silent copy, no silent cast).
+place when they are contiguous CPU tensors of a dtype the library takes (the library validates every index and
+value on the host before any work); the gradients are the library's own buffers, released when the last torch
+tensor over them goes.  The outputs live on the model's device: a CPU model's are the library's buffers; a CUDA
+model's are torch CUDA tensors the library writes (h3s_model_forward_into), and their cotangents are read in device
+memory, so a loss on the GPU needs no round trip through the host.  Anything else is refused with an exception
+naming the argument and the explicit conversion to make (no silent copy, no silent cast).
 
 Gradients: `loss.backward()` runs the library's strict backward for the parameters that require grad (the others
 cost nothing) and for the inputs that require grad.  torch keeps a parameter's .grad in the parameter's dtype, so
@@ -183,17 +186,31 @@ _ARG_NAMES = _lib.INPUT_NAMES  # the forward's arguments in h3s_inputs' order, a
 _FIRST_PARAM = 3 + len(_ARG_NAMES)  # forward(ctx, module, core, need_tape, *args, *params)
 
 
-def _cotangent(name, g, like):
+def _cotangent(name, g, shape, device):
+    """The library's view of a cotangent: F32 and contiguous on the outputs' device (CUDA: read in device memory)."""
     if g is None:
-        g = torch.zeros(like.shape, dtype=torch.float32)
-    if g.dtype != torch.float32 or g.device.type != "cpu" or not g.is_contiguous():
-        g = g.to(device="cpu", dtype=torch.float32).contiguous()  # autograd's own buffer: ours to convert
+        g = torch.zeros(shape, dtype=torch.float32, device=device)
+    if g.dtype != torch.float32 or g.device.type != device or not g.is_contiguous():
+        g = g.to(device=device, dtype=torch.float32).contiguous()  # autograd's own buffer: ours to convert
     t = Tensor()
     t.dtype, t.ndim = _lib.F32, g.dim()
     for d, s in enumerate(g.shape):
         t.shape[d] = s
     t.data = g.data_ptr() if g.numel() else None
+    t.device = 1 if device == "cuda" else 0
     return t, g
+
+
+def _output(x, device):
+    """A CUDA model's output buffer: a torch CUDA tensor shaped like its input, which the library fills
+    (h3s_model_forward_into); its library view."""
+    out = torch.empty(tuple(x.shape), dtype=torch.float32, device=device)
+    t = Tensor()
+    t.dtype, t.ndim, t.device = _lib.F32, out.dim(), 1
+    for d, s in enumerate(out.shape):
+        t.shape[d] = s
+    t.data = out.data_ptr() if out.numel() else None
+    return out, t
 
 
 def _order_after_torch(core):
@@ -237,17 +254,25 @@ class _StrictFunction(torch.autograd.Function):
         for name, x in zip(_ARG_NAMES, inputs):
             setattr(c_in, name, _as_library_tensor(name, x, optional=name == "attention_mask"))
         tape = ctypes.c_void_p()
-        s, a = Tensor(), Tensor()
         hook = _HookCall(module.node_hook)
-        _order_after_torch(core)
-        hook.run(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), hook.c_fn, None,
-                                       ctypes.byref(tape) if need_tape else None, ctypes.byref(s), ctypes.byref(a)))
+        tape_p = ctypes.byref(tape) if need_tape else None
+        if core.device == "cuda":  # outputs in torch's device memory, filled by the library: no host round trip
+            s_out, s = _output(inputs[0], "cuda")
+            a_out, a = _output(inputs[1], "cuda")
+            _order_after_torch(core)
+            hook.run(lib.h3s_model_forward_into(core.handle, ctypes.byref(c_in), hook.c_fn, None, tape_p,
+                                                ctypes.byref(s), ctypes.byref(a)))
+        else:
+            s, a = Tensor(), Tensor()
+            hook.run(lib.h3s_model_forward(core.handle, ctypes.byref(c_in), hook.c_fn, None, tape_p, ctypes.byref(s),
+                                           ctypes.byref(a)))
+            s_out, a_out = _view(s, _OwnedTensor(s)), _view(a, _OwnedTensor(a))
         ctx.module, ctx.core = module, core
         ctx.tape = _Tape(tape) if need_tape else None
         ctx.input_dtypes = tuple(x.dtype for x in inputs[:3])
         ctx.sample_shape, ctx.audio_shape = _shape(s), _shape(a)
         ctx.save_for_backward(*params)  # an in-place change before backward is then refused by autograd
-        return _view(s, _OwnedTensor(s)), _view(a, _OwnedTensor(a))
+        return s_out, a_out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -259,8 +284,8 @@ class _StrictFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         need_params = need[_FIRST_PARAM:]
         want = (ctypes.c_ubyte * len(need_params))(*[1 if n else 0 for n in need_params])
-        ds, keep_s = _cotangent("sample", d_sample, torch.empty(ctx.sample_shape))
-        da, keep_a = _cotangent("audio_sample", d_audio, torch.empty(ctx.audio_shape))
+        ds, keep_s = _cotangent("sample", d_sample, ctx.sample_shape, core.device)
+        da, keep_a = _cotangent("audio_sample", d_audio, ctx.audio_shape, core.device)
         g = _lib.Grads()
         hook = _HookCall(ctx.module.node_hook)
         _order_after_torch(core)

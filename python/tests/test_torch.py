@@ -381,9 +381,10 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     x = inputs(work, 2)
     x["hidden_states"].requires_grad_(True)
     out = m(**x)
+    assert out.sample.device.type == "cuda" and out.audio_sample.device.type == "cuda"  # the model's device
     expect = read_safetensors(work / "out_cuda.safetensors")
-    assert bits_equal(out.sample, expect["sample"]) and bits_equal(out.audio_sample, expect["audio_sample"])
-    ct = read_safetensors(work / "ct.safetensors")
+    assert bits_equal(out.sample.cpu(), expect["sample"]) and bits_equal(out.audio_sample.cpu(), expect["audio_sample"])
+    ct = {k: v.cuda() for k, v in read_safetensors(work / "ct.safetensors").items()}  # read in device memory
     torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
     g = read_safetensors(work / "grads_cuda.safetensors")
     assert bits_equal(x["hidden_states"].grad, g["hidden_states"])
@@ -394,6 +395,22 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     with torch.no_grad():
         o3, o1 = m(**inputs(work, 3)), m(**inputs(work, 1))
     assert bits_equal(o3.sample[:1], o1.sample) and bits_equal(o3.audio_sample[:1], o1.audio_sample)
+    # a loss computed on the GPU (the outputs' device) gives the bits of its cotangents passed explicitly; a cotangent
+    # with a NaN is refused by the library's device check, with its index
+    m.zero_grad(set_to_none=True)
+    out = m(**x)
+    (out.sample.square().sum() + out.audio_sample.sum()).backward()
+    m2 = {name: p.grad.clone() for name, p in m.named_parameters()}
+    m.zero_grad(set_to_none=True)
+    out = m(**x)
+    torch.autograd.backward([out.sample, out.audio_sample], [2 * out.sample.detach(), torch.ones_like(out.audio_sample)])
+    for name, p in m.named_parameters():
+        assert bits_equal(p.grad, m2[name]), name
+    out = m(**x)
+    bad = torch.ones_like(out.sample)
+    bad.view(-1)[7] = float("nan")
+    with pytest.raises(H3StrictError, match=r"sample\[7\] is not finite"):
+        torch.autograd.backward([out.sample, out.audio_sample], [bad, torch.ones_like(out.audio_sample)])
     # exact_grads off: the library's BF16 device gradients become .grad as they are, with the same bits
     m.exact_grads = False
     m.zero_grad(set_to_none=True)

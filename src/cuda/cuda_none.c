@@ -30,6 +30,12 @@ void h3s_cuda_tensor_free(h3s_tensor *t) { (void)t; }
 h3s_status h3s_cuda_upload(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
 h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host) { return NO_CUDA("cuda_download"); }
 h3s_status h3s_cuda_upload_ordered(const h3s_tensor *host, h3s_tensor *dev) { return NO_CUDA("cuda_upload"); }
+h3s_status h3s_cuda_copy(const h3s_tensor *src, h3s_tensor *dst) { return NO_CUDA("cuda_copy"); }
+h3s_status h3s_cuda_check_tensor(const char *what, const h3s_tensor *t) { return NO_CUDA("cuda_check_tensor"); }
+h3s_status h3s_cuda_first_nonfinite(const h3s_tensor *t, int64_t *index) {
+    if (index) *index = -1;
+    return NO_CUDA("cuda_first_nonfinite");
+}
 h3s_status h3s_cuda_sync(void) { return NO_CUDA("cuda_sync"); }
 h3s_status h3s_cuda_device_sync(void) { return NO_CUDA("cuda_device_sync"); }
 

@@ -33,6 +33,14 @@ h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host);
  * return) and the device copy is queued behind the work already on the stream, without waiting for it; ready for
  * library operations, for others after h3s_cuda_sync.  Tensors over 8 MB take h3s_cuda_upload. */
 h3s_status h3s_cuda_upload_ordered(const h3s_tensor *host, h3s_tensor *dev);
+/* A caller's device tensor `what` checked as h3s_cuda_copy checks its operands. */
+h3s_status h3s_cuda_check_tensor(const char *what, const h3s_tensor *t);
+/* A copy between two device tensors of equal dtype and element count, queued in the library's stream order; either
+ * may be a caller's (checked: device memory of the library's device, aligned to its elements). */
+h3s_status h3s_cuda_copy(const h3s_tensor *src, h3s_tensor *dst);
+/* The smallest index of a NaN or infinite element of a device tensor (F32, F64 or BF16; checked as h3s_cuda_copy
+ * checks), or -1 when all are finite: h3s_tensor_first_nonfinite for device memory.  Waits for the stream. */
+h3s_status h3s_cuda_first_nonfinite(const h3s_tensor *t, int64_t *index);
 /* Wait for queued work; report any pending kernel error. */
 h3s_status h3s_cuda_sync(void);
 /* Wait for all work on the device, every stream (the library's and the caller's). */

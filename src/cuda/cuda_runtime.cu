@@ -520,6 +520,94 @@ extern "C" h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host)
     return sync_and_check(op);
 }
 
+/* ------------------------------------------------------------------ caller-owned device tensors
+ * A caller's device tensor (a torch CUDA tensor handed to the model) is checked before use: its memory must be device
+ * (or managed) memory of the library's device, reachable for the byte count its shape gives. */
+static h3s_status check_caller_device(const char *op, const char *what, const h3s_tensor *t) {
+    if (!t || t->device != 1) return h3s_fail(H3S_ERR_DEVICE, "%s: %s is not a device tensor", op, what);
+    const size_t bytes = h3s_tensor_nbytes(t);
+    if (!bytes) return H3S_OK;
+    if (!t->data) return h3s_fail(H3S_ERR_INVALID, "%s: %s has no data", op, what);
+    if (((uintptr_t)t->data) % h3s_dtype_size(t->dtype))
+        return h3s_fail(H3S_ERR_INVALID, "%s: %s is not aligned to its %s elements", op, what,
+                        h3s_dtype_name(t->dtype));
+    cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, t->data);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return h3s_fail(H3S_ERR_DEVICE, "%s: %s: cudaPointerGetAttributes: %s", op, what, cudaGetErrorString(e));
+    }
+    int dev = -1;
+    cudaGetDevice(&dev);
+    if ((a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) || a.device != dev)
+        return h3s_fail(H3S_ERR_DEVICE, "%s: %s is not memory of the library's CUDA device %d", op, what, dev);
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3s_cuda_check_tensor(const char *what, const h3s_tensor *t) {
+    H3S_TRY(h3c_init("cuda_check_tensor"));
+    return check_caller_device("model", what, t);
+}
+
+/* A stream-ordered copy between two device tensors of equal dtype and element count (the source may be the
+ * caller's, the destination the library's, or the other way round). */
+extern "C" h3s_status h3s_cuda_copy(const h3s_tensor *src, h3s_tensor *dst) {
+    static const char op[] = "cuda_copy";
+    if (!src || !dst) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
+    H3S_TRY(h3c_init(op));
+    H3S_TRY(check_caller_device(op, "the source", src));
+    H3S_TRY(check_caller_device(op, "the destination", dst));
+    if (src->dtype != dst->dtype || h3s_tensor_numel(src) != h3s_tensor_numel(dst))
+        return h3s_fail(H3S_ERR_SHAPE, "%s: %s[%lld] into %s[%lld]", op, h3s_dtype_name(src->dtype),
+                        (long long)h3s_tensor_numel(src), h3s_dtype_name(dst->dtype), (long long)h3s_tensor_numel(dst));
+    return h3c_copy_d2d(op, dst->data, src->data, h3s_tensor_nbytes(src));
+}
+
+/* The smallest index of a NaN or infinite element (atomicMin of the indices: the same answer in any order), or
+ * INT64_MAX when every element is finite. */
+template <typename T> __device__ __forceinline__ bool h3k_finite_at(const T *p, int64_t i);
+template <> __device__ __forceinline__ bool h3k_finite_at<float>(const float *p, int64_t i) { return isfinite(p[i]); }
+template <> __device__ __forceinline__ bool h3k_finite_at<double>(const double *p, int64_t i) { return isfinite(p[i]); }
+template <> __device__ __forceinline__ bool h3k_finite_at<uint16_t>(const uint16_t *p, int64_t i) {
+    return (p[i] & 0x7f80u) != 0x7f80u; /* BF16: exponent all ones is Inf or NaN */
+}
+template <typename T> __global__ void first_nonfinite_kernel(const T *p, int64_t n, unsigned long long *first) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (!h3k_finite_at<T>(p, i)) atomicMin(first, (unsigned long long)i);
+}
+
+extern "C" h3s_status h3s_cuda_first_nonfinite(const h3s_tensor *t, int64_t *index) {
+    static const char op[] = "cuda_first_nonfinite";
+    if (!index) return h3s_fail(H3S_ERR_INVALID, "%s: NULL index", op);
+    *index = -1;
+    H3S_TRY(h3c_init(op));
+    H3S_TRY(check_caller_device(op, "the tensor", t));
+    const int64_t n = h3s_tensor_numel(t);
+    if (n == 0) return H3S_OK;
+    if (t->dtype != H3S_F32 && t->dtype != H3S_F64 && t->dtype != H3S_BF16)
+        return h3s_fail(H3S_ERR_DTYPE, "%s: %s is not a float dtype", op, h3s_dtype_name(t->dtype));
+    void *w = NULL;
+    H3S_TRY(h3c_ws_alloc(op, sizeof(unsigned long long), &w));
+    unsigned long long *first = (unsigned long long *)w, host = 0;
+    cudaError_t e = cudaMemsetAsync(first, 0xff, sizeof *first, g_stream);
+    if (e == cudaSuccess) {
+        const unsigned blocks = (unsigned)(n / 256 + 1 < 4096 ? n / 256 + 1 : 4096);
+        if (t->dtype == H3S_F32)
+            first_nonfinite_kernel<float><<<blocks, 256, 0, g_stream>>>((const float *)t->data, n, first);
+        else if (t->dtype == H3S_F64)
+            first_nonfinite_kernel<double><<<blocks, 256, 0, g_stream>>>((const double *)t->data, n, first);
+        else
+            first_nonfinite_kernel<uint16_t><<<blocks, 256, 0, g_stream>>>((const uint16_t *)t->data, n, first);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(&host, first, sizeof host, cudaMemcpyDeviceToHost, g_stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g_stream);
+    h3c_ws_free(w);
+    if (e != cudaSuccess) return cuda_fail(op, "the finiteness check", e);
+    if (host != ~0ull) *index = (int64_t)host;
+    return H3S_OK;
+}
+
 extern "C" h3s_status h3s_cuda_describe(char *buf, size_t size) {
     if (!buf || size == 0) return h3s_fail(H3S_ERR_INVALID, "cuda_describe: empty buffer");
     h3s_status st = h3c_init("cuda_describe");

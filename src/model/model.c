@@ -185,6 +185,19 @@ static h3s_status upload_new(const h3s_tensor *src, h3s_dtype dt, const int64_t 
 static h3s_status to_backend(const h3s_model *m, const h3s_tensor *host, h3s_dtype dt, int64_t rows, int64_t cols,
                              int ordered, h3s_tensor *out) {
     int64_t s[2] = {rows, cols};
+    if (host->device) { /* a caller's device tensor (a CUDA model's cotangent): copied in stream order, no cast */
+        if (!m->device)
+            return h3s_fail(H3S_ERR_DEVICE, "model: a device tensor was given to a model on the host backend");
+        if (host->dtype != dt || h3s_tensor_numel(host) != rows * cols)
+            return h3s_fail(H3S_ERR_DTYPE, "model: a device tensor must be %s with %lld elements (got %s with %lld)",
+                            h3s_dtype_name(dt), (long long)(rows * cols), h3s_dtype_name(host->dtype),
+                            (long long)h3s_tensor_numel(host));
+        H3S_TRY(h3s_cuda_tensor_alloc_ordered_uninit(out, dt, 2, s));
+        h3s_tensor src = view2(host, rows, cols);
+        h3s_status st = h3s_cuda_copy(&src, out);
+        if (st != H3S_OK) h3s_cuda_tensor_free(out);
+        return st;
+    }
     if (m->device && host->dtype == dt && h3s_tensor_numel(host) == rows * cols) {
         /* already in the backend's dtype: uploaded straight from the caller's memory (for a loaded model, the
          * mapped file), no host copy */
@@ -1732,7 +1745,16 @@ static h3s_status upload_input(h3s_tape *tp, const h3s_tensor *host, h3s_dtype d
     return H3S_OK;
 }
 
-static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sample, h3s_tensor *audio_sample) {
+/* The forward's output into a caller's tensor of its dtype and element count (h3s_model_forward_into): device memory
+ * of a CUDA model (a stream-ordered copy) or host memory. */
+static h3s_status copy_out(const h3s_tensor *t, h3s_tensor *out) {
+    if (out->device) return h3s_cuda_copy(t, out);
+    if (t->device) return h3s_cuda_download(t, out);
+    return h3s_tensor_convert(t, out);
+}
+
+static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, int into, h3s_tensor *sample,
+                                h3s_tensor *audio_sample) {
     h3s_tape *tp = r->tp;
     h3s_model *m = tp->m;
     const h3s_config *c = &m->cfg;
@@ -1845,6 +1867,10 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
     H3S_TRY(emit(r, sv, 1, Nv, "proj_out"));
     H3S_TRY(h3s_linear_forward(tp->ya, gweight(m, GP_AUDIO_PROJ_OUT_WEIGHT), gweight(m, GP_AUDIO_PROJ_OUT_BIAS), sa));
     H3S_TRY(emit(r, sa, 1, Na, "audio_proj_out"));
+    if (into) {
+        H3S_TRY(copy_out(sv, sample));
+        return copy_out(sa, audio_sample);
+    }
     H3S_TRY(to_host(sv, sample));
     h3s_status st = to_host(sa, audio_sample);
     if (st != H3S_OK) {
@@ -1863,10 +1889,10 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, h3s_tensor *sa
 }
 
 static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                                    h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample);
+                                    h3s_tape **tape, int into, h3s_tensor *sample, h3s_tensor *audio_sample);
 
-h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
-                             h3s_tensor *sample, h3s_tensor *audio_sample) {
+static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
+                                int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
     if (!m || !in || !sample || !audio_sample) return h3s_fail(H3S_ERR_INVALID, "model_forward: NULL argument");
     /* Validate and use private copies of the integer inputs, so what is checked is exactly
      * what is dereferenced even if the caller's memory (a file mapping) changes meanwhile. */
@@ -1889,16 +1915,58 @@ h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook h
         }
     }
     h3s_status st = cst;
-    if (st == H3S_OK) st = forward_validated(m, &local, hook, hook_ctx, tape, sample, audio_sample);
+    if (st == H3S_OK) st = forward_validated(m, &local, hook, hook_ctx, tape, into, sample, audio_sample);
     for (int k = 0; k < 6; k++)
         h3s_tensor_free(&copies[k]);
     return st;
 }
 
+h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
+                             h3s_tensor *sample, h3s_tensor *audio_sample) {
+    return forward_entry(m, in, hook, hook_ctx, tape, 0, sample, audio_sample);
+}
+
+h3s_status h3s_model_forward_into(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
+                                  h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample) {
+    return forward_entry(m, in, hook, hook_ctx, tape, 1, sample, audio_sample);
+}
+
+/* A caller's output tensor for h3s_model_forward_into: the forward's dtype and shape, host memory or (CUDA model)
+ * device memory of the library's device, apart from every input and from the other output. */
+static h3s_status check_output(const h3s_model *m, const char *name, const h3s_tensor *t, int64_t B, int64_t N,
+                               int64_t W, const h3s_inputs *in, const h3s_tensor *other) {
+    if (t->dtype != m->f32)
+        return h3s_fail(H3S_ERR_DTYPE, "model_forward_into: %s is %s, expected %s", name, h3s_dtype_name(t->dtype),
+                        h3s_dtype_name(m->f32));
+    if (t->ndim != 3 || t->shape[0] != B || t->shape[1] != N || t->shape[2] != W)
+        return h3s_fail(H3S_ERR_SHAPE, "model_forward_into: %s must be [%lld, %lld, %lld]", name, (long long)B,
+                        (long long)N, (long long)W);
+    if (h3s_tensor_nbytes(t) && !t->data) return h3s_fail(H3S_ERR_INVALID, "model_forward_into: %s has no data", name);
+    if (t->device) {
+        if (!m->device)
+            return h3s_fail(H3S_ERR_DEVICE, "model_forward_into: %s is a device tensor, but the model runs on the host",
+                            name);
+        return h3s_cuda_check_tensor(name, t);
+    }
+    for (int k = 0; k < N_INPUT_FIELDS; k++)
+        if (h3s_tensors_overlap(t, input_field_c(in, k)))
+            return h3s_fail(H3S_ERR_INVALID, "model_forward_into: %s overlaps the input %s", name,
+                            INPUT_FIELDS[k].name);
+    if (h3s_tensors_overlap(t, other))
+        return h3s_fail(H3S_ERR_INVALID, "model_forward_into: sample and audio_sample overlap");
+    return H3S_OK;
+}
+
 static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                                    h3s_tape **tape, h3s_tensor *sample, h3s_tensor *audio_sample) {
+                                    h3s_tape **tape, int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
     int64_t B;
     H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
+    if (into) {
+        H3S_TRY(check_output(m, "sample", sample, B, in->hidden_states.shape[1], h3s_config_video_width(&m->cfg), in,
+                             audio_sample));
+        H3S_TRY(check_output(m, "audio_sample", audio_sample, B, in->audio_hidden_states.shape[1],
+                             m->cfg.audio_in_channels, in, sample));
+    }
     h3s_tape *tp = h3s_calloc(1, sizeof *tp);
     if (!tp) return H3S_ERR_NOMEM;
     tp->m = m;
@@ -1924,13 +1992,17 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
         return H3S_ERR_NOMEM;
     }
     run_ctx r = {tp, hook, hook_ctx};
-    memset(sample, 0, sizeof *sample);
-    memset(audio_sample, 0, sizeof *audio_sample);
-    h3s_status st = model_forward(&r, in, sample, audio_sample);
+    if (!into) {
+        memset(sample, 0, sizeof *sample);
+        memset(audio_sample, 0, sizeof *audio_sample);
+    }
+    h3s_status st = model_forward(&r, in, into, sample, audio_sample);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
     if (st != H3S_OK) {
-        h3s_tensor_free(sample);
-        h3s_tensor_free(audio_sample);
+        if (!into) {
+            h3s_tensor_free(sample);
+            h3s_tensor_free(audio_sample);
+        }
         h3s_tape_free(tp);
         return st;
     }
@@ -2515,7 +2587,18 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
             return h3s_fail(H3S_ERR_SHAPE, "cotangent: %s must be [%lld, %lld, %lld]", ct_names[k],
                             (long long)want[k][0], (long long)want[k][1], (long long)want[k][2]);
         /* a NaN or Inf here would spread to every gradient while the call reports success */
-        int64_t bad = h3s_tensor_first_nonfinite(t);
+        int64_t bad = -1;
+        if (t->device) { /* a device cotangent (CUDA model): F32 in the gradient dtype, checked on the device */
+            if (!m->device)
+                return h3s_fail(H3S_ERR_DEVICE, "cotangent: %s is a device tensor, but the model runs on the host",
+                                ct_names[k]);
+            if (t->dtype != m->grad)
+                return h3s_fail(H3S_ERR_DTYPE, "cotangent: %s is a device tensor of dtype %s, expected %s", ct_names[k],
+                                h3s_dtype_name(t->dtype), h3s_dtype_name(m->grad));
+            H3S_TRY(h3s_cuda_first_nonfinite(t, &bad));
+        } else {
+            bad = h3s_tensor_first_nonfinite(t);
+        }
         if (bad >= 0)
             return h3s_fail(H3S_ERR_INVALID, "cotangent: %s[%lld] is not finite", ct_names[k], (long long)bad);
     }

@@ -122,6 +122,72 @@ int main(void) {
         h3s_model_free(dg);
     }
 
+    /* Outputs into the caller's device memory (h3s_model_forward_into) and cotangents from it: the same bits as the
+     * host ones of run `a`; a NaN in a device cotangent and a host pointer passed as device memory are refused. */
+    {
+        h3s_model *dm = NULL;
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &dm));
+        h3s_tensor ds_h, da_h, sd, ad, dsd, dad;
+        CHECK_OK(h3s_cotangent_random(a.sample.shape[0], a.sample.shape[1], a.sample.shape[2], a.audio.shape[1],
+                                      a.audio.shape[2], 99, &ds_h, &da_h)); /* forward_backward's cotangents */
+        CHECK_OK(h3s_cuda_tensor_alloc(&sd, H3S_F32, 3, a.sample.shape));
+        CHECK_OK(h3s_cuda_tensor_alloc(&ad, H3S_F32, 3, a.audio.shape));
+        CHECK_OK(h3s_cuda_tensor_alloc(&dsd, H3S_F32, 3, a.sample.shape));
+        CHECK_OK(h3s_cuda_tensor_alloc(&dad, H3S_F32, 3, a.audio.shape));
+        CHECK_OK(h3s_cuda_upload(&ds_h, &dsd));
+        CHECK_OK(h3s_cuda_upload(&da_h, &dad));
+        h3s_tape *tape = NULL;
+        CHECK_OK(h3s_model_forward_into(dm, &q3.in, NULL, NULL, &tape, &sd, &ad));
+        h3s_tensor sh, ah;
+        memset(&sh, 0, sizeof sh), memset(&ah, 0, sizeof ah);
+        CHECK_OK(h3s_tensor_alloc(&sh, H3S_F32, 3, a.sample.shape));
+        CHECK_OK(h3s_tensor_alloc(&ah, H3S_F32, 3, a.audio.shape));
+        CHECK_OK(h3s_cuda_download(&sd, &sh));
+        CHECK_OK(h3s_cuda_download(&ad, &ah));
+        CHECK(h3t_bitwise_equal(&sh, &a.sample) && h3t_bitwise_equal(&ah, &a.audio),
+              "GPU forward into device outputs: sample or audio differs from the host outputs");
+        run d;
+        memset(&d, 0, sizeof d);
+        if (tape) CHECK_OK(h3s_model_backward(dm, tape, &dsd, &dad, NULL, NULL, &d.grads));
+        d.sample = sh, d.audio = ah;
+        CHECK(runs_equal(&d, &a), "GPU backward from device cotangents: a gradient differs from the host run");
+        printf("gpu device outputs and cotangents: outputs and %lld gradients bit-identical to the host run\n",
+               (long long)d.grads.count);
+        /* a NaN in a device cotangent: refused with its index, as on the host */
+        h3s_tensor nan_h;
+        memset(&nan_h, 0, sizeof nan_h);
+        CHECK_OK(h3s_tensor_alloc(&nan_h, H3S_F32, 3, a.sample.shape));
+        memcpy(nan_h.data, ds_h.data, h3s_tensor_nbytes(&ds_h));
+        ((float *)nan_h.data)[5] = NAN;
+        ((float *)nan_h.data)[9] = INFINITY;
+        CHECK_OK(h3s_cuda_upload(&nan_h, &dsd));
+        h3s_grads bad;
+        memset(&bad, 0, sizeof bad);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(dm, tape, &dsd, &dad, NULL, NULL, &bad));
+        CHECK(strstr(h3s_last_error(), "sample[5]") != NULL, "the NaN's index in the message: %s", h3s_last_error());
+        /* host memory claimed as device memory; a BF16 device cotangent */
+        h3s_tensor fake = ds_h;
+        fake.device = 1;
+        fake.owns_data = 0;
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_backward(dm, tape, &fake, &dad, NULL, NULL, &bad));
+        h3s_tensor fake_out = sh;
+        fake_out.device = 1;
+        fake_out.owns_data = 0;
+        h3s_tape *t2 = NULL;
+        CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_forward_into(dm, &q3.in, NULL, NULL, &t2, &fake_out, &ad));
+        CHECK(t2 == NULL, "no tape after a refused output");
+        h3s_tensor bf = dsd;
+        bf.dtype = H3S_BF16;
+        CHECK_FAILS(H3S_ERR_DTYPE, h3s_model_backward(dm, tape, &bf, &dad, NULL, NULL, &bad));
+        h3s_tensor_free(&nan_h);
+        h3s_tape_free(tape);
+        run_free(&d);
+        h3s_tensor_free(&ds_h), h3s_tensor_free(&da_h);
+        h3s_cuda_tensor_free(&sd), h3s_cuda_tensor_free(&ad), h3s_cuda_tensor_free(&dsd), h3s_cuda_tensor_free(&dad);
+        CHECK_OK(h3s_cuda_sync());
+        h3s_model_free(dm);
+    }
+
     /* BF16 parameter gradients (h3s_model_set_grad_dtype), in device memory as the binding takes them and on the
      * host: each the F32 gradient of run `a` rounded to nearest even (the blocks' linear weights rounded by the
      * weight-gradient GEMM as it stores, the others afterwards), the F32 parameters' and the input gradients
