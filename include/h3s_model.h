@@ -229,7 +229,8 @@ H3S_API h3s_status h3s_model_forward_into(h3s_model *m, const h3s_inputs *in, h3
 /* Gradients: the three input gradients and one entry per parameter, in canonical order.  A parameter whose
  * gradient was not requested has params[i].data == NULL (no memory, no computation). */
 typedef struct h3s_grads {
-    h3s_tensor hidden_states, audio_hidden_states, encoder_hidden_states; /* shapes of the inputs */
+    h3s_tensor hidden_states, audio_hidden_states, encoder_hidden_states; /* shapes of the inputs; host tensors (device
+                                                                           * ones with h3s_model_set_device_grads) */
     int64_t count;
     char (*names)[160];
     h3s_tensor *params; /* host tensors (device ones with h3s_model_set_device_grads), F32 strict (BF16 ones with
@@ -240,9 +241,10 @@ H3S_API void h3s_grads_free(h3s_grads *g);
 /* Where the backward hands the parameter gradients over.  on = 0 (the default): host tensors, as above.  on = 1:
  * on a CUDA model, the gradients stay in the device memory the pass computed them in and are handed over as they
  * are (params[i].device == 1, params[i].data a device pointer; no copy to the host and no host memory), for a
- * caller that trains on the GPU (the PyTorch binding sets it for its CUDA models).  The bits are the same either
- * way.  Input gradients are host tensors in both modes; CPU and golden models are not affected.  Once handed
- * over, device gradients are the caller's and no longer counted by h3s_model_live_bytes; h3s_grads_free releases
+ * caller that trains on the GPU (the PyTorch binding sets it for its CUDA models).  The three input gradients are then
+ * device tensors as well (copied out of the backward's memory, device == 1), so that none of them goes through the
+ * host unless the caller moves it.  The bits are the same either way.  CPU and golden models are not affected.  Once
+ * handed over, device gradients are the caller's and no longer counted by h3s_model_live_bytes; h3s_grads_free releases
  * them, after waiting for all work on the device (other streams may still be reading them).  H3S_ERR_INVALID for
  * a NULL model. */
 H3S_API h3s_status h3s_model_set_device_grads(h3s_model *m, int on);

@@ -124,8 +124,50 @@ static void test_tensor_checks(void) {
     h3s_tensor_free(&t);
 }
 
+/* h3s_tensor_convert's typed loops (F32 -> BF16, BF16 -> F32, F32 -> F64) give, bit for bit, what the element-wise
+ * definition gives: the value widened to double (h3s_tensor_get_f64), then narrowed (to F32, then rounded to BF16).
+ * Every BF16 pattern, and F32 patterns over the whole range (a stride through the 2^32 patterns, plus every NaN
+ * payload boundary, infinities, zeros, subnormals and ties). */
+static void test_convert_fast_paths(void) {
+    enum { NF = 1 << 20 };
+    int64_t nf = NF + 16, nb = 65536;
+    h3s_tensor f32, f32b, bf, bfb, f64;
+    CHECK_OK(h3s_tensor_alloc(&f32, H3S_F32, 1, &nf));
+    CHECK_OK(h3s_tensor_alloc(&f32b, H3S_F32, 1, &nb));
+    CHECK_OK(h3s_tensor_alloc(&bf, H3S_BF16, 1, &nf));
+    CHECK_OK(h3s_tensor_alloc(&bfb, H3S_BF16, 1, &nb));
+    CHECK_OK(h3s_tensor_alloc(&f64, H3S_F64, 1, &nf));
+    uint32_t *u = f32.data;
+    for (int64_t i = 0; i < NF; i++)
+        u[i] = (uint32_t)(i * 4093u); /* 4093 is odd: the stride reaches every low bit pattern */
+    const uint32_t special[16] = {0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fbfffffu, 0x7fc00000u, 0xffffffffu,
+                                  0x00000001u, 0x80000001u, 0x007fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu,
+                                  0x00000000u, 0x80000000u, 0x7f7fffffu, 0x7fa00000u};
+    memcpy(u + NF, special, sizeof special);
+    CHECK_OK(h3s_tensor_convert(&f32, &bf));
+    CHECK_OK(h3s_tensor_convert(&f32, &f64));
+    int64_t bad_bf = 0, bad_64 = 0, bad_f = 0;
+    for (int64_t i = 0; i < nf; i++) {
+        const double v = h3s_tensor_get_f64(&f32, i);
+        bad_bf += ((uint16_t *)bf.data)[i] != h3s_bf16_round((float)v);
+        bad_64 += memcmp(&((double *)f64.data)[i], &v, 8) != 0;
+    }
+    for (int64_t b = 0; b < nb; b++)
+        ((uint16_t *)bfb.data)[b] = (uint16_t)b;
+    CHECK_OK(h3s_tensor_convert(&bfb, &f32b));
+    for (int64_t b = 0; b < nb; b++) {
+        const float want = (float)h3s_tensor_get_f64(&bfb, b);
+        bad_f += memcmp(&((float *)f32b.data)[b], &want, 4) != 0;
+    }
+    CHECK(bad_bf == 0 && bad_64 == 0 && bad_f == 0,
+          "typed conversions differ from the element-wise definition: F32->BF16 %lld, F32->F64 %lld, BF16->F32 %lld",
+          (long long)bad_bf, (long long)bad_64, (long long)bad_f);
+    h3s_tensor_free(&f32), h3s_tensor_free(&f32b), h3s_tensor_free(&bf), h3s_tensor_free(&bfb), h3s_tensor_free(&f64);
+}
+
 int main(void) {
     test_bf16();
+    test_convert_fast_paths();
     test_detmath();
     test_rng();
     test_sha256();

@@ -295,8 +295,10 @@ class _StrictFunction(torch.autograd.Function):
         input_grads = []
         for k, field in enumerate(("hidden_states", "audio_hidden_states", "encoder_hidden_states")):
             if need[3 + k]:
+                # CUDA: the library hands the input gradients over in device memory (with the parameters'); the
+                # input is a CPU tensor, so autograd needs its gradient there: one copy, only when it is asked for
                 v = _view(getattr(g, field), owner)
-                input_grads.append(v if ctx.input_dtypes[k] == torch.float32 else v.to(ctx.input_dtypes[k]))
+                input_grads.append(v.to(device="cpu", dtype=ctx.input_dtypes[k]))
             else:
                 input_grads.append(None)
         grads_f32, param_grads = {}, []

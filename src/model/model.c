@@ -2533,13 +2533,20 @@ static h3s_status model_backward(grad_ctx *g, const h3s_tensor *d_sample, const 
 
 void h3s_grads_free(h3s_grads *g) {
     if (!g) return;
-    h3s_tensor_free(&g->hidden_states);
-    h3s_tensor_free(&g->audio_hidden_states);
-    h3s_tensor_free(&g->encoder_hidden_states);
+    /* device gradients may still be read by work the caller queued on other streams: wait for the device once,
+     * then release them (h3s_model_set_device_grads) */
+    int synced = 0;
+    h3s_tensor *ins[3] = {&g->hidden_states, &g->audio_hidden_states, &g->encoder_hidden_states};
+    for (int k = 0; k < 3; k++) {
+        if (ins[k]->device && ins[k]->data) {
+            if (!synced) (void)h3s_cuda_device_sync();
+            synced = 1;
+            h3s_cuda_tensor_free(ins[k]);
+        } else {
+            h3s_tensor_free(ins[k]);
+        }
+    }
     if (g->params) {
-        /* device gradients may still be read by work the caller queued on other streams: wait for the device
-         * once, then release them (h3s_model_set_device_grads) */
-        int synced = 0;
         for (int64_t i = 0; i < g->count; i++) {
             if (g->params[i].device && g->params[i].data) {
                 if (!synced) (void)h3s_cuda_device_sync();
@@ -2561,6 +2568,15 @@ static h3s_status host_shaped(const h3s_tensor *t, int ndim, const int64_t *shap
     for (int d = 0; d < ndim; d++)
         out->shape[d] = shape[d];
     return H3S_OK;
+}
+
+/* An input gradient handed over in device memory (h3s_model_set_device_grads): a stream-ordered copy out of the
+ * backward's arena, which is released when the call ends, shaped like the input. */
+static h3s_status device_shaped(const h3s_tensor *t, int ndim, const int64_t *shape, h3s_tensor *out) {
+    H3S_TRY(h3s_cuda_tensor_alloc_ordered_uninit(out, t->dtype, ndim, shape));
+    h3s_status st = h3s_cuda_copy(t, out);
+    if (st != H3S_OK) h3s_cuda_tensor_free(out);
+    return st;
 }
 
 h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
@@ -2620,10 +2636,17 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
+    /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
+     * so they are ready when the call returns); otherwise they come to the host */
+    const int dev_in = m->device && m->device_grads;
+    h3s_status (*hand)(const h3s_tensor *, int, const int64_t *, h3s_tensor *) = dev_in ? device_shaped : host_shaped;
+    if (dev_in && st == H3S_OK) st = hand(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
+    if (dev_in && st == H3S_OK) st = hand(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
+    if (dev_in && st == H3S_OK) st = hand(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
-    if (st == H3S_OK) st = host_shaped(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
-    if (st == H3S_OK) st = host_shaped(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
-    if (st == H3S_OK) st = host_shaped(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
+    if (!dev_in && st == H3S_OK) st = hand(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
+    if (!dev_in && st == H3S_OK) st = hand(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
+    if (!dev_in && st == H3S_OK) st = hand(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
     if (st == H3S_OK) {
         out->count = m->nparams;
         out->names = h3s_calloc((size_t)m->nparams, sizeof *out->names);

@@ -97,8 +97,20 @@ int main(void) {
         run d;
         forward_backward(dg, &q3.in, &d);
         CHECK(h3t_bitwise_equal(&d.sample, &a.sample), "GPU device-gradient model: sample differs");
-        CHECK(h3t_bitwise_equal(&d.grads.hidden_states, &a.grads.hidden_states) && !d.grads.hidden_states.device,
-              "GPU device-gradient model: d hidden_states differs or is not on the host");
+        /* the input gradients are handed over in device memory too */
+        h3s_tensor *din[3] = {&d.grads.hidden_states, &d.grads.audio_hidden_states, &d.grads.encoder_hidden_states};
+        const h3s_tensor *ain[3] = {&a.grads.hidden_states, &a.grads.audio_hidden_states,
+                                    &a.grads.encoder_hidden_states};
+        for (int k = 0; k < 3; k++) {
+            CHECK(din[k]->device == 1, "GPU device-gradient model: input gradient %d is not on the device", k);
+            if (din[k]->device != 1) continue;
+            h3s_tensor host;
+            memset(&host, 0, sizeof host);
+            CHECK_OK(h3s_tensor_alloc(&host, din[k]->dtype, din[k]->ndim, din[k]->shape));
+            CHECK_OK(h3s_cuda_download(din[k], &host));
+            CHECK(h3t_bitwise_equal(&host, ain[k]), "GPU device-gradient model: input gradient %d differs", k);
+            h3s_tensor_free(&host);
+        }
         int64_t on_device = 0, equal = 0;
         for (int64_t i = 0; i < d.grads.count && i < a.grads.count; i++) {
             const h3s_tensor *t = &d.grads.params[i];
@@ -199,6 +211,17 @@ int main(void) {
         if (dev) CHECK_OK(h3s_model_set_device_grads(bm, 1));
         run d;
         forward_backward(bm, &q3.in, &d);
+        h3s_tensor *din[3] = {&d.grads.hidden_states, &d.grads.audio_hidden_states, &d.grads.encoder_hidden_states};
+        for (int k = 0; dev && k < 3; k++) { /* the input gradients, in device memory with the parameters' */
+            h3s_tensor *t = din[k], host;
+            memset(&host, 0, sizeof host);
+            CHECK(t->device == 1, "BF16 device gradients: input gradient %d is not on the device", k);
+            if (t->device != 1) continue;
+            CHECK_OK(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
+            CHECK_OK(h3s_cuda_download(t, &host));
+            h3s_cuda_tensor_free(t);
+            *t = host;
+        }
         for (int64_t i = 0; dev && i < d.grads.count; i++) { /* download the device gradients */
             h3s_tensor *t = &d.grads.params[i], host;
             memset(&host, 0, sizeof host);
