@@ -623,8 +623,9 @@ def cmd_combine(args):
             "strict_library_peak_gb": "h3s_model_peak_bytes over the phase: the bytes the library's passes hold in "
                                       "device memory (tapes, backward temporaries, gradients before they are handed "
                                       "over), not the weights, the CUDA workspace or the context",
-            "inputs": "strict: host tensors (the binding reads its inputs from host memory and returns host outputs); "
-                      "provider: device tensors moved before the timed region",
+            "inputs": "strict: host tensors (the binding reads its inputs from host memory; on CUDA its outputs are "
+                      "torch CUDA tensors the library fills, since 4d6ea14); provider: device tensors moved before "
+                      "the timed region",
             "cpu": "with device_kind cpu, a rehearsal of the code paths: host timings, peaks are host resident memory",
         },
         "meta": meta, "strict": strict, "provider": provider,
