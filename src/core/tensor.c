@@ -144,8 +144,9 @@ h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst) {
         float *b = dst->data;
         for (int64_t i = 0; i < n; i++) {
             uint32_t u = (uint32_t)a[i] << 16;
-            if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x00400000u; /* NaN quieted, as a */
-            memcpy(&b[i], &u, 4); /* round trip through double quiets it */
+            /* a NaN leaves quiet, as the general loop's trip through double leaves it */
+            if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) u |= 0x00400000u;
+            memcpy(&b[i], &u, 4);
         }
         return H3S_OK;
     }

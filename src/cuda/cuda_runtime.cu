@@ -521,8 +521,9 @@ extern "C" h3s_status h3s_cuda_download(const h3s_tensor *dev, h3s_tensor *host)
 }
 
 /* ------------------------------------------------------------------ caller-owned device tensors
- * A caller's device tensor (a torch CUDA tensor handed to the model) is checked before use: its memory must be device
- * (or managed) memory of the library's device, reachable for the byte count its shape gives. */
+ * A caller's device tensor (a torch CUDA tensor handed to the model) is checked before use: its first byte must be
+ * device (or managed) memory of the library's device, aligned to its elements.  That its whole extent is the
+ * caller's, the CUDA runtime cannot tell; the caller vouches for it, as for any pointer. */
 static h3s_status check_caller_device(const char *op, const char *what, const h3s_tensor *t) {
     if (!t || t->device != 1) return h3s_fail(H3S_ERR_DEVICE, "%s: %s is not a device tensor", op, what);
     const size_t bytes = h3s_tensor_nbytes(t);
