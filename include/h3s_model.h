@@ -235,6 +235,11 @@ typedef struct h3s_grads {
     char (*names)[160];
     h3s_tensor *params; /* host tensors (device ones with h3s_model_set_device_grads), F32 strict (BF16 ones with
                          * h3s_model_set_grad_dtype) / F64 golden, checkpoint shapes */
+    /* With device gradients (h3s_model_set_device_grads): one device allocation holding every requested parameter
+     * gradient, a 1-D F32 tensor; params[i] are views into it (owns_data 0), each starting a multiple of 256 bytes
+     * from its start, in canonical order, so that a caller can view the block once and slice it.  Empty (data NULL)
+     * otherwise.  h3s_grads_free releases it. */
+    h3s_tensor block;
 } h3s_grads;
 H3S_API void h3s_grads_free(h3s_grads *g);
 

@@ -47,7 +47,7 @@ class Inputs(ctypes.Structure):
 class Grads(ctypes.Structure):
     _fields_ = [("hidden_states", Tensor), ("audio_hidden_states", Tensor), ("encoder_hidden_states", Tensor),
                 ("count", ctypes.c_int64), ("names", ctypes.POINTER(ctypes.c_char * 160)),
-                ("params", ctypes.POINTER(Tensor))]
+                ("params", ctypes.POINTER(Tensor)), ("block", Tensor)]
 
 
 class Config(ctypes.Structure):

@@ -601,7 +601,7 @@ static int grad_direct_bf16(const h3s_model *m, int parallel, int64_t i) {
 }
 
 /* The BF16 parameters' gradients computed in F32, rounded once to nearest even into BF16 tensors (the F32 ones
- * released). */
+ * released; a view into the device block gets the BF16 bits in its own place). */
 static h3s_status round_grads_bf16(h3s_model *m, h3s_tensor *pg) {
     for (int64_t i = 0; i < m->nparams; i++) {
         if (!pg[i].data || !grad_in_bf16(m, i) || pg[i].dtype == H3S_BF16) continue;
@@ -612,6 +612,17 @@ static h3s_status round_grads_bf16(h3s_model *m, h3s_tensor *pg) {
         if (st != H3S_OK) {
             backend_free(m, &b);
             return st;
+        }
+        if (pg[i].device && !pg[i].owns_data) {
+            /* a view into the handed-over block (h3s_grads.block): the BF16 bits go back to the view's place, so the
+             * gradient stays in the block */
+            h3s_tensor v = pg[i];
+            v.dtype = H3S_BF16;
+            st = h3s_cuda_copy(&b, &v);
+            backend_free(m, &b);
+            if (st != H3S_OK) return st;
+            pg[i] = v;
+            continue;
         }
         meter_sub(m->meter, &pg[i]);
         backend_free(m, &pg[i]);
@@ -2551,11 +2562,15 @@ void h3s_grads_free(h3s_grads *g) {
             if (g->params[i].device && g->params[i].data) {
                 if (!synced) (void)h3s_cuda_device_sync();
                 synced = 1;
-                h3s_cuda_tensor_free(&g->params[i]);
+                h3s_cuda_tensor_free(&g->params[i]); /* a view into g->block: nothing to release */
             } else {
                 h3s_tensor_free(&g->params[i]);
             }
         }
+    }
+    if (g->block.data) {
+        if (!synced) (void)h3s_cuda_device_sync();
+        h3s_cuda_tensor_free(&g->block);
     }
     free(g->params);
     free(g->names);
@@ -2628,13 +2643,35 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     tape->ar = arena_empty(&fwd);
     g.pg = h3s_calloc((size_t)m->nparams, sizeof *g.pg);
     h3s_status st = g.pg ? H3S_OK : H3S_ERR_NOMEM;
+    /* device gradients handed over: one block, the gradients views into it at 256-byte offsets (h3s_grads.block) */
+    const int dev_block = m->device && m->device_grads;
+    h3s_tensor block;
+    memset(&block, 0, sizeof block);
+    size_t block_bytes = 0;
     for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
         if (want_params && !want_params[i]) continue;
         int64_t shape[2] = {m->specs[i].shape[0], m->specs[i].ndim == 2 ? m->specs[i].shape[1] : 1};
-        st = backend_alloc_as(m, &g.pg[i], grad_direct_bf16(m, tape->sp || tape->tpar, i) ? H3S_BF16 : m->grad,
-                              m->specs[i].ndim, shape, 0);
+        const h3s_dtype dt = grad_direct_bf16(m, tape->sp || tape->tpar, i) ? H3S_BF16 : m->grad;
+        if (dev_block) { /* the view's place in the block for now (as an offset); its data once the block exists */
+            g.pg[i] = h3s_tensor_view((void *)(uintptr_t)block_bytes, dt, m->specs[i].ndim, shape);
+            g.pg[i].device = 1;
+            block_bytes += (h3s_tensor_nbytes(&g.pg[i]) + 255) & ~(size_t)255;
+            continue;
+        }
+        st = backend_alloc_as(m, &g.pg[i], dt, m->specs[i].ndim, shape, 0);
         if (st == H3S_OK) meter_add(m->meter, &g.pg[i]);
     }
+    if (st == H3S_OK && dev_block && block_bytes > 0) {
+        int64_t n = (int64_t)(block_bytes / 4);
+        st = h3s_cuda_tensor_alloc_ordered_uninit(&block, H3S_F32, 1, &n);
+        if (st == H3S_OK) meter_add(m->meter, &block);
+        for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++)
+            if (g.pg[i].device && !g.pg[i].owns_data && (!want_params || want_params[i]))
+                g.pg[i].data = (uint8_t *)block.data + (uintptr_t)g.pg[i].data;
+    }
+    if (st != H3S_OK && dev_block) /* no view may outlive a block that does not exist */
+        for (int64_t i = 0; g.pg && i < m->nparams; i++)
+            memset(&g.pg[i], 0, sizeof g.pg[i]);
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
     /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
      * so they are ready when the call returns); otherwise they come to the host */
@@ -2679,6 +2716,12 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
             backend_free(m, &g.pg[i]);
         }
     free(g.pg);
+    /* the block goes with the gradients it holds, or back to the pool */
+    meter_sub(m->meter, &block);
+    if (st == H3S_OK)
+        out->block = block;
+    else if (block.data)
+        h3s_cuda_tensor_free(&block);
     arena_free(&tape->ar);
     tape->ar = fwd;
     if (st != H3S_OK) h3s_grads_free(out);

@@ -7,6 +7,27 @@
 #include "model_util.h"
 #include "sample/trajectory.h"
 
+/* Device gradients handed over in one block (h3s_grads.block): every requested gradient a view into it, at a
+ * multiple of 256 bytes from its start, in canonical order, none overlapping the next or running past the block. */
+static void grads_in_block(const h3s_grads *g, const char *what) {
+    const uint8_t *b = (const uint8_t *)g->block.data;
+    const size_t bytes = h3s_tensor_nbytes(&g->block);
+    CHECK(b != NULL && g->block.device == 1, "%s: no device block", what);
+    if (!b) return;
+    size_t end = 0;
+    int64_t inside = 0;
+    for (int64_t i = 0; i < g->count; i++) {
+        const h3s_tensor *t = &g->params[i];
+        if (!t->data) continue;
+        const uint8_t *p = (const uint8_t *)t->data;
+        const int in = t->device == 1 && !t->owns_data && p >= b && (size_t)(p - b) % 256 == 0 &&
+                       (size_t)(p - b) >= end && (size_t)(p - b) + h3s_tensor_nbytes(t) <= bytes;
+        CHECK(in, "%s: %s is not a view in the block after the previous one", what, g->names[i]);
+        if (in) end = (size_t)(p - b) + h3s_tensor_nbytes(t), inside++;
+    }
+    printf("gpu %s: %lld gradients in one block of %zu bytes\n", what, (long long)inside, bytes);
+}
+
 int main(void) {
     if (!h3s_cuda_available()) {
         char reason[512];
@@ -123,6 +144,8 @@ int main(void) {
             equal += h3t_bitwise_equal(&host, &a.grads.params[i]);
             h3s_tensor_free(&host);
         }
+        CHECK(a.grads.block.data == NULL, "host gradients: no device block");
+        grads_in_block(&d.grads, "F32 device gradients");
         printf("gpu device gradients: %lld of %lld on the device, %lld bit-identical to the host gradients\n",
                (long long)on_device, (long long)d.grads.count, (long long)equal);
         CHECK(on_device == d.grads.count && equal == on_device, "device gradients: %lld on device, %lld equal of %lld",
@@ -222,6 +245,7 @@ int main(void) {
             h3s_cuda_tensor_free(t);
             *t = host;
         }
+        if (dev) grads_in_block(&d.grads, "BF16 device gradients");
         for (int64_t i = 0; dev && i < d.grads.count; i++) { /* download the device gradients */
             h3s_tensor *t = &d.grads.params[i], host;
             memset(&host, 0, sizeof host);
