@@ -102,18 +102,45 @@ def _view(t, owner):
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
-def _block_slice(block, block_t, t):
-    """The torch view of library tensor `t`, a view into the device block `block_t` whose bytes `block` views."""
-    dtype, shape = _TORCH_DTYPE[t.dtype], _shape(t)
-    off = t.data - block_t.data
-    numel = 1
-    for s in shape:
-        numel *= s
-    nbytes = numel * _ITEMSIZE[dtype]
-    if off < 0 or off + nbytes > block.numel():
-        raise RuntimeError(f"h3strict: a gradient lies outside the library's block ({off} + {nbytes} bytes of "
-                           f"{block.numel()})")
-    return block[off:off + nbytes].view(dtype).view(shape)
+def _block_grads(core, g, owner, need):
+    """{parameter index: torch view of its gradient} for gradients handed over in one device block (h3s_grads.block).
+
+    The block's layout (each gradient's offset, dtype and shape) depends only on which gradients were asked for and
+    on their dtypes, so it is read from the library's tensors once and kept on the model; a later backward with the
+    same request and block size reuses it after checking the first and last offsets against the library's."""
+    nbytes = g.block.shape[0] * 4
+    key = (tuple(bool(n) for n in need), nbytes)
+    cached = core.grad_layout
+    layout, sizes = cached[1:] if cached is not None and cached[0] == key else (None, None)
+    if layout:
+        for i, off, _, _, _ in (layout[0], layout[-1]):
+            if g.params[i].data - g.block.data != off:
+                layout = None
+                break
+    if layout is None:
+        layout, end = [], 0
+        for i, n in enumerate(need):
+            if not n:
+                continue
+            t = g.params[i]
+            dtype, shape = _TORCH_DTYPE[t.dtype], _shape(t)
+            numel = 1
+            for d in shape:
+                numel *= d
+            off, nb = t.data - g.block.data, numel * _ITEMSIZE[dtype]
+            if off < end or off + nb > nbytes:
+                raise RuntimeError(f"h3strict: gradient {i} at bytes [{off}, {off + nb}) of the library's block of "
+                                   f"{nbytes} does not follow the previous one")
+            layout.append((i, off, nb, dtype, shape))
+            end = off + nb
+        sizes, pos = [], 0
+        for _, off, nb, _, _ in layout:  # the gap before each gradient, then the gradient
+            sizes += (off - pos, nb)
+            pos = off + nb
+        sizes.append(nbytes - pos)
+        core.grad_layout = (key, layout, sizes)
+    parts = _view(g.block, owner).view(torch.uint8).split(sizes)
+    return {i: parts[2 * k + 1].view(dtype).view(shape) for k, (i, _, _, dtype, shape) in enumerate(layout)}
 
 
 def _as_library_tensor(name, x, optional=False):
@@ -188,6 +215,7 @@ class _Model:
         if threads is not None:
             lib.h3s_set_num_threads(threads)
         self.config = lib.h3s_model_config(h).contents
+        self.grad_layout = None  # the device gradient block's layout of the last backward (_block_grads)
         self.params = []
         for i in range(lib.h3s_model_param_count(h)):
             name, t = ctypes.c_char_p(), Tensor()
@@ -317,14 +345,14 @@ class _StrictFunction(torch.autograd.Function):
             else:
                 input_grads.append(None)
         grads_f32, param_grads = {}, []
-        # CUDA: the gradients are views into one device block (h3s_grads.block): one torch view of it, then a slice
-        # per parameter (a torch view per gradient pointer cost about 25 us each, 3.5 ms for the release model's 134)
-        block = _view(g.block, owner).view(torch.uint8) if g.block.data else None
+        # CUDA: the gradients are views into one device block (h3s_grads.block): one torch view of it, split in one
+        # call (a torch view per gradient pointer cost about 25 us each, 3.5 ms for the release model's 134)
+        block = _block_grads(core, g, owner, need_params) if g.block.data else None
         for i, (name, p) in enumerate(core.params):
             if not need_params[i]:
                 param_grads.append(None)
                 continue
-            v = _block_slice(block, g.block, g.params[i]) if block is not None else _view(g.params[i], owner)
+            v = block[i] if block is not None else _view(g.params[i], owner)
             if v.dtype == torch.float32:
                 grads_f32[name] = v
             # .grad lives where the parameter does, in its dtype (CUDA: the library's device gradient, converted

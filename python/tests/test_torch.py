@@ -3,16 +3,20 @@ bitwise equal `h3strict grad` (inputs and every parameter), item 0 of batch 3 eq
 not require grad get none, parameters share the library's memory, bad tensors raise clear exceptions and leave
 nothing written.  The CLI is $H3S_CLI, else `h3strict` on PATH (the package installs it)."""
 
+import ctypes
 import json
 import os
 import struct
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import h3strict
-from h3strict.torch import H3StrictError, H3StrictInputError, StrictTransformer, load_inputs, scheduler, trajectory
+from h3strict import _lib
+from h3strict.torch import (H3StrictError, H3StrictInputError, StrictTransformer, _block_grads, load_inputs, scheduler,
+                            trajectory)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 _ST_DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "BOOL": torch.bool,
@@ -419,3 +423,58 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     for name, p in m.named_parameters():
         assert p.grad.device == p.device and bits_equal(p.grad.cpu(), g[name].to(p.dtype)), name
         assert (name in m.grads_f32) == (p.dtype == torch.float32), name
+    # a partial request (every third parameter frozen) lays the device block out anew: the others keep their bits
+    frozen = {name for k, (name, _) in enumerate(m.named_parameters()) if k % 3 == 0}
+    try:
+        for name, p in m.named_parameters():
+            p.requires_grad_(name not in frozen)
+        m.zero_grad(set_to_none=True)
+        out = m(**x)
+        torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+        for name, p in m.named_parameters():
+            if name in frozen:
+                assert p.grad is None, name
+            else:
+                assert p.grad.device == p.device and bits_equal(p.grad.cpu(), g[name].to(p.dtype)), name
+    finally:
+        for p in m.parameters():
+            p.requires_grad_(True)
+
+
+def test_device_block_layout_is_read_once_and_checked():
+    """The binding's view of a gradient block (h3s_grads.block): each gradient at its offset with its dtype and shape;
+    the layout is kept for the next backward with the same request and block size, read again when an offset moved,
+    and a layout whose gradients overlap is refused.  Host memory stands in for the device block here."""
+    buf = torch.arange(1024, dtype=torch.int32)  # 4096 bytes, each word its index
+    base = buf.data_ptr()
+    specs = [(0, _lib.F32, (4, 8)), (256, _lib.BF16, (3,)), (512, _lib.F32, (16,))]  # (offset, dtype, shape)
+
+    def grads(offsets):
+        g = _lib.Grads()
+        params = (_lib.Tensor * 4)()
+        for k, ((_, dt, shape), off) in enumerate(zip(specs, offsets)):
+            t = params[k if k < 1 else k + 1]  # parameter 1 not asked for
+            t.dtype, t.ndim, t.data, t.device = dt, len(shape), base + off, 0
+            for d, n in enumerate(shape):
+                t.shape[d] = n
+        g.params = ctypes.cast(params, ctypes.POINTER(_lib.Tensor))
+        g.block.dtype, g.block.ndim, g.block.data, g.block.device = _lib.F32, 1, base, 0
+        g.block.shape[0] = 1024
+        g._keep = params
+        return g
+
+    need = (True, False, True, True)
+    core = SimpleNamespace(grad_layout=None)
+    v = _block_grads(core, grads([0, 256, 512]), buf, need)
+    assert sorted(v) == [0, 2, 3]
+    assert v[0].dtype == torch.float32 and v[0].shape == (4, 8)
+    assert bits_equal(v[0].view(torch.int32), buf[:32].view(4, 8))
+    assert v[2].dtype == torch.bfloat16 and v[2].shape == (3,) and bits_equal(v[2], buf[64:66].view(torch.bfloat16)[:3])
+    assert bits_equal(v[3].view(torch.int32), buf[128:144])
+    kept = core.grad_layout
+    _block_grads(core, grads([0, 256, 512]), buf, need)
+    assert core.grad_layout is kept  # the same request and block: the kept layout
+    v = _block_grads(core, grads([0, 256, 768]), buf, need)  # the last gradient moved: read again
+    assert core.grad_layout is not kept and bits_equal(v[3].view(torch.int32), buf[192:208])
+    with pytest.raises(RuntimeError, match="does not follow the previous one"):
+        _block_grads(SimpleNamespace(grad_layout=None), grads([0, 64, 512]), buf, need)  # 128 bytes at 0, then 64
