@@ -31,6 +31,7 @@ import torch
 
 from . import _lib
 from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib
+from .torch import _library_view
 
 EXIT_OK, EXIT_DIFFER, EXIT_USAGE, EXIT_INPUT, EXIT_DEVICE = 0, 1, 2, 3, 4
 FORWARD_BOUND = (1.25, 1e-3)   # docs/strict.md section 1, contract 4
@@ -68,14 +69,7 @@ def _ht(x):
         return None
     if not x.is_contiguous():
         raise ValueError("internal: a non-contiguous tensor reached the library")
-    t = Tensor()
-    t.dtype = _H3S_DTYPE[x.dtype]
-    t.ndim = x.dim()
-    for d, s in enumerate(x.shape):
-        t.shape[d] = s
-    t.data = x.data_ptr() if x.numel() else None
-    t.device = 1 if x.device.type == "cuda" else 0
-    return t
+    return _library_view(x)
 
 
 def _ref(t):

@@ -163,12 +163,17 @@ def _as_library_tensor(name, x, optional=False):
         raise ValueError(f"{name}: not contiguous (strides {tuple(x.stride())}); pass {name}.contiguous() explicitly")
     if x.dim() > _lib.MAX_DIMS or x.dim() == 0:
         raise ValueError(f"{name}: {x.dim()} dims, expected 1 to {_lib.MAX_DIMS}")
+    return _library_view(x)
+
+
+def _library_view(x):
+    """The library's description of a contiguous torch tensor: its memory (host or CUDA), dtype and shape; no copy."""
     t = Tensor()
-    t.dtype = _H3S_DTYPE[x.dtype]
-    t.ndim = x.dim()
+    t.dtype, t.ndim = _H3S_DTYPE[x.dtype], x.dim()
     for d, s in enumerate(x.shape):
         t.shape[d] = s
     t.data = x.data_ptr() if x.numel() else None
+    t.device = 1 if x.device.type == "cuda" else 0
     return t
 
 
@@ -235,25 +240,14 @@ def _cotangent(name, g, shape, device):
         g = torch.zeros(shape, dtype=torch.float32, device=device)
     if g.dtype != torch.float32 or g.device.type != device or not g.is_contiguous():
         g = g.to(device=device, dtype=torch.float32).contiguous()  # autograd's own buffer: ours to convert
-    t = Tensor()
-    t.dtype, t.ndim = _lib.F32, g.dim()
-    for d, s in enumerate(g.shape):
-        t.shape[d] = s
-    t.data = g.data_ptr() if g.numel() else None
-    t.device = 1 if device == "cuda" else 0
-    return t, g
+    return _library_view(g), g
 
 
 def _output(x, device):
     """A CUDA model's output buffer: a torch CUDA tensor shaped like its input, which the library fills
     (h3s_model_forward_into); its library view."""
     out = torch.empty(tuple(x.shape), dtype=torch.float32, device=device)
-    t = Tensor()
-    t.dtype, t.ndim, t.device = _lib.F32, out.dim(), 1
-    for d, s in enumerate(out.shape):
-        t.shape[d] = s
-    t.data = out.data_ptr() if out.numel() else None
-    return out, t
+    return out, _library_view(out)
 
 
 def _order_after_torch(core):

@@ -2594,6 +2594,14 @@ static h3s_status device_shaped(const h3s_tensor *t, int ndim, const int64_t *sh
     return st;
 }
 
+/* The three input gradients, shaped like the inputs: in device memory (device_shaped) or on the host (host_shaped). */
+static h3s_status hand_input_grads(const grad_ctx *g, const h3s_tape *tape, int device, h3s_grads *out) {
+    h3s_status (*hand)(const h3s_tensor *, int, const int64_t *, h3s_tensor *) = device ? device_shaped : host_shaped;
+    H3S_TRY(hand(g->d_hv, 3, tape->in_shape_v, &out->hidden_states));
+    H3S_TRY(hand(g->d_ha, 3, tape->in_shape_a, &out->audio_hidden_states));
+    return hand(g->d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
+}
+
 h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
                               const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx, h3s_grads *out) {
     return h3s_model_backward_select(m, tape, d_sample, d_audio_sample, NULL, hook, hook_ctx, out);
@@ -2676,14 +2684,9 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
      * so they are ready when the call returns); otherwise they come to the host */
     const int dev_in = m->device && m->device_grads;
-    h3s_status (*hand)(const h3s_tensor *, int, const int64_t *, h3s_tensor *) = dev_in ? device_shaped : host_shaped;
-    if (dev_in && st == H3S_OK) st = hand(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
-    if (dev_in && st == H3S_OK) st = hand(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
-    if (dev_in && st == H3S_OK) st = hand(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
+    if (dev_in && st == H3S_OK) st = hand_input_grads(&g, tape, 1, out);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
-    if (!dev_in && st == H3S_OK) st = hand(g.d_hv, 3, tape->in_shape_v, &out->hidden_states);
-    if (!dev_in && st == H3S_OK) st = hand(g.d_ha, 3, tape->in_shape_a, &out->audio_hidden_states);
-    if (!dev_in && st == H3S_OK) st = hand(g.d_enc, 3, tape->in_shape_t, &out->encoder_hidden_states);
+    if (!dev_in && st == H3S_OK) st = hand_input_grads(&g, tape, 0, out);
     if (st == H3S_OK) {
         out->count = m->nparams;
         out->names = h3s_calloc((size_t)m->nparams, sizeof *out->names);
