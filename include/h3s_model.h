@@ -250,7 +250,8 @@ H3S_API void h3s_grads_free(h3s_grads *g);
  * device tensors as well (copied out of the backward's memory, device == 1), so that none of them goes through the
  * host unless the caller moves it.  The bits are the same either way.  CPU and golden models are not affected.  Once
  * handed over, device gradients are the caller's and no longer counted by h3s_model_live_bytes; h3s_grads_free releases
- * them, after waiting for all work on the device (other streams may still be reading them).  H3S_ERR_INVALID for
+ * them, after waiting for all work on the device (other streams may still be reading them).  The parameters' device
+ * gradients are views into h3s_grads.block (owns_data 0): none may be kept past h3s_grads_free.  H3S_ERR_INVALID for
  * a NULL model. */
 H3S_API h3s_status h3s_model_set_device_grads(h3s_model *m, int on);
 /* 1 when the model's backward hands device gradients over (a CUDA model with h3s_model_set_device_grads on). */

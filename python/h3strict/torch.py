@@ -106,10 +106,12 @@ def _block_grads(core, g, owner, need):
     """{parameter index: torch view of its gradient} for gradients handed over in one device block (h3s_grads.block).
 
     The block's layout (each gradient's offset, dtype and shape) depends only on which gradients were asked for and
-    on their dtypes, so it is read from the library's tensors once and kept on the model; a later backward with the
-    same request and block size reuses it after checking the first and last offsets against the library's."""
+    on the model's gradient dtype (h3s_model_grad_dtype: a BF16 gradient rounded from F32 keeps its F32 slot, so the
+    offsets alone cannot tell), so it is read from the library's tensors once and kept on the model; a later backward
+    with the same request, gradient dtype and block size reuses it after checking the first and last offsets against
+    the library's."""
     nbytes = g.block.shape[0] * 4
-    key = (tuple(bool(n) for n in need), nbytes)
+    key = (tuple(bool(n) for n in need), lib.h3s_model_grad_dtype(core.handle), nbytes)
     cached = core.grad_layout
     layout, sizes = cached[1:] if cached is not None and cached[0] == key else (None, None)
     if layout:
@@ -324,6 +326,7 @@ class _StrictFunction(torch.autograd.Function):
         ds, keep_s = _cotangent("sample", d_sample, ctx.sample_shape, core.device)
         da, keep_a = _cotangent("audio_sample", d_audio, ctx.audio_shape, core.device)
         g = _lib.Grads()
+        ctx.module.grads_f32 = {}  # the last backward's views: they would keep its whole gradient block alive
         hook = _HookCall(ctx.module.node_hook)
         _order_after_torch(core)
         hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,

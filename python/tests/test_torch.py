@@ -441,7 +441,7 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
             p.requires_grad_(True)
 
 
-def test_device_block_layout_is_read_once_and_checked():
+def test_device_block_layout_is_read_once_and_checked(monkeypatch):
     """The binding's view of a gradient block (h3s_grads.block): each gradient at its offset with its dtype and shape;
     the layout is kept for the next backward with the same request and block size, read again when an offset moved,
     and a layout whose gradients overlap is refused.  Host memory stands in for the device block here."""
@@ -464,17 +464,25 @@ def test_device_block_layout_is_read_once_and_checked():
         return g
 
     need = (True, False, True, True)
-    core = SimpleNamespace(grad_layout=None)
+    core = SimpleNamespace(grad_layout=None, handle=None)  # h3s_model_grad_dtype(NULL): one value for every call
     v = _block_grads(core, grads([0, 256, 512]), buf, need)
     assert sorted(v) == [0, 2, 3]
     assert v[0].dtype == torch.float32 and v[0].shape == (4, 8)
     assert bits_equal(v[0].view(torch.int32), buf[:32].view(4, 8))
-    assert v[2].dtype == torch.bfloat16 and v[2].shape == (3,) and bits_equal(v[2], buf[64:66].view(torch.bfloat16)[:3])
+    assert v[2].dtype == torch.bfloat16 and v[2].shape == (3,)
+    assert bits_equal(v[2], buf[64:66].view(torch.bfloat16)[:3])
     assert bits_equal(v[3].view(torch.int32), buf[128:144])
     kept = core.grad_layout
     _block_grads(core, grads([0, 256, 512]), buf, need)
     assert core.grad_layout is kept  # the same request and block: the kept layout
     v = _block_grads(core, grads([0, 256, 768]), buf, need)  # the last gradient moved: read again
     assert core.grad_layout is not kept and bits_equal(v[3].view(torch.int32), buf[192:208])
+    kept = core.grad_layout
+    # another gradient dtype for the model (exact_grads): read again, even with every offset and the size unchanged
+    monkeypatch.setattr(h3strict.torch.lib, "h3s_model_grad_dtype", lambda handle: _lib.BF16)
+    _block_grads(core, grads([0, 256, 768]), buf, need)
+    assert core.grad_layout is not kept
+    monkeypatch.undo()
     with pytest.raises(RuntimeError, match="does not follow the previous one"):
-        _block_grads(SimpleNamespace(grad_layout=None), grads([0, 64, 512]), buf, need)  # 128 bytes at 0, then 64
+        # 128 bytes at 0, then a gradient at 64
+        _block_grads(SimpleNamespace(grad_layout=None, handle=None), grads([0, 64, 512]), buf, need)
