@@ -25,6 +25,7 @@ gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the 
 
 import ctypes
 import json
+import math
 import os
 from types import SimpleNamespace
 
@@ -84,19 +85,20 @@ def _shape(t):
     return tuple(t.shape[d] for d in range(t.ndim))
 
 
+def _nbytes(dtype, shape):
+    return math.prod(shape) * _ITEMSIZE[dtype]
+
+
 def _view(t, owner):
     """A torch tensor over the memory of the library tensor `t` (no copy); `owner` stays alive with it."""
     dtype, shape = _TORCH_DTYPE[t.dtype], _shape(t)
-    numel = 1
-    for s in shape:
-        numel *= s
     if t.device:
         typestr = {torch.float32: "<f4", torch.bfloat16: "<i2", torch.float64: "<f8"}[dtype]
         out = torch.as_tensor(_CudaArray(t.data, shape, typestr, owner), device="cuda")
         return out.view(torch.bfloat16) if dtype == torch.bfloat16 else out
-    if numel == 0:
+    nbytes = _nbytes(dtype, shape)
+    if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
     buf = (ctypes.c_uint8 * nbytes).from_address(t.data)
     buf._owner = owner  # the buffer, hence every tensor over it, keeps the owner alive
     return torch.frombuffer(buf, dtype=dtype).view(shape)
@@ -126,10 +128,7 @@ def _block_grads(core, g, owner, need):
                 continue
             t = g.params[i]
             dtype, shape = _TORCH_DTYPE[t.dtype], _shape(t)
-            numel = 1
-            for d in shape:
-                numel *= d
-            off, nb = t.data - g.block.data, numel * _ITEMSIZE[dtype]
+            off, nb = t.data - g.block.data, _nbytes(dtype, shape)
             if off < end or off + nb > nbytes:
                 raise RuntimeError(f"h3strict: gradient {i} at bytes [{off}, {off + nb}) of the library's block of "
                                    f"{nbytes} does not follow the previous one")
