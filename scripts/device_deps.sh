@@ -24,14 +24,30 @@ if [ "$need_deps" = 1 ]; then
             log "deps: pkg-config from .deps"
         fi
         if ! pkg-config --exists libcjson 2>/dev/null; then
-            sed -i "s|^libdir=.*|libdir=$ML|; s|^includedir=.*|includedir=$D/usr/include|" "$ML/pkgconfig/libcjson.pc"
-            export PKG_CONFIG_PATH=$ML/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+            # cJSON alone in its own directories: the packages' openssl.pc beside its .pc would make CMake link the
+            # packaged libcrypto, and their libcrypto.so.3 beside libcjson.so.1 would be found through the library's
+            # run path before the machine's (see the OpenSSL case below)
+            mkdir -p "$D/pc" "$D/cjson"
+            cp -a "$ML"/libcjson.so* "$D/cjson/"
+            sed "s|^libdir=.*|libdir=$D/cjson|; s|^includedir=.*|includedir=$D/usr/include|" \
+                "$ML/pkgconfig/libcjson.pc" >"$D/pc/libcjson.pc"
+            export PKG_CONFIG_PATH=$D/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
             log "deps: cJSON from .deps"
         fi
+        # OpenSSL: the machine's libcrypto whenever it has one (with the packaged headers when it has none), so that a
+        # process using the library and the machine's libssl (Python) holds one libcrypto.so.3, not two.
+        sys_crypto=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so\.3 .*x86-64/ {print $NF; exit}')
+        inc=/usr/include
         if [ ! -e /usr/include/openssl/evp.h ]; then
             cp -n "$D"/usr/include/x86_64-linux-gnu/openssl/* "$D/usr/include/openssl/" 2>/dev/null
+            inc=$D/usr/include
+        fi
+        if [ -n "$sys_crypto" ]; then
+            EXTRA_CMAKE+=("-DOPENSSL_INCLUDE_DIR=$inc" "-DOPENSSL_CRYPTO_LIBRARY=$sys_crypto")
+            log "deps: OpenSSL headers from $inc, the machine's libcrypto ($sys_crypto)"
+        elif [ "$inc" != /usr/include ]; then
             EXTRA_CMAKE+=("-DOPENSSL_ROOT_DIR=$D/usr")
-            log "deps: OpenSSL headers from .deps"
+            log "deps: OpenSSL headers and libcrypto from .deps"
         fi
     else
         log "deps: missing system packages and no .deps/ to fall back on"

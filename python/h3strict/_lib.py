@@ -6,7 +6,9 @@ H3StrictInputError for a refused argument) with the library's one-line message.
 """
 
 import ctypes
+import importlib.util
 import os
+import sys
 
 # h3s_status
 OK, ERR_INVALID, ERR_SHAPE, ERR_DTYPE, ERR_INDEX, ERR_NOMEM, ERR_IO, ERR_FORMAT, ERR_UNSUPPORTED, ERR_DEVICE, \
@@ -172,6 +174,14 @@ def _load():
     if not os.path.exists(path):
         raise ImportError(f"h3strict: the library {path} is missing (install the package with `pip install .` "
                           "from the source tree, or set H3STRICT_LIBRARY to a built libh3strict.so)")
+    # torch before the library, when torch is installed: on the H200 machine the CUDA build of the library loaded
+    # first made a later `import torch` abort the process ("free(): invalid pointer"; docs/RELIABILITY.md), while
+    # loaded after torch it works
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is not None:
+        try:
+            import torch  # noqa: F401
+        except Exception:  # noqa: BLE001 -- a broken torch is the binding's concern, not the library's
+            pass
     lib = ctypes.CDLL(path)
     for name, (res, args) in _SIGNATURES.items():
         fn = getattr(lib, name)
