@@ -8,6 +8,7 @@ import json
 import os
 import struct
 import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -347,6 +348,23 @@ def test_library_errors_are_clear(work):
         with pytest.raises(H3StrictError, match="CUDA|GPU"):
             StrictTransformer.from_pretrained(work / "m", device="cuda")
     assert h3strict.__version__ == "0.1.0"
+
+
+def test_package_imports_torch_before_the_library():
+    """`import h3strict` loads torch first when it is installed (a CUDA build of the library loaded before torch made
+    a later `import torch` abort the process on the H200 machine: docs/RELIABILITY.md); the library is loaded after."""
+    probe = ("import ctypes, sys\n"
+             "orig, seen = ctypes.CDLL, []\n"
+             "def cdll(name, *args, **kwargs):\n"
+             "    if 'h3strict' in str(name):\n"
+             "        seen.append('torch' in sys.modules)\n"
+             "    return orig(name, *args, **kwargs)\n"
+             "ctypes.CDLL = cdll\n"
+             "import h3strict\n"
+             "print(seen)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[True]"  # the library loaded once, with torch already imported
 
 
 def test_scheduler_and_rollout_vs_training(model, work):
