@@ -8,8 +8,9 @@
 #
 # Outputs in $OUT (default ./out/gpu_evidence): gpu_evidence.json (summary), gpu_evidence.log
 # (environment and build), ctest.log (every GPU test's output), sanitizer.log (all sanitizer
-# runs), nvidia-smi.txt.  Exit status 0 only when every GPU test passed (none skipped) and every
-# required sanitizer run was clean.
+# runs), nvidia-smi.txt, python_cuda.log (python/tests against this build).  Exit status 0 only
+# when every GPU test passed (none skipped), every required sanitizer run was clean and the Python
+# tests, when run, passed.
 #
 # Build dependencies (pkg-config, cJSON, OpenSSL headers) come from the system; when one is
 # missing and .deps/ holds Debian packages of them (a machine with no registry access), they
@@ -19,7 +20,9 @@
 # there has no .git).  Environment knobs: H3S_GPU_BUILD (build dir), H3S_GPU_JOBS,
 # H3S_SAN_TIMEOUT (seconds per sanitizer run, default 100), H3S_GPU_CTEST_EXCLUDE (a ctest -E regex of GPU tests
 # to leave out of the full-size run, e.g. test_gpu_gemm, whose full size takes about 4 minutes; the sanitizer runs
-# still run every test at small size; the summary records the regex and the tests left out are not in "tests").
+# still run every test at small size; the summary records the regex and the tests left out are not in "tests"),
+# H3S_GPU_PYTHON=0 (leave the Python tests out), H3S_PROVIDER_SITE (where .deps/wheels' diffusers is installed when
+# the machine has none, default /tmp/h3s-site).
 set -u
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$SRC/out/gpu_evidence}
@@ -118,6 +121,19 @@ else
     log "sanitizer: not run (build failed or compute-sanitizer missing)"
 fi
 
+# ------------------------------------------------------------------ the provider (optional)
+# diffusers 0.42.1 for the provider comparison below and the Python package's replay tests: the machine's own, else the
+# wheels in .deps/wheels when they are there (bench/provider/provider_wheels.sh; nothing is fetched).
+if [ "$BUILD_OK" = 1 ] && ! python3 -c "import diffusers" >/dev/null 2>&1 && [ -d "$SRC/.deps/wheels" ]; then
+    # shellcheck source=bench/provider/provider_wheels.sh
+    . "$SRC/bench/provider/provider_wheels.sh"
+    saved_pythonpath=${PYTHONPATH-}
+    if ! provider_wheels python3 "$SRC/.deps/wheels" "${H3S_PROVIDER_SITE:-/tmp/h3s-site}" 2>>"$LOG"; then
+        export PYTHONPATH=$saved_pythonpath # what it installed does not shadow the machine's packages
+        log "provider: not available"
+    fi
+fi
+
 # ------------------------------------------------------------------ the CLI on the GPU
 # The main job's dual trajectory with --device cuda, and a per-node replay (repeat, batch,
 # golden, first drift) of a padded fl2va request; then, where diffusers is importable, the
@@ -160,13 +176,36 @@ if [ "$BUILD_OK" = 1 ]; then
     rm -rf "$W"
 fi
 
+# ------------------------------------------------------------------ the Python package on the GPU
+# python/tests against this build (the package from the source tree, the library and the CLI from the build): the
+# binding's CUDA tests and, with diffusers, the replay against the provider on CUDA. H3S_GPU_PYTHON=0 leaves it out.
+PY_JSON='{"run": false, "reason": "not run"}'
+if [ "$BUILD_OK" = 1 ] && [ "${H3S_GPU_PYTHON:-1}" = 1 ]; then
+    if python3 -c "import torch, pytest" >/dev/null 2>&1; then
+        t0=$(date +%s)
+        PW=$(mktemp -d)
+        (cd "$PW" && PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}" H3STRICT_LIBRARY="$BUILD/libh3strict.so" \
+            H3S_CLI="$BUILD/h3strict" python3 -m pytest -q -p no:cacheprovider -rs "$SRC/python/tests") \
+            >"$OUT/python_cuda.log" 2>&1
+        prc=$?
+        rm -rf "$PW"
+        PY_LINE=$(tail -n 1 "$OUT/python_cuda.log" | tr -d '"')
+        log "python package on the GPU: rc=$prc ($(($(date +%s) - t0))s) $PY_LINE"
+        PY_JSON="{\"run\": true, \"exit_code\": $prc, \"seconds\": $(($(date +%s) - t0)), \"summary\": \"$PY_LINE\"}"
+    else
+        log "python package on the GPU: not run (python3 lacks torch or pytest)"
+        PY_JSON='{"run": false, "reason": "python3 lacks torch or pytest"}'
+    fi
+fi
+
 # ------------------------------------------------------------------ summary
 END=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 python3 - "$OUT" "$START" "$END" "$GPU_NAME" "$DRIVER" "$NVCC" "$CMAKE_V" "$GCC_V" "$COMMIT" "$DIRTY" "$BUILD_OK" \
-    "$BUILD_S" "[${SAN_RESULTS%,}]" "$CTEST_OK" "$CLI_JSON" "${H3S_GPU_CTEST_EXCLUDE:-}" <<'PY'
+    "$BUILD_S" "[${SAN_RESULTS%,}]" "$CTEST_OK" "$CLI_JSON" "${H3S_GPU_CTEST_EXCLUDE:-}" "$PY_JSON" <<'PY'
 import json, re, sys
-out, start, end, gpu, driver, nvcc, cmake_v, gcc_v, commit, dirty, build_ok, build_s, san, ctest_ok, cli, excl = sys.argv[1:]
-cli = json.loads(cli)
+out, start, end, gpu, driver, nvcc, cmake_v, gcc_v, commit, dirty, build_ok, build_s, san, ctest_ok, cli, excl, py = \
+    sys.argv[1:]
+cli, py = json.loads(cli), json.loads(py)
 tests = []
 try:
     text = open(out + "/ctest.log", errors="replace").read()
@@ -178,7 +217,8 @@ for m in re.finditer(r"Test\s+#\d+:\s+(\S+)\s+\.*\s*(\*+)?([^\n]*?)\s+([0-9.]+)\
     tests.append({"name": name, "status": status, "seconds": secs, "ctest": word})
 san = json.loads(san)
 ok = (build_ok == "1" and ctest_ok == "1" and len(tests) > 0 and all(t["status"] == "passed" for t in tests)
-      and all(s["exit_code"] == 0 for s in san if s["required"]) and len(san) > 0 and cli.get("ok") is True)
+      and all(s["exit_code"] == 0 for s in san if s["required"]) and len(san) > 0 and cli.get("ok") is True
+      and (not py.get("run") or py.get("exit_code") == 0))
 summary = {
     "what": "h3strict strict CUDA backend: GPU tests and compute-sanitizer",
     "command": "OUT=<dir> bash scripts/gpu_evidence.sh",
@@ -193,11 +233,13 @@ summary = {
     "ctest_exclude": excl or None,
     "sanitizer": san,
     "cli": cli,
+    "python": py,
     "all_passed": ok,
 }
 json.dump(summary, open(out + "/gpu_evidence.json", "w"), indent=2)
 print(json.dumps({"tests": [(t["name"], t["status"], t["seconds"]) for t in tests],
-                  "sanitizer": [(s["tool"], s["test"], s["exit_code"]) for s in san], "all_passed": ok}))
+                  "sanitizer": [(s["tool"], s["test"], s["exit_code"]) for s in san], "python": py,
+                  "all_passed": ok}))
 sys.exit(0 if ok else 1)
 PY
 RC=$?
