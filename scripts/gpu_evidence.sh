@@ -190,8 +190,9 @@ if [ "$BUILD_OK" = 1 ] && [ "${H3S_GPU_PYTHON:-1}" = 1 ]; then
         prc=$?
         rm -rf "$PW"
         PY_LINE=$(tail -n 1 "$OUT/python_cuda.log" | tr -d '"')
-        log "python package on the GPU: rc=$prc ($(($(date +%s) - t0))s) $PY_LINE"
-        PY_JSON="{\"run\": true, \"exit_code\": $prc, \"seconds\": $(($(date +%s) - t0)), \"summary\": \"$PY_LINE\"}"
+        psecs=$(($(date +%s) - t0))
+        log "python package on the GPU: rc=$prc (${psecs}s) $PY_LINE"
+        PY_JSON="{\"run\": true, \"exit_code\": $prc, \"seconds\": $psecs, \"summary\": \"$PY_LINE\"}"
     else
         log "python package on the GPU: not run (python3 lacks torch or pytest)"
         PY_JSON='{"run": false, "reason": "python3 lacks torch or pytest"}'
