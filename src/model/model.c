@@ -2674,7 +2674,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         st = h3s_cuda_tensor_alloc_ordered_uninit(&block, H3S_F32, 1, &n);
         if (st == H3S_OK) meter_add(m->meter, &block);
         for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++)
-            if (g.pg[i].device && !g.pg[i].owns_data && (!want_params || want_params[i]))
+            if (g.pg[i].device) /* a placed view (an entry not requested stays zeroed) */
                 g.pg[i].data = (uint8_t *)block.data + (uintptr_t)g.pg[i].data;
     }
     if (st != H3S_OK && dev_block) /* no view may outlive a block that does not exist */
@@ -2683,10 +2683,9 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
     /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
      * so they are ready when the call returns); otherwise they come to the host */
-    const int dev_in = m->device && m->device_grads;
-    if (dev_in && st == H3S_OK) st = hand_input_grads(&g, tape, 1, out);
+    if (dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 1, out);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
-    if (!dev_in && st == H3S_OK) st = hand_input_grads(&g, tape, 0, out);
+    if (!dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 0, out);
     if (st == H3S_OK) {
         out->count = m->nparams;
         out->names = h3s_calloc((size_t)m->nparams, sizeof *out->names);
