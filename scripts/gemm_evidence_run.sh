@@ -24,6 +24,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 1000 \
         >"$W/clocks.csv" 2>&1 &
     SMI=$!
+    trap '[ -n "$SMI" ] && kill "$SMI" 2>/dev/null' EXIT # no sampler left running if the run is cut short
 fi
 /tmp/h3s-build-gpu/bench_gemm --invariance "$W/gemm_invariance.json" --json "$OUT/bench_gemm.json" 2>&1 |
     while IFS= read -r line; do
