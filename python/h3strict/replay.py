@@ -31,7 +31,7 @@ import torch
 
 from . import _lib
 from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib
-from .torch import _library_view
+from .torch import _TORCH_DTYPE, _library_view
 
 EXIT_OK, EXIT_DIFFER, EXIT_USAGE, EXIT_INPUT, EXIT_DEVICE = 0, 1, 2, 3, 4
 FORWARD_BOUND = (1.25, 1e-3)   # docs/strict.md section 1, contract 4
@@ -47,9 +47,6 @@ BITWISE_PROMISES = {
     "refiner:residual_mlp": "plain residual r + y: one FP32 addition, one rounding to BF16, as the provider",
 }
 
-_H3S_DTYPE = {torch.float64: _lib.F64, torch.float32: _lib.F32, torch.bfloat16: _lib.BF16, torch.int64: _lib.I64,
-              torch.bool: _lib.BOOL}
-_TORCH_DTYPE = {v: k for k, v in _H3S_DTYPE.items()}
 _BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}
 
 
