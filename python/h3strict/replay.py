@@ -31,7 +31,7 @@ import torch
 
 from . import _lib
 from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib
-from .torch import _TORCH_DTYPE, _library_view
+from .torch import _TORCH_DTYPE, _library_view, _shape
 
 EXIT_OK, EXIT_DIFFER, EXIT_USAGE, EXIT_INPUT, EXIT_DEVICE = 0, 1, 2, 3, 4
 FORWARD_BOUND = (1.25, 1e-3)   # docs/strict.md section 1, contract 4
@@ -75,8 +75,7 @@ def _ref(t):
 
 def _host_copy(t):
     """A torch CPU tensor holding the bytes of a library tensor (host or device)."""
-    shape = tuple(t.shape[d] for d in range(t.ndim))
-    out = torch.empty(shape, dtype=_TORCH_DTYPE[t.dtype])
+    out = torch.empty(_shape(t), dtype=_TORCH_DTYPE[t.dtype])
     if out.numel():
         dst = _ht(out)
         check(lib.h3s_tensor_copy(ctypes.byref(t), ctypes.byref(dst)))
@@ -850,7 +849,7 @@ def _check_provider_dtypes(provider, strict_handle):
     for i in range(lib.h3s_model_param_count(strict_handle)):
         name, t = ctypes.c_char_p(), Tensor()
         check(lib.h3s_model_param(strict_handle, i, ctypes.byref(name), ctypes.byref(t)))
-        names[name.value.decode()] = (_TORCH_DTYPE[t.dtype], tuple(t.shape[d] for d in range(t.ndim)))
+        names[name.value.decode()] = (_TORCH_DTYPE[t.dtype], _shape(t))
     params = dict(provider.named_parameters())
     missing = sorted(set(names) - set(params))
     extra = sorted(set(params) - set(names))
