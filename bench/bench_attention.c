@@ -1,14 +1,14 @@
 /* Benchmark (not a test): strict attention on the GPU at the H3 shapes, 56 heads x 128, no mask.
  *
- *   build/bench_attention [--reps N] [--warmup N] [--json FILE] [--gather]
+ *   build/bench_attention [--reps N] [--warmup N] [--json FILE] [--gather] [--only S B]
  *
- * For S in {12, 925, 1133, 4253, 8349} and B in {1, 4}: the forward (h3s_attention_forward: out and
- * stats) and the backward (h3s_attention_backward: dq, dk, dv from an F32 dout) on device tensors,
- * CUDA events on the backend's stream around each call (the host-side grouping of the keys is
- * inside the timed region), median of --reps (default 10) after --warmup (default 3).  FLOPs are
- * counted as 4 B S^2 H D (forward) and 10 B S^2 H D (backward, with the recomputation).  The
- * PyTorch side of the comparison is bench/provider/sdpa_bench.py; bench/provider/run_attention_bench.sh
- * runs both and writes the ratios.  Without a CUDA device it prints one line and exits 0. */
+ * For S in {12, 925, 1133, 4253, 8349} and B in {1, 4} (or the one pair of --only, e.g. to profile it): the forward
+ * (h3s_attention_forward: out and stats) and the backward (h3s_attention_backward: dq, dk, dv from an F32 dout) on
+ * device tensors, CUDA events on the backend's stream around each call (the host-side grouping of the keys is inside
+ * the timed region), median of --reps (default 10) after --warmup (default 3).  FLOPs are counted as 4 B S^2 H D
+ * (forward) and 10 B S^2 H D (backward, with the recomputation).  The PyTorch side of the comparison is
+ * bench/provider/sdpa_bench.py; bench/provider/run_attention_bench.sh runs both and writes the ratios.  Without a CUDA
+ * device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +39,7 @@ static int cmp_float(const void *a, const void *b) {
 int main(int argc, char **argv) {
     int reps = 10, warmup = 3;
     const char *json = NULL;
+    long long only_s = 0, only_b = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -48,8 +49,15 @@ int main(int argc, char **argv) {
             json = argv[++i];
         else if (!strcmp(argv[i], "--gather")) /* every tile gathered, none by the bulk tensor copy */
             h3c_attention_force_gather(1);
-        else {
-            fprintf(stderr, "usage: bench_attention [--reps N] [--warmup N] [--json FILE] [--gather]\n");
+        else if (!strcmp(argv[i], "--only") && i + 2 < argc) {
+            only_s = atoll(argv[++i]);
+            only_b = atoll(argv[++i]);
+            if (only_s < 1 || only_s > 1000000 || only_b < 1 || only_b > 64) {
+                fprintf(stderr, "bench_attention: --only S B needs 1 <= S <= 1000000 and 1 <= B <= 64\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_attention [--reps N] [--warmup N] [--json FILE] [--gather] [--only S B]\n");
             return 2;
         }
     }
@@ -64,7 +72,12 @@ int main(int argc, char **argv) {
     ok(h3c_init("bench_attention"), "init");
     cudaStream_t s = (cudaStream_t)h3c_stream();
     const int64_t H = 56, D = 128, W = H * D;
-    const int64_t Ss[5] = {12, 925, 1133, 4253, 8349}, Bs[2] = {1, 4};
+    int64_t Ss[5] = {12, 925, 1133, 4253, 8349}, Bs[2] = {1, 4};
+    int ns = 5, nb = 2;
+    if (only_s) {
+        Ss[0] = only_s, Bs[0] = only_b;
+        ns = nb = 1;
+    }
     FILE *jf = json ? fopen(json, "w") : NULL;
     if (json && !jf) {
         fprintf(stderr, "bench_attention: cannot write %s\n", json);
@@ -73,8 +86,8 @@ int main(int argc, char **argv) {
     if (jf) fprintf(jf, "{\"source_commit\": \"%s\", \"rows\": [\n", H3S_SOURCE_COMMIT);
     printf("%6s %2s %-9s %10s %9s\n", "S", "B", "phase", "strict_ms", "TFLOP/s");
     int first = 1;
-    for (int bi = 0; bi < 2; bi++)
-        for (int si = 0; si < 5; si++) {
+    for (int bi = 0; bi < nb; bi++)
+        for (int si = 0; si < ns; si++) {
             const int64_t B = Bs[bi], S = Ss[si], M = B * S;
             int64_t shp[2] = {M, W}, sshp[3] = {M, H, 2};
             h3s_tensor q, k, v, g, o, st, dq, dk, dv;

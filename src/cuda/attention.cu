@@ -282,7 +282,7 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
  *     o = o * exp(m_old - m) + bf16(p) v; out = bf16(o / l); stats = (m, l).  exp(x) is
  *     ex2.approx(x * log2 e), one fixed hardware instruction after one FP32 rounding.
  *   - backward: delta as above; P = exp(s - m) / l from the stored stats; dS = P (dP - delta);
- *     dq over the group's key tiles (64) ascending (one CTA per query tile, no atomics); dk and dv
+ *     dq over the group's key tiles (128) ascending (one CTA per query tile, no atomics); dk and dv
  *     over the group's participating queries (l > 0 and a non-zero dout row for the head,
  *     compacted per head) in ascending tiles of 64 (one CTA per key tile).  bf16(P), bf16(dS) and
  *     bf16(dout) enter the tensor cores, as in the provider's flash kernels.
@@ -297,8 +297,8 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_FSTAGES 3     /* forward: shared-memory stages of (K, V) */
 #define TC_DQ 128        /* backward: queries per CTA (dq; two warpgroups of 64) */
 #define TC_DQTHREADS 256 /* backward dq: threads per CTA */
-#define TC_DQSTAGES 3    /* backward dq: shared-memory stages of (K, V) */
-#define TC_BK 64         /* backward: keys per tile (dq) */
+#define TC_DQSTAGES 2    /* backward dq: shared-memory stages of (K, V) */
+#define TC_BK 128        /* backward: keys per tile (dq) */
 #define TC_BQ 64         /* backward: queries per tile (dk/dv) */
 #define TC_KV 128        /* backward: keys per CTA (dk/dv; two warpgroups of 64) */
 #define TC_KVTHREADS 256 /* backward dk/dv: threads per CTA */
@@ -732,27 +732,28 @@ __device__ __forceinline__ void tc_bars_init(uint64_t *bars, int n, unsigned cou
 }
 
 /* Fill a stage with NS R-row tiles of the same listed rows (tile n at dst + n * tile_bytes, from srcs[n] or
- * maps[n]), then this thread's arrival on the stage's barrier bar (count: the NT threads; an arrival that
- * completes once this thread's earlier copies have landed, so the barrier also covers any copies the caller issued
- * before).  A tile of R consecutive rows (ends: its tc_tile_ends) goes by the bulk tensor copy (thread 0 issues it,
- * after adding its bytes to bar's expected transactions) unless `bulk` is 0; the others are gathered by all NT
- * threads.  Every thread has read the same two indices, so all take the same path.  The same bytes land either
- * way. */
+ * maps[n]) by NT threads (this one of rank tid), then this thread's arrival on the stage's barrier bar (count: the NT
+ * threads; an arrival that completes once this thread's earlier copies have landed, so the barrier also covers any
+ * copies the caller issued before).  A tile of R consecutive rows (ends: its tc_tile_ends) goes by the bulk tensor copy
+ * (rank 0 issues it, after adding its bytes to bar's expected transactions) unless `bulk` is 0; the others are gathered
+ * by all NT threads.  Every thread has read the same two indices, so all take the same path.  The same bytes land
+ * either way. */
 template <int R, int NT, int NS>
 __device__ __forceinline__ void tc_stage_fill(uint8_t *dst, int tile_bytes, const uint16_t *const *srcs,
                                               const CUtensorMap *const *maps, const int *rowidx, int count, int2 ends,
-                                              int64_t W, int64_t col0, int bulk, uint64_t *bar) {
+                                              int64_t W, int64_t col0, int bulk, uint64_t *bar,
+                                              unsigned tid = threadIdx.x) {
     uint8_t *tiles[NS];
 #pragma unroll
     for (int n = 0; n < NS; n++)
         tiles[n] = dst + n * tile_bytes;
     if (bulk && ends.y - ends.x == R - 1) {
-        if (threadIdx.x == 0) {
+        if (tid == 0) {
             wg::mbar_expect_tx_only(bar, NS * tc_tile<R>::BYTES);
             tc_bulk_rows<R, NS>(tiles, maps, ends.x, col0, bar);
         }
     } else {
-        tc_gather_n<R, NT, NS>(tiles, srcs, rowidx, count, W, col0);
+        tc_gather_n<R, NT, NS>(tiles, srcs, rowidx, count, W, col0, tid);
     }
     tc_cp_arrive(bar);
 }
@@ -1105,10 +1106,17 @@ __global__ void __launch_bounds__(32 * TC_CW)
 }
 
 /* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows
- * [64 w, 64 w + 64)), over the group's key tiles of 64 in ascending order.  Software pipeline inside
- * each warpgroup, as in the forward: the MMAs of s_i and dP_i are issued with the dq update of tile
- * i - 1, and the dS of tile i is formed while that update runs; dq sees the same additions in the same
- * order as the plain loop (dq += bf16(dS_i) k_i, i ascending).  Key tiles go through three stages. */
+ * [64 w, 64 w + 64)), over the group's key tiles of 128 in ascending order: per tile, s and dP (m64n128k16
+ * MMAs), then P and dS, then the dq update (dq += bf16(dS_i) k_i over the tile's keys in ascending k16 steps),
+ * each waited for before the next.  A tile of 128 holds two of 64 cut at the same place, so dq sees the k16 steps
+ * of the 64-key tiles in the same order; where the last tile holds at most 64 live keys, four more steps add
+ * products of +0 (masked dS, zero-filled K), which change no value but a -0 total.
+ *
+ * Key tiles go through two stages, and the two warpgroups are not held in step: warpgroup 1 fills the stages (the
+ * first two before the loop; tile i + 2 into tile i's stage once it and warpgroup 0's four warps, through kvempty,
+ * are done with tile i), and each warpgroup waits only for the tile it needs (kvfull).  So one warpgroup's P and dS
+ * can run while the other's products do.  Which warpgroup runs ahead changes no value: each row's dq is its own
+ * warpgroup's chain, over the same tiles in the same order. */
 __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
                       const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
@@ -1119,8 +1127,9 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
     uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
     __shared__ float qlse[TC_DQ], qdel[TC_DQ];
-    /* kvfull[s]: stage s's K and V have landed (tc_stage_fill); kvfull[TC_DQSTAGES]: Q and bf16(dout) */
-    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES + 1];
+    /* kvfull[s]: stage s's K and V have landed (filled by warpgroup 1); kvfull[TC_DQSTAGES]: Q and bf16(dout)
+     * (filled by all); kvempty[s]: warpgroup 0's four warps are done with stage s */
+    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES + 1], kvempty[TC_DQSTAGES];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
     const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
@@ -1128,15 +1137,24 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    tc_bars_init(kvfull, TC_DQSTAGES + 1, TC_DQTHREADS);
-    /* K and V of key tile k0 into `stage`, then this thread's arrival on the stage's barrier */
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < TC_DQSTAGES; st++) {
+            wg::mbar_init(&kvfull[st], 128);
+            wg::mbar_init(&kvempty[st], 4);
+        }
+        wg::mbar_init(&kvfull[TC_DQSTAGES], TC_DQTHREADS);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    /* K and V of key tile k0 into `stage` by warpgroup 1, then this thread's arrival on the stage's barrier */
     auto ends_kv = [&](int k0) { return tc_tile_ends<TC_BK>(krows + k0, min(kcnt - k0, TC_BK)); };
     auto issue_kv = [&](int k0, int stage, int2 ends) {
         uint8_t *Kb = KV + stage * 2 * KB;
         const int kn = min(kcnt - k0, TC_BK);
         const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
         const CUtensorMap *maps[2] = {&map_k, &map_v};
-        tc_stage_fill<TC_BK, TC_DQTHREADS, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &kvfull[stage]);
+        tc_stage_fill<TC_BK, 128, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &kvfull[stage],
+                                     threadIdx.x - 128);
     };
     { /* Q and bf16(dout), on their own barrier */
         const uint16_t *srcs[2] = {(const uint16_t *)a.q, gb};
@@ -1144,7 +1162,10 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         tc_stage_fill<TC_DQ, TC_DQTHREADS, 2>(Qs, QB, srcs, maps, qrows, qn, tc_tile_ends<TC_DQ>(qrows, qn), W, col0,
                                               bulk, &kvfull[TC_DQSTAGES]);
     }
-    if (kcnt > 0) issue_kv(0, 0, ends_kv(0));
+    const int ntiles = (kcnt + TC_BK - 1) / TC_BK;
+    if (wgi == 1)
+        for (int it = 0; it < TC_DQSTAGES && it < ntiles; it++)
+            issue_kv(it * TC_BK, it, ends_kv(it * TC_BK));
     if (threadIdx.x < TC_DQ) {
         const int i = threadIdx.x;
         const int64_t row = i < qn ? qrows[i] : 0;
@@ -1153,7 +1174,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     }
     __syncthreads();
     float dq[TC_D / 2], s[TC_BK / 2], dp[TC_BK / 2];
-    uint32_t da[TC_BK / 16][4]; /* bf16(dS) of the previous key tile, read by its dq update */
+    uint32_t da[TC_BK / 16][4]; /* bf16(dS) of the key tile, read by its dq update */
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dq[i] = 0.0f;
@@ -1163,7 +1184,6 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
 #pragma unroll
     for (int i = 0; i < TC_BK / 16; i++)
         da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
-    const int ntiles = (kcnt + TC_BK - 1) / TC_BK;
     const int qrow0 = wgi * 64; /* this warpgroup's rows of the Q and dout tiles */
     /* this thread's two rows: their lse and delta (rows past qn: 0, 0; their dq is never written) */
     const float rl[2] = {qlse[qrow0 + warp * 16 + (lane >> 2)], qlse[qrow0 + warp * 16 + (lane >> 2) + 8]};
@@ -1171,15 +1191,12 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     wg::mbar_wait(&kvfull[TC_DQSTAGES], 0u); /* Q and bf16(dout) have landed (waited even with no key tile) */
     const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
-        const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
-        const int2 next = it + 1 < ntiles ? ends_kv(k0 + TC_BK) : make_int2(0, -1); /* loads under the waits */
-        wg::mbar_wait(&kvfull[it % TC_DQSTAGES], (unsigned)(it / TC_DQSTAGES) & 1u);
+        const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK), st = it % TC_DQSTAGES;
+        const bool refill = wgi == 1 && it + TC_DQSTAGES < ntiles; /* warpgroup 1 refills this stage after use */
+        const int2 next = refill ? ends_kv(k0 + TC_DQSTAGES * TC_BK) : make_int2(0, -1); /* loads under the waits */
+        wg::mbar_wait(&kvfull[st], (unsigned)(it / TC_DQSTAGES) & 1u);                   /* tile it has landed */
         tc_fence_async();
-        /* tile it visible; both warpgroups are past iteration it - 1, whose last wait retired the dq
-         * update that read stage (it + 1) % 3 (tile it - 2) */
-        __syncthreads();
-        if (it + 1 < ntiles) issue_kv(k0 + TC_BK, (it + 1) % TC_DQSTAGES, next);
-        const uint8_t *Ks = KV + (it % TC_DQSTAGES) * 2 * KB, *Vs = Ks + KB;
+        const uint8_t *Ks = KV + st * 2 * KB, *Vs = Ks + KB;
         /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
         wg::wg_fence();
 #pragma unroll
@@ -1189,15 +1206,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
         for (int kk = 0; kk < TC_D / 16; kk++)
             wg::mma_k16<TC_BK, 0, 0>(dp, tc_desc_k<TC_DQ>(Gs, qrow0 * 128, kk), tc_desc_k<TC_BK>(Vs, 0, kk), kk > 0);
         wg::wg_commit();
-        if (it > 0) {
-            /* dq += bf16(dS_{it-1}) k_{it-1} over that tile's keys in ascending k16 steps */
-            const uint8_t *Kp = KV + ((it - 1) % TC_DQSTAGES) * 2 * KB;
-            tc_acc_update<TC_BK>(dq, da, Kp);
-            wg::wg_commit();
-            wg::wg_wait<1>(); /* s and dP are ready; the dq update may still run */
-        } else {
-            wg::wg_wait<0>();
-        }
+        wg::wg_wait<0>();
         wg::reg_fence<TC_BK / 2>(s);
         wg::reg_fence<TC_BK / 2>(dp);
         /* P = 2^(s scale log2 e - lse) (one fma, one ex2), dS = P (dP - delta).  Only keys past the
@@ -1208,26 +1217,27 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -rl[e >> 1]));
-                s[j * 4 + e] = p * (dp[j * 4 + e] - rd[e >> 1]);
+                const float d = p * (dp[j * 4 + e] - rd[e >> 1]);
+                s[j * 4 + e] = j * 8 + (lane & 3) * 2 + (e & 1) < kn ? d : 0.0f;
             }
-        if (kn < TC_BK) {
-#pragma unroll
-            for (int j = 0; j < TC_BK / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (j * 8 + (lane & 3) * 2 + (e & 1) >= kn) s[j * 4 + e] = 0.0f;
-        }
-        wg::wg_wait<0>(); /* the dq update of tile it - 1 has completed: da is free */
-        wg::reg_fence<TC_D / 2>(dq);
         tc_to_a<TC_BK>(s, da);
-    }
-    if (ntiles > 0) {
-        const uint8_t *Kp = KV + ((ntiles - 1) % TC_DQSTAGES) * 2 * KB;
+        /* dq += bf16(dS_it) k_it over the tile's keys in ascending k16 steps (the steps of the 64-key tiles, in
+         * the same order: the tiles are cut at the list's first key, 128 = 2 x 64) */
         wg::wg_fence();
-        tc_acc_update<TC_BK>(dq, da, Kp);
+        tc_acc_update<TC_BK>(dq, da, Ks);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
+        if (wgi == 0) {
+            __syncwarp();
+            if (lane == 0) wg::mbar_arrive(&kvempty[st]); /* this warp is done with stage st */
+        } else if (refill) {
+            /* warpgroup 1's four warps are done with stage st (named barrier 3), and warpgroup 0's (kvempty): tile
+             * it + TC_DQSTAGES goes into it */
+            asm volatile("bar.sync 3, 128;\n" ::: "memory");
+            wg::mbar_wait(&kvempty[st], (unsigned)(it / TC_DQSTAGES) & 1u);
+            issue_kv(k0 + TC_DQSTAGES * TC_BK, st, next);
+        }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
 #pragma unroll
@@ -1615,7 +1625,7 @@ extern "C" void h3c_attention_release_plans(void) {
 }
 
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + TC_FSTAGES x (K, V)
- * of 128 rows; dq Q, bf16(dout) (128 rows each) + TC_DQSTAGES x (K, V) of 64 rows; dk/dv K, V (128 rows) +
+ * of 128 rows; dq Q, bf16(dout) (128 rows each) + TC_DQSTAGES x (K, V) of 128 rows; dk/dv K, V (128 rows) +
  * TC_KVSTAGES x (Q, bf16(dout)) of 64 rows.  All within the 227 KB a CTA may use (static_assert below). */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
 #define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 2 * TC_DQSTAGES * tc_tile<TC_BK>::BYTES)
