@@ -399,17 +399,31 @@ struct args {
     int64_t nsplit, split_stride;
 };
 
-/* A kernel configuration: every field a compile-time constant. */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1> struct cfg {
+/* A kernel configuration: every field a compile-time constant.  FOLD == 3 (the wgrad's column-halved fold, kernel
+ * wg_gemm_halves): a 128 x 256 output tile computed as two column halves of 128, each half's 256-row partial
+ * folded before the other's starts, so that a consumer thread holds the whole running total (128 registers) and
+ * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
+ * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
+          int EPIC_ = 0>
+struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
+    static constexpr int ASLOTS = ASLOTS_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
-    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE = A_BYTES + B_BYTES;
-    /* EPI_BF16_STAGED: 16 rows x BN BF16 per consumer warp, each row padded by 16 bytes (so that the 8 rows of a
-     * fragment's stores fall in distinct banks), after the ring's barriers */
-    static constexpr int EPI_ROW = BN * 2 + 16;
-    static constexpr int EPI_OFF = (STAGES * STAGE + 2 * STAGES * 8 + 127) / 128 * 128;
+    /* FOLD == 3: B_BYTES is a half-block's (128 columns) */
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = (FOLD == 3 ? BN / 2 : BN) * BK * 2;
+    static constexpr int STAGE = A_BYTES + B_BYTES;
+    /* the rings and their mbarriers (full and empty per stage, and per A slot) */
+    static constexpr int RING = FOLD == 3 ? ASLOTS * A_BYTES + STAGES * B_BYTES : STAGES * STAGE;
+    static constexpr int BARS = FOLD == 3 ? 2 * (ASLOTS + STAGES) * 8 : 2 * STAGES * 8;
+    /* EPI_BF16_STAGED: 16 rows x EPI_COLS BF16 per consumer warp, each row padded by 16 bytes (so that the 8 rows of a
+     * fragment's stores fall in distinct banks), after the ring's barriers; a tile wider than EPI_COLS (EPIC_, or
+     * half the tile with FOLD == 3, or the whole tile) is staged EPI_COLS columns at a time */
+    static constexpr int EPI_COLS = EPIC_ ? EPIC_ : FOLD == 3 ? BN / 2 : BN;
+    static constexpr int EPI_ROW = EPI_COLS * 2 + 16;
+    static constexpr int EPI_OFF = (RING + BARS + 127) / 128 * 128;
     static constexpr int EPI_BYTES = EPI == EPI_BF16_STAGED ? NC * 4 * 16 * EPI_ROW : 0;
     /* FOLD == 2: the upper half of each consumer thread's running total lives in shared memory (after the ring's
      * barriers), as float4 chunks [BN / 16][NC * 128 threads], so that a tile of 128 x 256 fits: its partial takes
@@ -417,18 +431,134 @@ template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_
     static constexpr int TOT_OFF = EPI_OFF; /* the staging buffer and the split total share one region */
     static constexpr int TOT_BYTES = FOLD == 2 ? NC * 128 * (BN / 4) * 4 : 0;
     static constexpr int REGION = EPI_BYTES > TOT_BYTES ? EPI_BYTES : TOT_BYTES;
-    static constexpr int SMEM = REGION ? EPI_OFF + REGION + 1024 : STAGES * STAGE + 1024 + 2 * STAGES * 8;
+    static constexpr int SMEM = REGION ? EPI_OFF + REGION + 1024 : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
-    static_assert(FOLD >= 0 && FOLD <= 2, "FOLD");
+    static_assert(FOLD >= 0 && FOLD <= 3, "FOLD");
+    static_assert(EPI_COLS % 64 == 0 && BN % EPI_COLS == 0, "whole staging chunks of 64-column multiples");
+    static_assert(FOLD != 3 || (BM == 128 && BN == 256 && AMN && BMN && MINB == 1 && ASLOTS >= H3S_FOLD_TILE / BK &&
+                                EPI != EPI_BF16_BIAS),
+                  "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
 template <int NC> __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+}
+
+/* The tile's epilogue: v holds this consumer thread's values of the finished tile (the fold's total, or the one
+ * chain's accumulator), as an m64nBN accumulator fragment. */
+template <class C>
+__device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN / 2], int64_t p0, int64_t q0, int c,
+                                           const args &g, int64_t coff) {
+    constexpr int BN = C::BN, ACC = BN / 2;
+    const int t = threadIdx.x & 127;
+    /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
+    const int w = t >> 5, lane = t & 31;
+    const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
+    if constexpr (C::EPI == EPI_BF16_BIAS) {
+        /* BF16 out: each value (plus the bias, when present) rounded by h3k_f2bf2, then the four lanes of a row
+         * exchange their packed pairs so that each holds 8 consecutive columns, stored as one 16-byte write (every
+         * 32-byte sector written whole; 4-byte stores of 2 columns left half-written sectors and ran slower than the
+         * F32 epilogue).  Only where the bytes go changes: every value is the one the thread computed. */
+        static_assert(BN % 32 == 0, "BF16 epilogue: whole groups of 4 column blocks");
+        const int l = lane & 3;
+#pragma unroll
+        for (int jg = 0; jg < BN / 32; jg++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t wv[4];
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = jg * 4 + jj;
+                    const int64_t q = q0 + j * 8 + 2 * l;
+                    float v0 = v[j * 4 + 2 * h];
+                    float v1 = v[j * 4 + 2 * h + 1];
+                    if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
+                        v0 = v0 + h3k_bf2f(g.bias[q]);
+                        v1 = v1 + h3k_bf2f(g.bias[q + 1]);
+                    }
+                    wv[jj] = h3k_f2bf2(v0, v1);
+                }
+                /* 4 x 4 transpose inside the quad: in round r lane s sends its pair for column block (s + r) % 4
+                 * and receives from lane (l - r) % 4 that lane's pair for column block l */
+                uint32_t o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int si = (l + r) & 3, src = (l - r) & 3;
+                    const uint32_t x = si == 0 ? wv[0] : si == 1 ? wv[1] : si == 2 ? wv[2] : wv[3];
+                    const uint32_t y = __shfl_sync(0xffffffffu, x, (lane & ~3) | src);
+                    o0 = src == 0 ? y : o0;
+                    o1 = src == 1 ? y : o1;
+                    o2 = src == 2 ? y : o2;
+                    o3 = src == 3 ? y : o3;
+                }
+                const int64_t p = row0 + 8 * h, qc = q0 + (jg * 4 + l) * 8;
+                if (p < g.P && qc < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + qc) = make_uint4(o0, o1, o2, o3);
+            }
+        }
+    } else if constexpr (C::EPI == EPI_BF16_STAGED) {
+        /* BF16 out, no bias.  Each pair is rounded as h3k_f2bf2 rounds it: when none of this thread's values is NaN or
+         * infinite (their products with 0 sum to a zero) by the one cvt of h3k_f2bf2_finite, else by h3k_f2bf2 (the
+         * same bits for every non-NaN value; NaN keeps its payload).  The packed pairs go to this warp's 16 rows in
+         * shared memory, then each lane copies whole 16-byte chunks of those rows to C, consecutive lanes along a row
+         * (every 32-byte sector written whole, by one instruction).  Only where the bytes go changes. */
+        uint8_t *ebuf = smem + C::EPI_OFF + (c * 4 + w) * 16 * C::EPI_ROW;
+        const int qr = lane >> 2, l = lane & 3;
+        float chk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            chk = __fmaf_rn(v[i], 0.0f, chk);
+        constexpr int EC = C::EPI_COLS;
+        static_assert(BN % EC == 0, "whole staging chunks");
+#pragma unroll
+        for (int c0 = 0; c0 < BN; c0 += EC) { /* columns [c0, c0 + EC) of the tile */
+            auto stage = [&](auto finite) {
+#pragma unroll
+                for (int j = 0; j < EC / 8; j++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float v0 = v[(c0 / 8 + j) * 4 + 2 * h];
+                        const float v1 = v[(c0 / 8 + j) * 4 + 2 * h + 1];
+                        *(uint32_t *)(ebuf + (qr + 8 * h) * C::EPI_ROW + (j * 8 + 2 * l) * 2) =
+                            decltype(finite)::value ? h3k_f2bf2_finite(v0, v1) : h3k_f2bf2(v0, v1);
+                    }
+            };
+            if (chk == 0.0f)
+                stage(std::true_type{});
+            else
+                stage(std::false_type{});
+            __syncwarp();
+            constexpr int CH = EC / 8; /* 16-byte chunks per row */
+            static_assert((16 * CH) % 32 == 0, "whole chunks per lane");
+            const int64_t prow = p0 + c * 64 + w * 16;
+#pragma unroll 4
+            for (int i = 0; i < 16 * CH / 32; i++) {
+                const int idx = i * 32 + lane, r = idx / CH, ch = idx % CH;
+                const uint4 u = *(const uint4 *)(ebuf + r * C::EPI_ROW + ch * 16);
+                const int64_t p = prow + r, q = q0 + c0 + ch * 8;
+                if (p < g.P && q < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + q) = u; /* Q is a multiple of 8 */
+            }
+            __syncwarp(); /* the buffer is rewritten by this warp's next chunk or tile */
+        }
+        /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
+        if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
+    } else {
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int64_t q = q0 + j * 8 + 2 * (lane & 3);
+            if (q >= g.Q) continue; /* Q is a multiple of 8: q < Q implies q + 1 < Q */
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t p = row0 + 8 * h;
+                if (p >= g.P) continue;
+                *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v[j * 4 + 2 * h], v[j * 4 + 2 * h + 1]);
+            }
+        }
+    }
 }
 
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
@@ -451,13 +581,17 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         tot[i] = 0.0f;
     /* Reduction blocks are counted over all the tiles this CTA has run (base = the blocks of the
      * earlier tiles): the ring stage and the barrier phase follow the global count. */
+    /* The ring position of the next block to issue (stage, barrier phase) and of the oldest block not yet given
+     * back, followed as running counters (no division per block); the same values in every consumer thread. */
+    int s_issue = (int)(base % STAGES), s_rel = s_issue;
+    unsigned ph_issue = (unsigned)((base / STAGES) & 1);
     int64_t released = base; /* blocks [.., released) have given their stage back */
     /* One reduction block: four k16 steps in ascending r into acc.  A chain starts (its first
      * step ignores the accumulator) at r = 0, and with FOLD at every 256-row tile. */
     auto issue = [&](int64_t kb) {
-        const int64_t gk = base + kb;
-        const int s = (int)(gk % STAGES);
-        mbar_wait(&full[s], (unsigned)((gk / STAGES) & 1));
+        const int s = s_issue;
+        mbar_wait(&full[s], ph_issue);
+        if (++s_issue == STAGES) s_issue = 0, ph_issue ^= 1u;
         const uint32_t sa = smem_u32(smem + s * C::STAGE) + c * 8192; /* this warpgroup's 64 rows of A */
         const uint32_t sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
         const int chain_start = C::FOLD ? ((kb * BK) % H3S_FOLD_TILE == 0) : (kb == 0);
@@ -470,13 +604,14 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         }
         wg_commit();
     };
-    auto release = [&](int64_t done_local) { /* blocks before `done_local` have completed */
-                                             const int64_t done = base + done_local;
-                                             if (t == 0)
-                                                 for (; released < done; released++)
-                                                     mbar_arrive(&empty[released % STAGES]);
-                                             else
-                                                 released = done;
+    /* Blocks before `done_local` have completed: give their stages back (one arrival per warpgroup, by its thread
+     * 0; the loop itself runs in every thread, so the warps stay converged). */
+    auto release = [&](int64_t done_local) {
+        const int64_t done = base + done_local;
+        for (; released < done; released++) {
+            if (t == 0) mbar_arrive(&empty[s_rel]);
+            if (++s_rel == STAGES) s_rel = 0;
+        }
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
@@ -530,112 +665,20 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         if constexpr (C::EPI == EPI_BF16_STAGED) consumers_sync<C::NC>();
     }
 
-    /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
-    const int w = t >> 5, lane = t & 31;
-    const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
-    if constexpr (C::EPI == EPI_BF16_BIAS) {
-        /* BF16 out: each value (plus the bias, when present) rounded by h3k_f2bf2, then the four lanes of a row
-         * exchange their packed pairs so that each holds 8 consecutive columns, stored as one 16-byte write (every
-         * 32-byte sector written whole; 4-byte stores of 2 columns left half-written sectors and ran slower than the
-         * F32 epilogue).  Only where the bytes go changes: every value is the one the thread computed. */
-        static_assert(BN % 32 == 0, "BF16 epilogue: whole groups of 4 column blocks");
-        const int l = lane & 3;
-#pragma unroll
-        for (int jg = 0; jg < BN / 32; jg++) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                uint32_t wv[4];
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    const int j = jg * 4 + jj;
-                    const int64_t q = q0 + j * 8 + 2 * l;
-                    float v0 = C::FOLD == 1 ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
-                    float v1 = C::FOLD == 1 ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
-                    if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
-                        v0 = v0 + h3k_bf2f(g.bias[q]);
-                        v1 = v1 + h3k_bf2f(g.bias[q + 1]);
-                    }
-                    wv[jj] = h3k_f2bf2(v0, v1);
-                }
-                /* 4 x 4 transpose inside the quad: in round r lane s sends its pair for column block (s + r) % 4
-                 * and receives from lane (l - r) % 4 that lane's pair for column block l */
-                uint32_t o0 = 0, o1 = 0, o2 = 0, o3 = 0;
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int si = (l + r) & 3, src = (l - r) & 3;
-                    const uint32_t x = si == 0 ? wv[0] : si == 1 ? wv[1] : si == 2 ? wv[2] : wv[3];
-                    const uint32_t y = __shfl_sync(0xffffffffu, x, (lane & ~3) | src);
-                    o0 = src == 0 ? y : o0;
-                    o1 = src == 1 ? y : o1;
-                    o2 = src == 2 ? y : o2;
-                    o3 = src == 3 ? y : o3;
-                }
-                const int64_t p = row0 + 8 * h, qc = q0 + (jg * 4 + l) * 8;
-                if (p < g.P && qc < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + qc) = make_uint4(o0, o1, o2, o3);
-            }
-        }
-    } else if constexpr (C::EPI == EPI_BF16_STAGED) {
-        /* BF16 out, no bias.  Each pair is rounded as h3k_f2bf2 rounds it: when none of this thread's values is NaN or
-         * infinite (their products with 0 sum to a zero) by the one cvt of h3k_f2bf2_finite, else by h3k_f2bf2 (the
-         * same bits for every non-NaN value; NaN keeps its payload).  The packed pairs go to this warp's 16 rows in
-         * shared memory, then each lane copies whole 16-byte chunks of those rows to C, consecutive lanes along a row
-         * (every 32-byte sector written whole, by one instruction).  Only where the bytes go changes. */
-        uint8_t *ebuf = smem + C::EPI_OFF + (c * 4 + w) * 16 * C::EPI_ROW;
-        const int qr = lane >> 2, l = lane & 3;
-        float chk = 0.0f;
-#pragma unroll
-        for (int i = 0; i < ACC; i++)
-            chk = __fmaf_rn(C::FOLD == 1 ? tot[i] : acc[i], 0.0f, chk);
-        auto stage = [&](auto finite) {
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const float v0 = C::FOLD == 1 ? tot[j * 4 + 2 * h] : acc[j * 4 + 2 * h];
-                    const float v1 = C::FOLD == 1 ? tot[j * 4 + 2 * h + 1] : acc[j * 4 + 2 * h + 1];
-                    *(uint32_t *)(ebuf + (qr + 8 * h) * C::EPI_ROW + (j * 8 + 2 * l) * 2) =
-                        decltype(finite)::value ? h3k_f2bf2_finite(v0, v1) : h3k_f2bf2(v0, v1);
-                }
-        };
-        if (chk == 0.0f)
-            stage(std::true_type{});
-        else
-            stage(std::false_type{});
-        __syncwarp();
-        constexpr int CH = BN / 8; /* 16-byte chunks per row */
-        static_assert((16 * CH) % 32 == 0, "whole chunks per lane");
-        const int64_t prow = p0 + c * 64 + w * 16;
-#pragma unroll 4
-        for (int i = 0; i < 16 * CH / 32; i++) {
-            const int idx = i * 32 + lane, r = idx / CH, ch = idx % CH;
-            const uint4 v = *(const uint4 *)(ebuf + r * C::EPI_ROW + ch * 16);
-            const int64_t p = prow + r, q = q0 + ch * 8;
-            if (p < g.P && q < g.Q) *(uint4 *)((uint16_t *)g.c + p * g.ldc + q) = v; /* Q is a multiple of 8 */
-        }
-        __syncwarp(); /* the buffer is rewritten by this warp's next tile */
-        /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
-        if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
-    } else {
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-            const int64_t q = q0 + j * 8 + 2 * (lane & 3);
-            if (q >= g.Q) continue; /* Q is a multiple of 8: q < Q implies q + 1 < Q */
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int64_t p = row0 + 8 * h;
-                if (p >= g.P) continue;
-                float v0, v1;
-                if (C::FOLD == 1) {
-                    v0 = tot[j * 4 + 2 * h];
-                    v1 = tot[j * 4 + 2 * h + 1];
-                } else {
-                    v0 = acc[j * 4 + 2 * h];
-                    v1 = acc[j * 4 + 2 * h + 1];
-                }
-                *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v0, v1);
-            }
-        }
-    }
+    if constexpr (C::FOLD == 1)
+        store_tile<C>(smem, tot, p0, q0, c, g, coff);
+    else
+        store_tile<C>(smem, acc, p0, q0, c, g, coff);
+}
+
+/* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
+template <int BM, int BN>
+__device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0) {
+    const int64_t GROUP = 16, per_group = GROUP * g.tiles_q;
+    const int64_t gid = id / per_group, first_p = gid * GROUP;
+    const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
+    const int64_t in = id - gid * per_group;
+    p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
 }
 
 template <class C>
@@ -651,14 +694,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
      * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
      * computes a tile and when, never what the tile computes. */
-    const int64_t GROUP = 16, tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
-    auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) {
-        const int64_t per_group = GROUP * g.tiles_q;
-        const int64_t gid = id / per_group, first_p = gid * GROUP;
-        const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
-        const int64_t in = id - gid * per_group;
-        p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
-    };
+    const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
+    auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) { grouped_origin<BM, BN>(g, id, p0, q0); };
     const int64_t nk_all = (g.R + BK - 1) / BK;
     constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
     /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
@@ -685,13 +722,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
-            int64_t gk = 0; /* reduction blocks issued over all this CTA's tiles */
+            int s = 0;        /* the ring stage of the next block over all this CTA's tiles */
+            unsigned ph = 1u; /* the phase its empty barrier must have completed (1: a fresh stage) */
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
                 int64_t p0, q0, kb0, nk, coff;
                 work(id, p0, q0, kb0, nk, coff);
-                for (int64_t kb = 0; kb < nk; kb++, gk++) {
-                    const int s = (int)(gk % STAGES);
-                    mbar_wait(&empty[s], (unsigned)((gk / STAGES) & 1) ^ 1u);
+                for (int64_t kb = 0; kb < nk; kb++, s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u) {
+                    mbar_wait(&empty[s], ph);
                     mbar_expect_tx(&full[s], C::STAGE);
                     uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
                     const int r0 = (int)((kb0 + kb) * BK);
@@ -720,6 +757,148 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             work(id, p0, q0, kb0, nk, coff);
             consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff);
             base += nk;
+        }
+    }
+#endif
+}
+
+/* The wgrad's column-halved fold (FOLD == 3): output tiles of 128 x 256, both operands MN-major.  For each 256-row
+ * fold tile t (ascending) and each column half h = 0, 1 of the tile, consumer warpgroup c runs the half's chain over
+ * the fold tile's rows, the k16 steps in ascending r, the first from +0 (scale-d = 0), into a 64 x 128 accumulator;
+ * then, with its products complete, adds it to the running total of those columns: total = partial for t = 0,
+ * total = total + partial after.  Every output element therefore gets the 128 x 192 fold's chains and additions in
+ * the same order (the instruction's N does not enter an element's chain), so the same bits; only the order in which
+ * the two halves' columns are worked on differs, and no element depends on the other half.
+ *
+ * Rings: A blocks (BM x 64 of dy^T) in ASLOTS slots, each filled once per fold tile and read by both halves; B
+ * half-blocks (128 columns x 64 rows of x) in STAGES stages, in the order (t, h, block).  A half entirely past Q
+ * (the last column tile of 2688 columns) is neither loaded nor computed; its totals stay +0 and are never stored. */
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, 1)
+    wg_gemm_halves(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(C::FOLD == 3, "wg_gemm_halves runs the column-halved fold");
+    constexpr int BM = C::BM, BN = C::BN, HN = BN / 2, STAGES = C::STAGES, AS = C::ASLOTS, NC = C::NC;
+    constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
+    extern __shared__ uint8_t wg_smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *bring = smem + AS * C::A_BYTES;
+    uint64_t *afull = (uint64_t *)(smem + C::RING), *aempty = afull + AS;
+    uint64_t *bfull = aempty + AS, *bempty = bfull + STAGES;
+    const int64_t ntiles = g.tiles_p * g.tiles_q, nk = (g.R + BK - 1) / BK;
+    const int wgi = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < AS; s++) {
+            mbar_init(&afull[s], 1);
+            mbar_init(&aempty[s], NC);
+        }
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&bfull[s], 1);
+            mbar_init(&bempty[s], NC);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wgi == 0) { /* producer */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x == 0) {
+            int sa = 0, sb = 0;        /* the next A slot and B stage over all this CTA's tiles */
+            unsigned pa = 1u, pb = 1u; /* the phases their empty barriers must have completed (1: fresh) */
+            for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+                int64_t p0, q0;
+                grouped_origin<BM, BN>(g, id, p0, q0);
+                const int nh = q0 + HN < g.Q ? 2 : 1;
+                for (int64_t t0 = 0; t0 < nk; t0 += FB) {
+                    const int64_t t1 = t0 + FB < nk ? t0 + FB : nk;
+                    for (int h = 0; h < nh; h++)
+                        for (int64_t kb = t0; kb < t1; kb++) {
+                            const int r0 = (int)(kb * BK);
+                            if (h == 0) {
+                                mbar_wait(&aempty[sa], pa);
+                                mbar_expect_tx(&afull[sa], C::A_BYTES);
+#pragma unroll
+                                for (int i = 0; i < BM / 64; i++)
+                                    tma_load_2d(smem + sa * C::A_BYTES + i * 8192, &map_a, &afull[sa],
+                                                (int)(p0 + i * 64), r0);
+                                if (++sa == AS) sa = 0, pa ^= 1u;
+                            }
+                            mbar_wait(&bempty[sb], pb);
+                            mbar_expect_tx(&bfull[sb], C::B_BYTES);
+#pragma unroll
+                            for (int i = 0; i < HN / 64; i++)
+                                tma_load_2d(bring + sb * C::B_BYTES + i * 8192, &map_b, &bfull[sb],
+                                            (int)(q0 + h * HN + i * 64), r0);
+                            if (++sb == STAGES) sb = 0, pb ^= 1u;
+                        }
+                }
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        const int c = wgi - 1, t = threadIdx.x & 127;
+        /* ring positions (slot or stage, barrier phase) of the next A block and B half-block to read and of the
+         * oldest not yet given back, as running counters; the same in every consumer thread */
+        int a_next = 0, a_rel = 0, b_next = 0, b_rel = 0;
+        unsigned a_ph = 0u, b_ph = 0u;
+        auto give_back = [&](uint64_t *bars, int &pos, int n, int count) { /* the oldest `count` of a ring */
+                                                                           for (int i = 0; i < count; i++) {
+                                                                               if (t == 0) mbar_arrive(&bars[pos]);
+                                                                               if (++pos == n) pos = 0;
+                                                                           }
+        };
+        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+            int64_t p0, q0;
+            grouped_origin<BM, BN>(g, id, p0, q0);
+            const int nh = q0 + HN < g.Q ? 2 : 1;
+            float acc[HN / 2], tot[BN / 2];
+#pragma unroll
+            for (int i = 0; i < HN / 2; i++)
+                acc[i] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++)
+                tot[i] = 0.0f;
+            for (int64_t t0 = 0; t0 < nk; t0 += FB) { /* 256-row fold tiles, ascending */
+                const int nb = (int)(t0 + FB < nk ? FB : nk - t0);
+                const int a0 = a_next; /* the fold tile's first A slot; its blocks take consecutive slots */
+                const unsigned a0ph = a_ph;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    if (h >= nh) break;
+                    for (int j = 0; j < nb; j++) {
+                        int sa = a0 + j;
+                        unsigned pa = a0ph;
+                        if (sa >= AS) sa -= AS, pa ^= 1u;
+                        if (h == 0) mbar_wait(&afull[sa], pa);
+                        const int sb = b_next;
+                        mbar_wait(&bfull[sb], b_ph);
+                        if (++b_next == STAGES) b_next = 0, b_ph ^= 1u;
+                        const uint32_t a_s = smem_u32(smem + sa * C::A_BYTES) + c * 8192; /* this warpgroup's rows */
+                        const uint32_t b_s = smem_u32(bring + sb * C::B_BYTES);
+                        wg_fence();
+#pragma unroll
+                        for (int kk = 0; kk < 4; kk++) /* r0 + 16 kk, ascending; the chain starts at the fold tile */
+                            mma_k16<HN, 1, 1>(acc, desc(a_s + kk * 2048, 8192, 1024), desc(b_s + kk * 2048, 8192, 1024),
+                                              (kk == 0 && j == 0) ? 0 : 1);
+                        wg_commit();
+                        wg_wait<1>();
+                        if (j > 0) {
+                            give_back(bempty, b_rel, STAGES, 1);              /* the previous half-block */
+                            if (h == nh - 1) give_back(aempty, a_rel, AS, 1); /* both halves have read it */
+                        }
+                    }
+                    wg_wait<0>();
+                    reg_fence<HN / 2>(acc);
+                    give_back(bempty, b_rel, STAGES, 1);
+                    if (h == nh - 1) give_back(aempty, a_rel, AS, 1);
+#pragma unroll
+                    for (int i = 0; i < HN / 2; i++)
+                        tot[h * (HN / 2) + i] = t0 == 0 ? acc[i] : tot[h * (HN / 2) + i] + acc[i];
+                }
+                a_next = a0 + nb;
+                if (a_next >= AS) a_next -= AS, a_ph ^= 1u;
+            }
+            store_tile<C>(smem, tot, p0, q0, c, g, 0);
         }
     }
 #endif
@@ -774,15 +953,20 @@ typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient.  Its
- * epilogue goes through shared memory (EPI_BF16_STAGED), which costs a stage of the ring: measured at eaff757 with
- * the in-register transpose, the BF16 wgrad ran 15% slower than the F32 one (M = 1133, 5376 -> 28672: 1.078 against
- * 0.934 ms under ncu, 58M more instructions executed), and 1.6-1.8x cuBLASLt's BF16 output. */
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
+ * epilogue goes through shared memory (EPI_BF16_STAGED), 64 columns at a time, so that the buffer (18 KB) leaves room
+ * for the F32 fold's five stages (a whole-row buffer of 51 KB left four).  Which columns a warp stages together
+ * changes no value. */
+typedef cfg<128, 192, 5, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 64> wgrad_fold_bf16;
 /* The fold on 128 x 256 tiles: half of the running total in shared memory (FOLD == 2), three stages; BF16 out through
  * the staging buffer, which overlays the total's region once the total is in registers.  Each output element gets the
  * same 256-row chains from +0 and the same additions in ascending tile order, so the same bits. */
 typedef cfg<128, 256, 3, 1, 1, EPI_F32, 2> wgrad_wide;
 typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 2> wgrad_wide_bf16;
+/* The column-halved fold on 128 x 256 tiles (FOLD == 3, wg_gemm_halves): the whole running total in registers beside
+ * one column half's partial; A blocks in a ring of 8 slots (F32 out) or 6 (BF16 out, whose staging buffer takes the
+ * room), B half-blocks in 6 or 5 stages.  The same chains and additions per element as wgrad_fold. */
+typedef cfg<128, 256, 6, 1, 1, EPI_F32, 3, 1, 8> wgrad_halves;
+typedef cfg<128, 256, 5, 1, 1, EPI_BF16_STAGED, 3, 1, 6> wgrad_halves_bf16;
 /* A reduction of at most 256 rows (M <= H3S_FOLD_TILE: the token refiner's text rows) is one fold tile: the fold's
  * total is that tile's chain, so a configuration without the fold computes the same MMAs from +0 into the same
  * accumulator and gives the same bits (tests/gpu/test_gpu_gemm.c compares them).  Such a wgrad is almost all output
@@ -864,7 +1048,12 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
-        cudaError_t e = cudaFuncSetAttribute(wg_gemm<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+        const void *fn;
+        if constexpr (C::FOLD == 3)
+            fn = (const void *)wg_gemm_halves<C>;
+        else
+            fn = (const void *)wg_gemm<C>;
+        cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
         attr_set = 1;
@@ -894,7 +1083,10 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
-    wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+    if constexpr (C::FOLD == 3)
+        wg_gemm_halves<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+    else
+        wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     return h3c_launch_check(op);
 }
 
@@ -914,10 +1106,11 @@ extern "C" int h3c_gemm_config_count(void) { return 4; }
 #define H3C_WGRAD_WIDE_M 16384
 
 /* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold on 128 x 192
- * tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory). */
+ * tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 = the column-halved
+ * fold on 128 x 256 tiles. */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 3; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 4; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1097,6 +1290,10 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (c == 2) {
         if (dw_bf16) return wg::launch<wg::wgrad_wide_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_wide>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
+    if (c == 3) {
+        if (dw_bf16) return wg::launch<wg::wgrad_halves_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_halves>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     }
     if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
