@@ -404,8 +404,7 @@ struct args {
  * folded before the other's starts, so that a consumer thread holds the whole running total (128 registers) and
  * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
  * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
-          int EPIC_ = 0>
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
@@ -419,9 +418,9 @@ struct cfg {
     static constexpr int RING = FOLD == 3 ? ASLOTS * A_BYTES + STAGES * B_BYTES : STAGES * STAGE;
     static constexpr int BARS = FOLD == 3 ? 2 * (ASLOTS + STAGES) * 8 : 2 * STAGES * 8;
     /* EPI_BF16_STAGED: 16 rows x EPI_COLS BF16 per consumer warp, each row padded by 16 bytes (so that the 8 rows of a
-     * fragment's stores fall in distinct banks), after the ring's barriers; a tile wider than EPI_COLS (EPIC_, or
-     * half the tile with FOLD == 3, or the whole tile) is staged EPI_COLS columns at a time */
-    static constexpr int EPI_COLS = EPIC_ ? EPIC_ : FOLD == 3 ? BN / 2 : BN;
+     * fragment's stores fall in distinct banks), after the ring's barriers; with FOLD == 3 the tile is staged half
+     * its columns at a time */
+    static constexpr int EPI_COLS = FOLD == 3 ? BN / 2 : BN;
     static constexpr int EPI_ROW = EPI_COLS * 2 + 16;
     static constexpr int EPI_OFF = (RING + BARS + 127) / 128 * 128;
     static constexpr int EPI_BYTES = EPI == EPI_BF16_STAGED ? NC * 4 * 16 * EPI_ROW : 0;
@@ -953,10 +952,8 @@ typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient.  Its
- * epilogue goes through shared memory (EPI_BF16_STAGED), 64 columns at a time, so that the buffer (18 KB) leaves room
- * for the F32 fold's five stages (a whole-row buffer of 51 KB left four).  Which columns a warp stages together
- * changes no value. */
-typedef cfg<128, 192, 5, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 64> wgrad_fold_bf16;
+ * epilogue goes through shared memory (EPI_BF16_STAGED), whose buffer (51 KB) takes the room of a ring stage. */
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
 /* The fold on 128 x 256 tiles: half of the running total in shared memory (FOLD == 2), three stages; BF16 out through
  * the staging buffer, which overlays the total's region once the total is in registers.  Each output element gets the
  * same 256-row chains from +0 and the same additions in ascending tile order, so the same bits. */
