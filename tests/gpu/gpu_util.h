@@ -13,7 +13,10 @@
 #include "ops/ops.h"
 #include "test_util.h"
 
+/* Called first by every GPU test: stdout line-buffered, so that a run stopped by a time limit (a device call's, or
+ * ctest's) still leaves every line it printed, and then the skip when there is no GPU. */
 static inline void gpu_require(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (!h3s_cuda_available()) {
         char msg[1200];
         snprintf(msg, sizeof msg, "no CUDA GPU: %s", h3s_last_error());
