@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# scripts/ptx_same.py: two synthetic PTX files whose first kernel differs only in register names and numbering is
+# "the same" (exit 0); a changed instruction is "different" (exit 1); two instructions swapped are "same
+# instructions, other order"; a kernel in one file only is listed (exit 1); --only narrows the comparison; a file
+# without a kernel or a missing file gives exit 2.
+set -u
+SRC=${H3S_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+PY=${PYTHON:-python3}
+H3S_CLI=${H3S_CLI:-unused} # check.sh asks for it; this test runs no CLI
+. "$SRC/tests/check.sh"
+T=$dir
+kernel() { # name, then the body's lines
+    local name=$1
+    shift
+    printf '.visible .entry %s(\n\t.param .u64 %s_param_0\n)\n{\n\t.reg .b32 \t%%r<9>;\n' "$name" "$name"
+    printf '\t%s\n' "$@"
+    printf '\tret;\n}\n'
+}
+{
+    echo '// header'
+    echo '.version 9.0'
+    kernel k_one 'mov.u32 %r1, 5;' 'add.s32 %r2, %r1, 3; // a comment' 'st.global.u32 [%rd1], %r2;'
+    kernel k_two 'mov.u32 %r1, 1;' 'mul.lo.s32 %r2, %r1, %r1;'
+} >"$T/a.ptx"
+{
+    echo '.version 9.0'
+    kernel k_one 'mov.u32 %r7, 5;' 'add.s32 %r4, %r7, 3;' 'st.global.u32 [%rd3], %r4;'
+    kernel k_two 'mov.u32 %r1, 1;' 'mul.lo.s32 %r2, %r1, %r1;'
+} >"$T/b.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/b.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 0 ] && ok || { bad "renamed registers: exit $rc"; cat "$T/out"; }
+grep -q "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "$T/out" && ok || { bad "counts"; cat "$T/out"; }
+
+{
+    echo '.version 9.0'
+    kernel k_one 'mov.u32 %r7, 5;' 'sub.s32 %r4, %r7, 3;' 'st.global.u32 [%rd3], %r4;'
+    kernel k_two 'mul.lo.s32 %r2, %r1, %r1;' 'mov.u32 %r1, 1;'
+    kernel k_three 'ret;'
+} >"$T/c.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 1 ] && ok || { bad "a changed kernel: exit $rc, not 1"; cat "$T/out"; }
+grep -q "differs (different): k_one" "$T/out" && ok || { bad "add -> sub not found different"; cat "$T/out"; }
+grep -q "differs (same instructions, other order): k_two" "$T/out" && ok || { bad "the swap"; cat "$T/out"; }
+grep -q "only in new: k_three" "$T/out" && ok || { bad "the kernel in one file only"; cat "$T/out"; }
+
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx" --only 'k_t' >"$T/out" 2>&1
+grep -q "ptx_same: 0 kernels the same, 1 differ, 1 in one file only" "$T/out" && ok || { bad "--only"; cat "$T/out"; }
+
+echo '.version 9.0' >"$T/empty.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/empty.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || { bad "a file without a kernel: exit $rc, not 2"; cat "$T/out"; }
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/missing.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || { bad "a missing file: exit $rc, not 2"; cat "$T/out"; }
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || { bad "one argument: exit $rc, not 2"; cat "$T/out"; }
+finish scripts_ptx_same
