@@ -835,10 +835,7 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
     const int ntiles = (kcnt + TC_FK - 1) / TC_FK;
     if (threadIdx.x == 0) {
         wg::mbar_init(qfull, NP);
-        for (int s = 0; s < TC_FSTAGES; s++) {
-            wg::mbar_init(&full[s], NP);
-            wg::mbar_init(&empty[s], TC_WS_EMPTY);
-        }
+        wg::ring_bars_init(full, empty, TC_FSTAGES, NP, TC_WS_EMPTY);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -1138,10 +1135,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
     const int kcnt = G.g_kcnt[g];
     const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
-        for (int st = 0; st < TC_DQSTAGES; st++) {
-            wg::mbar_init(&kvfull[st], 128);
-            wg::mbar_init(&kvempty[st], 4);
-        }
+        wg::ring_bars_init(kvfull, kvempty, TC_DQSTAGES, 128, 4);
         wg::mbar_init(&kvfull[TC_DQSTAGES], TC_DQTHREADS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

@@ -22,6 +22,16 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
 }
 
+/* The mbarriers of a ring of n stages: full[s] completes on `producers` arrivals (and the copies' bytes), empty[s] on
+ * `consumers` arrivals.  Run by one thread, before the fence and the barrier that publish them. */
+__device__ __forceinline__ void ring_bars_init(uint64_t *full, uint64_t *empty, int n, unsigned producers,
+                                               unsigned consumers) {
+    for (int s = 0; s < n; s++) {
+        mbar_init(&full[s], producers);
+        mbar_init(&empty[s], consumers);
+    }
+}
+
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");

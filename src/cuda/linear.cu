@@ -670,15 +670,6 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         store_tile<C>(smem, acc, p0, q0, c, g, coff);
 }
 
-/* The barriers of a ring of n stages: full[s] completes on the producer's one arrival (with the copies' bytes),
- * empty[s] on one arrival per consumer warpgroup. */
-__device__ __forceinline__ void ring_bars_init(uint64_t *full, uint64_t *empty, int n, unsigned consumers) {
-    for (int s = 0; s < n; s++) {
-        mbar_init(&full[s], 1);
-        mbar_init(&empty[s], consumers);
-    }
-}
-
 /* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
 template <int BM, int BN>
 __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0) {
@@ -719,7 +710,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
 
     const int wgi = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-        ring_bars_init(full, empty, STAGES, NC);
+        ring_bars_init(full, empty, STAGES, 1, NC);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -793,8 +784,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const int64_t ntiles = g.tiles_p * g.tiles_q, nk = (g.R + BK - 1) / BK;
     const int wgi = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-        ring_bars_init(afull, aempty, AS, NC);
-        ring_bars_init(bfull, bempty, STAGES, NC);
+        ring_bars_init(afull, aempty, AS, 1, NC);
+        ring_bars_init(bfull, bempty, STAGES, 1, NC);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
