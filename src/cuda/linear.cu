@@ -578,10 +578,10 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
 #pragma unroll
     for (int i = 0; i < TR; i++)
         tot[i] = 0.0f;
-    /* Reduction blocks are counted over all the tiles this CTA has run (base = the blocks of the
-     * earlier tiles): the ring stage and the barrier phase follow the global count. */
-    /* The ring position of the next block to issue (stage, barrier phase) and of the oldest block not yet given
-     * back, followed as running counters (no division per block); the same values in every consumer thread. */
+    /* Reduction blocks are counted over all the tiles this CTA has run (base = the blocks of the earlier tiles).
+     * The ring position of the next block to issue (stage, barrier phase) and of the oldest block not yet given
+     * back start from that count and move as running counters (no division per block), the same values in every
+     * consumer thread. */
     int s_issue = (int)(base % STAGES), s_rel = s_issue;
     unsigned ph_issue = (unsigned)((base / STAGES) & 1);
     int64_t released = base; /* blocks [.., released) have given their stage back */
