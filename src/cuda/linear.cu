@@ -404,17 +404,11 @@ struct args {
  * folded before the other's starts, so that a consumer thread holds the whole running total (128 registers) and
  * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
  * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
-          int SKEW_ = 0>
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
     static constexpr int ASLOTS = ASLOTS_;
-    /* SKEW > 0 (the fold on two consumer warpgroups): warpgroup 1 starts each tile once warpgroup 0 has issued its
-     * first SKEW reduction blocks, so that the two reach their fold-tile ends (where each waits for its chain to
-     * complete before adding it to the total) at different times and the other's queued MMAs keep the tensor cores
-     * busy.  It changes when a warpgroup issues, never what it computes. */
-    static constexpr int SKEW = SKEW_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     /* FOLD == 3: B_BYTES is a half-block's (128 columns) */
@@ -447,20 +441,12 @@ struct cfg {
                                 EPI != EPI_BF16_BIAS),
                   "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
-    static_assert(SKEW == 0 || (FOLD <= 1 && NC == 2 && SKEW < STAGES),
-                  "the skew: two consumer warpgroups, no total in shared memory, less than the ring");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
 template <int NC> __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
 }
-
-/* The skew's rendezvous (named barrier 2, both consumer warpgroups): warpgroup 1 meets warpgroup 0 at the start of
- * each tile, warpgroup 0 meets it once it has issued the tile's first SKEW blocks (or all of them, if fewer).  Both
- * wait, so neither can count twice at the barrier; warpgroup 0's blocks need only stages that warpgroup 1 gave back
- * in earlier tiles, so the meeting cannot deadlock. */
-__device__ __forceinline__ void skew_meet() { asm volatile("bar.sync 2, 256;\n" ::: "memory"); }
 
 /* The tile's epilogue: v holds this consumer thread's values of the finished tile (the fold's total, or the one
  * chain's accumulator), as an m64nBN accumulator fragment. */
@@ -626,18 +612,12 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             if (++s_rel == STAGES) s_rel = 0;
         }
     };
-    if constexpr (C::SKEW > 0) {
-        if (c == 1) skew_meet();
-    }
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
         for (int64_t t0 = 0; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
             const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
             for (int64_t kb = t0; kb < t1; kb++) {
                 issue(kb);
-                if constexpr (C::SKEW > 0) {
-                    if (c == 0 && (kb == C::SKEW - 1 || (kb == nk - 1 && nk < C::SKEW))) skew_meet();
-                }
                 wg_wait<1>();
                 release(kb);
             }
@@ -663,9 +643,6 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     } else {
         for (int64_t kb = 0; kb < nk; kb++) {
             issue(kb);
-            if constexpr (C::SKEW > 0) {
-                if (c == 0 && (kb == C::SKEW - 1 || (kb == nk - 1 && nk < C::SKEW))) skew_meet();
-            }
             wg_wait<1>();
             release(kb);
         }
@@ -962,21 +939,12 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
-/* 128 x 256 tiles on a persistent grid with the consumer warpgroups skewed by two blocks (cfg::SKEW): one
- * warpgroup's epilogue overlaps the other's last blocks and first blocks of the next tile. */
-typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 2> fwd_c4;
-typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0, 1, 0, 2> dgrad_c4;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient.  Its
  * epilogue goes through shared memory (EPI_BF16_STAGED), whose buffer (51 KB) takes the room of a ring stage. */
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
-/* The same folds with the consumer warpgroups skewed by two reduction blocks (cfg::SKEW) or by one. */
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 2> wgrad_fold_skew2;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 2> wgrad_fold_skew2_bf16;
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 1> wgrad_fold_skew1;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 1> wgrad_fold_skew1_bf16;
 /* The fold on 128 x 256 tiles: half of the running total in shared memory (FOLD == 2), three stages; BF16 out through
  * the staging buffer, which overlays the total's region once the total is in registers.  Each output element gets the
  * same 256-row chains from +0 and the same additions in ascending tile order, so the same bits. */
@@ -1102,7 +1070,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     }
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
-    const int64_t grid = (nk <= 32 || (C::SKEW > 0 && !C::FOLD)) && slots < tiles ? slots : tiles;
+    const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
     if constexpr (C::FOLD == 3)
         wg_gemm_halves<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     else
@@ -1120,18 +1088,17 @@ h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, in
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 5; }
+extern "C" int h3c_gemm_config_count(void) { return 4; }
 
 /* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
 #define H3C_WGRAD_WIDE_M 16384
 
 /* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold on 128 x 192
  * tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 = the column-halved
- * fold on 128 x 256 tiles, 4 and 5 = the fold on 128 x 192 tiles with the consumer warpgroups skewed by two blocks
- * and by one. */
+ * fold on 128 x 256 tiles. */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 6; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 4; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1184,7 +1151,6 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     H3S_TRY(need_aligned(op, "y", y));
     switch (pick_config(M, N)) {
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
-    case 4: return wg::launch<wg::fwd_c4>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
@@ -1283,7 +1249,6 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     if (h3c_gemm_dgrad_folds(N, K)) return dgrad_folded(op, M, N, K, dyb, w, dx);
     switch (pick_config(M, K)) {
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    case 4: return wg::launch<wg::dgrad_c4>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
@@ -1317,14 +1282,6 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (c == 3) {
         if (dw_bf16) return wg::launch<wg::wgrad_halves_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_halves>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 4) {
-        if (dw_bf16) return wg::launch<wg::wgrad_fold_skew2_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_fold_skew2>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 5) {
-        if (dw_bf16) return wg::launch<wg::wgrad_fold_skew1_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_fold_skew1>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     }
     if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
