@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compare the kernels of two PTX files, entry by entry, without a GPU.
 
-    python3 scripts/ptx_same.py OLD.ptx NEW.ptx [--only REGEX]
+    python3 scripts/ptx_same.py OLD.ptx NEW.ptx [--only REGEX] [--old-sub PATTERN REPLACEMENT]
 
 Make the files with the build's flags, e.g. for src/cuda/linear.cu at two commits:
 
@@ -9,11 +9,14 @@ Make the files with the build's flags, e.g. for src/cuda/linear.cu at two commit
          -Iinclude -Isrc -I<cuda build dir> -ptx src/cuda/linear.cu -o new.ptx
 
 A kernel (`.entry`) is "same" when its body is the other's once comments and register declarations are dropped
-and every register is renumbered in the order of its first use. The same PTX means that ptxas gets the same input,
+and every register and every branch label is renumbered in the order of its first use (a label's number carries the
+kernel's position in the file, which moves when a kernel is added or taken out before it). The same PTX means that ptxas gets the same input,
 so a refactor that changes no kernel's PTX changes no machine code. A kernel that differs is also compared as a
 multiset of instructions, registers and numbers abstracted; "same instructions" there says only that the two have
 the same instructions in another register order or arrangement, which is weaker and must be argued. Kernels found
-in only one file are listed.
+in only one file are listed. --old-sub applies a regular-expression substitution to the old file before the
+comparison, for a change that renames kernels: e.g. a template parameter added with a default changes every mangled
+name (--old-sub 'ELi0EEEEEv14CUtensorMap' 'EEEEEv14CUtensorMap' drops a trailing 0 argument).
 
 Exit status: 0 every kernel in both files is the same and none is missing; 1 some differ or are missing; 2 a file
 cannot be read or holds no kernel.
@@ -25,14 +28,17 @@ import sys
 ENTRY = re.compile(r"(?m)^(?=(?:\.visible |\.weak )?\.entry )")
 NAME = re.compile(r"(?:\.visible |\.weak )?\.entry (\S+?)\(")
 REG = re.compile(r"%(?:rd|rs|r|fd|f|hh|h|p)\d+\b")
+LABEL = re.compile(r"\$L__BB\d+_\d+\b")
 
 
-def entries(path):
+def entries(path, subs=()):
     try:
         text = open(path, encoding="utf-8", errors="replace").read()
     except OSError as e:
         print(f"ptx_same: {path}: {e.strerror}", file=sys.stderr)
         sys.exit(2)
+    for pattern, repl in subs:
+        text = pattern.sub(repl, text)
     parts = ENTRY.split(text)[1:]
     out = {}
     for p in parts:
@@ -56,7 +62,13 @@ def renumbered(body):
             names[k] = f"{cls}#{len(names)}"
         return names[k]
 
-    return [line.strip() for line in REG.sub(rep, body).splitlines() if line.strip()]
+    labels = {}
+
+    def rep_label(m):
+        return labels.setdefault(m.group(0), f"$L#{len(labels)}")
+
+    body = LABEL.sub(rep_label, REG.sub(rep, body))
+    return [line.strip() for line in body.splitlines() if line.strip()]
 
 
 def instructions(body):
@@ -65,7 +77,7 @@ def instructions(body):
         line = line.strip()
         if not line or line.startswith((".", "$", "{", "}")):
             continue
-        line = REG.sub("R", line)
+        line = LABEL.sub("L", REG.sub("R", line))
         line = re.sub(r"\b\d+\b", "N", line)
         c[line] += 1
     return c
@@ -73,6 +85,7 @@ def instructions(body):
 
 def main(argv):
     only = None
+    subs = []
     args = []
     i = 0
     while i < len(argv):
@@ -80,15 +93,23 @@ def main(argv):
             only = re.compile(argv[i + 1])
             i += 2
             continue
+        if argv[i] == "--old-sub" and i + 2 < len(argv):
+            try:
+                subs.append((re.compile(argv[i + 1]), argv[i + 2]))
+            except re.error as e:
+                print(f"ptx_same: --old-sub {argv[i + 1]!r}: {e}", file=sys.stderr)
+                return 2
+            i += 3
+            continue
         if argv[i] in ("-h", "--help"):
             print(__doc__)
             return 0
         args.append(argv[i])
         i += 1
     if len(args) != 2:
-        print("usage: ptx_same.py OLD.ptx NEW.ptx [--only REGEX]", file=sys.stderr)
+        print("usage: ptx_same.py OLD.ptx NEW.ptx [--only REGEX] [--old-sub PATTERN REPLACEMENT]", file=sys.stderr)
         return 2
-    a, b = entries(args[0]), entries(args[1])
+    a, b = entries(args[0], subs), entries(args[1])
     names = sorted(set(a) | set(b))
     if only:
         names = [n for n in names if only.search(n)]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/ptx_same.py: two synthetic PTX files whose first kernel differs only in register names and numbering is
 # "the same" (exit 0); a changed instruction is "different" (exit 1); two instructions swapped are "same
-# instructions, other order"; a kernel in one file only is listed (exit 1); --only narrows the comparison; a file
-# without a kernel or a missing file gives exit 2.
+# instructions, other order"; a kernel in one file only is listed (exit 1); --only narrows the comparison; branch
+# labels are renumbered (a kernel moved in the file is the same), a changed branch target is not; --old-sub renames
+# kernels of the old file; a file without a kernel, a missing file or a bad pattern gives exit 2.
 set -u
 SRC=${H3S_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 PY=${PYTHON:-python3}
@@ -47,6 +48,39 @@ grep -q "only in new: k_three" "$T/out" && ok || { bad "the kernel in one file o
 
 "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx" --only 'k_t' >"$T/out" 2>&1
 grep -q "ptx_same: 0 kernels the same, 1 differ, 1 in one file only" "$T/out" && ok || { bad "--only"; cat "$T/out"; }
+
+# branch labels carry the kernel's position in the file: renumbered like registers; a changed branch target is not
+{
+    echo '.version 9.0'
+    kernel k_one 'mov.u32 %r1, 5;' '@%p1 bra $L__BB0_2;' '$L__BB0_2:' 'st.global.u32 [%rd1], %r1;'
+} >"$T/l1.ptx"
+{
+    echo '.version 9.0'
+    kernel k_zero 'ret;'
+    kernel k_one 'mov.u32 %r1, 5;' '@%p1 bra $L__BB1_2;' '$L__BB1_2:' 'st.global.u32 [%rd1], %r1;'
+} >"$T/l2.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/l1.ptx" "$T/l2.ptx" --only 'k_one' >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 0 ] && ok || { bad "labels renumbered: exit $rc"; cat "$T/out"; }
+{
+    echo '.version 9.0'
+    kernel k_one 'mov.u32 %r1, 5;' '@%p1 bra $L__BB0_3;' '$L__BB0_2:' 'st.global.u32 [%rd1], %r1;' '$L__BB0_3:'
+} >"$T/l3.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/l1.ptx" "$T/l3.ptx" >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 1 ] && ok || { bad "a changed branch target: exit $rc, not 1"; cat "$T/out"; }
+
+# --old-sub: kernels renamed by a substitution of the old file (here k_one -> k_uno), parameters included
+sed 's/k_one/k_uno/g' "$T/a.ptx" >"$T/r.ptx"
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" --old-sub 'k_one' 'k_uno' >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 0 ] && grep -q "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "$T/out" && ok ||
+    { bad "--old-sub: exit $rc"; cat "$T/out"; }
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" >"$T/out" 2>&1
+grep -q "only in new: k_uno" "$T/out" && ok || { bad "without --old-sub the renamed kernel is in one file only"; cat "$T/out"; }
+"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" --old-sub '(' 'x' >"$T/out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && ok || { bad "a bad --old-sub pattern: exit $rc, not 2"; cat "$T/out"; }
 
 echo '.version 9.0' >"$T/empty.ptx"
 "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/empty.ptx" >"$T/out" 2>&1
