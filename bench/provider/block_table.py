@@ -3,11 +3,14 @@
 docs/evidence/gpu/BENCH.md: the numbers there come from this command, not by hand.
 
   python3 bench/provider/block_table.py bench_block.json [--phases forward,forward+backward] [--repeat] [--sdpa]
+  python3 bench/provider/block_table.py bench_block.json --compact
 
 Default: the timing table (every phase; --phases picks some, in the order given), one row per S, B and phase:
 strict ms, provider ms, strict / provider, deterministic provider ms, strict / deterministic provider.  --repeat adds
 the repeatability and batch-invariance table, --sdpa the attention backend each provider mode ran.  A figure the
 run did not produce (a side stopped early, a phase raised: see the JSON's *_error fields) shows as "n/a".
+--compact prints the README's table instead: one row per S and B, the forward and the forward + backward as
+"strict / provider ms (ratio)", and the deterministic provider's forward + backward with strict's ratio to it.
 Older files (one S, no deterministic provider) print with the S of their geometry and "n/a" for the new columns.
 """
 
@@ -54,6 +57,27 @@ def markdown(doc, phases=None):
     return "\n".join(out)
 
 
+def _pair(r):
+    if not r:
+        return "n/a"
+    return f"{_ms(r.get('strict_ms'))} / {_ms(r.get('provider_ms'))} ({_x(r.get('ratio'))}x)"
+
+
+def compact_markdown(doc):
+    by = {}
+    for r in doc.get("table", []):
+        by[(_s_of(doc, r), r["B"], r.get("phase"))] = r
+    keys = sorted({(s, b) for s, b, _ in by})
+    out = ["| S | B | forward: strict / PyTorch ms | forward + backward: strict / PyTorch ms "
+           "| forward + backward: deterministic PyTorch ms (strict / it) |",
+           "|---|---|---|---|---|"]
+    for s, b in keys:
+        fb = by.get((s, b, "forward+backward"))
+        det = f"{_ms(fb.get('provider_det_ms'))} ({_x(fb.get('ratio_det'))}x)" if fb else "n/a"
+        out.append(f"| {s} | {b} | {_pair(by.get((s, b, 'forward')))} | {_pair(fb)} | {det} |")
+    return "\n".join(out)
+
+
 def repeat_markdown(doc):
     out = ["| S | B | weight-gradient elements | differ, 1st vs last run: strict | provider | deterministic provider "
            "| item 0 vs B = 1, output / dx differ: strict | provider | deterministic provider |",
@@ -92,9 +116,13 @@ def main():
     ap.add_argument("--phases", help="comma-separated, e.g. forward,forward+backward (default: all)")
     ap.add_argument("--repeat", action="store_true", help="also the repeatability and batch-invariance table")
     ap.add_argument("--sdpa", action="store_true", help="also the SDPA backend table")
+    ap.add_argument("--compact", action="store_true", help="the README's table (forward, forward + backward)")
     a = ap.parse_args()
     with open(a.json) as f:
         doc = json.load(f)
+    if a.compact:
+        print(compact_markdown(doc))
+        return 0
     print(markdown(doc, a.phases.split(",") if a.phases else None))
     if a.repeat:
         print()
