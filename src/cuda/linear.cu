@@ -694,7 +694,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
      * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
      * computes a tile and when, never what the tile computes. */
     const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
-    auto tile_origin = [&](int64_t id, int64_t &p0, int64_t &q0) { grouped_origin<BM, BN>(g, id, p0, q0); };
     const int64_t nk_all = (g.R + BK - 1) / BK;
     constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
     /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
@@ -705,7 +704,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             id -= t * tiles_pq;
             kb0 = t * FB, nk = nk_all - kb0 < FB ? nk_all - kb0 : FB, coff = t * g.split_stride;
         }
-        tile_origin(id, p0, q0);
+        grouped_origin<BM, BN>(g, id, p0, q0);
     };
 
     const int wgi = threadIdx.x / 128;
@@ -831,11 +830,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
          * oldest not yet given back, as running counters; the same in every consumer thread */
         int a_next = 0, a_rel = 0, b_next = 0, b_rel = 0;
         unsigned a_ph = 0u, b_ph = 0u;
-        auto give_back = [&](uint64_t *bars, int &pos, int n, int count) { /* the oldest `count` of a ring */
-                                                                           for (int i = 0; i < count; i++) {
-                                                                               if (t == 0) mbar_arrive(&bars[pos]);
-                                                                               if (++pos == n) pos = 0;
-                                                                           }
+        /* give the oldest block of a ring back (one arrival per warpgroup, by its thread 0) */
+        auto give_back = [&](uint64_t *bars, int &pos, int n) {
+            if (t == 0) mbar_arrive(&bars[pos]);
+            if (++pos == n) pos = 0;
         };
         for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
             int64_t p0, q0;
@@ -873,14 +871,14 @@ __global__ void __launch_bounds__(C::THREADS, 1)
                         wg_commit();
                         wg_wait<1>();
                         if (j > 0) {
-                            give_back(bempty, b_rel, STAGES, 1);              /* the previous half-block */
-                            if (h == nh - 1) give_back(aempty, a_rel, AS, 1); /* both halves have read it */
+                            give_back(bempty, b_rel, STAGES);              /* the previous half-block */
+                            if (h == nh - 1) give_back(aempty, a_rel, AS); /* both halves have read it */
                         }
                     }
                     wg_wait<0>();
                     reg_fence<HN / 2>(acc);
-                    give_back(bempty, b_rel, STAGES, 1);
-                    if (h == nh - 1) give_back(aempty, a_rel, AS, 1);
+                    give_back(bempty, b_rel, STAGES);
+                    if (h == nh - 1) give_back(aempty, a_rel, AS);
 #pragma unroll
                     for (int i = 0; i < HN / 2; i++)
                         tot[h * (HN / 2) + i] = t0 == 0 ? acc[i] : tot[h * (HN / 2) + i] + acc[i];
