@@ -297,7 +297,6 @@ template <int DPT> __global__ void __launch_bounds__(AT_THREADS) attn_dkdv_kerne
 #define TC_FSTAGES 3     /* forward: shared-memory stages of (K, V) */
 #define TC_DQ 128        /* backward: queries per CTA (dq; two warpgroups of 64) */
 #define TC_DQTHREADS 256 /* backward dq: threads per CTA */
-#define TC_DQSTAGES 2    /* backward dq: shared-memory stages of (K, V) */
 #define TC_BK 128        /* backward: keys per tile (dq) */
 #define TC_BQ 64         /* backward: queries per tile (dk/dv) */
 #define TC_KV 128        /* backward: keys per CTA (dk/dv; two warpgroups of 64) */
@@ -1102,138 +1101,133 @@ __global__ void __launch_bounds__(32 * TC_CW)
     }
 }
 
-/* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows
- * [64 w, 64 w + 64)), over the group's key tiles of 128 in ascending order: per tile, s and dP (m64n128k16
- * MMAs), then P and dS, then the dq update (dq += bf16(dS_i) k_i over the tile's keys in ascending k16 steps),
- * each waited for before the next.  A tile of 128 holds two of 64 cut at the same place, so dq sees the k16 steps
- * of the 64-key tiles in the same order; where the last tile holds at most 64 live keys, four more steps add
- * products of +0 (masked dS, zero-filled K), which change no value but a -0 total.
+/* ------------------------------------------------------------------ the stored bf16(dS)
  *
- * Key tiles go through two stages, and the two warpgroups are not held in step: warpgroup 1 fills the stages (the
- * first two before the loop; tile i + 2 into tile i's stage once it and warpgroup 0's four warps, through kvempty,
- * are done with tile i), and each warpgroup waits only for the tile it needs (kvfull).  So one warpgroup's P and dS
- * can run while the other's products do.  Which warpgroup runs ahead changes no value: each row's dq is its own
- * warpgroup's chain, over the same tiles in the same order. */
-__global__ void __launch_bounds__(TC_DQTHREADS, 1)
-    attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
-                      const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
-                      const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g, int bulk) {
+ * The dk/dv kernel forms bf16(dS^T) for every (key, query) pair of a group and head: dq's operand too.  It stores
+ * it, and the dq kernel reads it back instead of forming s, dP and dS again (two of its three products).  The
+ * layout is the dq MMA's own: 16 x 16 blocks of (16 queries, 16 keys), 512 bytes each, lane l's 16 bytes being its
+ * four A registers of that k16 step (rows lane/4 and lane/4 + 8, keys 2 (lane % 4) + {0, 1} and + 8), so that a warp
+ * stores or loads one block in one coalesced instruction.  Block (Qi, Ki) of group g and head h (Qi: queries
+ * [16 Qi, 16 Qi + 16) of the (group, head)'s compacted query list; Ki: keys [16 Ki, 16 Ki + 16) of the group's key
+ * list) is block Qi nk + Ki of the pair's region, nq = 4 ceil(qcnt / 64) and nk = 4 ceil(kcnt / 64) (the dk/dv
+ * kernel writes whole tiles of 64 queries and of 64 keys); the regions of a chunk of heads [h0, h0 + nh) follow
+ * each other, group by group, head by head inside a group. */
+struct tc_ds {
+    uint4 *base;           /* the chunk's blocks, or NULL (no dq asked for: nothing is stored) */
+    const long long *goff; /* [ngroups] blocks of the groups before, per head */
+    int h0, nh;            /* the chunk's heads */
+};
+
+__device__ __forceinline__ uint4 *tc_ds_region(const tc_ds &D, const tc_groups &G, int g, int h, int *nk) {
+    const int nq = 4 * ((G.g_qcnt[g] + 63) / 64);
+    *nk = 4 * ((G.g_kcnt[g] + 63) / 64);
+    return D.base + (D.goff[g] * D.nh + (long long)(h - D.h0) * nq * *nk) * 32;
+}
+
+/* One 8 x 8 block of 16-bit values in the MMA fragment layout (lane l: row l/4, columns 2 (l % 4) + {0, 1}),
+ * transposed across the warp (a data movement: no value changes). */
+__device__ __forceinline__ uint32_t tc_trans8(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+#define TC_DSSTAGES 3                    /* dq: shared-memory stages of (K, bf16(dS)) */
+#define TC_DSTHREADS (TC_DQTHREADS + 32) /* dq: two consumer warpgroups and one producer warp */
+
+/* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows [64 w, 64 w + 64)),
+ * over the group's key tiles of 128 in ascending order: dq += bf16(dS_i) k_i, the tile's keys in eight ascending
+ * k16 steps, bf16(dS) as the dk/dv kernel stored it.  Keys past the list's end (a group's last tile) enter as
+ * dS = +0 against zero-filled K rows; queries past the tile's end read +0 and are not written.
+ *
+ * A producer warp fills a ring of TC_DSSTAGES stages (the key tile, by the bulk tensor copy or gathered, and the
+ * tile's dS blocks by bulk copies) on full[s]; the consumers' eight warps release a stage on empty[s].  Each row's
+ * dq is its warpgroup's one chain over the same tiles in the same order, whichever stage or copy brings them. */
+__global__ void __launch_bounds__(TC_DSTHREADS, 1)
+    attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, tc_ds D, const __grid_constant__ CUtensorMap map_k, int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
-    constexpr int QB = tc_tile<TC_DQ>::BYTES, KB = tc_tile<TC_BK>::BYTES;
-    /* Q, bf16(dout), then TC_DQSTAGES stages of (K, V) */
-    uint8_t *Qs = tc_smem_base(tc_smem_raw), *Gs = Qs + QB, *KV = Gs + QB;
-    __shared__ float qlse[TC_DQ], qdel[TC_DQ];
-    /* kvfull[s]: stage s's K and V have landed (filled by warpgroup 1); kvfull[TC_DQSTAGES]: Q and bf16(dout)
-     * (filled by all); kvempty[s]: warpgroup 0's four warps are done with stage s */
-    __shared__ __align__(8) uint64_t kvfull[TC_DQSTAGES + 1], kvempty[TC_DQSTAGES];
+    constexpr int KB = tc_tile<TC_BK>::BYTES, DB = (TC_DQ / 16) * (TC_BK / 16) * 512, SB = KB + DB;
+    static_assert(KB % 1024 == 0 && DB % 1024 == 0, "dq stages keep the 1024-byte alignment");
+    uint8_t *ring = tc_smem_base(tc_smem_raw);
+    __shared__ __align__(8) uint64_t full[TC_DSSTAGES], empty[TC_DSSTAGES];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
-    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
-    const int qn = min(G.bq_cnt[g * a.heads + h] - t0, TC_DQ);
+    const int h = D.h0 + (int)blockIdx.y;
+    const int64_t W = a.heads * TC_D, col0 = (int64_t)h * TC_D;
+    const int qcnt = G.bq_cnt[g * a.heads + h], qn = min(qcnt - t0, TC_DQ);
     if (qn <= 0) return;
-    const int *qrows = G.bq + h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
-    const int kcnt = G.g_kcnt[g];
-    const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int *qrows = G.bq + (int64_t)h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
+    const int kcnt = G.g_kcnt[g], ntiles = (kcnt + TC_BK - 1) / TC_BK;
+    int nk;
+    const uint4 *region = tc_ds_region(D, G, g, h, &nk);
+    const int warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
-        wg::ring_bars_init(kvfull, kvempty, TC_DQSTAGES, 128, 4);
-        wg::mbar_init(&kvfull[TC_DQSTAGES], TC_DQTHREADS);
+        wg::ring_bars_init(full, empty, TC_DSSTAGES, 32, 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    /* K and V of key tile k0 into `stage` by warpgroup 1, then this thread's arrival on the stage's barrier */
-    auto ends_kv = [&](int k0) { return tc_tile_ends<TC_BK>(krows + k0, min(kcnt - k0, TC_BK)); };
-    auto issue_kv = [&](int k0, int stage, int2 ends) {
-        uint8_t *Kb = KV + stage * 2 * KB;
-        const int kn = min(kcnt - k0, TC_BK);
-        const uint16_t *srcs[2] = {(const uint16_t *)a.k, (const uint16_t *)a.v};
-        const CUtensorMap *maps[2] = {&map_k, &map_v};
-        tc_stage_fill<TC_BK, 128, 2>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &kvfull[stage],
-                                     threadIdx.x - 128);
-    };
-    { /* Q and bf16(dout), on their own barrier */
-        const uint16_t *srcs[2] = {(const uint16_t *)a.q, gb};
-        const CUtensorMap *maps[2] = {&map_q, &map_g};
-        tc_stage_fill<TC_DQ, TC_DQTHREADS, 2>(Qs, QB, srcs, maps, qrows, qn, tc_tile_ends<TC_DQ>(qrows, qn), W, col0,
-                                              bulk, &kvfull[TC_DQSTAGES]);
+    if (warp_all == TC_DQTHREADS / 32) {
+        /* the producer warp */
+        const int nk_live = (kcnt + 15) / 16;                /* key blocks the dk/dv kernel wrote */
+        const int nq_live = min((qn + 15) / 16, TC_DQ / 16); /* this tile's query blocks with a live query */
+        const uint16_t *srcs[1] = {(const uint16_t *)a.k};
+        const CUtensorMap *maps[1] = {&map_k};
+        for (int it = 0; it < ntiles; it++) {
+            const int st = it % TC_DSSTAGES, k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
+            const int2 ends = tc_tile_ends<TC_BK>(krows + k0, kn);
+            if (it >= TC_DSSTAGES) wg::mbar_wait(&empty[st], (unsigned)(it / TC_DSSTAGES - 1) & 1u);
+            uint8_t *Kb = ring + st * SB, *Db = Kb + KB;
+            if (lane == 0) {
+                const int nkb = min(TC_BK / 16, nk_live - k0 / 16); /* this tile's written key blocks */
+                wg::mbar_expect_tx_only(&full[st], (unsigned)(nq_live * nkb * 512));
+                for (int qb = 0; qb < nq_live; qb++) {
+                    const uint4 *src = region + ((int64_t)(t0 / 16 + qb) * nk + k0 / 16) * 32;
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+                                 "[%3];\n" ::"r"(wg::smem_u32(Db + qb * (TC_BK / 16) * 512)),
+                                 "l"(src), "r"(nkb * 512), "r"(wg::smem_u32(&full[st]))
+                                 : "memory");
+                }
+            }
+            tc_stage_fill<TC_BK, 32, 1>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &full[st],
+                                        (unsigned)lane);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
     }
-    const int ntiles = (kcnt + TC_BK - 1) / TC_BK;
-    if (wgi == 1)
-        for (int it = 0; it < TC_DQSTAGES && it < ntiles; it++)
-            issue_kv(it * TC_BK, it, ends_kv(it * TC_BK));
-    if (threadIdx.x < TC_DQ) {
-        const int i = threadIdx.x;
-        const int64_t row = i < qn ? qrows[i] : 0;
-        qlse[i] = i < qn ? lse[row * a.heads + h] : 0.0f;
-        qdel[i] = i < qn ? a.delta[row * a.heads + h] : 0.0f;
-    }
-    __syncthreads();
-    float dq[TC_D / 2], s[TC_BK / 2], dp[TC_BK / 2];
-    uint32_t da[TC_BK / 16][4]; /* bf16(dS) of the key tile, read by its dq update */
+    const int wgi = warp_all >> 2, warp = warp_all & 3;
+    const int qb = wgi * 4 + warp;   /* this warp's block of 16 queries in the tile */
+    const bool wlive = qb * 16 < qn; /* whether it holds a live query (its block was written) */
+    float dq[TC_D / 2];
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dq[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < TC_BK / 2; i++)
-        s[i] = dp[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < TC_BK / 16; i++)
-        da[i][0] = da[i][1] = da[i][2] = da[i][3] = 0u;
-    const int qrow0 = wgi * 64; /* this warpgroup's rows of the Q and dout tiles */
-    /* this thread's two rows: their lse and delta (rows past qn: 0, 0; their dq is never written) */
-    const float rl[2] = {qlse[qrow0 + warp * 16 + (lane >> 2)], qlse[qrow0 + warp * 16 + (lane >> 2) + 8]};
-    const float rd[2] = {qdel[qrow0 + warp * 16 + (lane >> 2)], qdel[qrow0 + warp * 16 + (lane >> 2) + 8]};
-    wg::mbar_wait(&kvfull[TC_DQSTAGES], 0u); /* Q and bf16(dout) have landed (waited even with no key tile) */
-    const float c1 = a.scale * TC_LOG2E;
     for (int it = 0; it < ntiles; it++) {
-        const int k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK), st = it % TC_DQSTAGES;
-        const bool refill = wgi == 1 && it + TC_DQSTAGES < ntiles; /* warpgroup 1 refills this stage after use */
-        const int2 next = refill ? ends_kv(k0 + TC_DQSTAGES * TC_BK) : make_int2(0, -1); /* loads under the waits */
-        wg::mbar_wait(&kvfull[st], (unsigned)(it / TC_DQSTAGES) & 1u);                   /* tile it has landed */
+        const int st = it % TC_DSSTAGES, k0 = it * TC_BK;
+        wg::mbar_wait(&full[st], (unsigned)(it / TC_DSSTAGES) & 1u);
         tc_fence_async();
-        const uint8_t *Ks = KV + st * 2 * KB, *Vs = Ks + KB;
-        /* s = q k^T and dP = bf16(dout) v^T, each over d in ascending k16 steps from +0 */
-        wg::wg_fence();
+        const uint8_t *Ks = ring + st * SB, *Db = Ks + KB;
+        uint32_t da[TC_BK / 16][4];
 #pragma unroll
-        for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BK, 0, 0>(s, tc_desc_k<TC_DQ>(Qs, qrow0 * 128, kk), tc_desc_k<TC_BK>(Ks, 0, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < TC_D / 16; kk++)
-            wg::mma_k16<TC_BK, 0, 0>(dp, tc_desc_k<TC_DQ>(Gs, qrow0 * 128, kk), tc_desc_k<TC_BK>(Vs, 0, kk), kk > 0);
-        wg::wg_commit();
-        wg::wg_wait<0>();
-        wg::reg_fence<TC_BK / 2>(s);
-        wg::reg_fence<TC_BK / 2>(dp);
-        /* P = 2^(s scale log2 e - lse) (one fma, one ex2), dS = P (dP - delta).  Only keys past the
-         * list's end (a group's last tile) are masked: a row's dq sums over keys, and its own value
-         * depends on nothing but its row. */
-#pragma unroll
-        for (int j = 0; j < TC_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = tc_ex2(__fmaf_rn(s[j * 4 + e], c1, -rl[e >> 1]));
-                const float d = p * (dp[j * 4 + e] - rd[e >> 1]);
-                s[j * 4 + e] = j * 8 + (lane & 3) * 2 + (e & 1) < kn ? d : 0.0f;
+        for (int kc = 0; kc < TC_BK / 16; kc++) {
+            uint4 f = make_uint4(0u, 0u, 0u, 0u);
+            if (wlive) f = *(const uint4 *)(Db + (qb * (TC_BK / 16) + kc) * 512 + lane * 16);
+            const int klo = k0 + kc * 16 + (lane & 3) * 2; /* the keys of registers 0, 1; + 8 for 2, 3 */
+            if (klo + 9 >= kcnt) { /* a key past the list's end (a group's last tile): its dS is +0 */
+                const uint32_t m0 = (klo < kcnt ? 0xffffu : 0u) | (klo + 1 < kcnt ? 0xffff0000u : 0u);
+                const uint32_t m1 = (klo + 8 < kcnt ? 0xffffu : 0u) | (klo + 9 < kcnt ? 0xffff0000u : 0u);
+                f.x &= m0, f.y &= m0, f.z &= m1, f.w &= m1;
             }
-        tc_to_a<TC_BK>(s, da);
-        /* dq += bf16(dS_it) k_it over the tile's keys in ascending k16 steps (the steps of the 64-key tiles, in
-         * the same order: the tiles are cut at the list's first key, 128 = 2 x 64) */
+            da[kc][0] = f.x, da[kc][1] = f.y, da[kc][2] = f.z, da[kc][3] = f.w;
+        }
         wg::wg_fence();
         tc_acc_update<TC_BK>(dq, da, Ks);
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
-        if (wgi == 0) {
-            __syncwarp();
-            if (lane == 0) wg::mbar_arrive(&kvempty[st]); /* this warp is done with stage st */
-        } else if (refill) {
-            /* warpgroup 1's four warps are done with stage st (named barrier 3), and warpgroup 0's (kvempty): tile
-             * it + TC_DQSTAGES goes into it */
-            asm volatile("bar.sync 3, 128;\n" ::: "memory");
-            wg::mbar_wait(&kvempty[st], (unsigned)(it / TC_DQSTAGES) & 1u);
-            issue_kv(k0 + TC_DQSTAGES * TC_BK, st, next);
-        }
+        __syncwarp();
+        if (lane == 0) wg::mbar_arrive(&empty[st]); /* this warp is done with stage st */
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    const int qrow0 = wgi * 64;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int qi = qrow0 + warp * 16 + (lane >> 2) + 8 * r;
@@ -1267,7 +1261,7 @@ __global__ void __launch_bounds__(TC_DQTHREADS, 1)
  * completed).  Query tiles go through three shared-memory stages: tile i + 1 is copied while s^T_i reads
  * tile i and the update of tile i - 1 reads its stage. */
 __global__ void __launch_bounds__(TC_KVTHREADS, 1)
-    attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse,
+    attn_tc_dkdv_kernel(h3c_attn_args a, tc_groups G, const uint16_t *gb, const float *lse, tc_ds D,
                         const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_g,
                         const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                         int bulk) {
@@ -1281,7 +1275,7 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     /* qfull[s]: stage s's Q, bf16(dout), lse, delta have landed; qfull[TC_KVSTAGES]: K and V */
     __shared__ __align__(8) uint64_t qfull[TC_KVSTAGES + 1];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_KV;
-    const int64_t h = blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
+    const int64_t h = D.h0 + (int64_t)blockIdx.y, W = a.heads * TC_D, col0 = h * TC_D;
     const int kn = min(G.g_kcnt[g] - t0, TC_KV);
     const int *krows = G.krows + G.g_koff[g] + t0, *qrows = G.bq + h * G.total_q + G.g_qoff[g];
     const int qcnt = G.bq_cnt[g * a.heads + h];
@@ -1290,6 +1284,16 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
     /* whether this warpgroup has a key (uniform over it; read through a shuffle so that the compiler knows it
      * is uniform over the warp: a branch it thinks divergent around the MMAs makes ptxas serialise them) */
     const bool active = __shfl_sync(0xffffffffu, (int)(kn > krow0), 0) != 0;
+    /* where this warp's bf16(dS^T) goes, for dq: its 16 keys are key block kb of the group, and query tile it is
+     * query blocks 4 it .. 4 it + 3 (NULL: no dq asked for) */
+    int ds_nk = 0;
+    uint4 *ds_at = NULL;
+    /* uniform over the CTA, and read through a shuffle so that the compiler knows it (see `active`) */
+    const bool ds_on = __shfl_sync(0xffffffffu, (int)(D.base != NULL), 0) != 0;
+    if (ds_on) {
+        const int kb = (t0 + krow0 + warp * 16) / 16;
+        ds_at = tc_ds_region(D, G, g, (int)h, &ds_nk) + (int64_t)kb * 32 + lane;
+    }
     tc_bars_init(qfull, TC_KVSTAGES + 1, TC_KVTHREADS);
     /* Q, bf16(dout), lse and delta of query tile q0 into `stage`, then this thread's arrival on its barrier */
     auto ends_q = [&](int q0) { return tc_tile_ends<TC_BQ>(qrows + q0, min(qcnt - q0, TC_BQ)); };
@@ -1392,6 +1396,16 @@ __global__ void __launch_bounds__(TC_KVTHREADS, 1)
         wg::reg_fence<TC_D / 2>(dk);
         tc_to_a<TC_BQ>(st, pa);
         tc_to_a<TC_BQ>(dpt, da);
+        if (ds_on) {
+            /* dq's operand: each 8 x 8 block of bf16(dS^T) transposed into bf16(dS) (rows queries, columns keys),
+             * the four of a (16 queries, 16 keys) block in the order of dq's A registers, one 512-byte store per
+             * block (streaming: read once, by the dq kernel) */
+#pragma unroll
+            for (int kc = 0; kc < TC_BQ / 16; kc++)
+                __stcs(
+                    ds_at + (int64_t)(it * (TC_BQ / 16) + kc) * ds_nk * 32,
+                    make_uint4(tc_trans8(da[kc][0]), tc_trans8(da[kc][2]), tc_trans8(da[kc][1]), tc_trans8(da[kc][3])));
+        }
     }
     if (ntiles > 0 && active) {
         /* the last tile's update */
@@ -1432,6 +1446,8 @@ struct tc_plan {
     tc_groups G;
     int nfwd, ndq, nkv;
     const int *fwork, *dqwork, *kvwork;
+    const long long *ds_goff; /* backward: each group's first block of the stored dS, per head (tc_ds) */
+    long long ds_blocks;      /* backward: the stored dS's 512-byte blocks per head */
 };
 
 /* Groups of (item, document), their query and attendable-key rows in ascending position, and the
@@ -1529,6 +1545,16 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     const size_t o_qr = put(qrows), o_kr = put(krows), o_ur = put(urows), o_fw = put(fw), o_dw = put(dw),
                  o_kw = put(kw);
     size_t bytes = all.size() * sizeof(int);
+    /* the stored dS (tc_ds): each group's blocks per head, 4 ceil(queries / 64) x 4 ceil(keys / 64), and where
+     * they start, as 64-bit counts (two ints each, the list starting on 16 bytes) */
+    std::vector<int> goff;
+    long long ds_blocks = 0;
+    for (int g = 0; g < (int)gi.size(); g++) {
+        goff.push_back((int)(ds_blocks & 0xffffffffLL)), goff.push_back((int)(ds_blocks >> 32));
+        ds_blocks += 16LL * ((gqc[(size_t)g] + 63) / 64) * ((gkc[(size_t)g] + 63) / 64);
+    }
+    const size_t o_go = put(goff);
+    bytes = all.size() * sizeof(int);
     const size_t o_bq = all.size(), n_bq = backward ? (size_t)a->heads * (size_t)(nq > 0 ? nq : 1) : 0;
     const size_t o_bc = o_bq + n_bq, n_bc = backward ? (size_t)ng * (size_t)a->heads : 0;
     bytes += (n_bq + n_bc) * sizeof(int);
@@ -1551,6 +1577,8 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     P->G.bq_cnt = backward ? base + o_bc : NULL;
     P->nfwd = (int)fw.size() / 2, P->ndq = (int)dw.size() / 2, P->nkv = (int)kw.size() / 2;
     P->fwork = base + o_fw, P->dqwork = base + o_dw, P->kvwork = base + o_kw;
+    P->ds_goff = (const long long *)(base + o_go);
+    P->ds_blocks = ds_blocks;
     (void)nk;
     return H3S_OK;
 }
@@ -1619,10 +1647,10 @@ extern "C" void h3c_attention_release_plans(void) {
 }
 
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + TC_FSTAGES x (K, V)
- * of 128 rows; dq Q, bf16(dout) (128 rows each) + TC_DQSTAGES x (K, V) of 128 rows; dk/dv K, V (128 rows) +
+ * of 128 rows; dq TC_DSSTAGES x (K of 128 rows, bf16(dS) of 128 queries x 128 keys); dk/dv K, V (128 rows) +
  * TC_KVSTAGES x (Q, bf16(dout)) of 64 rows.  All within the 227 KB a CTA may use (static_assert below). */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
-#define TC_SMEM_DQ (1024 + 2 * tc_tile<TC_DQ>::BYTES + 2 * TC_DQSTAGES * tc_tile<TC_BK>::BYTES)
+#define TC_SMEM_DQ (1024 + TC_DSSTAGES * (tc_tile<TC_BK>::BYTES + (TC_DQ / 16) * (TC_BK / 16) * 512))
 #define TC_SMEM_KV (1024 + 2 * tc_tile<TC_KV>::BYTES + 2 * TC_KVSTAGES * tc_tile<TC_BQ>::BYTES)
 /* the warp-specialised forward: the same, then its mbarriers */
 #define TC_SMEM_FWS (TC_SMEM_FWD + TC_WS_BAR_BYTES)
@@ -1712,6 +1740,15 @@ static h3s_status tc_forward(const char *op, const h3c_attn_args *a) {
     return st;
 }
 
+/* The stored dS's budget (tc_ds): heads go through the dk/dv and dq kernels in chunks whose blocks fit in it (at
+ * least one head per chunk).  A chunk decides which launch computes a head, never a value: the same bits for any
+ * budget (test_gpu_ops runs one head per chunk against the default). */
+#define TC_DS_BUDGET_DEFAULT (8ull << 30)
+static unsigned long long g_ds_budget = TC_DS_BUDGET_DEFAULT;
+extern "C" void h3c_attention_set_ds_budget(unsigned long long bytes) {
+    g_ds_budget = bytes ? bytes : TC_DS_BUDGET_DEFAULT;
+}
+
 static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     H3S_TRY(tc_aligned(op, a, 1));
     H3S_TRY(tc_smem_attr(op));
@@ -1719,27 +1756,38 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
     std::lock_guard<std::mutex> lk(g_plan_lock);
     tc_plan P;
     H3S_TRY(tc_plan_get(op, a, 1, &P));
-    /* one workspace: bf16(dout) [rows, W], the rows' lse [pairs], then the participation flags [pairs] */
+    /* heads per chunk of the stored dS: as many as the budget holds, the chunks then evened out */
+    const int heads = (int)a->heads;
+    const unsigned long long per_head = (unsigned long long)P.ds_blocks * 512ull;
+    int hpc = heads;
+    if (a->dq && per_head > 0) {
+        const unsigned long long fit = g_ds_budget / per_head;
+        hpc = fit < 1 ? 1 : fit < (unsigned long long)heads ? (int)fit : heads;
+        const int nchunks = (heads + hpc - 1) / hpc;
+        hpc = (heads + nchunks - 1) / nchunks;
+    }
+    /* one workspace: bf16(dout) [rows, W], the rows' lse [pairs], the participation flags [pairs], then one
+     * chunk's stored dS */
     void *ws = NULL;
     const size_t gb_bytes = ((size_t)(rows * W) * 2 + 255) & ~(size_t)255;
     const size_t lse_bytes = ((size_t)pairs * sizeof(float) + 255) & ~(size_t)255;
-    h3s_status st = h3c_ws_alloc(op, gb_bytes + lse_bytes + (size_t)(pairs > 0 ? pairs : 1), &ws);
+    const size_t part_bytes = ((size_t)(pairs > 0 ? pairs : 1) + 255) & ~(size_t)255;
+    const size_t ds_bytes = a->dq ? (size_t)per_head * (size_t)hpc : 0;
+    h3s_status st = h3c_ws_alloc(op, gb_bytes + lse_bytes + part_bytes + ds_bytes, &ws);
     uint16_t *gb = (uint16_t *)ws;
     float *lse = ws ? (float *)((uint8_t *)ws + gb_bytes) : NULL;
     uint8_t *part = ws ? (uint8_t *)ws + gb_bytes + lse_bytes : NULL;
-    /* tensor maps for the tiles of consecutive rows (boxes of 64 columns x 64 rows): K and V (dq's key tiles), Q and
-     * bf16(dout) (dk/dv's query tiles) */
+    uint4 *ds = ws && ds_bytes ? (uint4 *)((uint8_t *)ws + gb_bytes + lse_bytes + part_bytes) : NULL;
+    /* tensor maps for the tiles of consecutive rows (boxes of 64 columns): K (dq's key tiles of 128 rows), Q and
+     * bf16(dout) (dk/dv's query tiles of 64), K and V (dk/dv's once-per-CTA tiles of 128) */
     const int bulk = tc_bulk_ok(a);
-    CUtensorMap mk, mv, mq, mg, mq1, mg1, mk1, mv1; /* boxes of 64 rows; of 128 (the once-per-CTA tiles) */
-    memset(&mk, 0, sizeof mk), memset(&mv, 0, sizeof mv), memset(&mq, 0, sizeof mq), memset(&mg, 0, sizeof mg);
-    memset(&mq1, 0, sizeof mq1), memset(&mg1, 0, sizeof mg1), memset(&mk1, 0, sizeof mk1), memset(&mv1, 0, sizeof mv1);
+    CUtensorMap mk, mq, mg, mk1, mv1;
+    memset(&mk, 0, sizeof mk), memset(&mq, 0, sizeof mq), memset(&mg, 0, sizeof mg);
+    memset(&mk1, 0, sizeof mk1), memset(&mv1, 0, sizeof mv1);
     if (st == H3S_OK && bulk) {
         st = h3c_tma_map_bf16(op, &mk, a->k, rows, W, W, 64, TC_BK);
-        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv, a->v, rows, W, W, 64, TC_BK);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mq, a->q, rows, W, W, 64, TC_BQ);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mg, gb, rows, W, W, 64, TC_BQ);
-        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mq1, a->q, rows, W, W, 64, TC_DQ);
-        if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mg1, gb, rows, W, W, 64, TC_DQ);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mk1, a->k, rows, W, W, 64, TC_KV);
         if (st == H3S_OK) st = h3c_tma_map_bf16(op, &mv1, a->v, rows, W, W, 64, TC_KV);
     }
@@ -1760,19 +1808,23 @@ static h3s_status tc_backward(const char *op, const h3c_attn_args *a) {
             P.G, a->heads, part, (int *)P.G.bq, (int *)P.G.bq_cnt);
         st = h3c_launch_check(op);
     }
-    if (st == H3S_OK && a->dq && P.ndq > 0) {
-        tc_groups G = P.G;
-        G.work = P.dqwork, G.nwork = P.ndq;
-        attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)a->heads), TC_DQTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(
-            *a, G, gb, lse, mk, mv, mq1, mg1, bulk);
-        st = h3c_launch_check(op);
-    }
-    if (st == H3S_OK && (a->dk || a->dv || a->dvb) && P.nkv > 0) {
+    /* per chunk of heads: dk, dv and the stored bf16(dS) (the dk/dv kernel), then dq from it */
+    const int need_kv = (a->dk || a->dv || a->dvb || a->dq) && P.nkv > 0;
+    for (int h0 = 0; st == H3S_OK && need_kv && h0 < heads; h0 += hpc) {
+        const int nh = heads - h0 < hpc ? heads - h0 : hpc;
+        tc_ds D;
+        D.base = ds, D.goff = P.ds_goff, D.h0 = h0, D.nh = nh;
         tc_groups G = P.G;
         G.work = P.kvwork, G.nwork = P.nkv;
-        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)a->heads), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
-            *a, G, gb, lse, mq, mg, mk1, mv1, bulk);
+        attn_tc_dkdv_kernel<<<dim3((unsigned)P.nkv, (unsigned)nh), TC_KVTHREADS, TC_SMEM_KV, H3K_STREAM>>>(
+            *a, G, gb, lse, D, mq, mg, mk1, mv1, bulk);
         st = h3c_launch_check(op);
+        if (st == H3S_OK && a->dq && P.ndq > 0) {
+            G.work = P.dqwork, G.nwork = P.ndq;
+            attn_tc_dq_kernel<<<dim3((unsigned)P.ndq, (unsigned)nh), TC_DSTHREADS, TC_SMEM_DQ, H3K_STREAM>>>(*a, G, D,
+                                                                                                             mk, bulk);
+            st = h3c_launch_check(op);
+        }
     }
     if (ws) h3c_ws_free(ws);
     return st;

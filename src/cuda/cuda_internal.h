@@ -212,6 +212,9 @@ void h3c_attention_force_fwd_v1(int on);
 /* Test hook: on = 1 makes the warp-specialised forward and the backward gather every tile with the threads' copies
  * instead of loading tiles of consecutive rows with the bulk tensor copy; the same bits either way. */
 void h3c_attention_force_gather(int on);
+/* Test hook: the budget in bytes of the backward's stored bf16(dS) (heads go through the dk/dv and dq kernels in
+ * chunks that fit in it, at least one head each); 0 restores the default (8 GiB).  The same bits for any budget. */
+void h3c_attention_set_ds_budget(unsigned long long bytes);
 h3s_status h3c_attention_forward(const char *op, const h3c_attn_args *a);
 /* Frees the tensor-core attention's cached plans (h3s_cuda_release_caches). */
 void h3c_attention_release_plans(void);

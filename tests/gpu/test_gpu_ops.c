@@ -701,6 +701,10 @@ static void test_attention_case(const attn_case *c) {
         CHECK(h3s_attention_backward_rounded(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, NULL, NULL, &dvd,
                                              &dqd) != H3S_OK,
               "attention_backward_rounded: an F32 dv_bf16 is refused");
+        /* dq alone (the dk/dv pass still runs, for the dS it stores): the bits of the full call */
+        gpoison(&dqd);
+        CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, c->B, c->heads, &mask, &gd, &dqd, NULL, NULL));
+        CHECK(gequal(&dqd, &dq), "attention backward with dq alone: the bits of the full call");
         h3s_tensor_free(&wanth);
         gfree(&dvb), gfree(&want);
     }
@@ -905,24 +909,29 @@ static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t hea
                (long long)dst, (long long)(M * heads * 2));
         CHECK(dout == 0 && dst == 0, "attention forward (%s): the %s kernel differs from the first", what, name[v]);
     }
-    /* the backward (dq's key tiles, dk/dv's query tiles): tiles of consecutive rows by the bulk tensor copy, and every
-     * tile gathered; dq, dk, dv bit for bit */
+    /* the backward (dq's key tiles, dk/dv's query tiles): tiles of consecutive rows by the bulk tensor copy, every
+     * tile gathered, and the heads one at a time through the stored dS (a budget of one byte: one head per chunk);
+     * dq, dk, dv bit for bit */
     h3s_tensor od = gup(&o[1]), std = gup(&st[1]), gd = gdev2(H3S_F32, M, W);
     gfill(&gd, 3004, 1.0f);
-    h3s_tensor g[2][3];
-    for (int v = 0; v < 2; v++) {
+    h3s_tensor g[3][3];
+    for (int v = 0; v < 3; v++) {
         h3s_tensor dq = gdev2(H3S_F32, M, W), dk = gdev2(H3S_F32, M, W), dv = gdev2(H3S_F32, M, W);
         gpoison(&dq), gpoison(&dk), gpoison(&dv);
         h3c_attention_force_gather(v == 1);
+        h3c_attention_set_ds_budget(v == 2 ? 1 : 0);
         CHECK_OK(h3s_attention_backward(&qd, &kd, &vd, &od, &std, B, heads, &mask, &gd, &dq, &dk, &dv));
         g[v][0] = gdown(&dq), g[v][1] = gdown(&dk), g[v][2] = gdown(&dv);
         gfree(&dq), gfree(&dk), gfree(&dv);
     }
     h3c_attention_force_gather(0);
-    int64_t dg[3] = {0, 0, 0};
+    h3c_attention_set_ds_budget(0);
+    int64_t dg[3] = {0, 0, 0}, dh[3] = {0, 0, 0};
     for (int t = 0; t < 3; t++)
-        for (int64_t i = 0; i < M * W; i++)
+        for (int64_t i = 0; i < M * W; i++) {
             dg[t] += ((const uint32_t *)g[0][t].data)[i] != ((const uint32_t *)g[1][t].data)[i];
+            dh[t] += ((const uint32_t *)g[0][t].data)[i] != ((const uint32_t *)g[2][t].data)[i];
+        }
     /* rows no kernel computes hold +0 (the outputs were poisoned before): dk and dv of a row whose key is masked, dq
      * of a query whose document has no live key in its item (l = 0; dout is nowhere zero here) */
     int64_t unset = 0, zero_rows = 0;
@@ -946,8 +955,12 @@ static void attn_fwd_ws_case(const char *what, int64_t B, int64_t S, int64_t hea
     printf("  attention backward bulk copies vs all gathered (%s): %lld, %lld, %lld of %lld dq, dk, dv differ\n", what,
            (long long)dg[0], (long long)dg[1], (long long)dg[2], (long long)(M * W));
     CHECK(dg[0] == 0 && dg[1] == 0 && dg[2] == 0, "attention backward (%s): the bulk copies change a gradient", what);
-    h3s_tensor all[] = {o[0], o[1], o[2], st[0], st[1], st[2], g[0][0], g[0][1], g[0][2], g[1][0], g[1][1], g[1][2]};
-    free_all(all, 12, 0);
+    printf("  attention backward one head per dS chunk vs all heads (%s): %lld, %lld, %lld of %lld dq, dk, dv differ\n",
+           what, (long long)dh[0], (long long)dh[1], (long long)dh[2], (long long)(M * W));
+    CHECK(dh[0] == 0 && dh[1] == 0 && dh[2] == 0, "attention backward (%s): the dS chunks change a gradient", what);
+    h3s_tensor all[] = {o[0],    o[1],    o[2],    st[0],   st[1],   st[2],   g[0][0], g[0][1],
+                        g[0][2], g[1][0], g[1][1], g[1][2], g[2][0], g[2][1], g[2][2]};
+    free_all(all, 15, 0);
     h3s_tensor alld[] = {qd, kd, vd, od, std, gd};
     free_all(alld, 6, 1);
 }
