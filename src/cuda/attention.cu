@@ -1132,23 +1132,25 @@ __device__ __forceinline__ uint32_t tc_trans8(uint32_t x) {
     return y;
 }
 
-#define TC_DSSTAGES 3                    /* dq: shared-memory stages of (K, bf16(dS)) */
-#define TC_DSTHREADS (TC_DQTHREADS + 32) /* dq: two consumer warpgroups and one producer warp */
+#define TC_DSSTAGES 4                          /* dq: shared-memory stages of K */
+#define TC_DSTHREADS (TC_DQTHREADS + TC_WS_NP) /* dq: two consumer warpgroups and a producer warpgroup */
 
 /* dq for one tile of 128 of a group's participating queries (of head h; warpgroup w owns rows [64 w, 64 w + 64)),
  * over the group's key tiles of 128 in ascending order: dq += bf16(dS_i) k_i, the tile's keys in eight ascending
  * k16 steps, bf16(dS) as the dk/dv kernel stored it.  Keys past the list's end (a group's last tile) enter as
  * dS = +0 against zero-filled K rows; queries past the tile's end read +0 and are not written.
  *
- * A producer warp fills a ring of TC_DSSTAGES stages (the key tile, by the bulk tensor copy or gathered, and the
- * tile's dS blocks by bulk copies) on full[s]; the consumers' eight warps release a stage on empty[s].  Each row's
- * dq is its warpgroup's one chain over the same tiles in the same order, whichever stage or copy brings them. */
+ * A producer warpgroup fills a ring of TC_DSSTAGES stages of K (the bulk tensor copy, or gathered) on full[s]; the
+ * consumers' eight warps release a stage on empty[s].  The registers move to the consumers as in the warp-specialised
+ * forward (setmaxnreg: TC_WS_PREG per producer, TC_WS_CREG per consumer), which their three dS buffers need.  Each
+ * consumer warp loads its own dS blocks straight into registers (one coalesced 512-byte load per block), two key tiles
+ * ahead of the MMAs that read them.  Each row's dq is its warpgroup's one chain over the same tiles in the same order,
+ * whichever stage or load brings them. */
 __global__ void __launch_bounds__(TC_DSTHREADS, 1)
     attn_tc_dq_kernel(h3c_attn_args a, tc_groups G, tc_ds D, const __grid_constant__ CUtensorMap map_k, int bulk) {
 #if TC_SM90
     extern __shared__ uint8_t tc_smem_raw[];
-    constexpr int KB = tc_tile<TC_BK>::BYTES, DB = (TC_DQ / 16) * (TC_BK / 16) * 512, SB = KB + DB;
-    static_assert(KB % 1024 == 0 && DB % 1024 == 0, "dq stages keep the 1024-byte alignment");
+    constexpr int KB = tc_tile<TC_BK>::BYTES;
     uint8_t *ring = tc_smem_base(tc_smem_raw);
     __shared__ __align__(8) uint64_t full[TC_DSSTAGES], empty[TC_DSSTAGES];
     const int g = G.work[2 * blockIdx.x], t0 = G.work[2 * blockIdx.x + 1] * TC_DQ;
@@ -1158,74 +1160,97 @@ __global__ void __launch_bounds__(TC_DSTHREADS, 1)
     if (qn <= 0) return;
     const int *qrows = G.bq + (int64_t)h * G.total_q + G.g_qoff[g] + t0, *krows = G.krows + G.g_koff[g];
     const int kcnt = G.g_kcnt[g], ntiles = (kcnt + TC_BK - 1) / TC_BK;
-    int nk;
-    const uint4 *region = tc_ds_region(D, G, g, h, &nk);
     const int warp_all = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (threadIdx.x == 0) {
-        wg::ring_bars_init(full, empty, TC_DSSTAGES, 32, 8);
+        wg::ring_bars_init(full, empty, TC_DSSTAGES, TC_WS_NP, 8);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if (warp_all == TC_DQTHREADS / 32) {
-        /* the producer warp */
-        const int nk_live = (kcnt + 15) / 16;                /* key blocks the dk/dv kernel wrote */
-        const int nq_live = min((qn + 15) / 16, TC_DQ / 16); /* this tile's query blocks with a live query */
+    if (threadIdx.x >= TC_DQTHREADS) { /* the producers: K */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 " TC_STR(TC_WS_PREG) ";\n");
+        const unsigned pt = threadIdx.x - TC_DQTHREADS;
         const uint16_t *srcs[1] = {(const uint16_t *)a.k};
-        const CUtensorMap *maps[1] = {&map_k};
         for (int it = 0; it < ntiles; it++) {
             const int st = it % TC_DSSTAGES, k0 = it * TC_BK, kn = min(kcnt - k0, TC_BK);
-            const int2 ends = tc_tile_ends<TC_BK>(krows + k0, kn);
             if (it >= TC_DSSTAGES) wg::mbar_wait(&empty[st], (unsigned)(it / TC_DSSTAGES - 1) & 1u);
-            uint8_t *Kb = ring + st * SB, *Db = Kb + KB;
-            if (lane == 0) {
-                const int nkb = min(TC_BK / 16, nk_live - k0 / 16); /* this tile's written key blocks */
-                wg::mbar_expect_tx_only(&full[st], (unsigned)(nq_live * nkb * 512));
-                for (int qb = 0; qb < nq_live; qb++) {
-                    const uint4 *src = region + ((int64_t)(t0 / 16 + qb) * nk + k0 / 16) * 32;
-                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-                                 "[%3];\n" ::"r"(wg::smem_u32(Db + qb * (TC_BK / 16) * 512)),
-                                 "l"(src), "r"(nkb * 512), "r"(wg::smem_u32(&full[st]))
-                                 : "memory");
+            uint8_t *tk[1] = {ring + st * KB};
+            /* a whole tile of consecutive rows is one box (producer 0 issues it, the others arrive at once); every
+             * producer reads the same two indices, so all take the same path and full[st] counts TC_WS_NP arrivals */
+            if (bulk && tc_consecutive<TC_BK>(krows + k0, kn)) {
+                if (pt == 0) {
+                    const CUtensorMap *maps[1] = {&map_k};
+                    wg::mbar_expect_tx(&full[st], KB);
+                    tc_bulk_rows<TC_BK, 1>(tk, maps, krows[k0], col0, &full[st]);
+                } else {
+                    wg::mbar_arrive(&full[st]);
                 }
+            } else {
+                tc_gather_chunked<TC_BK, TC_WS_NP, 1, TC_WS_CHUNK>(tk, srcs, krows + k0, kn, W, col0, pt);
+                tc_cp_arrive(&full[st]);
             }
-            tc_stage_fill<TC_BK, 32, 1>(Kb, KB, srcs, maps, krows + k0, kn, ends, W, col0, bulk, &full[st],
-                                        (unsigned)lane);
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 " TC_STR(TC_WS_CREG) ";\n");
     const int wgi = warp_all >> 2, warp = warp_all & 3;
-    const int qb = wgi * 4 + warp;   /* this warp's block of 16 queries in the tile */
-    const bool wlive = qb * 16 < qn; /* whether it holds a live query (its block was written) */
+    int nk;
+    /* this warp's row of dS blocks: its 16 queries (block t0 / 16 + 4 wgi + warp of the pair's list) against every
+     * key block; only blocks with a live query and a listed key are read (the dk/dv kernel wrote those) */
+    const uint4 *dsrow = tc_ds_region(D, G, g, h, &nk);
+    const int qb = wgi * 4 + warp;
+    const bool wlive = qb * 16 < qn;
+    const int nk_live = (kcnt + 15) / 16;
+    dsrow += (int64_t)(t0 / 16 + qb) * nk * 32 + lane;
+    auto load = [&](uint4(&f)[TC_BK / 16], int it) {
+#pragma unroll
+        for (int kc = 0; kc < TC_BK / 16; kc++) {
+            const int kb = it * (TC_BK / 16) + kc;
+            f[kc] = wlive && kb < nk_live ? __ldcs(dsrow + (int64_t)kb * 32) : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
     float dq[TC_D / 2];
 #pragma unroll
     for (int i = 0; i < TC_D / 2; i++)
         dq[i] = 0.0f;
-    for (int it = 0; it < ntiles; it++) {
+    auto step = [&](int it, uint4(&f)[TC_BK / 16]) {
         const int st = it % TC_DSSTAGES, k0 = it * TC_BK;
-        wg::mbar_wait(&full[st], (unsigned)(it / TC_DSSTAGES) & 1u);
-        tc_fence_async();
-        const uint8_t *Ks = ring + st * SB, *Db = Ks + KB;
-        uint32_t da[TC_BK / 16][4];
+        if (k0 + TC_BK > kcnt) { /* a group's last tile: the dS of keys past the list's end is +0 */
 #pragma unroll
-        for (int kc = 0; kc < TC_BK / 16; kc++) {
-            uint4 f = make_uint4(0u, 0u, 0u, 0u);
-            if (wlive) f = *(const uint4 *)(Db + (qb * (TC_BK / 16) + kc) * 512 + lane * 16);
-            const int klo = k0 + kc * 16 + (lane & 3) * 2; /* the keys of registers 0, 1; + 8 for 2, 3 */
-            if (klo + 9 >= kcnt) { /* a key past the list's end (a group's last tile): its dS is +0 */
+            for (int kc = 0; kc < TC_BK / 16; kc++) {
+                const int klo = k0 + kc * 16 + (lane & 3) * 2; /* the keys of registers 0, 1; + 8 for 2, 3 */
                 const uint32_t m0 = (klo < kcnt ? 0xffffu : 0u) | (klo + 1 < kcnt ? 0xffff0000u : 0u);
                 const uint32_t m1 = (klo + 8 < kcnt ? 0xffffu : 0u) | (klo + 9 < kcnt ? 0xffff0000u : 0u);
-                f.x &= m0, f.y &= m0, f.z &= m1, f.w &= m1;
+                f[kc].x &= m0, f[kc].y &= m0, f[kc].z &= m1, f[kc].w &= m1;
             }
-            da[kc][0] = f.x, da[kc][1] = f.y, da[kc][2] = f.z, da[kc][3] = f.w;
         }
+        wg::mbar_wait(&full[st], (unsigned)(it / TC_DSSTAGES) & 1u);
+        tc_fence_async();
         wg::wg_fence();
-        tc_acc_update<TC_BK>(dq, da, Ks);
+#pragma unroll
+        for (int kc = 0; kc < TC_BK / 16; kc++) {
+            const uint32_t r[4] = {f[kc].x, f[kc].y, f[kc].z, f[kc].w};
+            wg::wg_mma_rs_n128<1>(dq, r, tc_desc_mn<TC_BK>(ring + st * KB, kc), 1);
+        }
         wg::wg_commit();
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(dq);
         __syncwarp();
         if (lane == 0) wg::mbar_arrive(&empty[st]); /* this warp is done with stage st */
+    };
+    /* three register buffers of dS: tile it's in use while tiles it + 1 and it + 2 are loading */
+    uint4 fa[TC_BK / 16], fb[TC_BK / 16], fc[TC_BK / 16];
+    load(fa, 0);
+    load(fb, 1);
+    for (int it = 0; it < ntiles; it += 3) {
+        load(fc, it + 2);
+        step(it, fa);
+        if (it + 1 >= ntiles) break;
+        load(fa, it + 3);
+        step(it + 1, fb);
+        if (it + 2 >= ntiles) break;
+        load(fb, it + 4);
+        step(it + 2, fc);
     }
     const int qrow0 = wgi * 64;
 #pragma unroll
@@ -1647,10 +1672,10 @@ extern "C" void h3c_attention_release_plans(void) {
 }
 
 /* dynamic shared memory (+ 1024 for the alignment of the swizzled tiles): forward Q (128 rows) + TC_FSTAGES x (K, V)
- * of 128 rows; dq TC_DSSTAGES x (K of 128 rows, bf16(dS) of 128 queries x 128 keys); dk/dv K, V (128 rows) +
+ * of 128 rows; dq TC_DSSTAGES x K of 128 rows; dk/dv K, V (128 rows) +
  * TC_KVSTAGES x (Q, bf16(dout)) of 64 rows.  All within the 227 KB a CTA may use (static_assert below). */
 #define TC_SMEM_FWD (1024 + tc_tile<TC_FQ>::BYTES + 2 * TC_FSTAGES * tc_tile<TC_FK>::BYTES)
-#define TC_SMEM_DQ (1024 + TC_DSSTAGES * (tc_tile<TC_BK>::BYTES + (TC_DQ / 16) * (TC_BK / 16) * 512))
+#define TC_SMEM_DQ (1024 + TC_DSSTAGES * tc_tile<TC_BK>::BYTES)
 #define TC_SMEM_KV (1024 + 2 * tc_tile<TC_KV>::BYTES + 2 * TC_KVSTAGES * tc_tile<TC_BQ>::BYTES)
 /* the warp-specialised forward: the same, then its mbarriers */
 #define TC_SMEM_FWS (TC_SMEM_FWD + TC_WS_BAR_BYTES)
