@@ -6,8 +6,10 @@ The arithmetic of docs/ARCHITECTURE.md ("The graph and its tape"), from the tens
 of src/model/params.c.  Default: the released geometry (preset h3-33b: 50 blocks + 2 refiner blocks, hidden 5376,
 FFN 14336, 56 x 128 heads), one request (B = 1) of S = 8762 packed rows of which --text-rows are text, on one
 device of --capacity-gb (an H200: 141 GB).  Everything on the device (the CUDA backend: weights, tape, backward
-temporaries, and the parameter gradients asked for, which stay in device memory until the backward ends).  Not
-counted: the CUDA kernels' workspace (attention and GEMM scratch), the content-keyed index cache, the CUDA context.
+temporaries, and the parameter gradients asked for, which stay in device memory until the backward ends), and the
+largest kernel workspace, the attention backward's (its stored bf16(dS), one chunk of heads under the budget of
+src/cuda/attention.cu, 8 GiB, with every item's rows one document, the most it can take, and its BF16 copy of dout).
+Not counted: the other kernels' scratch (GEMM), the content-keyed index cache, the CUDA context.
 
     python3 scripts/memory_plan.py [--seq 8762] [--batch 1] [--text-rows 256] [--layers 50] [--capacity-gb 141]
 """
@@ -41,6 +43,19 @@ def param_table(c):
     return out
 
 
+DS_BUDGET = 8 << 30  # TC_DS_BUDGET_DEFAULT in src/cuda/attention.cu
+
+
+def attention_workspace(B, S, heads, D):
+    """Bytes of the attention backward's workspace at its peak, and its heads per chunk: one chunk's stored dS
+    (16 ceil(S / 64)^2 blocks of 512 bytes per item and head when the item is one document) and bf16(dout)."""
+    per_head = B * 16 * ((S + 63) // 64) ** 2 * 512
+    hpc = max(1, min(heads, DS_BUDGET // per_head))
+    chunks = (heads + hpc - 1) // hpc
+    hpc = (heads + chunks - 1) // chunks
+    return per_head * hpc + B * S * heads * D * 2, hpc, chunks
+
+
 def plan(c, B, S, Nt, capacity):
     H, F, heads = c["H"], c["F"], c["heads"]
     HD = heads * c["D"]
@@ -62,6 +77,9 @@ def plan(c, B, S, Nt, capacity):
     tape_none = (M * L + Mt * R) * act_row
     tape_blocks = (M * L + Mt * R) * H * 2 + widest * act_row  # block inputs + one block rebuilt
     temporaries = widest * grad_row + M * H * 4 * 2  # one block's gradients + the carried dx and norm_out's dx
+    attn_ws, attn_hpc, attn_chunks = max(attention_workspace(B, S, heads, c["D"]),
+                                         attention_workspace(B, Nt, heads, c["D"]))
+    temporaries += attn_ws
     rows = []
     for mode, tape in (("none", tape_none), ("blocks", tape_blocks)):
         for grads, elems in (("inputs only", 0), ("all parameters", n_params)):
@@ -71,7 +89,8 @@ def plan(c, B, S, Nt, capacity):
     base = weights + tape_blocks + temporaries
     fit_blocks = max(0, int((capacity - base) // (block_params * 4)))
     return dict(n_params=n_params, weights=weights, block_params=block_params, act_row=act_row, grad_row=grad_row,
-                tape_none=tape_none, tape_blocks=tape_blocks, temporaries=temporaries, rows=rows,
+                tape_none=tape_none, tape_blocks=tape_blocks, temporaries=temporaries, rows=rows, attn_ws=attn_ws,
+                attn_hpc=attn_hpc, attn_chunks=attn_chunks,
                 fit_blocks=min(fit_blocks, L))
 
 
@@ -93,7 +112,9 @@ def main():
     print(f"per packed row and block: {p['act_row']} bytes of BF16 activations kept without recomputation, "
           f"{c['H'] * 2} bytes (the block input) with it; {p['grad_row']} bytes of backward temporaries")
     print(f"tape: {p['tape_none'] / GB:.1f} GB without recomputation, {p['tape_blocks'] / GB:.2f} GB with "
-          f"(block inputs + one block rebuilt); backward temporaries {p['temporaries'] / GB:.2f} GB")
+          f"(block inputs + one block rebuilt); backward temporaries {p['temporaries'] / GB:.2f} GB, of which "
+          f"{p['attn_ws'] / GB:.2f} GB the attention backward's workspace ({p['attn_chunks']} chunk(s) of "
+          f"{p['attn_hpc']} heads)")
     print("| recompute | gradients | tape GB | parameter gradients GB | total GB | fits |")
     print("|---|---|---|---|---|---|")
     for mode, grads, tape, pg, total, fits in p["rows"]:
