@@ -1569,7 +1569,6 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     const size_t o_gi = put(gi), o_gqo = put(gqo), o_gqc = put(gqc), o_gko = put(gko), o_gkc = put(gkc);
     const size_t o_qr = put(qrows), o_kr = put(krows), o_ur = put(urows), o_fw = put(fw), o_dw = put(dw),
                  o_kw = put(kw);
-    size_t bytes = all.size() * sizeof(int);
     /* the stored dS (tc_ds): each group's blocks per head, 4 ceil(queries / 64) x 4 ceil(keys / 64), and where
      * they start, as 64-bit counts (two ints each, the list starting on 16 bytes) */
     std::vector<int> goff;
@@ -1579,7 +1578,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
         ds_blocks += 16LL * ((gqc[(size_t)g] + 63) / 64) * ((gkc[(size_t)g] + 63) / 64);
     }
     const size_t o_go = put(goff);
-    bytes = all.size() * sizeof(int);
+    size_t bytes = all.size() * sizeof(int);
     const size_t o_bq = all.size(), n_bq = backward ? (size_t)a->heads * (size_t)(nq > 0 ? nq : 1) : 0;
     const size_t o_bc = o_bq + n_bq, n_bc = backward ? (size_t)ng * (size_t)a->heads : 0;
     bytes += (n_bq + n_bc) * sizeof(int);
