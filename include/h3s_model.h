@@ -257,6 +257,25 @@ H3S_API h3s_status h3s_model_set_device_grads(h3s_model *m, int on);
 /* 1 when the model's backward hands device gradients over (a CUDA model with h3s_model_set_device_grads on). */
 H3S_API int h3s_model_device_grads(const h3s_model *m);
 
+/* How a backward with device gradients ends (a CUDA model with h3s_model_set_device_grads on; other models are not
+ * affected and always return finished work).  on = 0 (the default): h3s_model_backward(_select) returns once the
+ * device has done the pass and its kernels' index checks have been read, so every gradient is ready and every error
+ * is the call's.  on = 1 (deferred): the call returns as soon as the pass is queued on the library's stream
+ * (h3s_device_stream), having checked everything the host can check; the gradients it hands over are then being
+ * written.  The caller orders any work that reads them after that stream (an event, or torch's wait_stream) and
+ * calls h3s_model_finish before it relies on the pass: that waits for the stream and returns the error a device
+ * kernel of the pass reported (H3S_ERR_INDEX, H3S_ERR_DEVICE).  The model's next pass, h3s_model_free and turning the
+ * mode off finish a pending backward first (a pass then returns the pending error, and does no work).  The bits
+ * are the same in both modes.  H3S_ERR_INVALID for a NULL model. */
+H3S_API h3s_status h3s_model_set_deferred_backward(h3s_model *m, int on);
+/* 1 when the mode is on. */
+H3S_API int h3s_model_deferred_backward(const h3s_model *m);
+/* 1 while a deferred backward has not been finished. */
+H3S_API int h3s_model_pending(const h3s_model *m);
+/* Wait for the model's deferred backward, if one is pending, and return its device error (H3S_OK when none is
+ * pending).  The pending state is cleared either way.  H3S_ERR_INVALID for a NULL model. */
+H3S_API h3s_status h3s_model_finish(h3s_model *m);
+
 /* The dtype of the parameter gradients the backward hands over.  H3S_F32 (the default): every gradient in F32.
  * H3S_BF16: a parameter stored in BF16 gets its gradient in BF16, the F32 gradient rounded once to nearest even (bit
  * for bit what rounding the F32 result gives; the F32 parameters' gradients stay F32); half the memory, and on a CUDA

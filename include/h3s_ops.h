@@ -104,6 +104,11 @@ H3S_API h3s_status h3s_tensor_copy(const h3s_tensor *src, h3s_tensor *dst);
 /* Wait for the device work the library queued and report any error of it (H3S_ERR_DEVICE in a build without the
  * CUDA backend or on a machine without a usable GPU). */
 H3S_API h3s_status h3s_device_synchronize(void);
+/* The CUDA stream (a cudaStream_t) the library queues all its device work on, for a caller that orders its own
+ * work after the library's without waiting on the host (an event recorded on it, or torch's Stream.wait_stream on
+ * torch.cuda.ExternalStream of it); it lives as long as the process.  H3S_ERR_DEVICE in a build without the CUDA
+ * backend or on a machine without a usable GPU (*stream is then NULL). */
+H3S_API h3s_status h3s_device_stream(void **stream);
 
 #ifdef __cplusplus
 }

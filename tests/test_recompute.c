@@ -150,6 +150,21 @@ static void tape_cases(const h3s_config *c) {
         CHECK(runs_equal(&base, &r) && g.count > 0 && !g.params[0].device, "CPU model with device gradients asked");
         h3s_grads_free(&g);
     }
+    /* a deferred backward asked of a CPU model: nothing changes (the call returns finished work, the same bits) */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_deferred_backward(NULL, 1));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_finish(NULL));
+    CHECK(h3s_model_deferred_backward(NULL) == 0 && h3s_model_pending(NULL) == 0, "a NULL model defers nothing");
+    CHECK_OK(h3s_model_set_deferred_backward(m, 1));
+    CHECK(h3s_model_deferred_backward(m) == 1, "deferred mode not recorded");
+    {
+        h3s_grads g;
+        CHECK_OK(h3s_model_backward(m, tape, &ds, &da, NULL, NULL, &g));
+        CHECK(h3s_model_pending(m) == 0, "a CPU model's backward left a pass pending");
+        CHECK_OK(h3s_model_finish(m));
+        run r = {s, a, g};
+        CHECK(runs_equal(&base, &r), "CPU model with a deferred backward asked");
+        h3s_grads_free(&g);
+    }
     h3s_model_free(m); /* the tape outlives its model: freeing it afterwards is safe */
     h3s_tape_free(tape);
     h3s_tensor_free(&s);

@@ -117,6 +117,10 @@ _SIGNATURES = {
     "h3s_model_set_recompute": (ctypes.c_int, [_P, ctypes.c_int]),
     "h3s_model_set_device_grads": (ctypes.c_int, [_P, ctypes.c_int]),
     "h3s_model_device_grads": (ctypes.c_int, [_P]),
+    "h3s_model_set_deferred_backward": (ctypes.c_int, [_P, ctypes.c_int]),
+    "h3s_model_deferred_backward": (ctypes.c_int, [_P]),
+    "h3s_model_pending": (ctypes.c_int, [_P]),
+    "h3s_model_finish": (ctypes.c_int, [_P]),
     "h3s_model_set_grad_dtype": (ctypes.c_int, [_P, ctypes.c_int]),
     "h3s_model_grad_dtype": (ctypes.c_int, [_P]),
     "h3s_model_recompute": (ctypes.c_int, [_P]),
@@ -165,6 +169,7 @@ _SIGNATURES = {
     "h3s_rows_gather": (ctypes.c_int, [_T, _T, ctypes.c_int64, _T]),
     "h3s_tensor_copy": (ctypes.c_int, [_T, _T]),
     "h3s_device_synchronize": (ctypes.c_int, []),
+    "h3s_device_stream": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
 }
 
 

@@ -21,6 +21,12 @@ of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32`
 they are device tensors over the library's own gradient memory, never copied through the host).  With
 `exact_grads=False` the library rounds instead (the same .grad bits, no F32 copy of the BF16 parameters' gradients).  The input
 gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the same way).
+
+CUDA streams: the library queues its work on a stream of its own.  Each pass first makes that stream wait (on the
+device, not the host) for torch's current stream; a forward returns finished work; a backward returns as soon as it
+is queued, torch's current stream waits for it on the device, and the pass is finished (waited for, its kernels'
+index checks read, an error raised from backward()) when autograd's backward ends.  Work on another torch stream
+that reads the gradients must wait for the current one (Stream.wait_stream), as for any torch tensor.
 """
 
 import ctypes
@@ -216,8 +222,16 @@ class _Model:
         check(lib.h3s_model_load(self.path.encode(), _DEVICES[device], flags, ctypes.byref(h)))
         self.owner = _Handle(h)
         self.handle = h
+        self.stream = None
         if device == "cuda":  # parameter gradients stay on the GPU: no round trip through host memory
             check(lib.h3s_model_set_device_grads(h, 1))
+            # the backward returns once queued (h3s_model_set_deferred_backward): torch's stream waits for the
+            # library's on the device, and the pass is finished (waited for, its device checks read) when autograd's
+            # backward ends (_StrictFunction.backward), so the binding's and autograd's host work overlaps the device
+            check(lib.h3s_model_set_deferred_backward(h, 1))
+            ptr = ctypes.c_void_p()
+            check(lib.h3s_device_stream(ctypes.byref(ptr)))
+            self.stream = torch.cuda.ExternalStream(ptr.value)
         if threads is not None:
             lib.h3s_set_num_threads(threads)
         self.config = lib.h3s_model_config(h).contents
@@ -252,11 +266,38 @@ def _output(x, device):
 
 
 def _order_after_torch(core):
-    """CUDA: the library runs on a stream of its own, so whatever torch queued (an optimizer step writing the
-    weights) must be done before a pass starts.  The library synchronises its stream before returning, so torch
-    may read what it wrote at once."""
+    """CUDA: the library runs on a stream of its own, so whatever torch queued before a pass (an optimizer step
+    writing the weights, the loss writing the cotangents, the allocation of the output buffers) is ordered before the
+    pass's work on the device: the library's stream waits for torch's, with no wait on the host.  The forward
+    synchronises the library's stream before it returns, so torch may read its outputs at once; the backward's
+    gradients are ordered for torch by _order_torch_after."""
     if core.device == "cuda":
-        torch.cuda.synchronize()
+        core.stream.wait_stream(torch.cuda.current_stream())
+
+
+def _order_torch_after(core):
+    """CUDA: torch's stream waits (on the device) for the work the library queued, so that torch reads the
+    gradients of a deferred backward only once they are written."""
+    if core.device == "cuda":
+        torch.cuda.current_stream().wait_stream(core.stream)
+
+
+def _finish_later(core):
+    """The deferred backward's end: h3s_model_finish (wait for the library's stream, read its kernels' index checks)
+    once autograd's whole backward is done, after every gradient has been handed over; an error raises from
+    loss.backward().  Where autograd offers no end-of-pass callback, the pass is finished at once (slower, the same
+    result)."""
+    if not lib.h3s_model_pending(core.handle):
+        return
+
+    def finish():
+        check(lib.h3s_model_finish(core.handle))
+
+    engine = getattr(torch.autograd.Variable, "_execution_engine", None)
+    if engine is not None and hasattr(engine, "queue_callback"):
+        engine.queue_callback(finish)
+    else:
+        finish()
 
 
 class _HookCall:
@@ -331,6 +372,8 @@ class _StrictFunction(torch.autograd.Function):
         hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
                                                hook.c_fn, None, ctypes.byref(g)))
         owner = _OwnedGrads(g)
+        _order_torch_after(core)
+        _finish_later(core)
         input_grads = []
         for k, field in enumerate(("hidden_states", "audio_hidden_states", "encoder_hidden_states")):
             if need[3 + k]:

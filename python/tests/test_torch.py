@@ -408,6 +408,9 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     assert bits_equal(out.sample.cpu(), expect["sample"]) and bits_equal(out.audio_sample.cpu(), expect["audio_sample"])
     ct = {k: v.cuda() for k, v in read_safetensors(work / "ct.safetensors").items()}  # read in device memory
     torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    # the library's backward returned with its pass queued (deferred); autograd's end finished it
+    assert _lib.lib.h3s_model_deferred_backward(m._core.handle) == 1
+    assert _lib.lib.h3s_model_pending(m._core.handle) == 0
     g = read_safetensors(work / "grads_cuda.safetensors")
     assert bits_equal(x["hidden_states"].grad, g["hidden_states"])
     for name, p in m.named_parameters():
@@ -457,6 +460,37 @@ def test_cuda_bits_equal_cli_cuda(work, cli):
     finally:
         for p in m.parameters():
             p.requires_grad_(True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+def test_cuda_deferred_backward_error_raises_from_backward(work, monkeypatch):
+    """A device error of the deferred backward (h3s_model_finish failing) raises from loss.backward(), after autograd
+    has handed the gradients over; the model's next pass runs normally."""
+    import h3strict.torch as ht
+    m = StrictTransformer.from_pretrained(work / "m", device="cuda")
+    x = inputs(work, 1)
+    real = ht.lib
+
+    class FailingFinish:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def h3s_model_finish(handle):
+            assert real.h3s_model_pending(handle) == 1  # the backward returned with its pass queued
+            real.h3s_model_finish(handle)
+            real.h3s_set_error(_lib.ERR_DEVICE, b"injected device failure")
+            return _lib.ERR_DEVICE
+
+    monkeypatch.setattr(ht, "lib", FailingFinish())
+    out = m(**x)
+    with pytest.raises(H3StrictError, match="injected device failure"):
+        (out.sample.square().sum() + out.audio_sample.sum()).backward()
+    monkeypatch.setattr(ht, "lib", real)
+    assert real.h3s_model_pending(m._core.handle) == 0
+    out = m(**x)
+    (out.sample.square().sum() + out.audio_sample.sum()).backward()
+    assert all(p.grad is not None for p in m.parameters())
 
 
 def test_device_block_layout_is_read_once_and_checked(monkeypatch):

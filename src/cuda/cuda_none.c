@@ -37,6 +37,10 @@ h3s_status h3s_cuda_first_nonfinite(const h3s_tensor *t, int64_t *index) {
     return NO_CUDA("cuda_first_nonfinite");
 }
 h3s_status h3s_cuda_sync(void) { return NO_CUDA("cuda_sync"); }
+h3s_status h3s_cuda_stream(void **stream) {
+    if (stream) *stream = NULL;
+    return NO_CUDA("device_stream");
+}
 h3s_status h3s_cuda_device_sync(void) { return NO_CUDA("cuda_device_sync"); }
 
 h3s_status h3s_cuda_linear_forward(const h3s_tensor *x, const h3s_tensor *w, const h3s_tensor *b, h3s_tensor *y) {

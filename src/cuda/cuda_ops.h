@@ -43,6 +43,8 @@ h3s_status h3s_cuda_copy(const h3s_tensor *src, h3s_tensor *dst);
 h3s_status h3s_cuda_first_nonfinite(const h3s_tensor *t, int64_t *index);
 /* Wait for queued work; report any pending kernel error. */
 h3s_status h3s_cuda_sync(void);
+/* The library's stream (h3s_device_stream). */
+h3s_status h3s_cuda_stream(void **stream);
 /* Wait for all work on the device, every stream (the library's and the caller's). */
 h3s_status h3s_cuda_device_sync(void);
 

@@ -283,6 +283,12 @@ extern "C" h3s_status h3s_cuda_sync(void) {
     return sync_and_check("cuda_sync");
 }
 
+extern "C" h3s_status h3s_cuda_stream(void **stream) {
+    H3S_TRY(h3c_init("device_stream"));
+    *stream = (void *)g_stream;
+    return H3S_OK;
+}
+
 extern "C" h3s_status h3s_cuda_device_sync(void) {
     H3S_TRY(h3c_init("cuda_device_sync"));
     cudaError_t e = cudaDeviceSynchronize();

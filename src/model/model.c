@@ -131,6 +131,8 @@ struct h3s_model {
     h3s_recompute recompute; /* h3s_model_set_recompute: what the next forwards keep for their backward */
     int device_grads;        /* h3s_model_set_device_grads: parameter gradients handed over in device memory */
     int grads_bf16;          /* h3s_model_set_grad_dtype(BF16): a BF16 parameter's gradient handed over in BF16 */
+    int deferred;            /* h3s_model_set_deferred_backward: a device-gradient backward returns once queued */
+    int pending;             /* a deferred backward not yet waited for (h3s_model_finish) */
     struct mem_meter *meter; /* bytes the passes hold (h3s_model_peak_bytes) */
 };
 
@@ -346,6 +348,7 @@ static void parallel_release(h3s_model *m);
 
 void h3s_model_free(h3s_model *m) {
     if (!m) return;
+    if (m->pending) (void)h3s_model_finish(m); /* its error, if any, goes with the model */
     for (int64_t i = 0; i < m->nparams; i++) {
         if (m->w[i].owns_data) backend_free(m, &m->w[i]);
     }
@@ -563,6 +566,35 @@ h3s_status h3s_model_set_device_grads(h3s_model *m, int on) {
 }
 
 int h3s_model_device_grads(const h3s_model *m) { return m && m->device_grads && m->device; }
+
+h3s_status h3s_model_set_deferred_backward(h3s_model *m, int on) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_deferred_backward: NULL model");
+    if (!on && m->pending) H3S_TRY(h3s_model_finish(m));
+    m->deferred = on ? 1 : 0;
+    return H3S_OK;
+}
+
+int h3s_model_deferred_backward(const h3s_model *m) { return m && m->deferred; }
+
+int h3s_model_pending(const h3s_model *m) { return m && m->pending; }
+
+h3s_status h3s_model_finish(h3s_model *m) {
+    if (!m) return h3s_fail(H3S_ERR_INVALID, "model_finish: NULL model");
+    if (!m->pending) return H3S_OK;
+    m->pending = 0;
+    h3s_status st = h3s_cuda_sync();
+    if (st != H3S_OK) return h3s_fail_context(st, "model_finish: the deferred backward failed on the device");
+    return H3S_OK;
+}
+
+/* A pass on a model whose deferred backward has not been waited for waits for it first, so that its error (if any)
+ * is reported, by this call, before any new work. */
+static h3s_status finish_pending(h3s_model *m, const char *op) {
+    if (!m->pending) return H3S_OK;
+    h3s_status st = h3s_model_finish(m);
+    if (st != H3S_OK) return h3s_fail_context(st, "%s", op);
+    return H3S_OK;
+}
 
 h3s_status h3s_model_set_grad_dtype(h3s_model *m, h3s_dtype dtype) {
     if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_grad_dtype: NULL model");
@@ -1971,6 +2003,7 @@ static h3s_status check_output(const h3s_model *m, const char *name, const h3s_t
 static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
                                     h3s_tape **tape, int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
     int64_t B;
+    H3S_TRY(finish_pending(m, into ? "model_forward_into" : "model_forward"));
     H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
     if (into) {
         H3S_TRY(check_output(m, "sample", sample, B, in->hidden_states.shape[1], h3s_config_video_width(&m->cfg), in,
@@ -2613,6 +2646,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     if (!m || !tape || !d_sample || !d_audio_sample || !out)
         return h3s_fail(H3S_ERR_INVALID, "model_backward: NULL argument");
     if (tape->m != m) return h3s_fail(H3S_ERR_INVALID, "model_backward: the tape belongs to another model");
+    H3S_TRY(finish_pending(m, "model_backward"));
     int64_t Wv = h3s_config_video_width(&m->cfg), Wa = m->cfg.audio_in_channels;
     const h3s_tensor *cts[2] = {d_sample, d_audio_sample};
     int64_t want[2][3] = {{tape->B, tape->Nv, Wv}, {tape->B, tape->Na, Wa}};
@@ -2684,7 +2718,13 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
      * so they are ready when the call returns); otherwise they come to the host */
     if (dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 1, out);
-    if (st == H3S_OK && m->device) st = h3s_cuda_sync();
+    /* every use of the temporaries is queued: release them in stream order now, so that the host's releases overlap
+     * the device's work instead of following the wait */
+    if (dev_block && st == H3S_OK) arena_free(&tape->ar);
+    if (st == H3S_OK && dev_block && m->deferred)
+        m->pending = 1; /* h3s_model_finish (or the model's next pass) waits and reads the index checks */
+    else if (st == H3S_OK && m->device)
+        st = h3s_cuda_sync();
     if (!dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 0, out);
     if (st == H3S_OK) {
         out->count = m->nparams;

@@ -24,3 +24,9 @@ h3s_status h3s_tensor_copy(const h3s_tensor *src, h3s_tensor *dst) {
 }
 
 h3s_status h3s_device_synchronize(void) { return h3s_cuda_sync(); }
+
+h3s_status h3s_device_stream(void **stream) {
+    if (!stream) return h3s_fail(H3S_ERR_INVALID, "device_stream: NULL argument");
+    *stream = NULL;
+    return h3s_cuda_stream(stream);
+}

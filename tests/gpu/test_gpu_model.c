@@ -28,6 +28,48 @@ static void grads_in_block(const h3s_grads *g, const char *what) {
     printf("gpu %s: %lld gradients in one block of %zu bytes\n", what, (long long)inside, bytes);
 }
 
+/* How many of g's device parameter gradients are bit for bit host's (*on_device: how many are on the device). */
+static int64_t device_grads_equal(const h3s_grads *g, const h3s_grads *host_grads, int64_t *on_device) {
+    int64_t equal = 0;
+    *on_device = 0;
+    for (int64_t i = 0; i < g->count && i < host_grads->count; i++) {
+        const h3s_tensor *t = &g->params[i];
+        if (!t->device) continue;
+        (*on_device)++;
+        h3s_tensor host;
+        memset(&host, 0, sizeof host);
+        CHECK_OK(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
+        CHECK_OK(h3s_cuda_download(t, &host));
+        equal += h3t_bitwise_equal(&host, &host_grads->params[i]);
+        h3s_tensor_free(&host);
+    }
+    return equal;
+}
+
+/* Raise the library's index flag on its stream: an AdaLN-modulated RMSNorm whose table index is out of range (the
+ * kernel refuses the row and records the index), so that the next wait for the stream reports H3S_ERR_INDEX. */
+static void raise_index_flag(void) {
+    const int64_t M = 4, H = 32;
+    int64_t xs[2] = {M, H}, ts[2] = {1, 2 * H}, is[1] = {M};
+    h3s_tensor xh, th, ih, xd, td, id, yd;
+    CHECK_OK(h3s_tensor_alloc(&xh, H3S_BF16, 2, xs));
+    CHECK_OK(h3s_tensor_alloc(&th, H3S_BF16, 2, ts));
+    CHECK_OK(h3s_tensor_alloc(&ih, H3S_I64, 1, is));
+    for (int64_t m = 0; m < M; m++)
+        ((int64_t *)ih.data)[m] = m == 2 ? 5 : 0; /* the table has one row */
+    CHECK_OK(h3s_cuda_tensor_alloc(&xd, H3S_BF16, 2, xs));
+    CHECK_OK(h3s_cuda_tensor_alloc(&td, H3S_BF16, 2, ts));
+    CHECK_OK(h3s_cuda_tensor_alloc(&id, H3S_I64, 1, is));
+    CHECK_OK(h3s_cuda_tensor_alloc(&yd, H3S_BF16, 2, xs));
+    CHECK_OK(h3s_cuda_upload(&xh, &xd));
+    CHECK_OK(h3s_cuda_upload(&th, &td));
+    CHECK_OK(h3s_cuda_upload(&ih, &id));
+    h3s_modulation mod = {&td, &id, 0, 1};
+    CHECK_OK(h3s_rmsnorm_forward(&xd, NULL, &mod, 1e-5, &yd));
+    h3s_cuda_tensor_free(&xd), h3s_cuda_tensor_free(&td), h3s_cuda_tensor_free(&id), h3s_cuda_tensor_free(&yd);
+    h3s_tensor_free(&xh), h3s_tensor_free(&th), h3s_tensor_free(&ih);
+}
+
 int main(void) {
     if (!h3s_cuda_available()) {
         char reason[512];
@@ -132,18 +174,7 @@ int main(void) {
             CHECK(h3t_bitwise_equal(&host, ain[k]), "GPU device-gradient model: input gradient %d differs", k);
             h3s_tensor_free(&host);
         }
-        int64_t on_device = 0, equal = 0;
-        for (int64_t i = 0; i < d.grads.count && i < a.grads.count; i++) {
-            const h3s_tensor *t = &d.grads.params[i];
-            if (!t->device) continue;
-            on_device++;
-            h3s_tensor host;
-            memset(&host, 0, sizeof host);
-            CHECK_OK(h3s_tensor_alloc(&host, t->dtype, t->ndim, t->shape));
-            CHECK_OK(h3s_cuda_download(t, &host));
-            equal += h3t_bitwise_equal(&host, &a.grads.params[i]);
-            h3s_tensor_free(&host);
-        }
+        int64_t on_device = 0, equal = device_grads_equal(&d.grads, &a.grads, &on_device);
         CHECK(a.grads.block.data == NULL, "host gradients: no device block");
         grads_in_block(&d.grads, "F32 device gradients");
         printf("gpu device gradients: %lld of %lld on the device, %lld bit-identical to the host gradients\n",
@@ -155,6 +186,75 @@ int main(void) {
         CHECK(d.grads.params == NULL, "h3s_grads_free cleared the gradients");
         CHECK_OK(h3s_cuda_sync());
         h3s_model_free(dg);
+    }
+
+    /* Deferred backward (h3s_model_set_deferred_backward): a device-gradient backward returns with its pass queued
+     * (pending), and after h3s_model_finish its gradients are the synchronous ones of run `a`, bit for bit; the next
+     * pass, turning the mode off and freeing the model finish a pending backward; an index error raised on the
+     * library's stream while a backward is pending is h3s_model_finish's, and the model's next pass reports it. */
+    {
+        h3s_model *df = NULL;
+        CHECK_OK(h3s_model_create(w, H3S_BACKEND_CUDA, &df));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_set_deferred_backward(NULL, 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_finish(NULL));
+        CHECK(h3s_model_deferred_backward(df) == 0 && h3s_model_pending(df) == 0,
+              "deferred backward is off by default");
+        CHECK_OK(h3s_model_set_device_grads(df, 1));
+        CHECK_OK(h3s_model_set_deferred_backward(df, 1));
+        CHECK(h3s_model_deferred_backward(df) == 1, "deferred backward on");
+        run d;
+        forward_backward(df, &q3.in, &d);
+        CHECK(h3s_model_pending(df) == 1, "a deferred backward returned finished");
+        CHECK_OK(h3s_model_finish(df));
+        CHECK(h3s_model_pending(df) == 0, "finished, still pending");
+        CHECK_OK(h3s_model_finish(df)); /* nothing pending: OK */
+        CHECK(h3t_bitwise_equal(&d.sample, &a.sample), "deferred backward model: sample differs");
+        int64_t on_device = 0, equal = device_grads_equal(&d.grads, &a.grads, &on_device);
+        printf("gpu deferred backward: %lld of %lld gradients on the device, %lld bit-identical to the host ones\n",
+               (long long)on_device, (long long)d.grads.count, (long long)equal);
+        CHECK(on_device == d.grads.count && equal == on_device, "deferred backward: %lld on device, %lld equal of %lld",
+              (long long)on_device, (long long)equal, (long long)d.grads.count);
+        run_free(&d);
+        /* the next pass finishes it: a forward's own check then has nothing pending */
+        forward_backward(df, &q1.in, &d);
+        CHECK(h3s_model_pending(df) == 1, "second deferred backward not pending");
+        run e;
+        forward_backward(df, &q1.in, &e);
+        CHECK_OK(h3s_model_finish(df));
+        int64_t n1 = 0, eq1 = device_grads_equal(&e.grads, &one.grads, &n1);
+        CHECK(n1 == e.grads.count && eq1 == n1, "deferred backward after a pending one: %lld of %lld equal",
+              (long long)eq1, (long long)n1);
+        run_free(&d);
+        run_free(&e);
+        /* an error on the stream while pending: h3s_model_finish reports it once */
+        forward_backward(df, &q1.in, &d);
+        raise_index_flag();
+        CHECK_FAILS(H3S_ERR_INDEX, h3s_model_finish(df));
+        CHECK(strstr(h3s_last_error(), "deferred backward") != NULL, "message: %s", h3s_last_error());
+        CHECK(h3s_model_pending(df) == 0, "pending after a failed finish");
+        CHECK_OK(h3s_cuda_sync());
+        run_free(&d);
+        /* ... and a pass started while it is pending reports it and does no work */
+        forward_backward(df, &q1.in, &d);
+        raise_index_flag();
+        {
+            h3s_tensor s2, a2;
+            h3s_tape *t2 = NULL;
+            CHECK_FAILS(H3S_ERR_INDEX, h3s_model_forward(df, &q1.in, NULL, NULL, &t2, &s2, &a2));
+            CHECK(t2 == NULL && h3s_model_pending(df) == 0, "a failed pass left a tape or a pending backward");
+            CHECK(strstr(h3s_last_error(), "model_forward") != NULL, "message: %s", h3s_last_error());
+        }
+        run_free(&d);
+        /* turning the mode off finishes a pending backward; freeing the model does too */
+        forward_backward(df, &q1.in, &d);
+        CHECK_OK(h3s_model_set_deferred_backward(df, 0));
+        CHECK(h3s_model_pending(df) == 0 && h3s_model_deferred_backward(df) == 0, "mode off: still pending");
+        run_free(&d);
+        CHECK_OK(h3s_model_set_deferred_backward(df, 1));
+        forward_backward(df, &q1.in, &d);
+        h3s_model_free(df);
+        run_free(&d);
+        CHECK_OK(h3s_cuda_sync());
     }
 
     /* Outputs into the caller's device memory (h3s_model_forward_into) and cotangents from it: the same bits as the
