@@ -1112,6 +1112,11 @@ __global__ void __launch_bounds__(32 * TC_CW)
  * list) is block Qi nk + Ki of the pair's region, nq = 4 ceil(qcnt / 64) and nk = 4 ceil(kcnt / 64) (the dk/dv
  * kernel writes whole tiles of 64 queries and of 64 keys); the regions of a chunk of heads [h0, h0 + nh) follow
  * each other, group by group, head by head inside a group. */
+/* The stored dS's 16-row blocks along a group's queries or keys: whole 64-row tiles, four blocks each.  A group's
+ * region per head is tc_ds_blocks16(queries) x tc_ds_blocks16(keys) blocks (tc_plan_build counts them, tc_ds_region
+ * finds them; scripts/memory_plan.py counts the same). */
+__host__ __device__ __forceinline__ int tc_ds_blocks16(int count) { return 4 * ((count + 63) / 64); }
+
 struct tc_ds {
     uint4 *base;           /* the chunk's blocks, or NULL (no dq asked for: nothing is stored) */
     const long long *goff; /* [ngroups] blocks of the groups before, per head */
@@ -1119,8 +1124,8 @@ struct tc_ds {
 };
 
 __device__ __forceinline__ uint4 *tc_ds_region(const tc_ds &D, const tc_groups &G, int g, int h, int *nk) {
-    const int nq = 4 * ((G.g_qcnt[g] + 63) / 64);
-    *nk = 4 * ((G.g_kcnt[g] + 63) / 64);
+    const int nq = tc_ds_blocks16(G.g_qcnt[g]);
+    *nk = tc_ds_blocks16(G.g_kcnt[g]);
     return D.base + (D.goff[g] * D.nh + (long long)(h - D.h0) * nq * *nk) * 32;
 }
 
@@ -1575,7 +1580,7 @@ static h3s_status tc_plan_build(const char *op, const h3c_attn_args *a, int back
     long long ds_blocks = 0;
     for (int g = 0; g < (int)gi.size(); g++) {
         goff.push_back((int)(ds_blocks & 0xffffffffLL)), goff.push_back((int)(ds_blocks >> 32));
-        ds_blocks += 16LL * ((gqc[(size_t)g] + 63) / 64) * ((gkc[(size_t)g] + 63) / 64);
+        ds_blocks += (long long)tc_ds_blocks16(gqc[(size_t)g]) * tc_ds_blocks16(gkc[(size_t)g]);
     }
     const size_t o_go = put(goff);
     size_t bytes = all.size() * sizeof(int);
