@@ -223,8 +223,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
             char *end = NULL;
             force_config = (int)strtol(argv[++i], &end, 10);
-            if (!end || *end || force_config < 0 || force_config > 3) {
-                fprintf(stderr, "bench_gemm: --config takes 0, 1, 2 or 3\n");
+            if (!end || *end || force_config < 0 || force_config >= h3c_gemm_config_count()) {
+                fprintf(stderr, "bench_gemm: --config takes 0 to %d\n", h3c_gemm_config_count() - 1);
                 return 2;
             }
         } else if (!strcmp(argv[i], "--dw-bf16")) {

@@ -66,6 +66,26 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+/* A bulk tensor store of one box from shared memory (the box's layout as the map's swizzle) to the tensor at
+ * (c0, c1); the tensor map clips what lies outside the tensor.  Completion is tracked by bulk groups. */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"((uint64_t)map),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* Wait until at most N committed bulk groups still read their shared-memory source (READ) or are incomplete. */
+template <int N, bool READ> __device__ __forceinline__ void bulk_wait() {
+    if constexpr (READ)
+        asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+    else
+        asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* Make this thread's generic-proxy shared-memory writes visible to the async proxy (the bulk copies). */
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /* Shared-memory matrix descriptor, 128-byte swizzle (atoms 1024-byte aligned). */
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |

@@ -384,7 +384,10 @@ constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
 
 /* EPI_BF16_STAGED: BF16 out without bias through a shared-memory buffer per warp (the wgrad's, whose output is
  * large against its work: see the consumer's epilogue). */
-enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_BF16_STAGED = 2 };
+/* EPI_BF16_TMA, EPI_F32_TMA: BF16 out (with the bias, when present) or F32 out, staged in shared memory and written by
+ * bulk tensor stores that run while the rest of the tile is staged and the next tile's MMAs run (the persistent
+ * configurations 4 and 5 of the forward and the dgrad). */
+enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_BF16_STAGED = 2, EPI_BF16_TMA = 3, EPI_F32_TMA = 4 };
 
 struct args {
     int64_t P, Q, R;
@@ -430,7 +433,18 @@ struct cfg {
     static constexpr int TOT_OFF = EPI_OFF; /* the staging buffer and the split total share one region */
     static constexpr int TOT_BYTES = FOLD == 2 ? NC * 128 * (BN / 4) * 4 : 0;
     static constexpr int REGION = EPI_BYTES > TOT_BYTES ? EPI_BYTES : TOT_BYTES;
-    static constexpr int SMEM = REGION ? EPI_OFF + REGION + 1024 : RING + 1024 + BARS;
+    /* EPI_BF16_TMA, EPI_F32_TMA: per consumer warpgroup, two staging boxes of its 64 rows by 128 bytes (64 BF16 or
+     * 32 F32 columns) in the 128-byte swizzle of the output's tensor map (1024-byte aligned), after the ring's
+     * barriers; the tile's columns pass through them in turn */
+    static constexpr int TMA_EPI = EPI == EPI_BF16_TMA || EPI == EPI_F32_TMA;
+    static constexpr int STG_OFF = (RING + BARS + 1023) / 1024 * 1024;
+    static constexpr int STG_BYTES = TMA_EPI ? NC * 2 * 8192 : 0;
+    /* a persistent grid (at most one CTA per multiprocessor) for the configurations whose epilogue overlaps the next
+     * tile's MMAs; the others run one CTA per tile except for short reductions (launch) */
+    static constexpr int PERSIST = TMA_EPI;
+    static constexpr int SMEM = TMA_EPI ? STG_OFF + STG_BYTES + 1024
+                                : REGION        ? EPI_OFF + REGION + 1024
+                                                : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
@@ -441,6 +455,8 @@ struct cfg {
                                 EPI != EPI_BF16_BIAS),
                   "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
+    static_assert(!TMA_EPI || (BM == 128 && BN % 64 == 0 && FOLD == 0 && MINB == 1),
+                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks, no fold");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
@@ -452,7 +468,7 @@ template <int NC> __device__ __forceinline__ void consumers_sync() {
  * chain's accumulator), as an m64nBN accumulator fragment. */
 template <class C>
 __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN / 2], int64_t p0, int64_t q0, int c,
-                                           const args &g, int64_t coff) {
+                                           const args &g, int64_t coff, const CUtensorMap *mc, int &seq) {
     constexpr int BN = C::BN, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
@@ -545,6 +561,50 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
         }
         /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
         if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
+    } else if constexpr (C::TMA_EPI) {
+        /* Each value (BF16 out: plus the bias, when present, then rounded by h3k_f2bf2 as in EPI_BF16_BIAS; F32 out:
+         * as accumulated) is written to a staging box of this warpgroup (64 rows x 128 bytes, 128-byte swizzle: the 8
+         * rows of a fragment fall in distinct 16-byte chunks, so a warp's writes take the fewest wavefronts), then
+         * thread 0 of the warpgroup issues one bulk store per box, which clips what lies past P or Q.  The two boxes
+         * alternate over the chunks of BC columns (seq counts the chunks this warpgroup has staged, over all its
+         * tiles): before a box is rewritten, the bulk store issued from it two chunks ago has read it.  Only where
+         * the bytes go changes: every value is the one the thread computed. */
+        constexpr bool F32 = C::EPI == EPI_F32_TMA;
+        constexpr int ES = F32 ? 4 : 2, BC = 128 / ES; /* element bytes, columns per box */
+        uint8_t *stg = smem + C::STG_OFF + c * 16384;
+        const int l = lane & 3;
+#pragma unroll
+        for (int ch = 0; ch < BN / BC; ch++, seq++) {
+            uint8_t *box = stg + (seq & 1) * 8192;
+            if (t == 0) bulk_wait<1, true>();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory"); /* this warpgroup's named barrier */
+#pragma unroll
+            for (int jj = 0; jj < BC / 8; jj++) {
+                const int j = ch * (BC / 8) + jj, cb = (jj * 8 + 2 * l) * ES; /* cb: the byte within the box row */
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float v0 = v[j * 4 + 2 * h], v1 = v[j * 4 + 2 * h + 1];
+                    const int r = w * 16 + (lane >> 2) + 8 * h;
+                    uint8_t *dst = box + r * 128 + (((cb >> 4) ^ (r & 7)) << 4) + (cb & 15);
+                    if constexpr (F32) {
+                        *(float2 *)dst = make_float2(v0, v1);
+                    } else {
+                        const int64_t q = q0 + j * 8 + 2 * l;
+                        if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
+                            v0 = v0 + h3k_bf2f(g.bias[q]);
+                            v1 = v1 + h3k_bf2f(g.bias[q + 1]);
+                        }
+                        *(uint32_t *)dst = h3k_f2bf2(v0, v1);
+                    }
+                }
+            }
+            fence_proxy_async_smem();
+            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+            if (t == 0) {
+                tma_store_2d(mc, box, (int)(q0 + ch * BC), (int)(p0 + c * 64));
+                bulk_commit();
+            }
+        }
     } else {
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
@@ -563,7 +623,8 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
-                                         int64_t q0, int c, const args &g, int64_t base, int64_t coff) {
+                                         int64_t q0, int c, const args &g, int64_t base, int64_t coff,
+                                         const CUtensorMap *mc, int &seq) {
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
@@ -665,9 +726,9 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
 
     if constexpr (C::FOLD == 1)
-        store_tile<C>(smem, tot, p0, q0, c, g, coff);
+        store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
     else
-        store_tile<C>(smem, acc, p0, q0, c, g, coff);
+        store_tile<C>(smem, acc, p0, q0, c, g, coff, mc, seq);
 }
 
 /* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
@@ -682,7 +743,8 @@ __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB)
-    wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
+    wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+            const __grid_constant__ CUtensorMap map_c, const args g) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = C::BM, BN = C::BN, STAGES = C::STAGES, NC = C::NC;
     extern __shared__ uint8_t wg_smem_raw[];
@@ -747,12 +809,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     } else {
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         int64_t base = 0;
+        int seq = 0; /* the bulk-store epilogue's chunks staged so far */
         for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
             int64_t p0, q0, kb0, nk, coff;
             work(id, p0, q0, kb0, nk, coff);
-            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff);
+            consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff, &map_c, seq);
             base += nk;
         }
+        /* the last bulk stores complete before the CTA leaves */
+        if constexpr (C::TMA_EPI)
+            if ((threadIdx.x & 127) == 0) bulk_wait<0, false>();
     }
 #endif
 }
@@ -886,7 +952,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
                 a_next = a0 + nb;
                 if (a_next >= AS) a_next -= AS, a_ph ^= 1u;
             }
-            store_tile<C>(smem, tot, p0, q0, c, g, 0);
+            int seq = 0; /* unused: a staged epilogue */
+            store_tile<C>(smem, tot, p0, q0, c, g, 0, nullptr, seq);
         }
     }
 #endif
@@ -937,6 +1004,13 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
+/* Configurations 0 and 1 with the bulk-store epilogue on a persistent grid (EPI_BF16_TMA, EPI_F32_TMA): the same
+ * MMAs and the same rounding of the same values; only the way the tile reaches memory differs, so the same bits.
+ * The staging boxes take the room of a ring stage at 128 x 192. */
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c4;
+typedef cfg<128, 192, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c5;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c4;
+typedef cfg<128, 192, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c5;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
@@ -993,16 +1067,17 @@ static h3s_status get_encode(const char *op) {
     return H3S_OK;
 }
 
-/* 2-D BF16 tensor map over rows x cols (row stride ld elements), box box_cols x box_rows,
- * 128-byte swizzle, zeros outside the tensor. */
+/* 2-D tensor map (BF16, or F32 for an F32 output) over rows x cols (row stride ld elements), box box_cols x
+ * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there). */
 static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
-                           int box_cols, int box_rows) {
+                           int box_cols, int box_rows,
+                           CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
     H3S_TRY(get_encode(op));
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    cuuint64_t strides[1] = {(cuuint64_t)ld * (dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2)};
     cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
     cuuint32_t es[2] = {1, 1};
-    CUresult r = encode_fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
+    CUresult r = encode_fn(m, dt, 2, (void *)base, dims, strides, box, es,
                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
@@ -1032,6 +1107,9 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
     else
         H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
+    CUtensorMap mc = ma; /* the output's map: read only by the bulk-store epilogue */
+    if (C::EPI == EPI_BF16_TMA) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 64, 64));
+    if (C::EPI == EPI_F32_TMA) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 32, 64, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
         const void *fn;
@@ -1068,11 +1146,11 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     }
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
-    const int64_t grid = nk <= 32 && slots < tiles ? slots : tiles;
+    const int64_t grid = (C::PERSIST || nk <= 32) && slots < tiles ? slots : tiles;
     if constexpr (C::FOLD == 3)
         wg_gemm_halves<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     else
-        wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
+        wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
     return h3c_launch_check(op);
 }
 
@@ -1086,7 +1164,7 @@ h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, in
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 4; }
+extern "C" int h3c_gemm_config_count(void) { return 6; }
 
 /* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
 #define H3C_WGRAD_WIDE_M 16384
@@ -1127,18 +1205,20 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
 
 /* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192, 2 = 64 x 64 with two CTAs
  * per multiprocessor, for M <= 64, 3 = 64 x 64 with a deep ring, for M <= 64 when the output has
- * fewer than 132 column tiles.  Between 0 and 1 the choice counts waves of 132 tiles (a
- * constant of the build, the H100/H200 SXM multiprocessor count, never read from the device)
- * and takes the one with less estimated time, a 128 x 192 tile costed at 0.9 of a 128 x 256
- * one (measured: the narrower tile runs at a lower rate).  The choice depends on (M, Q) only, and every configuration
- * gives the same bits (tests/gpu/test_gpu_gemm.c). */
+ * fewer than 132 column tiles, 4 and 5 = 0 and 1 with the bulk-store epilogue on a persistent grid.
+ * Above M = 64 the dispatcher takes 4 or 5: it counts waves of 132 tiles (a constant of the build,
+ * the H100/H200 SXM multiprocessor count, never read from the device) and takes the one with less
+ * estimated time, a 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured: the narrower tile
+ * runs at a lower rate).  Configurations 0 and 1 stay for the invariance test, which compares every
+ * configuration.  The choice depends on (M, Q) only, and every configuration gives the same bits
+ * (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
     const int64_t rows = (M + 127) / 128;
     const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
     const double c0 = (double)((t0 + 131) / 132), c1 = 0.9 * (double)((t1 + 131) / 132);
-    return c1 < c0 ? 1 : 0;
+    return c1 < c0 ? 5 : 4;
 }
 
 extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
@@ -1151,6 +1231,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
+    case 4: return wg::launch<wg::fwd_c4>(op, M, N, K, x, K, w, K, b, y, N);
+    case 5: return wg::launch<wg::fwd_c5>(op, M, N, K, x, K, w, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
@@ -1249,7 +1331,9 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 4: return wg::launch<wg::dgrad_c4>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    default: return wg::launch<wg::dgrad_c5>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }
 
