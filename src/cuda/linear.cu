@@ -442,9 +442,9 @@ struct cfg {
     /* a persistent grid (at most one CTA per multiprocessor) for the configurations whose epilogue overlaps the next
      * tile's MMAs; the others run one CTA per tile except for short reductions (launch) */
     static constexpr int PERSIST = TMA_EPI;
-    static constexpr int SMEM = TMA_EPI ? STG_OFF + STG_BYTES + 1024
-                                : REGION        ? EPI_OFF + REGION + 1024
-                                                : RING + 1024 + BARS;
+    static constexpr int SMEM = TMA_EPI  ? STG_OFF + STG_BYTES + 1024
+                                : REGION ? EPI_OFF + REGION + 1024
+                                         : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
@@ -1070,16 +1070,15 @@ static h3s_status get_encode(const char *op) {
 /* 2-D tensor map (BF16, or F32 for an F32 output) over rows x cols (row stride ld elements), box box_cols x
  * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there). */
 static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
-                           int box_cols, int box_rows,
-                           CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
+                           int box_cols, int box_rows, CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
     H3S_TRY(get_encode(op));
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * (dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2)};
     cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
     cuuint32_t es[2] = {1, 1};
-    CUresult r = encode_fn(m, dt, 2, (void *)base, dims, strides, box, es,
-                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    CUresult r =
+        encode_fn(m, dt, 2, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return h3s_fail(H3S_ERR_DEVICE, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld operand", op, (int)r,
                         (long long)rows, (long long)cols);
