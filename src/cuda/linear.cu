@@ -385,8 +385,8 @@ constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
 /* EPI_BF16_STAGED: BF16 out without bias through a shared-memory buffer per warp (the wgrad's, whose output is
  * large against its work: see the consumer's epilogue). */
 /* EPI_BF16_TMA, EPI_F32_TMA: BF16 out (with the bias, when present) or F32 out, staged in shared memory and written by
- * bulk tensor stores that run while the rest of the tile is staged and the next tile's MMAs run (the persistent
- * configurations 4 and 5 of the forward and the dgrad). */
+ * bulk tensor stores that run while the rest of the tile is staged and the next tile's MMAs run (configurations 0
+ * and 1 of the forward and the dgrad, on a persistent grid). */
 enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_BF16_STAGED = 2, EPI_BF16_TMA = 3, EPI_F32_TMA = 4 };
 
 struct args {
@@ -992,11 +992,15 @@ namespace wg {
 /* The configurations (docs/numerics/linear_cuda.md).  Which one runs depends on the phase, on
  * M (forward and dgrad, where M is an output dimension) and on nothing else; every one gives
  * the same bits for the same output element (tests/gpu/test_gpu_gemm.c). */
-typedef cfg<128, 256, 4, 0, 0, EPI_BF16_BIAS, 0> fwd_c0;
-typedef cfg<128, 192, 5, 0, 0, EPI_BF16_BIAS, 0> fwd_c1;
+/* 128 x 256 and 128 x 192 tiles with the bulk-store epilogue (EPI_BF16_TMA, EPI_F32_TMA) on a persistent grid: the
+ * epilogue's stores run while the next tile's MMAs do.  At 128 x 192 the staging boxes take the room of a ring stage.
+ * Until this epilogue these configurations wrote from registers (EPI_BF16_BIAS, EPI_F32, as configurations 2 and 3
+ * still do), one CTA per tile, with five stages at 128 x 192: the same values, so the same bits. */
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c0;
+typedef cfg<128, 192, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c1;
 typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 2> fwd_c2;
-typedef cfg<128, 256, 4, 0, 1, EPI_F32, 0> dgrad_c0;
-typedef cfg<128, 192, 5, 0, 1, EPI_F32, 0> dgrad_c1;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c0;
+typedef cfg<128, 192, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c1;
 typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
 /* 64 x 64 tiles, one CTA per multiprocessor with a 13-stage ring: for M <= 64 when the output has
  * too few tiles to fill the device (e.g. the q/k/v dgrad's 5376 / 64 = 84 tiles, each streaming a
@@ -1004,13 +1008,6 @@ typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
 typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
 typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
-/* Configurations 0 and 1 with the bulk-store epilogue on a persistent grid (EPI_BF16_TMA, EPI_F32_TMA): the same
- * MMAs and the same rounding of the same values; only the way the tile reaches memory differs, so the same bits.
- * The staging boxes take the room of a ring stage at 128 x 192. */
-typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c4;
-typedef cfg<128, 192, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c5;
-typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c4;
-typedef cfg<128, 192, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c5;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
@@ -1131,11 +1128,12 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
-    /* A short reduction (at most 32 blocks of 64, e.g. wgrad at M <= 2048) runs on a persistent
-     * grid, at most as many CTAs as fit on the device at once, so that a tile's epilogue overlaps
-     * the next tile's loads; a long one runs one CTA per tile, whose waves start in step and share
-     * the operand panels in L2 (measured: a persistent grid loses that at long reductions).  The
-     * tile -> CTA mapping changes no result. */
+    /* The bulk-store configurations and a short reduction (at most 32 blocks of 64, e.g. wgrad at
+     * M <= 2048) run on a persistent grid, at most as many CTAs as fit on the device at once, so
+     * that a tile's epilogue overlaps the next tile's loads (and, with bulk stores, its MMAs); the
+     * others' long reductions run one CTA per tile, whose waves start in step and share the
+     * operand panels in L2 (measured: a persistent grid loses that at long reductions when the
+     * epilogue does not overlap).  The tile -> CTA mapping changes no result. */
     static int sms = 0;
     if (!sms) {
         int dev = 0;
@@ -1163,7 +1161,7 @@ h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, in
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 6; }
+extern "C" int h3c_gemm_config_count(void) { return 4; }
 
 /* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
 #define H3C_WGRAD_WIDE_M 16384
@@ -1202,14 +1200,13 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
     return H3S_OK;
 }
 
-/* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192, 2 = 64 x 64 with two CTAs
- * per multiprocessor, for M <= 64, 3 = 64 x 64 with a deep ring, for M <= 64 when the output has
- * fewer than 132 column tiles, 4 and 5 = 0 and 1 with the bulk-store epilogue on a persistent grid.
- * Above M = 64 the dispatcher takes 4 or 5: it counts waves of 132 tiles (a constant of the build,
- * the H100/H200 SXM multiprocessor count, never read from the device) and takes the one with less
- * estimated time, a 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured: the narrower tile
- * runs at a lower rate).  Configurations 0 and 1 stay for the invariance test, which compares every
- * configuration.  The choice depends on (M, Q) only, and every configuration gives the same bits
+/* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192 (both with the bulk-store
+ * epilogue on a persistent grid), 2 = 64 x 64 with two CTAs per multiprocessor, for M <= 64,
+ * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles.
+ * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
+ * multiprocessor count, never read from the device) and takes the one with less estimated time, a
+ * 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured: the narrower tile runs at a lower
+ * rate).  The choice depends on (M, Q) only, and every configuration gives the same bits
  * (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
@@ -1217,7 +1214,7 @@ static int pick_config(int64_t M, int64_t Q) {
     const int64_t rows = (M + 127) / 128;
     const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
     const double c0 = (double)((t0 + 131) / 132), c1 = 0.9 * (double)((t1 + 131) / 132);
-    return c1 < c0 ? 5 : 4;
+    return c1 < c0 ? 1 : 0;
 }
 
 extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
@@ -1230,8 +1227,6 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
-    case 4: return wg::launch<wg::fwd_c4>(op, M, N, K, x, K, w, K, b, y, N);
-    case 5: return wg::launch<wg::fwd_c5>(op, M, N, K, x, K, w, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
@@ -1330,9 +1325,7 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    case 4: return wg::launch<wg::dgrad_c4>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    default: return wg::launch<wg::dgrad_c5>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }
 
