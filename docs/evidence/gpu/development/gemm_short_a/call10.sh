@@ -8,7 +8,10 @@
 #   3. B1: test_gpu_gemm at M in {1, 2, 7, 12, 33, 64} on every H3 shape (every configuration and the dispatcher
 #      against the 33396-row reference), the invariance count as JSON;
 #   4. bench_gemm --only K N M --phase P, one process per line, B0 then B1, at M = 12 and 64, forward and dgrad, on
-#      the five shapes.
+#      the five shapes;
+#   5. B0: configurations 0 and 1 forced (--config), forward and dgrad, at M in {1133, 4253, 33396} on the five
+#      shapes: the per-round cost of a 128 x 192 tile against a 128 x 256 one for the dispatcher's factor
+#      (docs/evidence/gpu/development/gemm_epilogue.md, "The dispatcher's factor").
 set -u
 SRC=$PWD; log(){ echo "$@"; }; . scripts/device_deps.sh
 mkdir -p $OUT/r; T0=$(date +%s)
@@ -35,5 +38,11 @@ for M in 12 64; do for ph in forward dgrad; do for sh in "5376 7168" "7168 5376"
     echo -n "$sh $M b$t: "; timeout 20 /tmp/b$t/bench_gemm --only $sh $M --phase $ph 2>&1 | tail -n 1
   done
 done; done; done | tee $OUT/r/bench_short_a.txt
+echo "elapsed $(( $(date +%s) - T0 ))s"
+for M in 1133 4253 33396; do for ph in forward dgrad; do for sh in "5376 7168" "7168 5376" "5376 28672" "14336 5376" "2688 32256"; do
+  for c in 0 1; do
+    echo -n "$sh $M c$c: "; timeout 20 /tmp/b0/bench_gemm --only $sh $M --phase $ph --config $c 2>&1 | tail -n 1
+  done
+done; done; done | tee $OUT/r/bench_c0_c1.txt
 echo "elapsed $(( $(date +%s) - T0 ))s"
 cd $OUT && tar czf all.tgz r && rm -rf r
