@@ -1205,9 +1205,11 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
- * 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured: the narrower tile runs at a lower
- * rate).  The choice depends on (M, Q) only, and every configuration gives the same bits
- * (tests/gpu/test_gpu_gemm.c). */
+ * 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured with the register epilogue: the
+ * narrower tile ran at a lower rate; with bulk stores the measured cost is nearer 0.77, and the
+ * rows that would change are still to be measured: docs/evidence/gpu/development/gemm_epilogue.md,
+ * "The dispatcher's factor").  The choice depends on (M, Q) only, and every configuration gives the
+ * same bits (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
