@@ -7,7 +7,11 @@
 #      configuration 0 at M in {257, 1133, 4253}), F32 and BF16 dw, on every H3 shape;
 #   3. bench_gemm --only K N M --phase wgrad --wgrad-config C, one process per line, F32 and BF16 dw: C = 1 against 5
 #      at M = 12 and 64, C = 0 against 4 at M = 925, 1133 and 2048, on the five shapes;
-#   4. the full bench_gemm (the dispatcher's choice) as JSON.
+#   4. the full bench_gemm (the dispatcher's choice) as JSON;
+#   5. racecheck and synccheck on bench_gemm at 2688 -> 32256, M = 129 (more tiles than multiprocessors, so that the
+#      persistent CTAs of the bulk-store configurations run a second tile and reuse their staging boxes, which the
+#      small test shapes do not reach): forward configuration 0, dgrad configuration 0 and wgrad configurations 4 and
+#      5 (F32 and BF16 dw), one repetition each.
 set -u
 SRC=$PWD; log(){ echo "$@"; }; . scripts/device_deps.sh
 mkdir -p $OUT/r; B=/tmp/b11; T0=$(date +%s)
@@ -33,5 +37,15 @@ for bf in "" "--dw-bf16"; do for sh in "5376 7168" "7168 5376" "5376 28672" "143
 done; done | tee $OUT/r/bench_wgrad_configs.txt
 echo "elapsed $(( $(date +%s) - T0 ))s"
 timeout 90 $B/bench_gemm --reps 10 --warmup 3 --json $OUT/r/bench_gemm.json > $OUT/r/bench_gemm.log 2>&1; echo "bench rc=$?"
+echo "elapsed $(( $(date +%s) - T0 ))s"
+for run in "--phase forward --config 0" "--phase dgrad --config 0" "--phase wgrad --wgrad-config 4" \
+    "--phase wgrad --wgrad-config 4 --dw-bf16" "--phase wgrad --wgrad-config 5" "--phase wgrad --wgrad-config 5 --dw-bf16"; do
+  for tool in racecheck synccheck; do
+    echo -n "$tool $run: "
+    timeout 120 compute-sanitizer --tool $tool $B/bench_gemm --only 2688 32256 129 --reps 1 --warmup 1 $run \
+      > $OUT/r/san.txt 2>&1; echo "rc=$? $(grep -E 'SUMMARY' $OUT/r/san.txt | tail -n 1)"
+    cat $OUT/r/san.txt >> $OUT/r/sanitizer_m129.log
+  done
+done
 echo "elapsed $(( $(date +%s) - T0 ))s"
 cd $OUT && tar czf all.tgz r && rm -rf r
