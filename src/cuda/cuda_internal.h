@@ -96,8 +96,9 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
 /* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold on
- * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 2 = the fold on 128 x 256 tiles.  All give
- * the same bits where they apply. */
+ * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 2 = the fold on 128 x 256 tiles, 3 = the
+ * column-halved fold, 4 and 5 = 0 and 1 with bulk stores (5 refused at M > 256).  All give the same bits where they
+ * apply. */
 int h3c_gemm_wgrad_config_count(void);
 h3s_status h3c_gemm_force_wgrad(int config);
 /* The previous strict forward kernel (mma.sync), for side-by-side benchmarks. */

@@ -381,6 +381,8 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
 namespace wg {
 
 constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
+/* a reduction of at most this many blocks runs on a persistent grid whatever the configuration (launch) */
+constexpr int64_t SHORT_BLOCKS = 32;
 
 /* EPI_BF16_STAGED: BF16 out without bias through a shared-memory buffer per warp (the wgrad's, whose output is
  * large against its work: see the consumer's epilogue). */
@@ -400,6 +402,11 @@ struct args {
      * c + t * split_stride; a second pass folds them in ascending t (the FOLD configuration's sum, computed
      * apart).  0 = off. */
     int64_t nsplit, split_stride;
+    /* Rows of A each reduction block copies (K-major A, BM = 64): 64, or P rounded up to a multiple of 8 (one
+     * atom of the 128-byte swizzle, so that the box fills the slot's first a_rows * 128 bytes as the first rows of
+     * a full box would) when P < 64, which skips the rows that lie past P; the slot's other rows hold zeros written
+     * once at the kernel's start (the zeros the copy engine would write past P), so the MMAs see the same operand. */
+    int a_rows;
 };
 
 /* A kernel configuration: every field a compile-time constant.  FOLD == 3 (the wgrad's column-halved fold, kernel
@@ -441,7 +448,7 @@ struct cfg {
     static constexpr int STG_BYTES = TMA_EPI ? NC * 2 * 8192 : 0;
     /* a persistent grid (at most one CTA per multiprocessor) for the configurations whose epilogue overlaps the next
      * tile's MMAs; the others run one CTA per tile except for short reductions (launch) */
-    static constexpr int PERSIST = TMA_EPI;
+    static constexpr int PERSIST = TMA_EPI && FOLD == 0; /* the fold's long reductions keep one CTA per tile */
     static constexpr int SMEM = TMA_EPI  ? STG_OFF + STG_BYTES + 1024
                                 : REGION ? EPI_OFF + REGION + 1024
                                          : RING + 1024 + BARS;
@@ -455,13 +462,25 @@ struct cfg {
                                 EPI != EPI_BF16_BIAS),
                   "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
-    static_assert(!TMA_EPI || (BM == 128 && BN % 64 == 0 && FOLD == 0 && MINB == 1),
-                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks, no fold");
+    static_assert(!TMA_EPI || (BM == 128 && BN % 64 == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
+                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks, the fold in registers or none");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
 template <int NC> __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;\n" ::"n"(NC * 128) : "memory");
+}
+
+/* A barrier of consumer warpgroup c's 128 threads alone (named barrier 2 + c). */
+__device__ __forceinline__ void warpgroup_sync(int c) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory"); }
+
+/* BF16 out: the bias, when present, added to a pair of finished values after the sum (Q is a multiple of 8, so
+ * q < Q implies q + 1 < Q). */
+__device__ __forceinline__ void add_bias_pair(const uint16_t *bias, int64_t q, int64_t Q, float &v0, float &v1) {
+    if (bias && q < Q) {
+        v0 = v0 + h3k_bf2f(bias[q]);
+        v1 = v1 + h3k_bf2f(bias[q + 1]);
+    }
 }
 
 /* The tile's epilogue: v holds this consumer thread's values of the finished tile (the fold's total, or the one
@@ -492,10 +511,7 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
                     const int64_t q = q0 + j * 8 + 2 * l;
                     float v0 = v[j * 4 + 2 * h];
                     float v1 = v[j * 4 + 2 * h + 1];
-                    if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
-                        v0 = v0 + h3k_bf2f(g.bias[q]);
-                        v1 = v1 + h3k_bf2f(g.bias[q + 1]);
-                    }
+                    add_bias_pair(g.bias, q, g.Q, v0, v1);
                     wv[jj] = h3k_f2bf2(v0, v1);
                 }
                 /* 4 x 4 transpose inside the quad: in round r lane s sends its pair for column block (s + r) % 4
@@ -577,7 +593,7 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
         for (int ch = 0; ch < BN / BC; ch++, seq++) {
             uint8_t *box = stg + (seq & 1) * 8192;
             if (t == 0) bulk_wait<1, true>();
-            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory"); /* this warpgroup's named barrier */
+            warpgroup_sync(c);
 #pragma unroll
             for (int jj = 0; jj < BC / 8; jj++) {
                 const int j = ch * (BC / 8) + jj, cb = (jj * 8 + 2 * l) * ES; /* cb: the byte within the box row */
@@ -590,16 +606,13 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
                         *(float2 *)dst = make_float2(v0, v1);
                     } else {
                         const int64_t q = q0 + j * 8 + 2 * l;
-                        if (g.bias && q < g.Q) { /* bias after the sum, only when present (Q is a multiple of 8) */
-                            v0 = v0 + h3k_bf2f(g.bias[q]);
-                            v1 = v1 + h3k_bf2f(g.bias[q + 1]);
-                        }
+                        add_bias_pair(g.bias, q, g.Q, v0, v1);
                         *(uint32_t *)dst = h3k_f2bf2(v0, v1);
                     }
                 }
             }
             fence_proxy_async_smem();
-            asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+            warpgroup_sync(c);
             if (t == 0) {
                 tma_store_2d(mc, box, (int)(q0 + ch * BC), (int)(p0 + c * 64));
                 bulk_commit();
@@ -774,6 +787,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         ring_bars_init(full, empty, STAGES, 1, NC);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    if constexpr (!C::AMN && BM == 64)
+        if (g.a_rows < BM) {            /* rows [a_rows, BM) of every A slot: zeros, written once, never copied over */
+            constexpr int ROW = BK * 2; /* bytes per swizzled row */
+            for (int i = threadIdx.x; i < STAGES * (BM * ROW / 16); i += blockDim.x) {
+                const int st = i / (BM * ROW / 16), off = (i % (BM * ROW / 16)) * 16;
+                if (off >= g.a_rows * ROW) *(uint4 *)(smem + st * C::STAGE + off) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async_smem(); /* visible to the MMAs, which read through the async proxy */
+        }
     __syncthreads();
 
     if (wgi == 0) { /* producer */
@@ -786,7 +808,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                 work(id, p0, q0, kb0, nk, coff);
                 for (int64_t kb = 0; kb < nk; kb++, s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u) {
                     mbar_wait(&empty[s], ph);
-                    mbar_expect_tx(&full[s], C::STAGE);
+                    mbar_expect_tx(&full[s], C::STAGE - (BM - g.a_rows) * BK * 2);
                     uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
                     const int r0 = (int)((kb0 + kb) * BK);
                     if (C::AMN) {
@@ -1030,6 +1052,13 @@ typedef cfg<128, 256, 5, 1, 1, EPI_BF16_STAGED, 3, 1, 6> wgrad_halves_bf16;
  * writes; these take 128 x 256 tiles, which need no registers for a running total. */
 typedef cfg<128, 256, 4, 1, 1, EPI_F32, 0> wgrad_one;
 typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 0> wgrad_one_bf16;
+/* The fold and the one-tile wgrad with the bulk-store epilogue (wgrad configurations 4 and 5): the same values, the
+ * same rounding (h3k_f2bf2, the bits of the staged epilogue's), only the way the tile reaches memory differs.  The
+ * staging boxes take a ring stage of the F32 fold (4 stages) and give the BF16 one-tile configuration one back. */
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1> wgrad_fold_tma;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1> wgrad_fold_bf16_tma;
+typedef cfg<128, 256, 4, 1, 1, EPI_F32_TMA, 0> wgrad_one_tma;
+typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
  * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
  * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
@@ -1095,10 +1124,12 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM dimension beyond 2^31 (%lld x %lld x %lld)", op, (long long)P,
                         (long long)Q, (long long)R);
     CUtensorMap ma, mb;
+    /* a short A (P < 64 rows, e.g. one request's few timestep rows): copy only its rows, to a multiple of 8 */
+    const int a_rows = !C::AMN && C::BM == 64 && P < 64 ? (int)((P + 7) / 8 * 8) : C::BM;
     if (C::AMN)
         H3S_TRY(make_map(op, &ma, a, R, P, lda, 64, 64));
     else
-        H3S_TRY(make_map(op, &ma, a, P, R, lda, 64, C::BM));
+        H3S_TRY(make_map(op, &ma, a, P, R, lda, 64, a_rows));
     if (C::BMN)
         H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
     else
@@ -1124,6 +1155,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.c = out, g.ldc = ldc;
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
     g.nsplit = nsplit, g.split_stride = split_stride;
+    g.a_rows = C::AMN ? C::BM : a_rows;
     const int64_t tiles = g.tiles_p * g.tiles_q * (nsplit > 0 ? nsplit : 1);
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
@@ -1143,7 +1175,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     }
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
-    const int64_t grid = (C::PERSIST || nk <= 32) && slots < tiles ? slots : tiles;
+    const int64_t grid = (C::PERSIST || nk <= SHORT_BLOCKS) && slots < tiles ? slots : tiles;
     if constexpr (C::FOLD == 3)
         wg_gemm_halves<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
     else
@@ -1165,13 +1197,16 @@ extern "C" int h3c_gemm_config_count(void) { return 4; }
 
 /* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
 #define H3C_WGRAD_WIDE_M 16384
+#define H3C_WGRAD_TMA_M 2048
+static_assert(H3C_WGRAD_TMA_M <= wg::SHORT_BLOCKS * wg::BK,
+              "configuration 4 is taken where the fold runs on a persistent grid");
 
-/* The wgrad's override: -1 = the dispatcher (the one-tile configuration at M <= 256), 0 = the fold on 128 x 192
- * tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 = the column-halved
- * fold on 128 x 256 tiles. */
+/* The wgrad's override: -1 = the dispatcher (with F32 dw configuration 5 at M <= 256, 4 at M <= H3C_WGRAD_TMA_M), 0 =
+ * the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 =
+ * the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a persistent grid. */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 4; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 6; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1205,17 +1240,15 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
- * 128 x 192 tile costed at 0.9 of a 128 x 256 one (measured with the register epilogue: the
- * narrower tile ran at a lower rate; with bulk stores the measured cost is nearer 0.77, and the
- * rows that would change are still to be measured: docs/evidence/gpu/development/gemm_epilogue.md,
- * "The dispatcher's factor").  The choice depends on (M, Q) only, and every configuration gives the
- * same bits (tests/gpu/test_gpu_gemm.c). */
+ * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
+ * close to the area ratio 0.75; docs/evidence/gpu/development/gemm_epilogue.md).  The choice depends on (M, Q) only,
+ * and every configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
     const int64_t rows = (M + 127) / 128;
     const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
-    const double c0 = (double)((t0 + 131) / 132), c1 = 0.9 * (double)((t1 + 131) / 132);
+    const double c0 = (double)((t0 + 131) / 132), c1 = 0.77 * (double)((t1 + 131) / 132);
     return c1 < c0 ? 1 : 0;
 }
 
@@ -1339,18 +1372,33 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (M <= 0) /* the empty fold: +0 (BF16 +0 is also all-zero bytes) */
         return h3c_memset(op, dw, (size_t)N * (size_t)K * (dw_bf16 ? 2 : sizeof(float)));
     /* dw[n, k] = fold over 256-row tiles of sum_m dy[m, n] x[m, k]: P = N, Q = K, R = M */
-    const int one = g_force_wgrad >= 0 ? g_force_wgrad == 1 : M <= H3S_FOLD_TILE;
+    const int one = g_force_wgrad >= 0 ? g_force_wgrad == 1 || g_force_wgrad == 5 : M <= H3S_FOLD_TILE;
     if (one && M > H3S_FOLD_TILE)
         return h3s_fail(H3S_ERR_INVALID, "%s: the one-tile wgrad takes at most %d rows, not %lld", op, H3S_FOLD_TILE,
                         (long long)M);
-    if (one) {
+    /* with BF16 dw the bulk stores were slower (configuration 5 against 1 by 18-36% at M = 12 and 64, configuration 4
+     * against 0 by up to 8% at M = 925 and 2048: docs/evidence/gpu/development/wgrad_tma.md), with F32 dw faster */
+    if (one && (g_force_wgrad == 1 || (g_force_wgrad < 0 && dw_bf16))) {
         if (dw_bf16) return wg::launch<wg::wgrad_one_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_one>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
+    if (one) { /* configuration 5, the dispatcher's: bulk stores on a persistent grid */
+        if (dw_bf16) return wg::launch<wg::wgrad_one_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_one_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     }
     /* F32 dw of a long reduction (M >= H3C_WGRAD_WIDE_M: a batch of long requests) on 128 x 256 tiles: measured 3-8%
      * faster than 128 x 192 at M = 33396 on four of the five H3 shapes, mixed (within +-5%) at M <= 8349; with BF16
      * dw the 128 x 192 fold with its four-stage ring was faster at every M measured (docs/numerics/linear_cuda.md) */
-    const int c = g_force_wgrad >= 0 ? g_force_wgrad : (!dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2 : 0);
+    /* a short reduction (M <= H3C_WGRAD_TMA_M: at most 32 blocks, a persistent grid) stores by bulk copies, which
+     * overlap the next tile's MMAs */
+    const int c = g_force_wgrad >= 0                  ? g_force_wgrad
+                  : !dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2
+                  : !dw_bf16 && M <= H3C_WGRAD_TMA_M  ? 4
+                                                      : 0;
+    if (c == 4) {
+        if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_fold_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
     if (c == 2) {
         if (dw_bf16) return wg::launch<wg::wgrad_wide_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_wide>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
