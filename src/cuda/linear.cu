@@ -1376,7 +1376,7 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     if (one && M > H3S_FOLD_TILE)
         return h3s_fail(H3S_ERR_INVALID, "%s: the one-tile wgrad takes at most %d rows, not %lld", op, H3S_FOLD_TILE,
                         (long long)M);
-    /* with BF16 dw the bulk stores were slower (configuration 5 against 1 by 18-36% at M = 12 and 64, configuration 4
+    /* with BF16 dw the bulk stores were slower (configuration 5 against 1 by 22-31% at M = 12 and 64, configuration 4
      * against 0 by up to 8% at M = 925 and 2048: docs/evidence/gpu/development/wgrad_tma.md), with F32 dw faster */
     if (one && (g_force_wgrad == 1 || (g_force_wgrad < 0 && dw_bf16))) {
         if (dw_bf16) return wg::launch<wg::wgrad_one_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
