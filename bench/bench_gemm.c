@@ -22,7 +22,7 @@
  * the wgrad's fold configuration at every M (the dispatcher takes the one-tile configuration at M <= 256; the same
  * bits).  --wgrad-config C forces wgrad configuration C (h3c_gemm_force_wgrad: 0 the fold on 128 x 192 tiles, 1 one
  * tile, 2 the fold on 128 x 256 tiles, 3 the column-halved fold on 128 x 256 tiles, 4 and 5 configurations 0 and 1 with
- * bulk stores; the same bits).  --phase P
+ * bulk stores, 6 configuration 4 on a persistent grid at every M; the same bits).  --phase P
  * (forward, dgrad or wgrad) measures that phase alone.  Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>

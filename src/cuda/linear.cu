@@ -414,7 +414,8 @@ struct args {
  * folded before the other's starts, so that a consumer thread holds the whole running total (128 registers) and
  * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
  * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0>
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
+          int PERSIST_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
@@ -448,7 +449,8 @@ struct cfg {
     static constexpr int STG_BYTES = TMA_EPI ? NC * 2 * 8192 : 0;
     /* a persistent grid (at most one CTA per multiprocessor) for the configurations whose epilogue overlaps the next
      * tile's MMAs; the others run one CTA per tile except for short reductions (launch) */
-    static constexpr int PERSIST = TMA_EPI && FOLD == 0; /* the fold's long reductions keep one CTA per tile */
+    /* the fold's long reductions keep one CTA per tile unless PERSIST_ (wgrad configuration 6) */
+    static constexpr int PERSIST = TMA_EPI && (FOLD == 0 || PERSIST_);
     static constexpr int SMEM = TMA_EPI  ? STG_OFF + STG_BYTES + 1024
                                 : REGION ? EPI_OFF + REGION + 1024
                                          : RING + 1024 + BARS;
@@ -1057,6 +1059,10 @@ typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 0> wgrad_one_bf16;
  * staging boxes take a ring stage of the F32 fold (4 stages) and give the BF16 one-tile configuration one back. */
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1> wgrad_fold_tma;
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1> wgrad_fold_bf16_tma;
+/* Configuration 6: configuration 4 on a persistent grid at every reduction length (4 is persistent only where the
+ * reduction is short, M <= 2048), so that the stores of a long reduction's tile also overlap the next tile's MMAs. */
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1> wgrad_fold_tma_persist;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 0, 1> wgrad_fold_bf16_tma_persist;
 typedef cfg<128, 256, 4, 1, 1, EPI_F32_TMA, 0> wgrad_one_tma;
 typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
@@ -1203,10 +1209,11 @@ static_assert(H3C_WGRAD_TMA_M <= wg::SHORT_BLOCKS * wg::BK,
 
 /* The wgrad's override: -1 = the dispatcher (with F32 dw configuration 5 at M <= 256, 4 at M <= H3C_WGRAD_TMA_M), 0 =
  * the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 =
- * the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a persistent grid. */
+ * the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a persistent grid, 6 =
+ * 4 on a persistent grid at every M. */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 6; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 7; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1395,6 +1402,10 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
                   : !dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2
                   : !dw_bf16 && M <= H3C_WGRAD_TMA_M  ? 4
                                                       : 0;
+    if (c == 6) {
+        if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_fold_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
     if (c == 4) {
         if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_fold_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);

@@ -147,7 +147,7 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
     gfree(&big), gfree(&xd), gfree(&dyd), gfree(&dyb);
 }
 
-/* Every fold configuration of the wgrad (h3c_gemm_force_wgrad 0, 2, 3 and 4, and the dispatcher's choice) gives the
+/* Every fold configuration of the wgrad (h3c_gemm_force_wgrad 0, 2, 3, 4 and 6, and the dispatcher's choice) gives the
  * fold's bits: dw, F32 and BF16, of M rows against configuration 0's, at M past one fold tile (a partial last tile
  * among them).  Whole buffers are compared first; elements are counted only when they differ. */
 static void wgrad_fold_configs(int64_t K, int64_t N, const int64_t *Ms, int nM) {
