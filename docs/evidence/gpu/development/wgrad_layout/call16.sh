@@ -19,7 +19,7 @@ cmake -S $P -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DH3S_CUDA=ON -DCMAKE_CUDA
 ninja -C $B -j16 bench_gemm >> $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 el
 SH=("5376 7168" "7168 5376" "5376 28672" "14336 5376" "2688 32256")
-run(){ echo -n "$1 $2 $3 w$4${5:+ $5}: "; timeout ${6:-20} $B/bench_gemm --only $1 $2 $3 --phase wgrad --wgrad-config $4 $5 2>&1 | tail -n 1; }
+run(){ echo -n "$1 $2 $3 w$4${5:+ $5}: "; timeout ${6:-20} $B/bench_gemm --only $1 $2 $3 --phase wgrad --wgrad-config $4 ${5:-} 2>&1 | tail -n 1; }
 {
 for sh in "${SH[@]}"; do for c in 0 6 7 8 9 10 11; do run $sh 8352 $c; done; done
 for sh in "${SH[@]}"; do for c in 0 4 6 7; do run $sh 4256 $c; done; done
@@ -30,7 +30,7 @@ if [ $(( $(date +%s) - T0 )) -le 330 ]; then
   for sh in "${SH[@]}"; do for c in 2 6 7; do run $sh 33400 $c "" 30; done; done >> $OUT/bench_probe.txt
 fi
 el
-for c in 0 7; do
+for c in ${NCU_CONFIGS:-0 7}; do
   timeout 60 ncu -k regex:wg_gemm -c 1 --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors.sum,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
     $B/bench_gemm --only 5376 7168 8352 --phase wgrad --wgrad-config $c --reps 1 --warmup 1 > $OUT/ncu_c$c.txt 2>&1
   echo "ncu c$c rc=$?"; grep -E "hmma|lts__t|warps_active|duration" $OUT/ncu_c$c.txt
