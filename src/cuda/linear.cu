@@ -690,8 +690,8 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
-        for (int64_t t0 = 0; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
-            const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
+        /* One 256-row tile's chain into acc, and its products awaited. */
+        auto tile_chain = [&](int64_t t0, int64_t t1) {
             for (int64_t kb = t0; kb < t1; kb++) {
                 issue(kb);
                 wg_wait<1>();
@@ -700,19 +700,32 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             wg_wait<0>();
             reg_fence<ACC>(acc);
             release(t1);
+        };
+        /* The first tile's partial is the total (copied: no selects between a copy and an addition per element,
+         * which took as many instructions as the additions, run while the tensor cores wait); each later tile's is
+         * added to it, element by element, in ascending tile order. */
+        tile_chain(0, TILE_BLOCKS < nk ? TILE_BLOCKS : nk);
+#pragma unroll
+        for (int i = 0; i < TR; i++)
+            tot[i] = acc[i];
+        if constexpr (C::FOLD == 2) { /* the upper half, to this thread's chunks of shared memory */
+#pragma unroll
+            for (int j = 0; j < ACC / 8; j++) {
+                const float *a = acc + ACC / 2 + 4 * j;
+                tsm[j * C::NC * 128] = make_float4(a[0], a[1], a[2], a[3]);
+            }
+        }
+        for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
+            tile_chain(t0, t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk);
 #pragma unroll
             for (int i = 0; i < TR; i++)
-                tot[i] = t0 == 0 ? acc[i] : tot[i] + acc[i];
+                tot[i] = tot[i] + acc[i];
             if constexpr (C::FOLD == 2) { /* the same addition, element for element, for the upper half */
 #pragma unroll
                 for (int j = 0; j < ACC / 8; j++) {
                     const float *a = acc + ACC / 2 + 4 * j;
-                    float4 v = make_float4(a[0], a[1], a[2], a[3]);
-                    if (t0 != 0) {
-                        const float4 o = tsm[j * C::NC * 128];
-                        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
-                    }
-                    tsm[j * C::NC * 128] = v;
+                    const float4 o = tsm[j * C::NC * 128];
+                    tsm[j * C::NC * 128] = make_float4(o.x + a[0], o.y + a[1], o.z + a[2], o.w + a[3]);
                 }
             }
         }
@@ -1207,7 +1220,8 @@ extern "C" int h3c_gemm_config_count(void) { return 4; }
 static_assert(H3C_WGRAD_TMA_M <= wg::SHORT_BLOCKS * wg::BK,
               "configuration 4 is taken where the fold runs on a persistent grid");
 
-/* The wgrad's override: -1 = the dispatcher (with F32 dw configuration 5 at M <= 256, 4 at M <= H3C_WGRAD_TMA_M), 0 =
+/* The wgrad's override: -1 = the dispatcher (with F32 dw configuration 5 at M <= 256, 4 at M <= H3C_WGRAD_TMA_M, 6
+ * below H3C_WGRAD_WIDE_M, 2 from there; with BF16 dw 1 at M <= 256, 0 above), 0 =
  * the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 =
  * the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a persistent grid, 6 =
  * 4 on a persistent grid at every M. */
@@ -1398,9 +1412,13 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
      * dw the 128 x 192 fold with its four-stage ring was faster at every M measured (docs/numerics/linear_cuda.md) */
     /* a short reduction (M <= H3C_WGRAD_TMA_M: at most 32 blocks, a persistent grid) stores by bulk copies, which
      * overlap the next tile's MMAs */
+    /* between them (F32 dw), configuration 6: 4's bulk stores on a persistent grid at every M, measured 3-9% faster
+     * than 0 at M = 4256 and 8352 on four of the five H3 shapes and level on the fifth
+     * (docs/evidence/gpu/development/wgrad_layout.md) */
     const int c = g_force_wgrad >= 0                  ? g_force_wgrad
                   : !dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2
                   : !dw_bf16 && M <= H3C_WGRAD_TMA_M  ? 4
+                  : !dw_bf16                          ? 6
                                                       : 0;
     if (c == 6) {
         if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
