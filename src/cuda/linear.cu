@@ -690,8 +690,13 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     };
     if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
-        /* One 256-row tile's chain into acc, and its products awaited. */
-        auto tile_chain = [&](int64_t t0, int64_t t1) {
+        /* One 256-row tile's chain into acc, its products awaited, then folded: the first tile's partial is the
+         * total (copied), each later tile's is added to it element by element, in ascending tile order.  `first` is
+         * a compile-time constant, so neither case carries a select between a copy and an addition per element
+         * (which took as many instructions as the additions, run while the tensor cores wait). */
+        auto fold_tile = [&](int64_t t0, auto first) {
+            constexpr bool FIRST = decltype(first)::value;
+            const int64_t t1 = t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk;
             for (int64_t kb = t0; kb < t1; kb++) {
                 issue(kb);
                 wg_wait<1>();
@@ -700,35 +705,25 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             wg_wait<0>();
             reg_fence<ACC>(acc);
             release(t1);
-        };
-        /* The first tile's partial is the total (copied: no selects between a copy and an addition per element,
-         * which took as many instructions as the additions, run while the tensor cores wait); each later tile's is
-         * added to it, element by element, in ascending tile order. */
-        tile_chain(0, TILE_BLOCKS < nk ? TILE_BLOCKS : nk);
-#pragma unroll
-        for (int i = 0; i < TR; i++)
-            tot[i] = acc[i];
-        if constexpr (C::FOLD == 2) { /* the upper half, to this thread's chunks of shared memory */
-#pragma unroll
-            for (int j = 0; j < ACC / 8; j++) {
-                const float *a = acc + ACC / 2 + 4 * j;
-                tsm[j * C::NC * 128] = make_float4(a[0], a[1], a[2], a[3]);
-            }
-        }
-        for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) { /* 256-row tiles, ascending */
-            tile_chain(t0, t0 + TILE_BLOCKS < nk ? t0 + TILE_BLOCKS : nk);
 #pragma unroll
             for (int i = 0; i < TR; i++)
-                tot[i] = tot[i] + acc[i];
-            if constexpr (C::FOLD == 2) { /* the same addition, element for element, for the upper half */
+                tot[i] = FIRST ? acc[i] : tot[i] + acc[i];
+            if constexpr (C::FOLD == 2) { /* the same, element for element, for the upper half */
 #pragma unroll
                 for (int j = 0; j < ACC / 8; j++) {
                     const float *a = acc + ACC / 2 + 4 * j;
-                    const float4 o = tsm[j * C::NC * 128];
-                    tsm[j * C::NC * 128] = make_float4(o.x + a[0], o.y + a[1], o.z + a[2], o.w + a[3]);
+                    if constexpr (FIRST) {
+                        tsm[j * C::NC * 128] = make_float4(a[0], a[1], a[2], a[3]);
+                    } else {
+                        const float4 o = tsm[j * C::NC * 128];
+                        tsm[j * C::NC * 128] = make_float4(o.x + a[0], o.y + a[1], o.z + a[2], o.w + a[3]);
+                    }
                 }
             }
-        }
+        };
+        fold_tile(0, std::true_type{});
+        for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) /* 256-row tiles, ascending */
+            fold_tile(t0, std::false_type{});
     } else {
         for (int64_t kb = 0; kb < nk; kb++) {
             issue(kb);
@@ -1412,9 +1407,9 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
      * dw the 128 x 192 fold with its four-stage ring was faster at every M measured (docs/numerics/linear_cuda.md) */
     /* a short reduction (M <= H3C_WGRAD_TMA_M: at most 32 blocks, a persistent grid) stores by bulk copies, which
      * overlap the next tile's MMAs */
-    /* between them (F32 dw), configuration 6: 4's bulk stores on a persistent grid at every M, measured 3-9% faster
-     * than 0 at M = 4256 and 8352 on four of the five H3 shapes and level on the fifth
-     * (docs/evidence/gpu/development/wgrad_layout.md) */
+    /* between them (F32 dw), configuration 6: 4's bulk stores on a persistent grid at every M, measured 0-9% faster
+     * than 0 in 9 of 10 rows at M = 4256 and 8352 on the five H3 shapes, 4.7% slower in the tenth, within the
+     * benchmark's spread (docs/evidence/gpu/development/wgrad_fold_adds.md) */
     const int c = g_force_wgrad >= 0                  ? g_force_wgrad
                   : !dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2
                   : !dw_bf16 && M <= H3C_WGRAD_TMA_M  ? 4
