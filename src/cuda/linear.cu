@@ -415,9 +415,12 @@ struct args {
  * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
  * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
-          int PERSIST_ = 0>
+          int PERSIST_ = 0, int OVL_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
+    /* OVL: the register fold with its drain overlapped (consumer): each block's MMAs as two commit groups, the
+     * tile's columns [0, BN - 64) and [BN - 64, BN) */
+    static constexpr int OVL = OVL_;
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
     static constexpr int ASLOTS = ASLOTS_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
@@ -464,6 +467,8 @@ struct cfg {
                                 EPI != EPI_BF16_BIAS),
                   "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
+    static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % 64 == 0),
+                  "the overlapped fold: the register fold, two parts");
     static_assert(!TMA_EPI || (BM == 128 && BN % 64 == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
                   "the bulk-store epilogue: 128-row tiles of whole 64-column blocks, the fold in registers or none");
 };
@@ -688,7 +693,101 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             if (++s_rel == STAGES) s_rel = 0;
         }
     };
-    if (C::FOLD) {
+    /* One more block has completed: give its stage back (each step of the overlapped fold completes one block; a
+     * loop here would hide from ptxas which commit group a later wait retires) */
+    auto release_one = [&]() {
+        if (t == 0) mbar_arrive(&empty[s_rel]);
+        if (++s_rel == STAGES) s_rel = 0;
+        released++;
+    };
+    if constexpr (C::OVL) {
+        /* The overlapped fold: the same chains and the same additions per element as the register fold below, in
+         * another schedule.  Each block's MMAs are two commit groups, first the tile's columns [0, LO) into
+         * acc[0, AL), then [LO, BN) into acc[AL, ACC) (an m64nBN fragment is the m64nLO fragment followed by the
+         * m64n64 one).  At a fold tile's end the lower part's partial is folded as soon as its own MMAs are complete,
+         * while the upper part's last MMAs still run; the upper part's is folded while the next fold tile's first
+         * lower MMAs run.  So the tensor cores always hold queued work while a warpgroup adds, and no element's
+         * chain or addition changes: a part's columns never meet the other part's. */
+        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK, LO = BN - 64, AL = LO / 2;
+        constexpr uint32_t HI_B = C::BMN ? (LO / 64) * 8192 : LO * 128; /* column LO of the B stage */
+        int s_cur = 0;
+        auto issue_part = [&](int64_t kb, auto hi, bool fence) {
+            constexpr bool HI = decltype(hi)::value;
+            if constexpr (!HI) { /* the lower part waits for the block's stage; the upper part reads the same */
+                s_cur = s_issue;
+                mbar_wait(&full[s_cur], ph_issue);
+                if (++s_issue == STAGES) s_issue = 0, ph_issue ^= 1u;
+            }
+            const uint32_t sa = smem_u32(smem + s_cur * C::STAGE) + c * 8192;
+            const uint32_t sb = smem_u32(smem + s_cur * C::STAGE + C::A_BYTES) + (HI ? HI_B : 0u);
+            const int chain_start = (kb * BK) % H3S_FOLD_TILE == 0;
+            if (fence) wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) { /* r0 + 16 kk, ascending */
+                const uint64_t da = C::AMN ? desc(sa + kk * 2048, 8192, 1024) : desc(sa + kk * 32, 16, 1024);
+                const uint64_t db = C::BMN ? desc(sb + kk * 2048, 8192, 1024) : desc(sb + kk * 32, 16, 1024);
+                if constexpr (HI)
+                    mma_k16<64, C::AMN, C::BMN>(acc + AL, da, db, (kk == 0 && chain_start) ? 0 : 1);
+                else
+                    mma_k16<LO, C::AMN, C::BMN>(acc, da, db, (kk == 0 && chain_start) ? 0 : 1);
+            }
+            wg_commit();
+        };
+        /* fold a part's partial into the total: a copy for the first fold tile, an addition after */
+        auto fold_part = [&](auto hi, auto first) {
+            constexpr bool HI = decltype(hi)::value, FIRST = decltype(first)::value;
+            constexpr int I0 = HI ? AL : 0, I1 = HI ? ACC : AL;
+            reg_fence<I1 - I0>(acc + I0);
+#pragma unroll
+            for (int i = I0; i < I1; i++)
+                tot[i] = FIRST ? acc[i] : tot[i] + acc[i];
+        };
+        /* A fold tile [t0, t0 + 4) with another after it: on entry its first block's two groups are the only ones in
+         * flight, on exit the next tile's first block's are.  Its blocks are unrolled, and the last fold tile runs
+         * apart (last_tile, after the loop): through a loop or a merge of paths with other groups in flight ptxas
+         * cannot tell which group a wait retires, and it then serialises every wgmma (C7514). */
+        auto fold_tile = [&](int64_t t0, auto first) {
+            const int64_t t1 = t0 + TILE_BLOCKS;
+#pragma unroll
+            for (int j = 1; j < TILE_BLOCKS; j++) {
+                issue_part(t0 + j, std::false_type{}, true);
+                issue_part(t0 + j, std::true_type{}, false);
+                wg_wait<2>(); /* block t0 + j - 1 complete */
+                release_one();
+            }
+            wg_wait<1>(); /* the lower part of block t1 - 1 complete, the upper part's MMAs still running */
+            fold_part(std::false_type{}, first);
+            issue_part(t1, std::false_type{}, true);
+            wg_wait<1>(); /* the upper part of block t1 - 1 complete, the next tile's first lower MMAs running */
+            release_one();
+            fold_part(std::true_type{}, first);
+            issue_part(t1, std::true_type{}, true);
+        };
+        /* The last fold tile [t0, nk) (whole or not): every group awaited before the fold. */
+        auto last_tile = [&](int64_t t0, auto first) {
+            for (int64_t kb = t0 + 1; kb < nk; kb++) {
+                issue_part(kb, std::false_type{}, true);
+                issue_part(kb, std::true_type{}, false);
+                wg_wait<2>();
+                release_one();
+            }
+            wg_wait<0>();
+            release_one();
+            fold_part(std::false_type{}, first);
+            fold_part(std::true_type{}, first);
+        };
+        const int64_t inner = (nk - 1) / TILE_BLOCKS; /* fold tiles with another after them */
+        issue_part(0, std::false_type{}, true);
+        issue_part(0, std::true_type{}, false);
+        if (inner == 0) {
+            last_tile(0, std::true_type{});
+        } else {
+            fold_tile(0, std::true_type{});
+            for (int64_t i = 1; i < inner; i++) /* 256-row tiles, ascending */
+                fold_tile(i * TILE_BLOCKS, std::false_type{});
+            last_tile(inner * TILE_BLOCKS, std::false_type{});
+        }
+    } else if (C::FOLD) {
         constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
         /* One 256-row tile's chain into acc, its products awaited, then folded: the first tile's partial is the
          * total (copied), each later tile's is added to it element by element, in ascending tile order.  `first` is
@@ -1079,6 +1178,13 @@ typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
  * split_fold_kernel: the same partials added in the same order, so the same bits, with every multiprocessor
  * streaming the weight instead of one per 64 output columns. */
 typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1> dgrad_fold;
+/* The overlapped fold (OVL, consumer): the register fold's chains and additions in a schedule that keeps MMAs queued
+ * while a warpgroup adds its partial.  Wgrad configurations 7 (6's) and 8 (0's), and the folded dgrad's. */
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1, 1> wgrad_ovl_tma_persist;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 0, 1, 1> wgrad_ovl_bf16_tma_persist;
+typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 0, 1> wgrad_ovl;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 0, 1> wgrad_ovl_bf16;
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1, 1, 0, 0, 1> dgrad_fold_ovl;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride. */
@@ -1209,20 +1315,14 @@ static int g_force_config = -1;
 
 extern "C" int h3c_gemm_config_count(void) { return 4; }
 
-/* The wgrad's dispatcher takes the 128 x 256 fold for F32 dw from this many rows on (a constant of the build). */
-#define H3C_WGRAD_WIDE_M 16384
-#define H3C_WGRAD_TMA_M 2048
-static_assert(H3C_WGRAD_TMA_M <= wg::SHORT_BLOCKS * wg::BK,
-              "configuration 4 is taken where the fold runs on a persistent grid");
-
-/* The wgrad's override: -1 = the dispatcher (with F32 dw configuration 5 at M <= 256, 4 at M <= H3C_WGRAD_TMA_M, 6
- * below H3C_WGRAD_WIDE_M, 2 from there; with BF16 dw 1 at M <= 256, 0 above), 0 =
- * the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared memory), 3 =
- * the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a persistent grid, 6 =
- * 4 on a persistent grid at every M. */
+/* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 above; BF16 dw: 1 at M <= 256, 8
+ * above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared
+ * memory), 3 = the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a
+ * persistent grid, 6 = 4 on a persistent grid at every M, 7 = 6 with the overlapped fold (OVL), 8 = 0 with the
+ * overlapped fold. */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 7; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 9; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1345,13 +1445,16 @@ extern "C" h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches
 extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
 /* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every 256-row fold
- * tile is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise (and for any
- * forced configuration but 3) dgrad_fold adds them in registers.  The same bits either way. */
+ * tile is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise (and forced 0 or 2)
+ * dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured 1-9% faster at M = 925 to 8349
+ * (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in the plain schedule.  The same
+ * bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
                                float *dx) {
     const int c = g_force_config >= 0 ? g_force_config : (M <= H3C_DGRAD_SPLIT_M ? 3 : 0);
+    if (c == 1) return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     if (c != 3 || M > H3C_DGRAD_SPLIT_M || M <= 0)
-        return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+        return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     const int64_t nsplit = (N + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE, stride = M * K;
     void *part = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
@@ -1402,19 +1505,20 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
         if (dw_bf16) return wg::launch<wg::wgrad_one_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_one_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
     }
-    /* F32 dw of a long reduction (M >= H3C_WGRAD_WIDE_M: a batch of long requests) on 128 x 256 tiles: measured 3-8%
-     * faster than 128 x 192 at M = 33396 on four of the five H3 shapes, mixed (within +-5%) at M <= 8349; with BF16
-     * dw the 128 x 192 fold with its four-stage ring was faster at every M measured (docs/numerics/linear_cuda.md) */
-    /* a short reduction (M <= H3C_WGRAD_TMA_M: at most 32 blocks, a persistent grid) stores by bulk copies, which
-     * overlap the next tile's MMAs */
-    /* between them (F32 dw), configuration 6: 4's bulk stores on a persistent grid at every M, measured 0-9% faster
-     * than 0 in 9 of 10 rows at M = 4256 and 8352 on the five H3 shapes, 4.7% slower in the tenth, within the
-     * benchmark's spread (docs/evidence/gpu/development/wgrad_fold_adds.md) */
-    const int c = g_force_wgrad >= 0                  ? g_force_wgrad
-                  : !dw_bf16 && M >= H3C_WGRAD_WIDE_M ? 2
-                  : !dw_bf16 && M <= H3C_WGRAD_TMA_M  ? 4
-                  : !dw_bf16                          ? 6
-                                                      : 0;
+    /* Past one fold tile the overlapped fold (configurations 7 and 8: the register fold's chains and additions with
+     * the tensor cores fed while a warpgroup adds its partial), measured faster than every other fold configuration
+     * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-9% at M <= 2048, against 6 by 3-11% at
+     * M = 4253 and 8349 and against the wide fold by 10-19% at 33396; BF16 dw 8 against 0 by 6-9%
+     * (docs/evidence/gpu/development/wgrad_overlap.md) */
+    const int c = g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : 7;
+    if (c == 7) {
+        if (dw_bf16) return wg::launch<wg::wgrad_ovl_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_ovl_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
+    if (c == 8) {
+        if (dw_bf16) return wg::launch<wg::wgrad_ovl_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+        return wg::launch<wg::wgrad_ovl>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    }
     if (c == 6) {
         if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
         return wg::launch<wg::wgrad_fold_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);

@@ -12,12 +12,14 @@
  * differ from the BF16-operand one somewhere.
  *
  * The AdaLN shape's dgrad folds its reduction every 256 rows (h3c_gemm_dgrad_folds): configuration 0 (the
- * reference) adds the tile partials in registers; configuration 3 and the dispatcher at M <= 16 compute every
- * partial as a work item of its own and add them in a second pass; the comparison covers both.
+ * reference), 2 and the dispatcher at M > 64 add the tile partials in registers with the overlapped fold's schedule,
+ * configuration 1 with the plain one; configuration 3 and the dispatcher at M <= 64 compute every partial as a work
+ * item of its own and add them in a second pass; the comparison covers all three.
  *
  * The wgrad of at most 256 rows (one fold tile) runs a configuration without the fold; wgrad_one_tile compares its
  * F32 and BF16 dw with the fold's on every shape.  wgrad_fold_configs compares every fold configuration of the wgrad
- * (the tile shapes and epilogues of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}.
+ * (the tile shapes, epilogues and schedules of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}
+ * ({257, 700, 1024, 1200} at small size).
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
@@ -272,10 +274,12 @@ int main(void) {
     else
         for (int i = 0; i < 5; i++)
             wgrad_one_tile(shapes[i][0], shapes[i][1]);
-    const int64_t fold_ms[] = {257, 1133, 4253}, fold_ms_small[] = {257, 700, 1200};
+    /* 1024: a whole last fold tile, which the overlapped fold runs apart from the others (at full size the AdaLN
+     * shape's folded dgrad, 126 whole fold tiles, covers it) */
+    const int64_t fold_ms[] = {257, 1133, 4253}, fold_ms_small[] = {257, 700, 1024, 1200};
     if (small)
         for (int i = 0; i < 3; i++)
-            wgrad_fold_configs(small_shapes[i][0], small_shapes[i][1], fold_ms_small, 3);
+            wgrad_fold_configs(small_shapes[i][0], small_shapes[i][1], fold_ms_small, 4);
     else
         for (int i = 0; i < 5; i++)
             wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
