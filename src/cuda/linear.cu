@@ -1507,7 +1507,7 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
     }
     /* Past one fold tile the overlapped fold (configurations 7 and 8: the register fold's chains and additions with
      * the tensor cores fed while a warpgroup adds its partial), measured faster than every other fold configuration
-     * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-9% at M <= 2048, against 6 by 3-11% at
+     * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-6% at M <= 2048, against 6 by 2-11% at
      * M = 4253 and 8349 and against the wide fold by 10-19% at 33396; BF16 dw 8 against 0 by 6-9%
      * (docs/evidence/gpu/development/wgrad_overlap.md) */
     const int c = g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : 7;

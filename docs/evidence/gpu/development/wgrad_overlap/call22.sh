@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The overlapped fold at short reductions: build as call 21 does, then bench_gemm --only K N M, one process per line, F32 dw configurations 4 (the dispatcher's at M <= 2048 before) and 7, BF16 dw configurations 0
-# and 8, at M = 925, 1133 and 2048 on every H3 shape.
+# The overlapped fold at short reductions: build as call 21 does, then bench_gemm --only K N M, one process per
+# line, F32 dw configurations 4 (the dispatcher's at M <= 2048 before) and 7, BF16 dw configurations 0 and 8, at
+# M = 925, 1133 and 2048 on every H3 shape.  (Its first run, without the build lines, reached a fresh machine with
+# no build and measured nothing; the lines were added and it ran again.)
 set -u
 SRC=$PWD; log(){ echo "$@"; }; . scripts/device_deps.sh
 B=/tmp/b21; T0=$(date +%s); mkdir -p $OUT
