@@ -1483,6 +1483,14 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     }
 }
 
+/* dw[n, k] by configuration CF (F32 dw) or CB (BF16 dw): P = N, Q = K, R = M; A = dy (MN-major), B = x */
+template <class CF, class CB>
+static h3s_status launch_wgrad(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *x,
+                               void *dw, int dw_bf16) {
+    if (dw_bf16) return wg::launch<CB>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    return wg::launch<CF>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+}
+
 extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
                                                const void *x, void *dw, int dw_bf16) {
     if (!h3c_gemm_wgmma_shape(N, K))
@@ -1497,46 +1505,28 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
                         (long long)M);
     /* with BF16 dw the bulk stores were slower (configuration 5 against 1 by 22-31% at M = 12 and 64, configuration 4
      * against 0 by up to 8% at M = 925 and 2048: docs/evidence/gpu/development/wgrad_tma.md), with F32 dw faster */
-    if (one && (g_force_wgrad == 1 || (g_force_wgrad < 0 && dw_bf16))) {
-        if (dw_bf16) return wg::launch<wg::wgrad_one_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_one>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (one) { /* configuration 5, the dispatcher's: bulk stores on a persistent grid */
-        if (dw_bf16) return wg::launch<wg::wgrad_one_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_one_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
+    if (one && (g_force_wgrad == 1 || (g_force_wgrad < 0 && dw_bf16)))
+        return launch_wgrad<wg::wgrad_one, wg::wgrad_one_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
+    if (one) /* configuration 5, the dispatcher's: bulk stores on a persistent grid */
+        return launch_wgrad<wg::wgrad_one_tma, wg::wgrad_one_bf16_tma>(op, M, N, K, dyb, x, dw, dw_bf16);
     /* Past one fold tile the overlapped fold (configurations 7 and 8: the register fold's chains and additions with
      * the tensor cores fed while a warpgroup adds its partial), measured faster than every other fold configuration
      * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-6% at M <= 2048, against 6 by 2-11% at
      * M = 4253 and 8349 and against the wide fold by 10-19% at 33396; BF16 dw 8 against 0 by 6-9%
      * (docs/evidence/gpu/development/wgrad_overlap.md) */
-    const int c = g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : 7;
-    if (c == 7) {
-        if (dw_bf16) return wg::launch<wg::wgrad_ovl_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_ovl_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
+    switch (g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : 7) {
+    case 7:
+        return launch_wgrad<wg::wgrad_ovl_tma_persist, wg::wgrad_ovl_bf16_tma_persist>(op, M, N, K, dyb, x, dw,
+                                                                                       dw_bf16);
+    case 8: return launch_wgrad<wg::wgrad_ovl, wg::wgrad_ovl_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
+    case 6:
+        return launch_wgrad<wg::wgrad_fold_tma_persist, wg::wgrad_fold_bf16_tma_persist>(op, M, N, K, dyb, x, dw,
+                                                                                         dw_bf16);
+    case 4: return launch_wgrad<wg::wgrad_fold_tma, wg::wgrad_fold_bf16_tma>(op, M, N, K, dyb, x, dw, dw_bf16);
+    case 2: return launch_wgrad<wg::wgrad_wide, wg::wgrad_wide_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
+    case 3: return launch_wgrad<wg::wgrad_halves, wg::wgrad_halves_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
+    default: return launch_wgrad<wg::wgrad_fold, wg::wgrad_fold_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
     }
-    if (c == 8) {
-        if (dw_bf16) return wg::launch<wg::wgrad_ovl_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_ovl>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 6) {
-        if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_fold_tma_persist>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 4) {
-        if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_fold_tma>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 2) {
-        if (dw_bf16) return wg::launch<wg::wgrad_wide_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_wide>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (c == 3) {
-        if (dw_bf16) return wg::launch<wg::wgrad_halves_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-        return wg::launch<wg::wgrad_halves>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    }
-    if (dw_bf16) return wg::launch<wg::wgrad_fold_bf16>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
-    return wg::launch<wg::wgrad_fold>(op, N, K, M, dyb, N, x, K, NULL, dw, K);
 }
 
 extern "C" h3s_status h3c_gemm_bf16_backward(const char *op, int64_t M, int64_t N, int64_t K, const float *dy,
