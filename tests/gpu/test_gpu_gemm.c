@@ -93,8 +93,8 @@ static void shape_invariance(int64_t K, int64_t N, int64_t MREF, const int64_t *
 }
 
 /* The wgrad of at most 256 rows (one fold tile) runs without the fold (the one-tile configuration): its dw, F32 and
- * BF16, must be the fold's bits.  Forced both ways and by the dispatcher at M in {1, 7, 77, 256}; the one-tile
- * configuration is refused at 257 rows. */
+ * BF16, must be the fold's bits.  Forced both ways, with the fold's bulk-store and overlapped configurations, and by
+ * the dispatcher at M in {1, 7, 77, 256}; the one-tile configuration is refused at 257 rows. */
 static void wgrad_one_tile(int64_t K, int64_t N) {
     const int64_t Ms[] = {1, 7, 77, 256};
     const int64_t MM = 257;
@@ -112,9 +112,11 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
             CHECK_OK(h3c_gemm_force_wgrad(0));
             CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, ref.data, b16));
             h3s_tensor rh = gdown(&ref);
-            for (int ci = 0; ci < 4;
-                 ci++) { /* the dispatcher, the one-tile configurations, the fold with bulk stores */
-                const int c = ci == 0 ? -1 : ci == 1 ? 1 : ci == 2 ? 5 : 4;
+            /* the dispatcher, the one-tile configurations, the fold with bulk stores, the overlapped folds (whose
+             * reduction of at most four blocks is their last fold tile alone) */
+            static const int cs[] = {-1, 1, 5, 4, 7, 8};
+            for (int ci = 0; ci < (int)(sizeof cs / sizeof cs[0]); ci++) {
+                const int c = cs[ci];
                 CHECK_OK(h3c_gemm_force_wgrad(c));
                 gpoison(&got);
                 CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16));
@@ -125,7 +127,8 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
                       c < 0    ? "dispatcher"
                       : c == 1 ? "one tile"
                       : c == 5 ? "one tile, bulk stores"
-                               : "the fold, bulk stores",
+                      : c == 4 ? "the fold, bulk stores"
+                               : "the overlapped fold",
                       (long long)d);
                 bad += d;
                 g_comparisons += N * K;
@@ -143,8 +146,8 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
     }
     CHECK_OK(h3c_gemm_force_wgrad(-1));
     g_total_differing += bad;
-    printf("  %5lld -> %5lld: wgrad at M in {1, 7, 77, 256}, F32 and BF16 dw, one tile, the fold with bulk stores and "
-           "the dispatcher against the fold: %lld elements differ\n",
+    printf("  %5lld -> %5lld: wgrad at M in {1, 7, 77, 256}, F32 and BF16 dw, one tile, the fold with bulk stores, the "
+           "overlapped folds and the dispatcher against the fold: %lld elements differ\n",
            (long long)K, (long long)N, (long long)bad);
     gfree(&big), gfree(&xd), gfree(&dyd), gfree(&dyb);
 }
