@@ -640,6 +640,19 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
     }
 }
 
+/* One reduction block's four k16 steps in ascending r (r0 + 16 kk) into d, an m64nN accumulator: A and B at the
+ * shared addresses sa and sb in their layouts (MN-major: 64-column swizzle atoms of 8192 bytes; K-major: 128-byte
+ * rows); the first step starts a chain (ignores d) when `start`. */
+template <int N, int AMN, int BMN>
+__device__ __forceinline__ void block_mmas(float *d, uint32_t sa, uint32_t sb, int start) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const uint64_t da = AMN ? desc(sa + kk * 2048, 8192, 1024) : desc(sa + kk * 32, 16, 1024);
+        const uint64_t db = BMN ? desc(sb + kk * 2048, 8192, 1024) : desc(sb + kk * 32, 16, 1024);
+        mma_k16<N, AMN, BMN>(d, da, db, (kk == 0 && start) ? 0 : 1);
+    }
+}
+
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
@@ -676,12 +689,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         const uint32_t sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
         const int chain_start = C::FOLD ? ((kb * BK) % H3S_FOLD_TILE == 0) : (kb == 0);
         wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) { /* r0 + 16 kk, ascending */
-            const uint64_t da = C::AMN ? desc(sa + kk * 2048, 8192, 1024) : desc(sa + kk * 32, 16, 1024);
-            const uint64_t db = C::BMN ? desc(sb + kk * 2048, 8192, 1024) : desc(sb + kk * 32, 16, 1024);
-            mma_k16<BN, C::AMN, C::BMN>(acc, da, db, (kk == 0 && chain_start) ? 0 : 1);
-        }
+        block_mmas<BN, C::AMN, C::BMN>(acc, sa, sb, chain_start);
         wg_commit();
     };
     /* Blocks before `done_local` have completed: give their stages back (one arrival per warpgroup, by its thread
@@ -722,15 +730,10 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             const uint32_t sb = smem_u32(smem + s_cur * C::STAGE + C::A_BYTES) + (HI ? HI_B : 0u);
             const int chain_start = (kb * BK) % H3S_FOLD_TILE == 0;
             if (fence) wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) { /* r0 + 16 kk, ascending */
-                const uint64_t da = C::AMN ? desc(sa + kk * 2048, 8192, 1024) : desc(sa + kk * 32, 16, 1024);
-                const uint64_t db = C::BMN ? desc(sb + kk * 2048, 8192, 1024) : desc(sb + kk * 32, 16, 1024);
-                if constexpr (HI)
-                    mma_k16<64, C::AMN, C::BMN>(acc + AL, da, db, (kk == 0 && chain_start) ? 0 : 1);
-                else
-                    mma_k16<LO, C::AMN, C::BMN>(acc, da, db, (kk == 0 && chain_start) ? 0 : 1);
-            }
+            if constexpr (HI)
+                block_mmas<64, C::AMN, C::BMN>(acc + AL, sa, sb, chain_start);
+            else
+                block_mmas<LO, C::AMN, C::BMN>(acc, sa, sb, chain_start);
             wg_commit();
         };
         /* fold a part's partial into the total: a copy for the first fold tile, an addition after */
@@ -1061,10 +1064,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
                         const uint32_t a_s = smem_u32(smem + sa * C::A_BYTES) + c * 8192; /* this warpgroup's rows */
                         const uint32_t b_s = smem_u32(bring + sb * C::B_BYTES);
                         wg_fence();
-#pragma unroll
-                        for (int kk = 0; kk < 4; kk++) /* r0 + 16 kk, ascending; the chain starts at the fold tile */
-                            mma_k16<HN, 1, 1>(acc, desc(a_s + kk * 2048, 8192, 1024), desc(b_s + kk * 2048, 8192, 1024),
-                                              (kk == 0 && j == 0) ? 0 : 1);
+                        block_mmas<HN, 1, 1>(acc, a_s, b_s, j == 0); /* the chain starts at the fold tile */
                         wg_commit();
                         wg_wait<1>();
                         if (j > 0) {
