@@ -14,7 +14,7 @@
  *   wgrad    dw[N, K] (F32)  = dy^T x, strict with the canonical 256-row tile fold
  * The previous strict kernel (mma.sync; F32 dy split into hi + lo for the gradients) is timed at
  * M <= 1133 for the side column.  --invariance FILE takes row_invariance_differing from the JSON
- * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-3,
+ * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-5,
  * docs/numerics/linear_cuda.md; every configuration gives the same bits) instead of the dispatcher's choice, to
  * compare configurations at one shape and M when tuning the dispatch.  --only K N M takes any M (e.g. the token
  * refiner's 77 text rows).  --dw-bf16: the wgrad writes dw in BF16 on both sides (the strict fold rounded once as it
@@ -22,7 +22,8 @@
  * the wgrad's fold configuration at every M (the dispatcher takes the one-tile configuration at M <= 256; the same
  * bits).  --wgrad-config C forces wgrad configuration C (h3c_gemm_force_wgrad: 0 the fold on 128 x 192 tiles, 1 one
  * tile, 2 the fold on 128 x 256 tiles, 3 the column-halved fold on 128 x 256 tiles, 4 and 5 configurations 0 and 1 with
- * bulk stores, 6 configuration 4 on a persistent grid at every M; the same bits).  --phase P
+ * bulk stores, 6 configuration 4 on a persistent grid at every M, 7 and 8 the overlapped folds, 9 configuration 7
+ * transposed, F32 dw only; the same bits).  --phase P
  * (forward, dgrad or wgrad) measures that phase alone.  Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>

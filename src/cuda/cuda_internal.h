@@ -91,13 +91,15 @@ int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
  * the AdaLN projection's); such a dgrad runs split across the multiprocessors at M <= H3C_DGRAD_SPLIT_M. */
 int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 #define H3C_DGRAD_SPLIT_M 64
-/* Test hooks: the number of forward/dgrad configurations the dispatcher can pick, and an
+/* Test hooks: the number of forward/dgrad configurations the dispatcher can pick (0 and 1: 128 x 256 and 128 x 192
+ * tiles; 2 and 3: 64 x 64 tiles for M <= 64; 4 and 5: transposed, M along 160- and 232-column tiles), and an
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
 /* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold on
  * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 2 = the fold on 128 x 256 tiles, 3 = the
- * column-halved fold, 4 and 5 = 0 and 1 with bulk stores (5 refused at M > 256).  All give the same bits where they
+ * column-halved fold, 4 and 5 = 0 and 1 with bulk stores (5 refused at M > 256), 6 = 4 on a persistent grid, 7 and
+ * 8 = the overlapped folds, 9 = 7 transposed (F32 dw only, refused for BF16 dw).  All give the same bits where they
  * apply. */
 int h3c_gemm_wgrad_config_count(void);
 h3s_status h3c_gemm_force_wgrad(int config);

@@ -415,12 +415,17 @@ struct args {
  * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
  * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
-          int PERSIST_ = 0, int OVL_ = 0>
+          int PERSIST_ = 0, int OVL_ = 0, int TRANS_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     /* OVL: the register fold with its drain overlapped (consumer): each block's MMAs as two commit groups, the
      * tile's columns [0, BN - 64) and [BN - 64, BN) */
     static constexpr int OVL = OVL_;
+    /* TRANS: the kernel computes the transpose of the caller's output, C^T[P, Q] with the caller's rows as Q (the
+     * operands' roles swapped by the launcher), and the epilogue writes C^T[p, q] to out[q * ldc + p] (F32 out only;
+     * see store_tile) */
+    static constexpr int TRANS = TRANS_;
+    static constexpr int TRANS_QB = BN % 32 == 0 ? 32 : 8; /* q-rows per bulk-store box of the transposed epilogue */
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
     static constexpr int ASLOTS = ASLOTS_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
@@ -458,19 +463,23 @@ struct cfg {
                                 : REGION ? EPI_OFF + REGION + 1024
                                          : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
-    static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 192 || BN == 256, "BN");
+    static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
     static_assert(FOLD >= 0 && FOLD <= 3, "FOLD");
-    static_assert(EPI_COLS % 64 == 0 && BN % EPI_COLS == 0, "whole staging chunks of 64-column multiples");
+    static_assert(EPI != EPI_BF16_STAGED || (EPI_COLS % 64 == 0 && BN % EPI_COLS == 0),
+                  "whole staging chunks of 64-column multiples");
     static_assert(FOLD != 3 || (BM == 128 && BN == 256 && AMN && BMN && MINB == 1 && ASLOTS >= H3S_FOLD_TILE / BK &&
                                 EPI != EPI_BF16_BIAS),
                   "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
-    static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % 64 == 0),
-                  "the overlapped fold: the register fold, two parts");
-    static_assert(!TMA_EPI || (BM == 128 && BN % 64 == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
-                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks, the fold in registers or none");
+    static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
+                  "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
+    static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
+                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8), the fold in "
+                  "registers or none");
+    static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA) && BN % 8 == 0),
+                  "the transposed epilogue: F32 out or bulk stores");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
@@ -584,6 +593,73 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
         }
         /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
         if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
+    } else if constexpr (C::TMA_EPI && C::TRANS) {
+        /* Transposed: the values of this warpgroup's 64 rows p and the tile's BN columns q go to out[q][p].  In rounds
+         * of (up to) 32 q-rows by 128 bytes of p (32 F32 or 64 BF16 values), in the order (q round, p part), the warps
+         * holding that p part write the round's staging area (4 KB, the output map's 128-byte swizzle), each value
+         * to its place (F32: as accumulated; BF16: plus the bias of its p, when present, then rounded by h3k_f2bf2
+         * with its neighbour in q), and thread 0 issues the bulk stores of its boxes of QB q-rows (32, or 8 when BN
+         * is no multiple of 32, so that no box reaches past the tile), which clip what lies past P or Q.  For one
+         * register a warp's lanes cover 8 consecutive p of 4 even or 4 odd rows q, in distinct 16-byte chunks, so no
+         * bank is hit twice.  The two areas alternate as the boxes of the plain case below.  Only where the bytes go
+         * changes: every value is the one the thread computed. */
+        constexpr bool F32 = C::EPI == EPI_F32_TMA;
+        constexpr int ES = F32 ? 4 : 2, PW = 128 / ES, NPART = 64 / PW; /* p per box, parts per q round */
+        constexpr int QB = C::TRANS_QB;
+        uint8_t *stg = smem + C::STG_OFF + c * 16384;
+        const int l = lane & 3;
+        float bp[2] = {0.0f, 0.0f}; /* BF16 out: the bias of this thread's two rows p */
+        if constexpr (!F32) {
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (g.bias && row0 + 8 * h < g.P) bp[h] = h3k_bf2f(g.bias[row0 + 8 * h]);
+        }
+#pragma unroll
+        for (int qr = 0; qr < (BN + 31) / 32; qr++) {
+            const int nrows = BN - qr * 32 < 32 ? BN - qr * 32 : 32; /* q-rows of this round, a multiple of QB */
+#pragma unroll
+            for (int part = 0; part < NPART; part++, seq++) {
+                uint8_t *area = stg + (seq & 1) * 8192;
+                if (t == 0) bulk_wait<1, true>();
+                warpgroup_sync(c);
+                if ((w * 16) / PW == part) {
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++) { /* constant trip counts: v is indexed by constants alone */
+                        const int j = qr * 4 + jj;
+                        if (jj * 8 >= nrows) continue;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int cb = (w * 16 + (lane >> 2) + 8 * h - part * PW) * ES; /* byte of p in a row */
+                            uint32_t pr = 0; /* BF16 out: the pair of rows q and q + 1, rounded */
+                            if constexpr (!F32) {
+                                float x0 = v[j * 4 + 2 * h], x1 = v[j * 4 + 2 * h + 1];
+                                if (g.bias) x0 = x0 + bp[h], x1 = x1 + bp[h];
+                                pr = h3k_f2bf2(x0, x1);
+                            }
+#pragma unroll
+                            for (int e = 0; e < 2; e++) {
+                                const int r = jj * 8 + 2 * l + e; /* q - (q0 + 32 qr): the area row */
+                                uint8_t *dst = area + r * 128 + (((cb >> 4) ^ (r & 7)) << 4) + (cb & 15);
+                                if constexpr (F32)
+                                    *(float *)dst = v[j * 4 + 2 * h + e];
+                                else
+                                    *(uint16_t *)dst = (uint16_t)(e ? pr >> 16 : pr);
+                            }
+                        }
+                    }
+                }
+                fence_proxy_async_smem();
+                warpgroup_sync(c);
+                if (t == 0) {
+#pragma unroll
+                    for (int b = 0; b < 32 / QB; b++)
+                        if (b * QB < nrows)
+                            tma_store_2d(mc, area + b * QB * 128, (int)(p0 + c * 64 + part * PW),
+                                         (int)(q0 + qr * 32 + b * QB));
+                    bulk_commit();
+                }
+            }
+        }
     } else if constexpr (C::TMA_EPI) {
         /* Each value (BF16 out: plus the bias, when present, then rounded by h3k_f2bf2 as in EPI_BF16_BIAS; F32 out:
          * as accumulated) is written to a staging box of this warpgroup (64 rows x 128 bytes, 128-byte swizzle: the 8
@@ -623,6 +699,22 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
             if (t == 0) {
                 tma_store_2d(mc, box, (int)(q0 + ch * BC), (int)(p0 + c * 64));
                 bulk_commit();
+            }
+        }
+    } else if constexpr (C::TRANS) {
+        /* Transposed F32 out from registers: C^T[p, q] to out[q * ldc + p]; for one register a warp's lanes write 8
+         * consecutive p (one 32-byte sector) of each of 4 rows q */
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t q = q0 + j * 8 + 2 * (lane & 3) + e;
+                if (q >= g.Q) continue;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t p = row0 + 8 * h;
+                    if (p < g.P) ((float *)g.c)[coff + q * g.ldc + p] = v[j * 4 + 2 * h + e];
+                }
             }
         }
     } else {
@@ -1185,6 +1277,19 @@ typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 0, 1, 1> wgrad_ovl_bf16_tma_p
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 0, 1> wgrad_ovl;
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 0, 1> wgrad_ovl_bf16;
 typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1, 1, 0, 0, 1> dgrad_fold_ovl;
+/* Transposed (TRANS): the same sums with the operands' roles swapped, C^T = B A^T, so that a short M lies along the
+ * tile's columns, in 160-column tiles (forward y^T = w x^T and dgrad dx^T = w^T dy^T, B K-major: forward/dgrad
+ * configuration 4), or that the tile grid of a wgrad dw^T = x^T dy has fewer waves (wgrad configuration 9).  Each
+ * product is the same BF16 x BF16 product and each k16 step adds the same 16 products (the instruction's rows and
+ * columns do not enter an element's chain), so the bits are those of the other configurations; test_gpu_gemm
+ * compares them. */
+typedef cfg<128, 160, 5, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1> fwd_t;
+typedef cfg<128, 160, 5, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 0, 1> dgrad_t;
+/* 232 columns: M = 925 in four column tiles (928 columns) instead of eight 128-row tiles (1024 rows) */
+typedef cfg<128, 232, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1> fwd_t232;
+typedef cfg<128, 232, 4, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 0, 1> dgrad_t232;
+typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 0, 1, 1> dgrad_fold_ovl_t;
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride. */
@@ -1255,8 +1360,12 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     else
         H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
     CUtensorMap mc = ma; /* the output's map: read only by the bulk-store epilogue */
-    if (C::EPI == EPI_BF16_TMA) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 64, 64));
-    if (C::EPI == EPI_F32_TMA) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 32, 64, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
+    if (C::EPI == EPI_BF16_TMA && !C::TRANS) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 64, 64));
+    if (C::EPI == EPI_BF16_TMA && C::TRANS) H3S_TRY(make_map(op, &mc, out, Q, P, ldc, 64, C::TRANS_QB));
+    if (C::EPI == EPI_F32_TMA && !C::TRANS)
+        H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 32, 64, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
+    if (C::EPI == EPI_F32_TMA && C::TRANS) /* out is [Q][P]: boxes of TRANS_QB rows q by 128 bytes of p */
+        H3S_TRY(make_map(op, &mc, out, Q, P, ldc, 32, C::TRANS_QB, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
         const void *fn;
@@ -1313,16 +1422,21 @@ h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, in
 /* Configuration override for the invariance test: -1 = the dispatcher's choice. */
 static int g_force_config = -1;
 
-extern "C" int h3c_gemm_config_count(void) { return 4; }
+/* The estimated time of one wave of 128 x 160 (128 x 232) transposed tiles against one of 128 x 256 tiles: the area
+ * ratio is 0.625 (0.906) */
+#define T160_COST 0.68
+#define T232_COST 0.93
+
+extern "C" int h3c_gemm_config_count(void) { return 6; }
 
 /* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 above; BF16 dw: 1 at M <= 256, 8
  * above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared
  * memory), 3 = the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a
  * persistent grid, 6 = 4 on a persistent grid at every M, 7 = 6 with the overlapped fold (OVL), 8 = 0 with the
- * overlapped fold. */
+ * overlapped fold, 9 = 7 transposed (dw^T = x^T dy; F32 dw only, refused for BF16 dw). */
 static int g_force_wgrad = -1;
 
-extern "C" int h3c_gemm_wgrad_config_count(void) { return 9; }
+extern "C" int h3c_gemm_wgrad_config_count(void) { return 10; }
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
@@ -1359,12 +1473,18 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
  * close to the area ratio 0.75; docs/evidence/gpu/development/gemm_epilogue.md).  The choice depends on (M, Q) only,
  * and every configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
+static int64_t waves(int64_t tiles) { return (tiles + 131) / 132; }
+
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
     const int64_t rows = (M + 127) / 128;
-    const int64_t t0 = rows * ((Q + 255) / 256), t1 = rows * ((Q + 191) / 192);
-    const double c0 = (double)((t0 + 131) / 132), c1 = 0.77 * (double)((t1 + 131) / 132);
+    const double c0 = (double)waves(rows * ((Q + 255) / 256)), c1 = 0.77 * (double)waves(rows * ((Q + 191) / 192));
+    /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
+    const double c4 = T160_COST * (double)waves(((Q + 127) / 128) * ((M + 159) / 160));
+    const double c5 = T232_COST * (double)waves(((Q + 127) / 128) * ((M + 231) / 232));
+    if (c5 < c0 && c5 < c1 && c5 < c4) return 5;
+    if (c4 < c0 && c4 < c1) return 4;
     return c1 < c0 ? 1 : 0;
 }
 
@@ -1378,6 +1498,9 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
+    /* y^T[n, m] = sum_k w[n, k] x[m, k]: P = N, Q = M, both K-major; y[m * N + n] */
+    case 4: return wg::launch<wg::fwd_t>(op, N, M, K, w, K, x, K, b, y, N);
+    case 5: return wg::launch<wg::fwd_t232>(op, N, M, K, w, K, x, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
@@ -1451,8 +1574,14 @@ extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
  * bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
                                float *dx) {
-    const int c = g_force_config >= 0 ? g_force_config : (M <= H3C_DGRAD_SPLIT_M ? 3 : 0);
+    /* past the split, the transposed register fold (128 x 160 tiles along M) where it needs fewer waves, a 128 x 160
+     * tile costed at 0.83 of a 128 x 192 one (the area ratio) */
+    const int trans = 0.83 * (double)waves(((K + 127) / 128) * ((M + 159) / 160)) <
+                      (double)waves(((M + 127) / 128) * ((K + 191) / 192));
+    const int c = g_force_config >= 0 ? g_force_config : M <= H3C_DGRAD_SPLIT_M ? 3 : trans ? 4 : 0;
     if (c == 1) return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    if (c == 4 || c == 5) /* the folded dgrad has one transposed configuration */
+        return wg::launch<wg::dgrad_fold_ovl_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     if (c != 3 || M > H3C_DGRAD_SPLIT_M || M <= 0)
         return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     const int64_t nsplit = (N + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE, stride = M * K;
@@ -1479,6 +1608,9 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    /* dx^T[k, m] = sum_n w[n, k] dy[m, n]: P = K, Q = M; A MN-major, B K-major; dx[m * K + k] */
+    case 4: return wg::launch<wg::dgrad_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
+    case 5: return wg::launch<wg::dgrad_t232>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }
@@ -1514,7 +1646,14 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
      * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-6% at M <= 2048, against 6 by 2-11% at
      * M = 4253 and 8349 and against the wide fold by 10-19% at 33396; BF16 dw 8 against 0 by 6-9%
      * (docs/evidence/gpu/development/wgrad_overlap.md) */
-    switch (g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : 7) {
+    /* F32 dw: transposed (configuration 9) where its grid of 128 x 192 tiles has fewer waves, a rule of (N, K)
+     * alone (7168 -> 5376: 1568 tiles of dw^T against 1596 of dw, 12 waves of 132 against 13) */
+    const int trans = waves(((K + 127) / 128) * ((N + 191) / 192)) < waves(((N + 127) / 128) * ((K + 191) / 192));
+    switch (g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : trans ? 9 : 7) {
+    case 9:
+        if (dw_bf16) return h3s_fail(H3S_ERR_INVALID, "%s: wgrad configuration 9 (transposed) writes F32 dw only", op);
+        /* dw^T[k, n] = fold of sum_m x[m, k] dy[m, n]: P = K, Q = N, R = M; both MN-major; dw[n * K + k] */
+        return wg::launch<wg::wgrad_ovl_tma_persist_t>(op, K, N, M, x, K, dyb, N, NULL, dw, K);
     case 7:
         return launch_wgrad<wg::wgrad_ovl_tma_persist, wg::wgrad_ovl_bf16_tma_persist>(op, M, N, K, dyb, x, dw,
                                                                                        dw_bf16);
