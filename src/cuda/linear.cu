@@ -422,8 +422,8 @@ struct cfg {
      * tile's columns [0, BN - 64) and [BN - 64, BN) */
     static constexpr int OVL = OVL_;
     /* TRANS: the kernel computes the transpose of the caller's output, C^T[P, Q] with the caller's rows as Q (the
-     * operands' roles swapped by the launcher), and the epilogue writes C^T[p, q] to out[q * ldc + p] (F32 out only;
-     * see store_tile) */
+     * operands' roles swapped by the launcher), and the epilogue writes C^T[p, q] to out[q * ldc + p] (F32 from
+     * registers, or F32 or BF16 by bulk stores; see store_tile) */
     static constexpr int TRANS = TRANS_;
     static constexpr int TRANS_QB = BN % 32 == 0 ? 32 : 8; /* q-rows per bulk-store box of the transposed epilogue */
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
@@ -1429,9 +1429,9 @@ static int g_force_config = -1;
 
 extern "C" int h3c_gemm_config_count(void) { return 6; }
 
-/* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 above; BF16 dw: 1 at M <= 256, 8
- * above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total in shared
- * memory), 3 = the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a
+/* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 or 9 above; BF16 dw: 1 at
+ * M <= 256, 8 above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total
+ * in shared memory), 3 = the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a
  * persistent grid, 6 = 4 on a persistent grid at every M, 7 = 6 with the overlapped fold (OVL), 8 = 0 with the
  * overlapped fold, 9 = 7 transposed (dw^T = x^T dy; F32 dw only, refused for BF16 dw). */
 static int g_force_wgrad = -1;
