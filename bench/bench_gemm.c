@@ -21,9 +21,8 @@
  * is stored, as the model's BF16 parameter gradients are), recorded as "dw_dtype" in the JSON.  --wgrad-fold runs
  * the wgrad's fold configuration at every M (the dispatcher takes the one-tile configuration at M <= 256; the same
  * bits).  --wgrad-config C forces wgrad configuration C (h3c_gemm_force_wgrad: 0 the fold on 128 x 192 tiles, 1 one
- * tile, 2 the fold on 128 x 256 tiles, 3 the column-halved fold on 128 x 256 tiles, 4 and 5 configurations 0 and 1 with
- * bulk stores, 6 configuration 4 on a persistent grid at every M, 7 and 8 the overlapped folds, 9 configuration 7
- * transposed, F32 dw only; the same bits).  --phase P
+ * tile, 5 configuration 1 with bulk stores, 7 and 8 the overlapped folds, 9 configuration 7 transposed, F32 dw only;
+ * 2, 3, 4 and 6 were removed; the same bits).  --phase P
  * (forward, dgrad or wgrad) measures that phase alone.  Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,8 +245,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--wgrad-config") && i + 1 < argc) {
             char *end = NULL;
             wgrad_config = (int)strtol(argv[++i], &end, 10);
-            if (!end || *end || wgrad_config < 0 || wgrad_config >= h3c_gemm_wgrad_config_count()) {
-                fprintf(stderr, "bench_gemm: --wgrad-config takes 0 to %d\n", h3c_gemm_wgrad_config_count() - 1);
+            if (!end || *end || wgrad_config < 0 || wgrad_config >= h3c_gemm_wgrad_config_count() ||
+                h3c_gemm_wgrad_config_removed(wgrad_config)) {
+                fprintf(stderr, "bench_gemm: --wgrad-config takes 0, 1, 5, 7, 8 or 9\n");
                 return 2;
             }
         } else {

@@ -97,11 +97,11 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
 /* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold on
- * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 2 = the fold on 128 x 256 tiles, 3 = the
- * column-halved fold, 4 and 5 = 0 and 1 with bulk stores (5 refused at M > 256), 6 = 4 on a persistent grid, 7 and
- * 8 = the overlapped folds, 9 = 7 transposed (F32 dw only, refused for BF16 dw).  All give the same bits where they
- * apply. */
+ * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 5 = 1 with bulk stores (refused at M > 256),
+ * 7 and 8 = the overlapped folds, 9 = 7 transposed (F32 dw only, refused for BF16 dw).  All give the same bits where
+ * they apply.  2, 3, 4 and 6 were removed (h3c_gemm_wgrad_config_removed) and are refused. */
 int h3c_gemm_wgrad_config_count(void);
+int h3c_gemm_wgrad_config_removed(int config);
 h3s_status h3c_gemm_force_wgrad(int config);
 /* The previous strict forward kernel (mma.sync), for side-by-side benchmarks. */
 h3s_status h3c_gemm_bf16_forward_mma(const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,

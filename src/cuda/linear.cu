@@ -409,13 +409,10 @@ struct args {
     int a_rows;
 };
 
-/* A kernel configuration: every field a compile-time constant.  FOLD == 3 (the wgrad's column-halved fold, kernel
- * wg_gemm_halves): a 128 x 256 output tile computed as two column halves of 128, each half's 256-row partial
- * folded before the other's starts, so that a consumer thread holds the whole running total (128 registers) and
- * one half's partial (64); A blocks then live in a ring of their own (ASLOTS blocks of BM x 64, each read by both
- * halves) and STAGES counts the ring of B half-blocks (128 x 64). */
-template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int ASLOTS_ = 0,
-          int PERSIST_ = 0, int OVL_ = 0, int TRANS_ = 0>
+/* A kernel configuration: every field a compile-time constant.  FOLD: 0 = one chain per element, 1 = the wgrad's
+ * 256-row fold with its running total in registers. */
+template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int PERSIST_ = 0,
+          int OVL_ = 0, int TRANS_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     /* OVL: the register fold with its drain overlapped (consumer): each block's MMAs as two commit groups, the
@@ -427,28 +424,19 @@ struct cfg {
     static constexpr int TRANS = TRANS_;
     static constexpr int TRANS_QB = BN % 32 == 0 ? 32 : 8; /* q-rows per bulk-store box of the transposed epilogue */
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
-    static constexpr int ASLOTS = ASLOTS_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
-    /* FOLD == 3: B_BYTES is a half-block's (128 columns) */
-    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = (FOLD == 3 ? BN / 2 : BN) * BK * 2;
+    static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
     static constexpr int STAGE = A_BYTES + B_BYTES;
-    /* the rings and their mbarriers (full and empty per stage, and per A slot) */
-    static constexpr int RING = FOLD == 3 ? ASLOTS * A_BYTES + STAGES * B_BYTES : STAGES * STAGE;
-    static constexpr int BARS = FOLD == 3 ? 2 * (ASLOTS + STAGES) * 8 : 2 * STAGES * 8;
+    /* the ring and its mbarriers (full and empty per stage) */
+    static constexpr int RING = STAGES * STAGE;
+    static constexpr int BARS = 2 * STAGES * 8;
     /* EPI_BF16_STAGED: 16 rows x EPI_COLS BF16 per consumer warp, each row padded by 16 bytes (so that the 8 rows of a
-     * fragment's stores fall in distinct banks), after the ring's barriers; with FOLD == 3 the tile is staged half
-     * its columns at a time */
-    static constexpr int EPI_COLS = FOLD == 3 ? BN / 2 : BN;
+     * fragment's stores fall in distinct banks), after the ring's barriers */
+    static constexpr int EPI_COLS = BN;
     static constexpr int EPI_ROW = EPI_COLS * 2 + 16;
     static constexpr int EPI_OFF = (RING + BARS + 127) / 128 * 128;
     static constexpr int EPI_BYTES = EPI == EPI_BF16_STAGED ? NC * 4 * 16 * EPI_ROW : 0;
-    /* FOLD == 2: the upper half of each consumer thread's running total lives in shared memory (after the ring's
-     * barriers), as float4 chunks [BN / 16][NC * 128 threads], so that a tile of 128 x 256 fits: its partial takes
-     * 128 registers per thread, and the whole total would take 128 more */
-    static constexpr int TOT_OFF = EPI_OFF; /* the staging buffer and the split total share one region */
-    static constexpr int TOT_BYTES = FOLD == 2 ? NC * 128 * (BN / 4) * 4 : 0;
-    static constexpr int REGION = EPI_BYTES > TOT_BYTES ? EPI_BYTES : TOT_BYTES;
     /* EPI_BF16_TMA, EPI_F32_TMA: per consumer warpgroup, two staging boxes of its 64 rows by 128 bytes (64 BF16 or
      * 32 F32 columns) in the 128-byte swizzle of the output's tensor map (1024-byte aligned), after the ring's
      * barriers; the tile's columns pass through them in turn */
@@ -457,27 +445,23 @@ struct cfg {
     static constexpr int STG_BYTES = TMA_EPI ? NC * 2 * 8192 : 0;
     /* a persistent grid (at most one CTA per multiprocessor) for the configurations whose epilogue overlaps the next
      * tile's MMAs; the others run one CTA per tile except for short reductions (launch) */
-    /* the fold's long reductions keep one CTA per tile unless PERSIST_ (wgrad configuration 6) */
+    /* the fold's long reductions keep one CTA per tile unless PERSIST_ (wgrad configurations 7 and 9) */
     static constexpr int PERSIST = TMA_EPI && (FOLD == 0 || PERSIST_);
-    static constexpr int SMEM = TMA_EPI  ? STG_OFF + STG_BYTES + 1024
-                                : REGION ? EPI_OFF + REGION + 1024
-                                         : RING + 1024 + BARS;
+    static constexpr int SMEM = TMA_EPI     ? STG_OFF + STG_BYTES + 1024
+                                : EPI_BYTES ? EPI_OFF + EPI_BYTES + 1024
+                                            : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
     static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256, "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
-    static_assert(FOLD >= 0 && FOLD <= 3, "FOLD");
+    static_assert(FOLD == 0 || FOLD == 1, "FOLD");
     static_assert(EPI != EPI_BF16_STAGED || (EPI_COLS % 64 == 0 && BN % EPI_COLS == 0),
                   "whole staging chunks of 64-column multiples");
-    static_assert(FOLD != 3 || (BM == 128 && BN == 256 && AMN && BMN && MINB == 1 && ASLOTS >= H3S_FOLD_TILE / BK &&
-                                EPI != EPI_BF16_BIAS),
-                  "the column-halved fold: 128 x 256 MN-major tiles, A slots for a whole fold tile");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
     static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
-                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8), the fold in "
-                  "registers or none");
+                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8)");
     static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA) && BN % 8 == 0),
                   "the transposed epilogue: F32 out or bulk stores");
 };
@@ -591,8 +575,6 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
             }
             __syncwarp(); /* the buffer is rewritten by this warp's next chunk or tile */
         }
-        /* FOLD == 2: the next tile's folds write chunks that overlay other warps' staging rows */
-        if constexpr (C::FOLD == 2) consumers_sync<C::NC>();
     } else if constexpr (C::TMA_EPI && C::TRANS) {
         /* Transposed: the values of this warpgroup's 64 rows p and the tile's BN columns q go to out[q][p].  In rounds
          * of (up to) 32 q-rows by 128 bytes of p (32 F32 or 64 BF16 values), in the order (q round, p part), the warps
@@ -753,11 +735,9 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
-    /* the running fold total: all of it in registers (FOLD == 1), or its lower half in registers and its upper
-     * half in this thread's float4 chunks of shared memory (FOLD == 2) */
-    constexpr int TR = C::FOLD == 1 ? ACC : C::FOLD == 2 ? ACC / 2 : 1;
+    /* the running fold total, in registers (FOLD == 1) */
+    constexpr int TR = C::FOLD == 1 ? ACC : 1;
     float tot[TR];
-    float4 *tsm = (float4 *)(smem + C::TOT_OFF) + (c * 128 + t); /* chunk j at tsm[j * NC * 128] */
 #pragma unroll
     for (int i = 0; i < ACC; i++)
         acc[i] = 0.0f;
@@ -902,18 +882,6 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
 #pragma unroll
             for (int i = 0; i < TR; i++)
                 tot[i] = FIRST ? acc[i] : tot[i] + acc[i];
-            if constexpr (C::FOLD == 2) { /* the same, element for element, for the upper half */
-#pragma unroll
-                for (int j = 0; j < ACC / 8; j++) {
-                    const float *a = acc + ACC / 2 + 4 * j;
-                    if constexpr (FIRST) {
-                        tsm[j * C::NC * 128] = make_float4(a[0], a[1], a[2], a[3]);
-                    } else {
-                        const float4 o = tsm[j * C::NC * 128];
-                        tsm[j * C::NC * 128] = make_float4(o.x + a[0], o.y + a[1], o.z + a[2], o.w + a[3]);
-                    }
-                }
-            }
         };
         fold_tile(0, std::true_type{});
         for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) /* 256-row tiles, ascending */
@@ -927,20 +895,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
     wg_wait<0>();
     reg_fence<ACC>(acc);
-    release(nk);                  /* every stage of this tile is free for the producer's next tile */
-    if constexpr (C::FOLD == 2) { /* the whole total into acc (its partials are spent); the epilogue reads acc */
-#pragma unroll
-        for (int i = 0; i < ACC / 2; i++)
-            acc[i] = tot[i];
-#pragma unroll
-        for (int j = 0; j < ACC / 8; j++) {
-            const float4 o = tsm[j * C::NC * 128];
-            acc[ACC / 2 + 4 * j] = o.x, acc[ACC / 2 + 4 * j + 1] = o.y;
-            acc[ACC / 2 + 4 * j + 2] = o.z, acc[ACC / 2 + 4 * j + 3] = o.w;
-        }
-        /* the staging buffer overlays every consumer thread's chunks: all are read before any warp stages */
-        if constexpr (C::EPI == EPI_BF16_STAGED) consumers_sync<C::NC>();
-    }
+    release(nk); /* every stage of this tile is free for the producer's next tile */
 
     if constexpr (C::FOLD == 1)
         store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
@@ -1049,139 +1004,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
 #endif
 }
 
-/* The wgrad's column-halved fold (FOLD == 3): output tiles of 128 x 256, both operands MN-major.  For each 256-row
- * fold tile t (ascending) and each column half h = 0, 1 of the tile, consumer warpgroup c runs the half's chain over
- * the fold tile's rows, the k16 steps in ascending r, the first from +0 (scale-d = 0), into a 64 x 128 accumulator;
- * then, with its products complete, adds it to the running total of those columns: total = partial for t = 0,
- * total = total + partial after.  Every output element therefore gets the 128 x 192 fold's chains and additions in
- * the same order (the instruction's N does not enter an element's chain), so the same bits; only the order in which
- * the two halves' columns are worked on differs, and no element depends on the other half.
- *
- * Rings: A blocks (BM x 64 of dy^T) in ASLOTS slots, each filled once per fold tile and read by both halves; B
- * half-blocks (128 columns x 64 rows of x) in STAGES stages, in the order (t, h, block).  A half entirely past Q
- * (the last column tile of 2688 columns) is neither loaded nor computed; its totals stay +0 and are never stored. */
-template <class C>
-__global__ void __launch_bounds__(C::THREADS, 1)
-    wg_gemm_halves(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, const args g) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    static_assert(C::FOLD == 3, "wg_gemm_halves runs the column-halved fold");
-    constexpr int BM = C::BM, BN = C::BN, HN = BN / 2, STAGES = C::STAGES, AS = C::ASLOTS, NC = C::NC;
-    constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
-    extern __shared__ uint8_t wg_smem_raw[];
-    uint8_t *smem = (uint8_t *)(((uintptr_t)wg_smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *bring = smem + AS * C::A_BYTES;
-    uint64_t *afull = (uint64_t *)(smem + C::RING), *aempty = afull + AS;
-    uint64_t *bfull = aempty + AS, *bempty = bfull + STAGES;
-    const int64_t ntiles = g.tiles_p * g.tiles_q, nk = (g.R + BK - 1) / BK;
-    const int wgi = threadIdx.x / 128;
-    if (threadIdx.x == 0) {
-        ring_bars_init(afull, aempty, AS, 1, NC);
-        ring_bars_init(bfull, bempty, STAGES, 1, NC);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
-
-    if (wgi == 0) { /* producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (threadIdx.x == 0) {
-            int sa = 0, sb = 0;        /* the next A slot and B stage over all this CTA's tiles */
-            unsigned pa = 1u, pb = 1u; /* the phases their empty barriers must have completed (1: fresh) */
-            for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
-                int64_t p0, q0;
-                grouped_origin<BM, BN>(g, id, p0, q0);
-                const int nh = q0 + HN < g.Q ? 2 : 1;
-                for (int64_t t0 = 0; t0 < nk; t0 += FB) {
-                    const int64_t t1 = t0 + FB < nk ? t0 + FB : nk;
-                    for (int h = 0; h < nh; h++)
-                        for (int64_t kb = t0; kb < t1; kb++) {
-                            const int r0 = (int)(kb * BK);
-                            if (h == 0) {
-                                mbar_wait(&aempty[sa], pa);
-                                mbar_expect_tx(&afull[sa], C::A_BYTES);
-#pragma unroll
-                                for (int i = 0; i < BM / 64; i++)
-                                    tma_load_2d(smem + sa * C::A_BYTES + i * 8192, &map_a, &afull[sa],
-                                                (int)(p0 + i * 64), r0);
-                                if (++sa == AS) sa = 0, pa ^= 1u;
-                            }
-                            mbar_wait(&bempty[sb], pb);
-                            mbar_expect_tx(&bfull[sb], C::B_BYTES);
-#pragma unroll
-                            for (int i = 0; i < HN / 64; i++)
-                                tma_load_2d(bring + sb * C::B_BYTES + i * 8192, &map_b, &bfull[sb],
-                                            (int)(q0 + h * HN + i * 64), r0);
-                            if (++sb == STAGES) sb = 0, pb ^= 1u;
-                        }
-                }
-            }
-        }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-        const int c = wgi - 1, t = threadIdx.x & 127;
-        /* ring positions (slot or stage, barrier phase) of the next A block and B half-block to read and of the
-         * oldest not yet given back, as running counters; the same in every consumer thread */
-        int a_next = 0, a_rel = 0, b_next = 0, b_rel = 0;
-        unsigned a_ph = 0u, b_ph = 0u;
-        /* give the oldest block of a ring back (one arrival per warpgroup, by its thread 0) */
-        auto give_back = [&](uint64_t *bars, int &pos, int n) {
-            if (t == 0) mbar_arrive(&bars[pos]);
-            if (++pos == n) pos = 0;
-        };
-        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
-            int64_t p0, q0;
-            grouped_origin<BM, BN>(g, id, p0, q0);
-            const int nh = q0 + HN < g.Q ? 2 : 1;
-            float acc[HN / 2], tot[BN / 2];
-#pragma unroll
-            for (int i = 0; i < HN / 2; i++)
-                acc[i] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < BN / 2; i++)
-                tot[i] = 0.0f;
-            for (int64_t t0 = 0; t0 < nk; t0 += FB) { /* 256-row fold tiles, ascending */
-                const int nb = (int)(t0 + FB < nk ? FB : nk - t0);
-                const int a0 = a_next; /* the fold tile's first A slot; its blocks take consecutive slots */
-                const unsigned a0ph = a_ph;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    if (h >= nh) break;
-                    for (int j = 0; j < nb; j++) {
-                        int sa = a0 + j;
-                        unsigned pa = a0ph;
-                        if (sa >= AS) sa -= AS, pa ^= 1u;
-                        if (h == 0) mbar_wait(&afull[sa], pa);
-                        const int sb = b_next;
-                        mbar_wait(&bfull[sb], b_ph);
-                        if (++b_next == STAGES) b_next = 0, b_ph ^= 1u;
-                        const uint32_t a_s = smem_u32(smem + sa * C::A_BYTES) + c * 8192; /* this warpgroup's rows */
-                        const uint32_t b_s = smem_u32(bring + sb * C::B_BYTES);
-                        wg_fence();
-                        block_mmas<HN, 1, 1>(acc, a_s, b_s, j == 0); /* the chain starts at the fold tile */
-                        wg_commit();
-                        wg_wait<1>();
-                        if (j > 0) {
-                            give_back(bempty, b_rel, STAGES);              /* the previous half-block */
-                            if (h == nh - 1) give_back(aempty, a_rel, AS); /* both halves have read it */
-                        }
-                    }
-                    wg_wait<0>();
-                    reg_fence<HN / 2>(acc);
-                    give_back(bempty, b_rel, STAGES);
-                    if (h == nh - 1) give_back(aempty, a_rel, AS);
-#pragma unroll
-                    for (int i = 0; i < HN / 2; i++)
-                        tot[h * (HN / 2) + i] = t0 == 0 ? acc[i] : tot[h * (HN / 2) + i] + acc[i];
-                }
-                a_next = a0 + nb;
-                if (a_next >= AS) a_next -= AS, a_ph ^= 1u;
-            }
-            int seq = 0; /* unused: a staged epilogue */
-            store_tile<C>(smem, tot, p0, q0, c, g, 0, nullptr, seq);
-        }
-    }
-#endif
-}
-
 /* dy (F32) rounded once to BF16 (round to nearest even), the tensor cores' operand.  The reference
  * (h3c_elem_force_reference): one element per thread. */
 __global__ void round_bf16_ref_kernel(int64_t n, const float *src, uint16_t *dst) {
@@ -1237,31 +1059,15 @@ typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
  * the bits of wgrad_fold's F32 output rounded afterwards, without writing and reading the F32 gradient.  Its
  * epilogue goes through shared memory (EPI_BF16_STAGED), whose buffer (51 KB) takes the room of a ring stage. */
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1> wgrad_fold_bf16;
-/* The fold on 128 x 256 tiles: half of the running total in shared memory (FOLD == 2), three stages; BF16 out through
- * the staging buffer, which overlays the total's region once the total is in registers.  Each output element gets the
- * same 256-row chains from +0 and the same additions in ascending tile order, so the same bits. */
-typedef cfg<128, 256, 3, 1, 1, EPI_F32, 2> wgrad_wide;
-typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 2> wgrad_wide_bf16;
-/* The column-halved fold on 128 x 256 tiles (FOLD == 3, wg_gemm_halves): the whole running total in registers beside
- * one column half's partial; A blocks in a ring of 8 slots (F32 out) or 6 (BF16 out, whose staging buffer takes the
- * room), B half-blocks in 6 or 5 stages.  The same chains and additions per element as wgrad_fold. */
-typedef cfg<128, 256, 6, 1, 1, EPI_F32, 3, 1, 8> wgrad_halves;
-typedef cfg<128, 256, 5, 1, 1, EPI_BF16_STAGED, 3, 1, 6> wgrad_halves_bf16;
 /* A reduction of at most 256 rows (M <= H3S_FOLD_TILE: the token refiner's text rows) is one fold tile: the fold's
  * total is that tile's chain, so a configuration without the fold computes the same MMAs from +0 into the same
  * accumulator and gives the same bits (tests/gpu/test_gpu_gemm.c compares them).  Such a wgrad is almost all output
  * writes; these take 128 x 256 tiles, which need no registers for a running total. */
 typedef cfg<128, 256, 4, 1, 1, EPI_F32, 0> wgrad_one;
 typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 0> wgrad_one_bf16;
-/* The fold and the one-tile wgrad with the bulk-store epilogue (wgrad configurations 4 and 5): the same values, the
- * same rounding (h3k_f2bf2, the bits of the staged epilogue's), only the way the tile reaches memory differs.  The
- * staging boxes take a ring stage of the F32 fold (4 stages) and give the BF16 one-tile configuration one back. */
-typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1> wgrad_fold_tma;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1> wgrad_fold_bf16_tma;
-/* Configuration 6: configuration 4 on a persistent grid at every reduction length (4 is persistent only where the
- * reduction is short, M <= 2048), so that the stores of a long reduction's tile also overlap the next tile's MMAs. */
-typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1> wgrad_fold_tma_persist;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 0, 1> wgrad_fold_bf16_tma_persist;
+/* The one-tile wgrad with the bulk-store epilogue (wgrad configuration 5): the same values, the same rounding
+ * (h3k_f2bf2, the bits of the staged epilogue's), only the way the tile reaches memory differs; the staging boxes give
+ * the BF16 configuration a ring stage back. */
 typedef cfg<128, 256, 4, 1, 1, EPI_F32_TMA, 0> wgrad_one_tma;
 typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
@@ -1272,24 +1078,24 @@ typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
 typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1> dgrad_fold;
 /* The overlapped fold (OVL, consumer): the register fold's chains and additions in a schedule that keeps MMAs queued
  * while a warpgroup adds its partial.  Wgrad configurations 7 (6's) and 8 (0's), and the folded dgrad's. */
-typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1, 1> wgrad_ovl_tma_persist;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 0, 1, 1> wgrad_ovl_bf16_tma_persist;
-typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 0, 1> wgrad_ovl;
-typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 0, 1> wgrad_ovl_bf16;
-typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1, 1, 0, 0, 1> dgrad_fold_ovl;
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1> wgrad_ovl_tma_persist;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 1, 1> wgrad_ovl_bf16_tma_persist;
+typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 1> wgrad_ovl;
+typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 1> wgrad_ovl_bf16;
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1, 1, 0, 1> dgrad_fold_ovl;
 /* Transposed (TRANS): the same sums with the operands' roles swapped, C^T = B A^T, so that a short M lies along the
  * tile's columns, in 160-column tiles (forward y^T = w x^T and dgrad dx^T = w^T dy^T, B K-major: forward/dgrad
  * configuration 4), or that the tile grid of a wgrad dw^T = x^T dy has fewer waves (wgrad configuration 9).  Each
  * product is the same BF16 x BF16 product and each k16 step adds the same 16 products (the instruction's rows and
  * columns do not enter an element's chain), so the bits are those of the other configurations; test_gpu_gemm
  * compares them. */
-typedef cfg<128, 160, 5, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1> fwd_t;
-typedef cfg<128, 160, 5, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 0, 1> dgrad_t;
+typedef cfg<128, 160, 5, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 1> fwd_t;
+typedef cfg<128, 160, 5, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t;
 /* 232 columns: M = 925 in four column tiles (928 columns) instead of eight 128-row tiles (1024 rows) */
-typedef cfg<128, 232, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1> fwd_t232;
-typedef cfg<128, 232, 4, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 0, 1> dgrad_t232;
-typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 0, 1, 1> dgrad_fold_ovl_t;
-typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 0, 1, 1, 1> wgrad_ovl_tma_persist_t;
+typedef cfg<128, 232, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 1> fwd_t232;
+typedef cfg<128, 232, 4, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t232;
+typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
+typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride. */
@@ -1368,11 +1174,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &mc, out, Q, P, ldc, 32, C::TRANS_QB, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
-        const void *fn;
-        if constexpr (C::FOLD == 3)
-            fn = (const void *)wg_gemm_halves<C>;
-        else
-            fn = (const void *)wg_gemm<C>;
+        const void *fn = (const void *)wg_gemm<C>;
         cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
         if (e != cudaSuccess)
             return h3s_fail(H3S_ERR_DEVICE, "%s: cudaFuncSetAttribute: %s", op, cudaGetErrorString(e));
@@ -1405,10 +1207,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = (C::PERSIST || nk <= SHORT_BLOCKS) && slots < tiles ? slots : tiles;
-    if constexpr (C::FOLD == 3)
-        wg_gemm_halves<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, g);
-    else
-        wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
+    wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
     return h3c_launch_check(op);
 }
 
@@ -1430,18 +1229,28 @@ static int g_force_config = -1;
 extern "C" int h3c_gemm_config_count(void) { return 6; }
 
 /* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 or 9 above; BF16 dw: 1 at
- * M <= 256, 8 above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 2 = the fold on 128 x 256 tiles (half of the total
- * in shared memory), 3 = the column-halved fold on 128 x 256 tiles, 4 = 0 with bulk stores, 5 = 1 with bulk stores on a
- * persistent grid, 6 = 4 on a persistent grid at every M, 7 = 6 with the overlapped fold (OVL), 8 = 0 with the
- * overlapped fold, 9 = 7 transposed (dw^T = x^T dy; F32 dw only, refused for BF16 dw). */
+ * M <= 256, 8 above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 5 = 1 with bulk stores on a persistent grid,
+ * 7 = 0 with the overlapped fold (OVL) and bulk stores on a persistent grid, 8 = 0 with the overlapped fold, 9 = 7
+ * transposed (dw^T = x^T dy; F32 dw only, refused for BF16 dw).  Numbers 2, 3, 4 and 6 named fold configurations that
+ * 7 and 8 superseded (128 x 256 tiles with half of the total in shared memory, the column-halved fold, and 0 with bulk
+ * stores on one CTA per tile or a persistent grid); they were removed after commit d8880cf and are refused, so that
+ * the other numbers keep their meaning in the evidence. */
 static int g_force_wgrad = -1;
 
 extern "C" int h3c_gemm_wgrad_config_count(void) { return 10; }
+
+extern "C" int h3c_gemm_wgrad_config_removed(int config) {
+    return config == 2 || config == 3 || config == 4 || config == 6;
+}
 
 extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     if (config < -1 || config >= h3c_gemm_wgrad_config_count())
         return h3s_fail(H3S_ERR_INVALID, "gemm: no wgrad configuration %d (0..%d, or -1)", config,
                         h3c_gemm_wgrad_config_count() - 1);
+    if (h3c_gemm_wgrad_config_removed(config))
+        return h3s_fail(H3S_ERR_INVALID,
+                        "gemm: wgrad configuration %d was removed (superseded by the overlapped folds, 7 and 8)",
+                        config);
     g_force_wgrad = config;
     return H3S_OK;
 }
@@ -1643,7 +1452,8 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
         return launch_wgrad<wg::wgrad_one_tma, wg::wgrad_one_bf16_tma>(op, M, N, K, dyb, x, dw, dw_bf16);
     /* Past one fold tile the overlapped fold (configurations 7 and 8: the register fold's chains and additions with
      * the tensor cores fed while a warpgroup adds its partial), measured faster than every other fold configuration
-     * at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-6% at M <= 2048, against 6 by 2-11% at
+     * (the removed 2, 3, 4 and 6 among them) at every H3 shape and M from 925 to 33396: F32 dw 7 against 4 by 2-6% at
+     * M <= 2048, against 6 by 2-11% at
      * M = 4253 and 8349 and against the wide fold by 10-19% at 33396; BF16 dw 8 against 0 by 6-9%
      * (docs/evidence/gpu/development/wgrad_overlap.md) */
     /* F32 dw: transposed (configuration 9) where its grid of 128 x 192 tiles has fewer waves, a rule of (N, K)
@@ -1658,12 +1468,6 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
         return launch_wgrad<wg::wgrad_ovl_tma_persist, wg::wgrad_ovl_bf16_tma_persist>(op, M, N, K, dyb, x, dw,
                                                                                        dw_bf16);
     case 8: return launch_wgrad<wg::wgrad_ovl, wg::wgrad_ovl_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
-    case 6:
-        return launch_wgrad<wg::wgrad_fold_tma_persist, wg::wgrad_fold_bf16_tma_persist>(op, M, N, K, dyb, x, dw,
-                                                                                         dw_bf16);
-    case 4: return launch_wgrad<wg::wgrad_fold_tma, wg::wgrad_fold_bf16_tma>(op, M, N, K, dyb, x, dw, dw_bf16);
-    case 2: return launch_wgrad<wg::wgrad_wide, wg::wgrad_wide_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
-    case 3: return launch_wgrad<wg::wgrad_halves, wg::wgrad_halves_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
     default: return launch_wgrad<wg::wgrad_fold, wg::wgrad_fold_bf16>(op, M, N, K, dyb, x, dw, dw_bf16);
     }
 }
