@@ -1165,13 +1165,13 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
     else
         H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
-    CUtensorMap mc = ma; /* the output's map: read only by the bulk-store epilogue */
-    if (C::EPI == EPI_BF16_TMA && !C::TRANS) H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 64, 64));
-    if (C::EPI == EPI_BF16_TMA && C::TRANS) H3S_TRY(make_map(op, &mc, out, Q, P, ldc, 64, C::TRANS_QB));
-    if (C::EPI == EPI_F32_TMA && !C::TRANS)
-        H3S_TRY(make_map(op, &mc, out, P, Q, ldc, 32, 64, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
-    if (C::EPI == EPI_F32_TMA && C::TRANS) /* out is [Q][P]: boxes of TRANS_QB rows q by 128 bytes of p */
-        H3S_TRY(make_map(op, &mc, out, Q, P, ldc, 32, C::TRANS_QB, CU_TENSOR_MAP_DATA_TYPE_FLOAT32));
+    CUtensorMap mc = ma;        /* the output's map: read only by the bulk-store epilogue */
+    if constexpr (C::TMA_EPI) { /* out is [P][Q], or [Q][P] transposed: boxes of 64 (TRANS_QB) rows by 128 bytes */
+        const int f32 = C::EPI == EPI_F32_TMA;
+        H3S_TRY(make_map(op, &mc, out, C::TRANS ? Q : P, C::TRANS ? P : Q, ldc, f32 ? 32 : 64,
+                         C::TRANS ? C::TRANS_QB : 64,
+                         f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16));
+    }
     static int attr_set = 0; /* one per configuration */
     if (!attr_set) {
         const void *fn = (const void *)wg_gemm<C>;
@@ -1283,15 +1283,16 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * close to the area ratio 0.75; docs/evidence/gpu/development/gemm_epilogue.md).  The choice depends on (M, Q) only,
  * and every configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
 static int64_t waves(int64_t tiles) { return (tiles + 131) / 132; }
+/* the tiles of a P x Q output in BM x BN tiles */
+static int64_t tiles(int64_t P, int64_t Q, int64_t BM, int64_t BN) { return ((P + BM - 1) / BM) * ((Q + BN - 1) / BN); }
 
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
-    const int64_t rows = (M + 127) / 128;
-    const double c0 = (double)waves(rows * ((Q + 255) / 256)), c1 = 0.77 * (double)waves(rows * ((Q + 191) / 192));
+    const double c0 = (double)waves(tiles(M, Q, 128, 256)), c1 = 0.77 * (double)waves(tiles(M, Q, 128, 192));
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
-    const double c4 = T160_COST * (double)waves(((Q + 127) / 128) * ((M + 159) / 160));
-    const double c5 = T232_COST * (double)waves(((Q + 127) / 128) * ((M + 231) / 232));
+    const double c4 = T160_COST * (double)waves(tiles(Q, M, 128, 160));
+    const double c5 = T232_COST * (double)waves(tiles(Q, M, 128, 232));
     if (c5 < c0 && c5 < c1 && c5 < c4) return 5;
     if (c4 < c0 && c4 < c1) return 4;
     return c1 < c0 ? 1 : 0;
@@ -1385,8 +1386,7 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
                                float *dx) {
     /* past the split, the transposed register fold (128 x 160 tiles along M) where it needs fewer waves, a 128 x 160
      * tile costed at 0.83 of a 128 x 192 one (the area ratio) */
-    const int trans = 0.83 * (double)waves(((K + 127) / 128) * ((M + 159) / 160)) <
-                      (double)waves(((M + 127) / 128) * ((K + 191) / 192));
+    const int trans = 0.83 * (double)waves(tiles(K, M, 128, 160)) < (double)waves(tiles(M, K, 128, 192));
     const int c = g_force_config >= 0 ? g_force_config : M <= H3C_DGRAD_SPLIT_M ? 3 : trans ? 4 : 0;
     if (c == 1) return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     if (c == 4 || c == 5) /* the folded dgrad has one transposed configuration */
@@ -1458,7 +1458,7 @@ extern "C" h3s_status h3c_gemm_bf16_wgrad_bf16(const char *op, int64_t M, int64_
      * (docs/evidence/gpu/development/wgrad_overlap.md) */
     /* F32 dw: transposed (configuration 9) where its grid of 128 x 192 tiles has fewer waves, a rule of (N, K)
      * alone (7168 -> 5376: 1568 tiles of dw^T against 1596 of dw, 12 waves of 132 against 13) */
-    const int trans = waves(((K + 127) / 128) * ((N + 191) / 192)) < waves(((N + 127) / 128) * ((K + 191) / 192));
+    const int trans = waves(tiles(K, N, 128, 192)) < waves(tiles(N, K, 128, 192));
     switch (g_force_wgrad >= 0 ? g_force_wgrad : dw_bf16 ? 8 : trans ? 9 : 7) {
     case 9:
         if (dw_bf16) return h3s_fail(H3S_ERR_INVALID, "%s: wgrad configuration 9 (transposed) writes F32 dw only", op);

@@ -97,6 +97,16 @@ static void shape_invariance(int64_t K, int64_t N, int64_t MREF, const int64_t *
     gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd);
 }
 
+/* The transposed fold (wgrad configuration 9) writes F32 dw only: with BF16 dw it must refuse.  Returns 1 when the
+ * run was the refused one (checked here), 0 when configuration c takes this dw. */
+static int refused_bf16_dw(int c, int b16, int64_t M, int64_t N, int64_t K, const h3s_tensor *dyb, const h3s_tensor *xd,
+                           h3s_tensor *got) {
+    if (c != 9 || !b16) return 0;
+    CHECK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb->data, xd->data, got->data, b16) != H3S_OK,
+          "wgrad configuration 9 refuses BF16 dw");
+    return 1;
+}
+
 /* The wgrad of at most 256 rows (one fold tile) runs without the fold (the one-tile configuration): its dw, F32 and
  * BF16, must be the fold's bits.  Forced both ways, with the fold's bulk-store and overlapped configurations, and by
  * the dispatcher at M in {1, 7, 77, 256}; the one-tile configuration is refused at 257 rows. */
@@ -123,11 +133,7 @@ static void wgrad_one_tile(int64_t K, int64_t N) {
             for (int ci = 0; ci < (int)(sizeof cs / sizeof cs[0]); ci++) {
                 const int c = cs[ci];
                 CHECK_OK(h3c_gemm_force_wgrad(c));
-                if (c == 9 && b16) { /* the transposed fold writes F32 dw only */
-                    CHECK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16) != H3S_OK,
-                          "wgrad configuration 9 refuses BF16 dw");
-                    continue;
-                }
+                if (refused_bf16_dw(c, b16, M, N, K, &dyb, &xd, &got)) continue;
                 gpoison(&got);
                 CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16));
                 h3s_tensor gh = gdown(&got);
@@ -191,11 +197,7 @@ static void wgrad_fold_configs(int64_t K, int64_t N, const int64_t *Ms, int nM) 
                     continue;
                 }
                 CHECK_OK(h3c_gemm_force_wgrad(c));
-                if (c == 9 && b16) { /* the transposed fold writes F32 dw only */
-                    CHECK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16) != H3S_OK,
-                          "wgrad configuration 9 refuses BF16 dw");
-                    continue;
-                }
+                if (refused_bf16_dw(c, b16, M, N, K, &dyb, &xd, &got)) continue;
                 gpoison(&got);
                 CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, got.data, b16));
                 h3s_tensor gh = gdown(&got);
