@@ -128,6 +128,10 @@ template <int NR> __device__ __forceinline__ void reg_fence(float *d) {
                  : __VA_ARGS__                                                                                         \
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB))
 
+template <int TA, int TB> __device__ __forceinline__ void wg_mma_n16(float *d, uint64_t da, uint64_t db, int scale_d) {
+    H3W_MMA_SS(16, "%0, %1, %2, %3, %4, %5, %6, %7", "10", "8", "9", "11", "12", H3W_F4(d, 0), H3W_F4(d, 4));
+}
+
 template <int TA, int TB> __device__ __forceinline__ void wg_mma_n32(float *d, uint64_t da, uint64_t db, int scale_d) {
     H3W_MMA_SS(32, H3W_R0_15, "18", "16", "17", "19", "20", H3W_F16(d, 0));
 }
@@ -176,7 +180,9 @@ template <int TA, int TB> __device__ __forceinline__ void wg_mma_n256(float *d, 
 /* acc = A B + (scale_d ? acc : 0) for one k16 step */
 template <int BN, int TA, int TB>
 __device__ __forceinline__ void mma_k16(float *acc, uint64_t da, uint64_t db, int scale_d) {
-    if constexpr (BN == 32)
+    if constexpr (BN == 16)
+        wg_mma_n16<TA, TB>(acc, da, db, scale_d);
+    else if constexpr (BN == 32)
         wg_mma_n32<TA, TB>(acc, da, db, scale_d);
     else if constexpr (BN == 64)
         wg_mma_n64<TA, TB>(acc, da, db, scale_d);

@@ -451,7 +451,8 @@ struct cfg {
                                 : EPI_BYTES ? EPI_OFF + EPI_BYTES + 1024
                                             : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128, "BM");
-    static_assert(BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256, "BN");
+    static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256,
+                  "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
     static_assert(FOLD == 0 || FOLD == 1, "FOLD");
@@ -462,8 +463,10 @@ struct cfg {
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
                   "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8)");
-    static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA) && BN % 8 == 0),
-                  "the transposed epilogue: F32 out or bulk stores");
+    static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA ||
+                              (EPI == EPI_BF16_BIAS && BM == 64)) &&
+                             BN % 8 == 0),
+                  "the transposed epilogue: F32 out, BF16 out from registers (64-row tiles) or bulk stores");
 };
 
 /* A barrier of the consumer warpgroups alone (named barrier 1; the producer never waits on it). */
@@ -493,7 +496,28 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
     const int w = t >> 5, lane = t & 31;
     const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
-    if constexpr (C::EPI == EPI_BF16_BIAS) {
+    if constexpr (C::EPI == EPI_BF16_BIAS && C::TRANS) {
+        /* Transposed BF16 out from registers (the 64 x 16 configurations, whose output is a few rows q): C^T[p, q]
+         * plus the bias of p, rounded by h3k_f2bf2 as in every BF16 epilogue, to out[q * ldc + p].  The values of
+         * p and p + 1 (lanes l and l + 4; p even in the first, as p0 is a multiple of 64) are packed by the even
+         * lane and stored as one 4-byte write (P is a multiple of 8: p < P implies p + 1 < P). */
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t q = q0 + j * 8 + 2 * (lane & 3) + e;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int64_t p = row0 + 8 * h;
+                    float v0 = v[j * 4 + 2 * h + e];
+                    if (g.bias && p < g.P) v0 = v0 + h3k_bf2f(g.bias[p]);
+                    const float v1 = __shfl_down_sync(0xffffffffu, v0, 4);
+                    if (((lane >> 2) & 1) == 0 && q < g.Q && p < g.P)
+                        *(uint32_t *)((uint16_t *)g.c + q * g.ldc + p) = h3k_f2bf2(v0, v1);
+                }
+            }
+        }
+    } else if constexpr (C::EPI == EPI_BF16_BIAS) {
         /* BF16 out: each value (plus the bias, when present) rounded by h3k_f2bf2, then the four lanes of a row
          * exchange their packed pairs so that each holds 8 consecutive columns, stored as one 16-byte write (every
          * 32-byte sector written whole; 4-byte stores of 2 columns left half-written sectors and ran slower than the
@@ -1095,17 +1119,40 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t;
 typedef cfg<128, 232, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 1> fwd_t232;
 typedef cfg<128, 232, 4, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t232;
 typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
+/* 64 x 16 transposed tiles for M <= 16 (forward/dgrad configurations 6 and 7): the weight's 64 rows (forward) or
+ * columns (dgrad) as the MMA's A, the few rows of x or dy as its 16 columns, so that each k16 step is an m64n16k16
+ * MMA (a quarter of the m64n64k16 of configurations 2 and 3, of which 48 rows or more are padding at M <= 16).  6: a
+ * 20-stage ring, one CTA per multiprocessor (outputs of fewer than 132 tiles); 7: 10 stages, two CTAs per
+ * multiprocessor (the wide outputs, and the work items of the folded dgrad's split at M <= 16). */
+typedef cfg<64, 16, 20, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1> fwd_t16;
+typedef cfg<64, 16, 10, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1> fwd_t16b;
+typedef cfg<64, 16, 20, 1, 0, EPI_F32, 0, 1, 0, 0, 1> dgrad_t16;
+typedef cfg<64, 16, 10, 1, 0, EPI_F32, 0, 2, 0, 0, 1> dgrad_t16b;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
- * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride. */
+ * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride.  The partials are loaded
+ * SPLIT_BATCH at a time into registers before they are added (so that a thread has that many loads in flight
+ * instead of one), and added one by one in ascending t: the same additions in the same order.  Each partial is read
+ * once (streaming loads). */
+constexpr int SPLIT_BATCH = 32;
 __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
                                   int64_t ldc) {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * Q; e += (int64_t)gridDim.x * blockDim.x) {
         const float *src = part + e;
-        float tot = src[0];
-        for (int64_t t = 1; t < nsplit; t++)
-            tot = tot + src[t * stride];
+        float tot = __ldcs(src);
+        int64_t t = 1;
+        for (; t + SPLIT_BATCH <= nsplit; t += SPLIT_BATCH) {
+            float b[SPLIT_BATCH];
+#pragma unroll
+            for (int i = 0; i < SPLIT_BATCH; i++)
+                b[i] = __ldcs(src + (t + i) * stride);
+#pragma unroll
+            for (int i = 0; i < SPLIT_BATCH; i++)
+                tot = tot + b[i];
+        }
+        for (; t < nsplit; t++)
+            tot = tot + __ldcs(src + t * stride);
         out[(e / Q) * ldc + e % Q] = tot;
     }
 }
@@ -1226,7 +1273,7 @@ static int g_force_config = -1;
 #define T160_COST 0.68
 #define T232_COST 0.93
 
-extern "C" int h3c_gemm_config_count(void) { return 6; }
+extern "C" int h3c_gemm_config_count(void) { return 8; }
 
 /* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 or 9 above; BF16 dw: 1 at
  * M <= 256, 8 above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 5 = 1 with bulk stores on a persistent grid,
@@ -1288,6 +1335,7 @@ static int64_t tiles(int64_t P, int64_t Q, int64_t BM, int64_t BN) { return ((P 
 
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
+    if (M <= 16) return (Q + 63) / 64 < 132 ? 6 : 7;
     if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
     const double c0 = (double)waves(tiles(M, Q, 128, 256)), c1 = 0.77 * (double)waves(tiles(M, Q, 128, 192));
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
@@ -1311,6 +1359,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     /* y^T[n, m] = sum_k w[n, k] x[m, k]: P = N, Q = M, both K-major; y[m * N + n] */
     case 4: return wg::launch<wg::fwd_t>(op, N, M, K, w, K, x, K, b, y, N);
     case 5: return wg::launch<wg::fwd_t232>(op, N, M, K, w, K, x, K, b, y, N);
+    case 6: return wg::launch<wg::fwd_t16>(op, N, M, K, w, K, x, K, b, y, N);
+    case 7: return wg::launch<wg::fwd_t16b>(op, N, M, K, w, K, x, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
@@ -1387,18 +1437,21 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
     /* past the split, the transposed register fold (128 x 160 tiles along M) where it needs fewer waves, a 128 x 160
      * tile costed at 0.83 of a 128 x 192 one (the area ratio) */
     const int trans = 0.83 * (double)waves(tiles(K, M, 128, 160)) < (double)waves(tiles(M, K, 128, 192));
-    const int c = g_force_config >= 0 ? g_force_config : M <= H3C_DGRAD_SPLIT_M ? 3 : trans ? 4 : 0;
+    const int c = g_force_config >= 0 ? g_force_config : M <= 16 ? 7 : M <= H3C_DGRAD_SPLIT_M ? 3 : trans ? 4 : 0;
+    const int split = M > 0 && M <= H3C_DGRAD_SPLIT_M && (c == 3 || c == 6 || c == 7);
     if (c == 1) return wg::launch<wg::dgrad_fold>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     if (c == 4 || c == 5) /* the folded dgrad has one transposed configuration */
         return wg::launch<wg::dgrad_fold_ovl_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
-    if (c != 3 || M > H3C_DGRAD_SPLIT_M || M <= 0)
-        return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    if (!split) return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     const int64_t nsplit = (N + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE, stride = M * K;
     void *part = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
-    h3s_status st = wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, part, K, nsplit, stride);
+    /* the split's work items: 64 x 64 tiles (3), or 64 x 16 transposed ones (6, 7), whose partials land in the same
+     * [M][K] layout (dx^T[k, m] at part[m * K + k]) */
+    h3s_status st = c == 3 ? wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, part, K, nsplit, stride)
+                           : wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, part, K, nsplit, stride);
     if (st == H3S_OK) {
-        wg::split_fold_kernel<<<h3k_blocks(stride, 256), 256, 0, H3K_STREAM>>>(M, K, nsplit, (const float *)part,
+        wg::split_fold_kernel<<<h3k_blocks(stride, 128), 128, 0, H3K_STREAM>>>(M, K, nsplit, (const float *)part,
                                                                                stride, dx, K);
         st = h3c_launch_check(op);
     }
@@ -1420,6 +1473,8 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     /* dx^T[k, m] = sum_n w[n, k] dy[m, n]: P = K, Q = M; A MN-major, B K-major; dx[m * K + k] */
     case 4: return wg::launch<wg::dgrad_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     case 5: return wg::launch<wg::dgrad_t232>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
+    case 6: return wg::launch<wg::dgrad_t16>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
+    case 7: return wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }
