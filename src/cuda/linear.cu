@@ -427,7 +427,10 @@ struct cfg {
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
-    static constexpr int STAGE = A_BYTES + B_BYTES;
+    /* KPS: reduction blocks per ring stage (2 for the 64 x 16 tiles: their blocks are small, and each stage costs a
+     * round trip of barriers).  A stage holds its blocks' A slots, then their B slots. */
+    static constexpr int KPS = BN == 16 ? 2 : 1;
+    static constexpr int STAGE = KPS * (A_BYTES + B_BYTES);
     /* the ring and its mbarriers (full and empty per stage) */
     static constexpr int RING = STAGES * STAGE;
     static constexpr int BARS = 2 * STAGES * 8;
@@ -459,6 +462,7 @@ struct cfg {
     static_assert(EPI != EPI_BF16_STAGED || (EPI_COLS % 64 == 0 && BN % EPI_COLS == 0),
                   "whole staging chunks of 64-column multiples");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
+    static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
     static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
@@ -910,6 +914,33 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         fold_tile(0, std::true_type{});
         for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) /* 256-row tiles, ascending */
             fold_tile(t0, std::false_type{});
+    } else if constexpr (C::KPS > 1) {
+        /* KPS blocks per stage, their MMAs one commit group; a last stage of fewer blocks runs apart (a merge of
+         * paths inside a group would hide from ptxas which group a wait retires) */
+        auto issue_stage = [&](int64_t st, auto nb) {
+            const int s = s_issue;
+            mbar_wait(&full[s], ph_issue);
+            if (++s_issue == STAGES) s_issue = 0, ph_issue ^= 1u;
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < decltype(nb)::value; j++) {
+                const uint32_t sa = smem_u32(smem + s * C::STAGE + j * C::A_BYTES);
+                const uint32_t sb = smem_u32(smem + s * C::STAGE + C::KPS * C::A_BYTES + j * C::B_BYTES);
+                block_mmas<BN, C::AMN, C::BMN>(acc, sa, sb, st == 0 && j == 0);
+            }
+            wg_commit();
+        };
+        const int64_t full_st = nk / C::KPS;
+        for (int64_t st = 0; st < full_st; st++) {
+            issue_stage(st, std::integral_constant<int, C::KPS>{});
+            wg_wait<1>();
+            release(st);
+        }
+        if (nk % C::KPS) {
+            issue_stage(full_st, std::integral_constant<int, 1>{});
+            wg_wait<1>();
+            release(full_st);
+        }
     } else {
         for (int64_t kb = 0; kb < nk; kb++) {
             issue(kb);
@@ -919,7 +950,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
     wg_wait<0>();
     reg_fence<ACC>(acc);
-    release(nk); /* every stage of this tile is free for the producer's next tile */
+    release((nk + C::KPS - 1) / C::KPS); /* every stage of this tile is free for the producer's next tile */
 
     if constexpr (C::FOLD == 1)
         store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
@@ -973,9 +1004,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if constexpr (!C::AMN && BM == 64)
         if (g.a_rows < BM) {            /* rows [a_rows, BM) of every A slot: zeros, written once, never copied over */
             constexpr int ROW = BK * 2; /* bytes per swizzled row */
-            for (int i = threadIdx.x; i < STAGES * (BM * ROW / 16); i += blockDim.x) {
-                const int st = i / (BM * ROW / 16), off = (i % (BM * ROW / 16)) * 16;
-                if (off >= g.a_rows * ROW) *(uint4 *)(smem + st * C::STAGE + off) = make_uint4(0, 0, 0, 0);
+            for (int i = threadIdx.x; i < STAGES * C::KPS * (BM * ROW / 16); i += blockDim.x) {
+                const int slot = i / (BM * ROW / 16), off = (i % (BM * ROW / 16)) * 16;
+                uint8_t *a = smem + (slot / C::KPS) * C::STAGE + (slot % C::KPS) * C::A_BYTES;
+                if (off >= g.a_rows * ROW) *(uint4 *)(a + off) = make_uint4(0, 0, 0, 0);
             }
             fence_proxy_async_smem(); /* visible to the MMAs, which read through the async proxy */
         }
@@ -989,24 +1021,31 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
                 int64_t p0, q0, kb0, nk, coff;
                 work(id, p0, q0, kb0, nk, coff);
-                for (int64_t kb = 0; kb < nk; kb++, s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u) {
-                    mbar_wait(&empty[s], ph);
-                    mbar_expect_tx(&full[s], C::STAGE - (BM - g.a_rows) * BK * 2);
-                    uint8_t *sa = smem + s * C::STAGE, *sb = sa + C::A_BYTES;
+                for (int64_t kb = 0; kb < nk; kb++) {
+                    const int j = (int)(kb % C::KPS); /* the block's place in its stage */
+                    if (j == 0) {
+                        const int64_t nb = nk - kb < C::KPS ? nk - kb : C::KPS;
+                        mbar_wait(&empty[s], ph);
+                        mbar_expect_tx(&full[s], (int)nb * (C::A_BYTES + C::B_BYTES - (BM - g.a_rows) * BK * 2));
+                    }
+                    uint8_t *sa = smem + s * C::STAGE + j * C::A_BYTES;
+                    uint8_t *sb = smem + s * C::STAGE + C::KPS * C::A_BYTES + j * C::B_BYTES;
+                    uint64_t *bar = &full[s];
+                    if (j == C::KPS - 1 || kb == nk - 1) s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u;
                     const int r0 = (int)((kb0 + kb) * BK);
                     if (C::AMN) {
 #pragma unroll
                         for (int i = 0; i < BM / 64; i++)
-                            tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                            tma_load_2d(sa + i * 8192, &map_a, bar, (int)(p0 + i * 64), r0);
                     } else {
-                        tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                        tma_load_2d(sa, &map_a, bar, r0, (int)p0);
                     }
                     if (C::BMN) {
 #pragma unroll
                         for (int i = 0; i < BN / 64; i++)
-                            tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                            tma_load_2d(sb + i * 8192, &map_b, bar, (int)(q0 + i * 64), r0);
                     } else {
-                        tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                        tma_load_2d(sb, &map_b, bar, r0, (int)q0);
                     }
                 }
             }
@@ -1019,7 +1058,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             int64_t p0, q0, kb0, nk, coff;
             work(id, p0, q0, kb0, nk, coff);
             consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff, &map_c, seq);
-            base += nk;
+            base += (nk + C::KPS - 1) / C::KPS;
         }
         /* the last bulk stores complete before the CTA leaves */
         if constexpr (C::TMA_EPI)
@@ -1124,10 +1163,10 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
  * MMA (a quarter of the m64n64k16 of configurations 2 and 3, of which 48 rows or more are padding at M <= 16).  6: a
  * 20-stage ring, one CTA per multiprocessor (outputs of fewer than 132 tiles); 7: 10 stages, two CTAs per
  * multiprocessor (the wide outputs, and the work items of the folded dgrad's split at M <= 16). */
-typedef cfg<64, 16, 20, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1> fwd_t16;
-typedef cfg<64, 16, 10, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1> fwd_t16b;
-typedef cfg<64, 16, 20, 1, 0, EPI_F32, 0, 1, 0, 0, 1> dgrad_t16;
-typedef cfg<64, 16, 10, 1, 0, EPI_F32, 0, 2, 0, 0, 1> dgrad_t16b;
+typedef cfg<64, 16, 10, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1> fwd_t16;
+typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1> fwd_t16b;
+typedef cfg<64, 16, 10, 1, 0, EPI_F32, 0, 1, 0, 0, 1> dgrad_t16;
+typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1> dgrad_t16b;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
