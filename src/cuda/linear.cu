@@ -1161,8 +1161,10 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
 /* 64 x 16 transposed tiles for M <= 16 (forward/dgrad configurations 6 and 7): the weight's 64 rows (forward) or
  * columns (dgrad) as the MMA's A, the few rows of x or dy as its 16 columns, so that each k16 step is an m64n16k16
  * MMA (a quarter of the m64n64k16 of configurations 2 and 3, of which 48 rows or more are padding at M <= 16).  6: a
- * 20-stage ring, one CTA per multiprocessor (outputs of fewer than 132 tiles); 7: 10 stages, two CTAs per
- * multiprocessor (the wide outputs, and the work items of the folded dgrad's split at M <= 16). */
+ * ring of 10 stages of two reduction blocks (KPS), one CTA per multiprocessor (outputs of fewer than 132 tiles); 7:
+ * 5 stages, two CTAs per multiprocessor (the wide outputs, and the work items of the folded dgrad's split at
+ * M <= 16).  Two blocks per stage halve the barrier round trips per byte streamed, which held these kernels back
+ * (docs/evidence/gpu/development/small_m.md, call 36); the MMAs and their order are unchanged. */
 typedef cfg<64, 16, 10, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1> fwd_t16;
 typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1> fwd_t16b;
 typedef cfg<64, 16, 10, 1, 0, EPI_F32, 0, 1, 0, 0, 1> dgrad_t16;
