@@ -431,6 +431,8 @@ struct cfg {
      * round trip of barriers).  A stage holds its blocks' A slots, then their B slots. */
     static constexpr int KPS = BN == 16 ? 2 : 1;
     static constexpr int STAGE = KPS * (A_BYTES + B_BYTES);
+    /* the ring stages a tile of nk reduction blocks takes (its last stage may hold fewer than KPS) */
+    static constexpr __host__ __device__ int64_t stages(int64_t nk) { return (nk + KPS - 1) / KPS; }
     /* the ring and its mbarriers (full and empty per stage) */
     static constexpr int RING = STAGES * STAGE;
     static constexpr int BARS = 2 * STAGES * 8;
@@ -463,6 +465,7 @@ struct cfg {
                   "whole staging chunks of 64-column multiples");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
+    static_assert(KPS <= 2, "the consumer's last stage of fewer than KPS blocks holds one block");
     static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
@@ -950,7 +953,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     }
     wg_wait<0>();
     reg_fence<ACC>(acc);
-    release((nk + C::KPS - 1) / C::KPS); /* every stage of this tile is free for the producer's next tile */
+    release(C::stages(nk)); /* every stage of this tile is free for the producer's next tile */
 
     if constexpr (C::FOLD == 1)
         store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
@@ -1016,36 +1019,37 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
-            int s = 0;        /* the ring stage of the next block over all this CTA's tiles */
+            int s = 0;        /* the ring position of the next stage over all this CTA's tiles */
             unsigned ph = 1u; /* the phase its empty barrier must have completed (1: a fresh stage) */
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
                 int64_t p0, q0, kb0, nk, coff;
                 work(id, p0, q0, kb0, nk, coff);
-                for (int64_t kb = 0; kb < nk; kb++) {
-                    const int j = (int)(kb % C::KPS); /* the block's place in its stage */
-                    if (j == 0) {
-                        const int64_t nb = nk - kb < C::KPS ? nk - kb : C::KPS;
-                        mbar_wait(&empty[s], ph);
-                        mbar_expect_tx(&full[s], (int)nb * (C::A_BYTES + C::B_BYTES - (BM - g.a_rows) * BK * 2));
-                    }
-                    uint8_t *sa = smem + s * C::STAGE + j * C::A_BYTES;
-                    uint8_t *sb = smem + s * C::STAGE + C::KPS * C::A_BYTES + j * C::B_BYTES;
-                    uint64_t *bar = &full[s];
-                    if (j == C::KPS - 1 || kb == nk - 1) s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u;
-                    const int r0 = (int)((kb0 + kb) * BK);
-                    if (C::AMN) {
+                /* one ring stage at a time: its blocks (KPS, or fewer in a tile's last stage), A slots then B slots */
+                for (int64_t st = 0; st < C::stages(nk);
+                     st++, s = s + 1 == STAGES ? 0 : s + 1, ph ^= s == 0 ? 1u : 0u) {
+                    const int nb = C::KPS == 1 ? 1 : (int)(nk - st * C::KPS < C::KPS ? nk - st * C::KPS : C::KPS);
+                    mbar_wait(&empty[s], ph);
+                    mbar_expect_tx(&full[s], nb * (C::A_BYTES + C::B_BYTES - (BM - g.a_rows) * BK * 2));
 #pragma unroll
-                        for (int i = 0; i < BM / 64; i++)
-                            tma_load_2d(sa + i * 8192, &map_a, bar, (int)(p0 + i * 64), r0);
-                    } else {
-                        tma_load_2d(sa, &map_a, bar, r0, (int)p0);
-                    }
-                    if (C::BMN) {
+                    for (int j = 0; j < C::KPS; j++) {
+                        if (j >= nb) break;
+                        uint8_t *sa = smem + s * C::STAGE + j * C::A_BYTES;
+                        uint8_t *sb = smem + s * C::STAGE + C::KPS * C::A_BYTES + j * C::B_BYTES;
+                        const int r0 = (int)((kb0 + st * C::KPS + j) * BK);
+                        if (C::AMN) {
 #pragma unroll
-                        for (int i = 0; i < BN / 64; i++)
-                            tma_load_2d(sb + i * 8192, &map_b, bar, (int)(q0 + i * 64), r0);
-                    } else {
-                        tma_load_2d(sb, &map_b, bar, r0, (int)q0);
+                            for (int i = 0; i < BM / 64; i++)
+                                tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                        } else {
+                            tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                        }
+                        if (C::BMN) {
+#pragma unroll
+                            for (int i = 0; i < BN / 64; i++)
+                                tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                        } else {
+                            tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                        }
                     }
                 }
             }
@@ -1058,7 +1062,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             int64_t p0, q0, kb0, nk, coff;
             work(id, p0, q0, kb0, nk, coff);
             consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff, &map_c, seq);
-            base += (nk + C::KPS - 1) / C::KPS;
+            base += C::stages(nk);
         }
         /* the last bulk stores complete before the CTA leaves */
         if constexpr (C::TMA_EPI)
@@ -1376,8 +1380,9 @@ static int64_t tiles(int64_t P, int64_t Q, int64_t BM, int64_t BN) { return ((P 
 
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
-    if (M <= 16) return (Q + 63) / 64 < 132 ? 6 : 7;
-    if (M <= 64) return (Q + 63) / 64 < 132 ? 3 : 2;
+    const int narrow = (Q + 63) / 64 < 132; /* fewer 64-column tiles than multiprocessors */
+    if (M <= 16) return narrow ? 6 : 7;
+    if (M <= 64) return narrow ? 3 : 2;
     const double c0 = (double)waves(tiles(M, Q, 128, 256)), c1 = 0.77 * (double)waves(tiles(M, Q, 128, 192));
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
     const double c4 = T160_COST * (double)waves(tiles(Q, M, 128, 160));
