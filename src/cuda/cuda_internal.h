@@ -92,7 +92,8 @@ int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
 int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 #define H3C_DGRAD_SPLIT_M 64
 /* Test hooks: the number of forward/dgrad configurations the dispatcher can pick (0 and 1: 128 x 256 and 128 x 192
- * tiles; 2 and 3: 64 x 64 tiles for M <= 64; 4 and 5: transposed, M along 160- and 232-column tiles), and an
+ * tiles; 2 and 3: 64 x 64 tiles for 16 < M <= 64; 4 and 5: transposed, M along 160- and 232-column tiles; 6 and 7:
+ * transposed 64 x 16 tiles for M <= 16), and an
  * override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
