@@ -412,7 +412,7 @@ struct args {
 /* A kernel configuration: every field a compile-time constant.  FOLD: 0 = one chain per element, 1 = the wgrad's
  * 256-row fold with its running total in registers. */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int PERSIST_ = 0,
-          int OVL_ = 0, int TRANS_ = 0>
+          int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     /* OVL: the register fold with its drain overlapped (consumer): each block's MMAs as two commit groups, the
@@ -427,9 +427,9 @@ struct cfg {
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
-    /* KPS: reduction blocks per ring stage (2 for the 64 x 16 tiles: their blocks are small, and each stage costs a
-     * round trip of barriers).  A stage holds its blocks' A slots, then their B slots. */
-    static constexpr int KPS = BN == 16 ? 2 : 1;
+    /* KPS: reduction blocks per ring stage (more than one for the small tiles, whose blocks are small while each
+     * stage costs a round trip of barriers).  A stage holds its blocks' A slots, then their B slots. */
+    static constexpr int KPS = KPS_;
     static constexpr int STAGE = KPS * (A_BYTES + B_BYTES);
     /* the ring stages a tile of nk reduction blocks takes (its last stage may hold fewer than KPS) */
     static constexpr __host__ __device__ int64_t stages(int64_t nk) { return (nk + KPS - 1) / KPS; }
@@ -464,6 +464,7 @@ struct cfg {
     static_assert(EPI != EPI_BF16_STAGED || (EPI_COLS % 64 == 0 && BN % EPI_COLS == 0),
                   "whole staging chunks of 64-column multiples");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
+    static_assert(KPS >= 1 && KPS <= 4, "KPS");
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
     static_assert(KPS <= 2, "the consumer's last stage of fewer than KPS blocks holds one block");
     static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
@@ -939,11 +940,18 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             wg_wait<1>();
             release(st);
         }
-        if (nk % C::KPS) {
-            issue_stage(full_st, std::integral_constant<int, 1>{});
+        /* the last stage's blocks when fewer than KPS (each count a path of its own, its MMAs unrolled) */
+        auto last_stage = [&](auto nb) {
+            issue_stage(full_st, nb);
             wg_wait<1>();
             release(full_st);
-        }
+        };
+        const int rem = (int)(nk % C::KPS);
+        if (rem == 1) last_stage(std::integral_constant<int, 1>{});
+        if constexpr (C::KPS > 2)
+            if (rem == 2) last_stage(std::integral_constant<int, 2>{});
+        if constexpr (C::KPS > 3)
+            if (rem == 3) last_stage(std::integral_constant<int, 3>{});
     } else {
         for (int64_t kb = 0; kb < nk; kb++) {
             issue(kb);
@@ -1110,16 +1118,16 @@ namespace wg {
  * still do), one CTA per tile, with five stages at 128 x 192: the same values, so the same bits. */
 typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c0;
 typedef cfg<128, 192, 4, 0, 0, EPI_BF16_TMA, 0> fwd_c1;
-typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 2> fwd_c2;
+typedef cfg<64, 64, 3, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 0, 2> fwd_c2;
 typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c0;
 typedef cfg<128, 192, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c1;
-typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 2> dgrad_c2;
+typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2> dgrad_c2;
 /* 64 x 64 tiles, one CTA per multiprocessor with a 13-stage ring: for M <= 64 when the output has
  * too few tiles to fill the device (e.g. the q/k/v dgrad's 5376 / 64 = 84 tiles, each streaming a
  * slice of the weight), so that more of the weight is in flight per CTA.  (The AdaLN projection's
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
-typedef cfg<64, 64, 13, 0, 0, EPI_BF16_BIAS, 0, 1> fwd_c3;
-typedef cfg<64, 64, 13, 0, 1, EPI_F32, 0, 1> dgrad_c3;
+typedef cfg<64, 64, 6, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 0, 2> fwd_c3;
+typedef cfg<64, 64, 6, 0, 1, EPI_F32, 0, 1, 0, 0, 0, 2> dgrad_c3;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1> wgrad_fold;
 /* The same fold with the total rounded once to BF16 as it is stored (h3k_f2bf2: the bits of h3k_f2bf, the library's
  * round to nearest even):
@@ -1169,10 +1177,10 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
  * 5 stages, two CTAs per multiprocessor (the wide outputs, and the work items of the folded dgrad's split at
  * M <= 16).  Two blocks per stage halve the barrier round trips per byte streamed, which held these kernels back
  * (docs/evidence/gpu/development/small_m.md, call 36); the MMAs and their order are unchanged. */
-typedef cfg<64, 16, 10, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1> fwd_t16;
-typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1> fwd_t16b;
-typedef cfg<64, 16, 10, 1, 0, EPI_F32, 0, 1, 0, 0, 1> dgrad_t16;
-typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1> dgrad_t16b;
+typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1, 4> fwd_t16;
+typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1, 2> fwd_t16b;
+typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 1, 0, 0, 1, 4> dgrad_t16;
+typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2> dgrad_t16b;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
