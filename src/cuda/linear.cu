@@ -466,7 +466,6 @@ struct cfg {
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
     static_assert(KPS >= 1 && KPS <= 4, "KPS");
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
-    static_assert(KPS <= 2, "the consumer's last stage of fewer than KPS blocks holds one block");
     static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
