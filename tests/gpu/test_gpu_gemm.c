@@ -27,7 +27,8 @@
  * (the tile shapes, epilogues and schedules of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}
  * ({257, 700, 1024, 1200} at small size).
  *
- * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), one of them a folded dgrad (64 -> 2048).
+ * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), two of them folded dgrads (64 -> 2048, and
+ * 72 -> 1160: a partial last column tile and fold tile).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
  * (shorter runs; the JSON says so). */
 #include "cuda/cuda_internal.h"
@@ -271,19 +272,21 @@ int main(void) {
         nM = k;
     }
     const int64_t shapes[5][2] = {{5376, 7168}, {7168, 5376}, {5376, 28672}, {14336, 5376}, {2688, 32256}};
-    const int64_t small_shapes[3][2] = {{136, 200}, {264, 72}, {64, 2048}};
+    /* 72 -> 1160: a folded dgrad whose last column tile has 8 columns and whose last fold tile is partial */
+    const int64_t small_shapes[4][2] = {{136, 200}, {264, 72}, {64, 2048}, {72, 1160}};
     const char *only = getenv("H3S_GEMM_SHAPES");
     const double t0 = gpu_now();
     CHECK(h3c_gemm_wgmma_shape(7168, 5376) && !h3c_gemm_wgmma_shape(60, 48), "shape rule: K and N multiples of 8");
     /* the folded dgrad: the AdaLN projection's (and the small test shape's), none of the other H3 shapes' */
-    CHECK(h3c_gemm_dgrad_folds(32256, 2688) && h3c_gemm_dgrad_folds(96768, 2688) && h3c_gemm_dgrad_folds(2048, 64),
+    CHECK(h3c_gemm_dgrad_folds(32256, 2688) && h3c_gemm_dgrad_folds(96768, 2688) && h3c_gemm_dgrad_folds(2048, 64) &&
+              h3c_gemm_dgrad_folds(1160, 72),
           "fold rule: N >= 8 K folds");
     for (int i = 0; i < 4; i++)
         CHECK(!h3c_gemm_dgrad_folds(shapes[i][1], shapes[i][0]), "fold rule: %lld -> %lld does not fold",
               (long long)shapes[i][0], (long long)shapes[i][1]);
     printf("configuration and row invariance, M in {1, 2, 7, 12, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
     if (small)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
     else
         for (int i = 0; i < 5; i++) {
@@ -297,7 +300,7 @@ int main(void) {
             shape_invariance(shapes[i][0], shapes[i][1], 33396, Ms, nM);
         }
     if (small)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             wgrad_one_tile(small_shapes[i][0], small_shapes[i][1]);
     else
         for (int i = 0; i < 5; i++)
@@ -306,7 +309,7 @@ int main(void) {
      * shape's folded dgrad, 126 whole fold tiles, covers it) */
     const int64_t fold_ms[] = {257, 1133, 4253}, fold_ms_small[] = {257, 700, 1024, 1200};
     if (small)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             wgrad_fold_configs(small_shapes[i][0], small_shapes[i][1], fold_ms_small, 4);
     else
         for (int i = 0; i < 5; i++)
