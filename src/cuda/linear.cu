@@ -1121,7 +1121,8 @@ typedef cfg<64, 64, 3, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 0, 2> fwd_c2;
 typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c0;
 typedef cfg<128, 192, 4, 0, 1, EPI_F32_TMA, 0> dgrad_c1;
 typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2> dgrad_c2;
-/* 64 x 64 tiles, one CTA per multiprocessor with a 13-stage ring: for M <= 64 when the output has
+/* 64 x 64 tiles, one CTA per multiprocessor with a ring of 6 stages of two reduction blocks (configuration 2: 3
+ * stages, two CTAs per multiprocessor): for M <= 64 when the output has
  * too few tiles to fill the device (e.g. the q/k/v dgrad's 5376 / 64 = 84 tiles, each streaming a
  * slice of the weight), so that more of the weight is in flight per CTA.  (The AdaLN projection's
  * dgrad, a far longer reduction into 42 tiles, folds instead: dgrad_fold below.) */
@@ -1172,10 +1173,10 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
 /* 64 x 16 transposed tiles for M <= 16 (forward/dgrad configurations 6 and 7): the weight's 64 rows (forward) or
  * columns (dgrad) as the MMA's A, the few rows of x or dy as its 16 columns, so that each k16 step is an m64n16k16
  * MMA (a quarter of the m64n64k16 of configurations 2 and 3, of which 48 rows or more are padding at M <= 16).  6: a
- * ring of 10 stages of two reduction blocks (KPS), one CTA per multiprocessor (outputs of fewer than 132 tiles); 7:
- * 5 stages, two CTAs per multiprocessor (the wide outputs, and the work items of the folded dgrad's split at
- * M <= 16).  Two blocks per stage halve the barrier round trips per byte streamed, which held these kernels back
- * (docs/evidence/gpu/development/small_m.md, call 36); the MMAs and their order are unchanged. */
+ * ring of 5 stages of four reduction blocks (KPS), one CTA per multiprocessor (outputs of fewer than 132 tiles); 7:
+ * 5 stages of two, two CTAs per multiprocessor (the wide outputs, and the work items of the folded dgrad's split at
+ * M <= 16).  Several blocks per stage cut the barrier round trips per byte streamed, which held these kernels back
+ * (docs/evidence/gpu/development/small_m.md, calls 36 and 38/39); the MMAs and their order are unchanged. */
 typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1, 4> fwd_t16;
 typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1, 2> fwd_t16b;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 1, 0, 0, 1, 4> dgrad_t16;
