@@ -23,7 +23,11 @@
  * bits).  --wgrad-config C forces wgrad configuration C (h3c_gemm_force_wgrad: 0 the fold on 128 x 192 tiles, 1 one
  * tile, 5 configuration 1 with bulk stores, 7 and 8 the overlapped folds, 9 configuration 7 transposed, F32 dw only;
  * 2, 3, 4 and 6 were removed; the same bits).  --phase P
- * (forward, dgrad or wgrad) measures that phase alone.  Without a CUDA device it prints one line and exits 0. */
+ * (forward, dgrad or wgrad) measures that phase alone.  The run first measures the copy bandwidth (a 256 MiB device
+ * to device copy, bytes read plus written: "copy_tbps"); at M <= 64, where a GEMM streams its weight (forward,
+ * dgrad) or its weight gradient (wgrad, written), each row records those bytes per second as a fraction of it, for
+ * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  Without a CUDA
+ * device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +311,28 @@ int main(int argc, char **argv) {
     ok(h3c_round_bf16("bench", MMAX * maxN, b.dy, b.dyb), "round dy");
     cuok(cudaStreamSynchronize(s), "fill");
 
+    /* Copy bandwidth, the yardstick of the memory-bound rows: a device-to-device copy of 256 MiB of the weight
+     * buffer, counted as bytes read plus bytes written (as CUDA's bandwidth test counts it), median of --reps */
+    double copy_tbps = 0;
+    {
+        const size_t cb = (size_t)256 << 20;
+        cudaEvent_t e0, e1;
+        cuok(cudaEventCreate(&e0), "event");
+        cuok(cudaEventCreate(&e1), "event");
+        float t[MAX_REPS];
+        for (int i = 0; i < warmup + reps; i++) {
+            cuok(cudaEventRecord(e0, s), "record");
+            cuok(cudaMemcpyAsync(b.dw, b.w, cb, cudaMemcpyDeviceToDevice, s), "copy");
+            cuok(cudaEventRecord(e1, s), "record");
+            cuok(cudaEventSynchronize(e1), "sync");
+            if (i >= warmup) cuok(cudaEventElapsedTime(&t[i - warmup], e0, e1), "elapsed");
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        copy_tbps = 2.0 * (double)cb / (median(t, reps) * 1e-3) * 1e-12;
+        printf("copy bandwidth: %.2f TB/s (device to device, 256 MiB, read + write)\n", copy_tbps);
+    }
+
     FILE *jf = NULL;
     if (json) {
         jf = fopen(json, "w");
@@ -317,10 +343,11 @@ int main(int argc, char **argv) {
                 quick ? " --quick" : "");
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
+        fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");
     }
-    printf("%-12s %-8s %6s %10s %10s %8s %8s %7s %10s %10s\n", "shape", "phase", "M", "strict_ms", "cublas_ms",
-           "strict_TF", "cublas_TF", "ratio", "prev_ms", "round_ms");
+    printf("%-12s %-8s %6s %10s %10s %8s %8s %7s %10s %10s %7s %7s\n", "shape", "phase", "M", "strict_ms", "cublas_ms",
+           "strict_TF", "cublas_TF", "ratio", "prev_ms", "round_ms", "s_strm", "c_strm");
     int first_row = 1;
     for (int si = 0; si < 5; si++) {
         const int64_t K = shapes[si][0], N = shapes[si][1];
@@ -346,8 +373,17 @@ int main(int argc, char **argv) {
                 lt_free(&lp);
                 const double flop = 2.0 * (double)M * (double)N * (double)K;
                 const double stf = flop / (ts * 1e-3) * 1e-12, ctf = flop / (tc * 1e-3) * 1e-12;
-                printf("%5lldx%-6lld %-8s %6lld %10.4f %10.4f %8.1f %8.1f %7.3f %10.4f %10.4f\n", (long long)K,
-                       (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf, ts / tc, tp, tr);
+                /* At M <= 64 a GEMM streams its weight (forward, dgrad: N x K BF16 read) or its weight gradient
+                 * (wgrad: N x K written, F32 or BF16): those bytes per second against the copy bandwidth */
+                char sfrac[32] = "null", cfrac[32] = "null";
+                if (M <= 64) {
+                    const double wb = (double)N * (double)K * (ph == PH_WGRAD && !g_dw_bf16 ? 4.0 : 2.0);
+                    snprintf(sfrac, sizeof sfrac, "%.3f", wb / (ts * 1e-3) * 1e-12 / copy_tbps);
+                    snprintf(cfrac, sizeof cfrac, "%.3f", wb / (tc * 1e-3) * 1e-12 / copy_tbps);
+                }
+                printf("%5lldx%-6lld %-8s %6lld %10.4f %10.4f %8.1f %8.1f %7.3f %10.4f %10.4f %7s %7s\n", (long long)K,
+                       (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf, ts / tc, tp, tr, M <= 64 ? sfrac : "-",
+                       M <= 64 ? cfrac : "-");
                 fflush(stdout);
                 if (jf) {
                     char prev[32] = "null", rnd[32] = "null";
@@ -356,9 +392,10 @@ int main(int argc, char **argv) {
                     fprintf(jf,
                             "%s    {\"shape\": \"%lldx%lld\", \"phase\": \"%s\", \"M\": %lld, \"strict_ms\": %.5f, "
                             "\"cublas_ms\": %.5f, \"strict_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.4f, "
-                            "\"previous_strict_ms\": %s, \"dy_round_ms\": %s}",
+                            "\"previous_strict_ms\": %s, \"dy_round_ms\": %s, \"strict_stream_fraction\": %s, "
+                            "\"cublas_stream_fraction\": %s}",
                             first_row ? "" : ",\n", (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf,
-                            ctf, ts / tc, prev, rnd);
+                            ctf, ts / tc, prev, rnd, sfrac, cfrac);
                     first_row = 0;
                 }
             }
