@@ -87,10 +87,14 @@ h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches, uint32_t 
 h3s_status h3c_round_bf16(const char *op, int64_t n, const float *src, void *dst);
 /* 1 when (N, K) runs on the Hopper kernels. */
 int h3c_gemm_wgmma_shape(int64_t N, int64_t K);
-/* 1 when the dgrad of (N, K) folds its reduction every 256 rows (N >= 8 K: a long reduction into few columns,
- * the AdaLN projection's); such a dgrad runs split across the multiprocessors at M <= H3C_DGRAD_SPLIT_M. */
+/* 1 when the dgrad of (N, K) folds its reduction every H3C_DGRAD_FOLD_TILE rows (N >= 8 K: a long reduction into
+ * few columns, the AdaLN projection's); such a dgrad runs split across the multiprocessors at M <= H3C_DGRAD_SPLIT_M.
+ */
 int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 #define H3C_DGRAD_SPLIT_M 64
+/* The folded dgrad's fold tile: its chain restarts every 1024 reduction rows (a multiple of the wgrad's 256-row
+ * H3S_FOLD_TILE), the tile partials added in ascending order.  A constant of the build, never of M. */
+#define H3C_DGRAD_FOLD_TILE 1024
 /* Test hooks: the number of forward/dgrad configurations the dispatcher can pick (0 and 1: 128 x 256 and 128 x 192
  * tiles; 2 and 3: 64 x 64 tiles for 16 < M <= 64; 4 and 5: transposed, M along 160- and 232-column tiles; 6 and 7:
  * transposed 64 x 16 tiles for M <= 16), and an

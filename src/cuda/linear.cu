@@ -369,8 +369,8 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
  * the chain itself; reduction steps beyond R and rows beyond P are zeros written by the copy
  * engine.  Operands are K-major (r contiguous) or MN-major (p or q contiguous, the "transpose"
  * bit of wgmma): the layout moves data, not arithmetic.  FOLD restarts the accumulator every
- * 256 reduction rows and adds the tile partial to a running total in ascending tile order
- * (docs/strict.md section 3), in registers. */
+ * FOLD x 256 reduction rows (the wgrad's 256-row tiles of docs/strict.md section 3, the folded dgrad's
+ * H3C_DGRAD_FOLD_TILE) and adds the tile partial to a running total in ascending tile order, in registers. */
 
 #include <type_traits>
 #include <cuda.h>
@@ -397,7 +397,8 @@ struct args {
     void *c;
     int64_t ldc;
     int64_t tiles_p, tiles_q;
-    /* Split mode (nsplit > 0, EPI_F32 without FOLD): the reduction is cut into its 256-row fold tiles, each
+    /* Split mode (nsplit > 0, EPI_F32 without FOLD): the reduction is cut into the folded dgrad's fold tiles
+     * (H3C_DGRAD_FOLD_TILE rows), each
      * (fold tile t, output tile) a work item of its own whose chain starts at +0 and whose partial goes to
      * c + t * split_stride; a second pass folds them in ascending t (the FOLD configuration's sum, computed
      * apart).  0 = off. */
@@ -409,12 +410,19 @@ struct args {
     int a_rows;
 };
 
-/* A kernel configuration: every field a compile-time constant.  FOLD: 0 = one chain per element, 1 = the wgrad's
- * 256-row fold with its running total in registers. */
+/* The folded dgrad's fold tile in units of the wgrad's 256-row one (its configurations' FOLD). */
+constexpr int DGRAD_FOLD = H3C_DGRAD_FOLD_TILE / H3S_FOLD_TILE;
+static_assert(DGRAD_FOLD * H3S_FOLD_TILE == H3C_DGRAD_FOLD_TILE && DGRAD_FOLD > 1, "the dgrad's fold tile");
+
+/* A kernel configuration: every field a compile-time constant.  FOLD: 0 = one chain per element; n > 0 = the fold
+ * with its running total in registers, the chain restarted every n x 256 reduction rows (1: the wgrad's fold tile,
+ * DGRAD_FOLD: the folded dgrad's). */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int PERSIST_ = 0,
           int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
+    /* reduction rows per fold tile (FOLD > 0; without the fold it is never used) */
+    static constexpr int FOLD_ROWS = (FOLD ? FOLD : 1) * H3S_FOLD_TILE;
     /* OVL: the register fold with its drain overlapped (consumer): each block's MMAs as two commit groups, the
      * tile's columns [0, BN - 64) and [BN - 64, BN) */
     static constexpr int OVL = OVL_;
@@ -460,15 +468,15 @@ struct cfg {
                   "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
     static_assert(MINB == 1 || MINB == 2, "MINB");
-    static_assert(FOLD == 0 || FOLD == 1, "FOLD");
+    static_assert(FOLD == 0 || FOLD == 1 || FOLD == DGRAD_FOLD, "FOLD");
     static_assert(EPI != EPI_BF16_STAGED || (EPI_COLS % 64 == 0 && BN % EPI_COLS == 0),
                   "whole staging chunks of 64-column multiples");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
     static_assert(KPS >= 1 && KPS <= 4, "KPS");
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
-    static_assert(!OVL || (FOLD == 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
+    static_assert(!OVL || (FOLD >= 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
-    static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && (FOLD == 0 || FOLD == 1) && MINB == 1),
+    static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && MINB == 1),
                   "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8)");
     static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA ||
                               (EPI == EPI_BF16_BIAS && BM == 64)) &&
@@ -766,8 +774,8 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     constexpr int BN = C::BN, STAGES = C::STAGES, ACC = BN / 2;
     const int t = threadIdx.x & 127;
     float acc[ACC];
-    /* the running fold total, in registers (FOLD == 1) */
-    constexpr int TR = C::FOLD == 1 ? ACC : 1;
+    /* the running fold total, in registers (FOLD > 0) */
+    constexpr int TR = C::FOLD ? ACC : 1;
     float tot[TR];
 #pragma unroll
     for (int i = 0; i < ACC; i++)
@@ -783,14 +791,14 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     unsigned ph_issue = (unsigned)((base / STAGES) & 1);
     int64_t released = base; /* blocks [.., released) have given their stage back */
     /* One reduction block: four k16 steps in ascending r into acc.  A chain starts (its first
-     * step ignores the accumulator) at r = 0, and with FOLD at every 256-row tile. */
+     * step ignores the accumulator) at r = 0, and with FOLD at every fold tile (FOLD_ROWS rows). */
     auto issue = [&](int64_t kb) {
         const int s = s_issue;
         mbar_wait(&full[s], ph_issue);
         if (++s_issue == STAGES) s_issue = 0, ph_issue ^= 1u;
         const uint32_t sa = smem_u32(smem + s * C::STAGE) + c * 8192; /* this warpgroup's 64 rows of A */
         const uint32_t sb = smem_u32(smem + s * C::STAGE + C::A_BYTES);
-        const int chain_start = C::FOLD ? ((kb * BK) % H3S_FOLD_TILE == 0) : (kb == 0);
+        const int chain_start = C::FOLD ? ((kb * BK) % C::FOLD_ROWS == 0) : (kb == 0);
         wg_fence();
         block_mmas<BN, C::AMN, C::BMN>(acc, sa, sb, chain_start);
         wg_commit();
@@ -819,7 +827,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
          * while the upper part's last MMAs still run; the upper part's is folded while the next fold tile's first
          * lower MMAs run.  So the tensor cores always hold queued work while a warpgroup adds, and no element's
          * chain or addition changes: a part's columns never meet the other part's. */
-        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK, LO = BN - 64, AL = LO / 2;
+        constexpr int TILE_BLOCKS = C::FOLD_ROWS / BK, LO = BN - 64, AL = LO / 2;
         constexpr uint32_t HI_B = C::BMN ? (LO / 64) * 8192 : LO * 128; /* column LO of the B stage */
         int s_cur = 0;
         auto issue_part = [&](int64_t kb, auto hi, bool fence) {
@@ -831,7 +839,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             }
             const uint32_t sa = smem_u32(smem + s_cur * C::STAGE) + c * 8192;
             const uint32_t sb = smem_u32(smem + s_cur * C::STAGE + C::A_BYTES) + (HI ? HI_B : 0u);
-            const int chain_start = (kb * BK) % H3S_FOLD_TILE == 0;
+            const int chain_start = (kb * BK) % C::FOLD_ROWS == 0;
             if (fence) wg_fence();
             if constexpr (HI)
                 block_mmas<64, C::AMN, C::BMN>(acc + AL, sa, sb, chain_start);
@@ -848,9 +856,9 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             for (int i = I0; i < I1; i++)
                 tot[i] = FIRST ? acc[i] : tot[i] + acc[i];
         };
-        /* A fold tile [t0, t0 + 4) with another after it: on entry its first block's two groups are the only ones in
-         * flight, on exit the next tile's first block's are.  Its blocks are unrolled, and the last fold tile runs
-         * apart (last_tile, after the loop): through a loop or a merge of paths with other groups in flight ptxas
+        /* A fold tile [t0, t0 + TILE_BLOCKS) with another after it: on entry its first block's two groups are the only
+         * ones in flight, on exit the next tile's first block's are.  Its blocks are unrolled, and the last fold tile
+         * runs apart (last_tile, after the loop): through a loop or a merge of paths with other groups in flight ptxas
          * cannot tell which group a wait retires, and it then serialises every wgmma (C7514). */
         auto fold_tile = [&](int64_t t0, auto first) {
             const int64_t t1 = t0 + TILE_BLOCKS;
@@ -889,13 +897,13 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
             last_tile(0, std::true_type{});
         } else {
             fold_tile(0, std::true_type{});
-            for (int64_t i = 1; i < inner; i++) /* 256-row tiles, ascending */
+            for (int64_t i = 1; i < inner; i++) /* fold tiles, ascending */
                 fold_tile(i * TILE_BLOCKS, std::false_type{});
             last_tile(inner * TILE_BLOCKS, std::false_type{});
         }
     } else if (C::FOLD) {
-        constexpr int TILE_BLOCKS = H3S_FOLD_TILE / BK;
-        /* One 256-row tile's chain into acc, its products awaited, then folded: the first tile's partial is the
+        constexpr int TILE_BLOCKS = C::FOLD_ROWS / BK;
+        /* One fold tile's chain into acc, its products awaited, then folded: the first tile's partial is the
          * total (copied), each later tile's is added to it element by element, in ascending tile order.  `first` is
          * a compile-time constant, so neither case carries a select between a copy and an addition per element
          * (which took as many instructions as the additions, run while the tensor cores wait). */
@@ -915,7 +923,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
                 tot[i] = FIRST ? acc[i] : tot[i] + acc[i];
         };
         fold_tile(0, std::true_type{});
-        for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) /* 256-row tiles, ascending */
+        for (int64_t t0 = TILE_BLOCKS; t0 < nk; t0 += TILE_BLOCKS) /* fold tiles, ascending */
             fold_tile(t0, std::false_type{});
     } else if constexpr (C::KPS > 1) {
         /* KPS blocks per stage, their MMAs one commit group; a last stage of fewer blocks runs apart (a merge of
@@ -962,7 +970,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     reg_fence<ACC>(acc);
     release(C::stages(nk)); /* every stage of this tile is free for the producer's next tile */
 
-    if constexpr (C::FOLD == 1)
+    if constexpr (C::FOLD != 0)
         store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
     else
         store_tile<C>(smem, acc, p0, q0, c, g, coff, mc, seq);
@@ -994,7 +1002,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
      * computes a tile and when, never what the tile computes. */
     const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
     const int64_t nk_all = (g.R + BK - 1) / BK;
-    constexpr int64_t FB = H3S_FOLD_TILE / BK; /* reduction blocks per fold tile */
+    constexpr int64_t FB = H3C_DGRAD_FOLD_TILE / BK; /* split mode: reduction blocks per work item (fold tile) */
     /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
     auto work = [&](int64_t id, int64_t &p0, int64_t &q0, int64_t &kb0, int64_t &nk, int64_t &coff) {
         kb0 = 0, nk = nk_all, coff = 0;
@@ -1146,18 +1154,20 @@ typedef cfg<128, 256, 3, 1, 1, EPI_BF16_STAGED, 0> wgrad_one_bf16;
 typedef cfg<128, 256, 4, 1, 1, EPI_F32_TMA, 0> wgrad_one_tma;
 typedef cfg<128, 256, 4, 1, 1, EPI_BF16_TMA, 0> wgrad_one_bf16_tma;
 /* The dgrad of a long reduction into few columns (the AdaLN projection's: N >= 8 K, h3c_gemm_dgrad_folds): the
- * reduction restarts every 256 rows and the tile partials are added in ascending order, in registers (this
- * configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 in split mode folded by
- * split_fold_kernel: the same partials added in the same order, so the same bits, with every multiprocessor
- * streaming the weight instead of one per 64 output columns. */
-typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1> dgrad_fold;
+ * reduction restarts every H3C_DGRAD_FOLD_TILE (1024) rows and the tile partials are added in ascending order, in
+ * registers (this configuration) or, at M <= H3C_DGRAD_SPLIT_M, as separate work items of dgrad_c2 (or dgrad_t16b)
+ * in split mode folded by split_fold_kernel: the same partials added in the same order, so the same bits, with every
+ * multiprocessor streaming the weight instead of one per 64 output columns.  The fold tile is four of the wgrad's
+ * (256 rows up to commit 113e0fe): the split writes and reads back a quarter of the partials (22 MB instead
+ * of 87 at M = 64 on the GEMM benchmark's AdaLN shape). */
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, DGRAD_FOLD> dgrad_fold;
 /* The overlapped fold (OVL, consumer): the register fold's chains and additions in a schedule that keeps MMAs queued
  * while a warpgroup adds its partial.  Wgrad configurations 7 (6's) and 8 (0's), and the folded dgrad's. */
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1> wgrad_ovl_tma_persist;
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_TMA, 1, 1, 1, 1> wgrad_ovl_bf16_tma_persist;
 typedef cfg<128, 192, 5, 1, 1, EPI_F32, 1, 1, 0, 1> wgrad_ovl;
 typedef cfg<128, 192, 4, 1, 1, EPI_BF16_STAGED, 1, 1, 0, 1> wgrad_ovl_bf16;
-typedef cfg<128, 192, 5, 0, 1, EPI_F32, 1, 1, 0, 1> dgrad_fold_ovl;
+typedef cfg<128, 192, 5, 0, 1, EPI_F32, DGRAD_FOLD, 1, 0, 1> dgrad_fold_ovl;
 /* Transposed (TRANS): the same sums with the operands' roles swapped, C^T = B A^T, so that a short M lies along the
  * tile's columns, in 160-column tiles (forward y^T = w x^T and dgrad dx^T = w^T dy^T, B K-major: forward/dgrad
  * configuration 4), or that the tile grid of a wgrad dw^T = x^T dy has fewer waves (wgrad configuration 9).  Each
@@ -1169,7 +1179,7 @@ typedef cfg<128, 160, 5, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t;
 /* 232 columns: M = 925 in four column tiles (928 columns) instead of eight 128-row tiles (1024 rows) */
 typedef cfg<128, 232, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 1> fwd_t232;
 typedef cfg<128, 232, 4, 1, 0, EPI_F32_TMA, 0, 1, 0, 0, 1> dgrad_t232;
-typedef cfg<128, 160, 5, 1, 0, EPI_F32, 1, 1, 0, 1, 1> dgrad_fold_ovl_t;
+typedef cfg<128, 160, 5, 1, 0, EPI_F32, DGRAD_FOLD, 1, 0, 1, 1> dgrad_fold_ovl_t;
 /* 64 x 16 transposed tiles for M <= 16 (forward/dgrad configurations 6 and 7): the weight's 64 rows (forward) or
  * columns (dgrad) as the MMA's A, the few rows of x or dy as its 16 columns, so that each k16 step is an m64n16k16
  * MMA (a quarter of the m64n64k16 of configurations 2 and 3, of which 48 rows or more are padding at M <= 16).  6: a
@@ -1305,7 +1315,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
             return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
     }
     const int64_t slots = (int64_t)sms * C::MINB;
-    const int64_t nk = nsplit > 0 ? H3S_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
+    const int64_t nk = nsplit > 0 ? H3C_DGRAD_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = (C::PERSIST || nk <= SHORT_BLOCKS) && slots < tiles ? slots : tiles;
     wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
     return h3c_launch_check(op);
@@ -1481,11 +1491,11 @@ extern "C" h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches
  * times longer than the output row (the AdaLN projection: 96,768 into 2,688). */
 extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
-/* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every 256-row fold
- * tile is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise (and forced 0 or 2)
- * dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured 1-9% faster at M = 925 to 8349
- * (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in the plain schedule.  The same
- * bits every way. */
+/* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every fold tile of
+ * H3C_DGRAD_FOLD_TILE rows is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise
+ * (and forced 0 or 2) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured 1-9% faster
+ * at M = 925 to 8349 (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in the plain
+ * schedule.  The same bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
                                float *dx) {
     /* past the split, the transposed register fold (128 x 160 tiles along M) where it needs fewer waves, a 128 x 160
@@ -1497,7 +1507,7 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
     if (c == 4 || c == 5) /* the folded dgrad has one transposed configuration */
         return wg::launch<wg::dgrad_fold_ovl_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     if (!split) return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-    const int64_t nsplit = (N + H3S_FOLD_TILE - 1) / H3S_FOLD_TILE, stride = M * K;
+    const int64_t nsplit = (N + H3C_DGRAD_FOLD_TILE - 1) / H3C_DGRAD_FOLD_TILE, stride = M * K;
     void *part = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
     /* the split's work items: 64 x 64 tiles (3), or 64 x 16 transposed ones (6, 7), whose partials land in the same

@@ -11,11 +11,11 @@
  * the comparison can fail: the split-operand dgrad (a different, documented precision) must
  * differ from the BF16-operand one somewhere.
  *
- * The AdaLN shape's dgrad folds its reduction every 256 rows (h3c_gemm_dgrad_folds): configuration 0 (the
- * reference), 2 and the dispatcher at M > 64 add the tile partials in registers with the overlapped fold's schedule,
- * configuration 1 with the plain one; configurations 3, 6, 7 and the dispatcher at M <= 64 compute every partial as
- * a work item of its own (64 x 64 tiles, or 64 x 16 transposed ones) and add them in a second pass; the comparison
- * covers all of them.
+ * The AdaLN shape's dgrad folds its reduction every H3C_DGRAD_FOLD_TILE = 1024 rows (h3c_gemm_dgrad_folds):
+ * configuration 0 (the reference), 2 and the dispatcher at M > 64 add the tile partials in registers with the
+ * overlapped fold's schedule, configuration 1 with the plain one; configurations 3, 6, 7 and the dispatcher at M <= 64
+ * compute every partial as a work item of its own (64 x 64 tiles, or 64 x 16 transposed ones) and add them in a second
+ * pass; the comparison covers all of them.
  *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
@@ -27,8 +27,8 @@
  * (the tile shapes, epilogues and schedules of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}
  * ({257, 700, 1024, 1200} at small size).
  *
- * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), two of them folded dgrads (64 -> 2048, and
- * 72 -> 1160: a partial last column tile and fold tile).
+ * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), two of them folded dgrads (64 -> 2048: two whole
+ * fold tiles, the last run apart by the overlapped fold; 72 -> 1160: a partial last column tile and fold tile).
  * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
  * (shorter runs; the JSON says so). */
 #include "cuda/cuda_internal.h"
