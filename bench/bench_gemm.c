@@ -1,7 +1,7 @@
 /* Benchmark (not a test): the strict Hopper GEMM against cuBLASLt on the MiniMax-H3 shapes.
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
- *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C]
+ *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -26,8 +26,11 @@
  * (forward, dgrad or wgrad) measures that phase alone.  The run first measures the copy bandwidth (a 256 MiB device
  * to device copy, bytes read plus written: "copy_tbps"); at M <= 64, where a GEMM streams its weight (forward,
  * dgrad) or its weight gradient (wgrad, written), each row records those bytes per second as a fraction of it, for
- * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  Without a CUDA
- * device it prints one line and exits 0. */
+ * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  --chain N
+ * (1-100, default 1) runs each side's product N times back to back between a sample's two events and records the
+ * elapsed time over N: the host's work before a launch and the launch's latency then overlap the previous call's
+ * kernels, as they do in a model's pass where launches queue ahead of the device (recorded as "chain" in the JSON).
+ * Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +135,7 @@ enum { IMPL_STRICT = 0, IMPL_CUBLAS = 1, IMPL_PREV = 2, IMPL_ROUND = 3 };
 enum { PH_FWD = 0, PH_DGRAD = 1, PH_WGRAD = 2 };
 static const char *PHASE[3] = {"forward", "dgrad", "wgrad"};
 static int g_dw_bf16 = 0; /* --dw-bf16 */
+static int g_chain = 1;   /* --chain N: products per timed sample */
 
 typedef struct bufs {
     void *x, *w, *dyb, *y, *dx, *dw;
@@ -179,10 +183,12 @@ static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, con
         run_impl(impl, phase, M, N, K, b, lp, s);
     for (int i = 0; i < reps; i++) {
         cuok(cudaEventRecord(e0, s), "record");
-        run_impl(impl, phase, M, N, K, b, lp, s);
+        for (int j = 0; j < g_chain; j++)
+            run_impl(impl, phase, M, N, K, b, lp, s);
         cuok(cudaEventRecord(e1, s), "record");
         cuok(cudaEventSynchronize(e1), "sync");
         cuok(cudaEventElapsedTime(&t[i], e0, e1), "elapsed");
+        t[i] /= (float)g_chain;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -215,6 +221,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
             warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--chain") && i + 1 < argc)
+            g_chain = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -256,11 +264,13 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
-                            "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C]\n");
+                            "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
+                            "[--chain N]\n");
             return 2;
         }
     }
     if (reps < 1 || reps > MAX_REPS || warmup < 0) die("arguments", "--reps in 1..100, --warmup >= 0");
+    if (g_chain < 1 || g_chain > 100) die("arguments", "--chain in 1..100");
     if (!h3s_cuda_available()) {
         printf("bench_gemm: skipped: no CUDA GPU: %s\n", h3s_last_error());
         return 0;
@@ -339,10 +349,13 @@ int main(int argc, char **argv) {
         if (!jf) die("--json", json);
         fprintf(jf, "{\n  \"benchmark\": \"bench_gemm\",\n  \"device\": \"%s\",\n", devname);
         fprintf(jf, "  \"source_commit\": \"%s\",\n", H3S_SOURCE_COMMIT);
-        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s\",\n", reps, warmup,
-                quick ? " --quick" : "");
+        char chain_arg[32] = "";
+        if (g_chain > 1) snprintf(chain_arg, sizeof chain_arg, " --chain %d", g_chain);
+        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s\",\n", reps, warmup,
+                quick ? " --quick" : "", chain_arg);
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
+        fprintf(jf, "  \"chain\": %d,\n", g_chain);
         fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");
     }
