@@ -381,6 +381,8 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
 namespace wg {
 
 constexpr int BK = 64; /* reduction block: 64 BF16 = one 128-byte swizzle row */
+/* split mode (args::nsplit): reduction blocks per work item, one fold tile of the folded dgrad */
+constexpr int64_t SPLIT_BLOCKS = H3C_DGRAD_FOLD_TILE / BK;
 /* a reduction of at most this many blocks runs on a persistent grid whatever the configuration (launch) */
 constexpr int64_t SHORT_BLOCKS = 32;
 
@@ -1002,14 +1004,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
      * computes a tile and when, never what the tile computes. */
     const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
     const int64_t nk_all = (g.R + BK - 1) / BK;
-    constexpr int64_t FB = H3C_DGRAD_FOLD_TILE / BK; /* split mode: reduction blocks per work item (fold tile) */
     /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
     auto work = [&](int64_t id, int64_t &p0, int64_t &q0, int64_t &kb0, int64_t &nk, int64_t &coff) {
         kb0 = 0, nk = nk_all, coff = 0;
         if (g.nsplit > 0) {
             const int64_t t = id / tiles_pq;
             id -= t * tiles_pq;
-            kb0 = t * FB, nk = nk_all - kb0 < FB ? nk_all - kb0 : FB, coff = t * g.split_stride;
+            kb0 = t * SPLIT_BLOCKS, nk = nk_all - kb0 < SPLIT_BLOCKS ? nk_all - kb0 : SPLIT_BLOCKS;
+            coff = t * g.split_stride;
         }
         grouped_origin<BM, BN>(g, id, p0, q0);
     };
@@ -1315,7 +1317,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
             return h3s_fail(H3S_ERR_DEVICE, "%s: cannot read the multiprocessor count", op);
     }
     const int64_t slots = (int64_t)sms * C::MINB;
-    const int64_t nk = nsplit > 0 ? H3C_DGRAD_FOLD_TILE / BK : (R + BK - 1) / BK; /* reduction blocks per work item */
+    const int64_t nk = nsplit > 0 ? SPLIT_BLOCKS : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = (C::PERSIST || nk <= SHORT_BLOCKS) && slots < tiles ? slots : tiles;
     wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
     return h3c_launch_check(op);
