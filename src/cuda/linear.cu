@@ -1323,6 +1323,41 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     return h3c_launch_check(op);
 }
 
+/* The band (forward/dgrad configurations 8 and 9).  When the 128-row tiles of a configuration fill the last of their
+ * waves of BAND_SMS (the build's multiprocessor count, as the dispatcher's waves) only in part, the rows [0, p1) that
+ * make whole waves run in that configuration and the rows [p1, P) after them in a configuration of narrower tiles
+ * (more of them, so that they spread over the device), a second launch on the same stream.  Each output element is
+ * computed by one of the two, and every configuration gives an element the same chain (the k16 steps of its whole
+ * reduction in ascending r from +0), so the band gives the bits of either alone; test_gpu_gemm runs it forced on the
+ * same rows as the others.  Returns p1, a multiple of 128, or 0 when one launch covers the output (it fills whole
+ * waves, or less than one). */
+constexpr int64_t BAND_SMS = 132;
+static int64_t band_rows(int64_t P, int64_t Q, int64_t BN) {
+    const int64_t tp = (P + 127) / 128, tq = (Q + BN - 1) / BN, T = tp * tq;
+    if (T <= BAND_SMS || T % BAND_SMS == 0) return 0;
+    const int64_t pm = T / BAND_SMS * BAND_SMS / tq; /* whole tile-rows in the whole waves */
+    return pm > 0 && pm < tp ? pm * 128 : 0;
+}
+
+/* The band of configurations CM (whole waves) and CT (the rest), the arguments as launch's.  The second launch takes
+ * A's rows from p1 on (K-major A: p1 rows further; MN-major A: p1 columns), the output's rows from p1 (transposed:
+ * its columns, and the bias of p from p1); B and the reduction are the same. */
+template <class CM, class CT>
+static h3s_status launch_band(const char *op, int64_t P, int64_t Q, int64_t R, const void *a, int64_t lda,
+                              const void *b, int64_t ldb, const void *bias, void *out, int64_t ldc) {
+    static_assert(CM::BM == 128 && CT::BM == 128 && CM::AMN == CT::AMN && CM::BMN == CT::BMN &&
+                      CM::TRANS == CT::TRANS && CM::EPI == CT::EPI && !CM::FOLD && !CT::FOLD,
+                  "a band joins two configurations of the same operands, output and orientation");
+    const int64_t p1 = band_rows(P, Q, CM::BN);
+    if (p1 == 0) return launch<CM>(op, P, Q, R, a, lda, b, ldb, bias, out, ldc);
+    H3S_TRY(launch<CM>(op, p1, Q, R, a, lda, b, ldb, bias, out, ldc));
+    const size_t eo = CM::EPI == EPI_F32 || CM::EPI == EPI_F32_TMA ? 4 : 2; /* output element bytes */
+    const void *a1 = (const uint8_t *)a + (CM::AMN ? (size_t)p1 * 2 : (size_t)p1 * (size_t)lda * 2);
+    void *o1 = (uint8_t *)out + (CM::TRANS ? (size_t)p1 * eo : (size_t)p1 * (size_t)ldc * eo);
+    const void *bias1 = CM::TRANS && bias ? (const void *)((const uint16_t *)bias + p1) : bias;
+    return launch<CT>(op, P - p1, Q, R, a1, lda, b, ldb, bias1, o1, ldc);
+}
+
 } /* namespace wg */
 
 h3s_status h3c_tma_map_bf16(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
@@ -1338,7 +1373,11 @@ static int g_force_config = -1;
 #define T160_COST 0.68
 #define T232_COST 0.93
 
-extern "C" int h3c_gemm_config_count(void) { return 8; }
+extern "C" int h3c_gemm_config_count(void) { return 10; }
+
+extern "C" int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q) {
+    return config == 8 ? wg::band_rows(P, Q, 256) : config == 9 ? wg::band_rows(P, Q, 232) : 0;
+}
 
 /* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 or 9 above; BF16 dw: 1 at
  * M <= 256, 8 above), 0 = the fold on 128 x 192 tiles, 1 = one tile, 5 = 1 with bulk stores on a persistent grid,
@@ -1388,7 +1427,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
 
 /* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192 (both with the bulk-store
  * epilogue on a persistent grid), 2 = 64 x 64 with two CTAs per multiprocessor, for M <= 64,
- * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles.
+ * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
+ * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1397,6 +1437,16 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
 static int64_t waves(int64_t tiles) { return (tiles + 131) / 132; }
 /* the tiles of a P x Q output in BM x BN tiles */
 static int64_t tiles(int64_t P, int64_t Q, int64_t BM, int64_t BN) { return ((P + BM - 1) / BM) * ((Q + BN - 1) / BN); }
+
+/* The estimated time of a band (wg::launch_band): the whole waves of the first configuration (BN_M-column tiles, a
+ * wave costed at cost_m) and the waves of the second's (BN_T, cost_t) on the rows left; a large number when no band
+ * applies. */
+static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64_t bn_t, double cost_t) {
+    const int64_t p1 = wg::band_rows(P, Q, bn_m);
+    if (p1 == 0) return 1e30;
+    return cost_m * (double)waves(tiles(p1, Q, 128, bn_m)) + cost_t * (double)waves(tiles(P - p1, Q, 128, bn_t));
+}
+#define BAND_GAIN 0.97
 
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
@@ -1407,9 +1457,16 @@ static int pick_config(int64_t M, int64_t Q) {
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
     const double c4 = T160_COST * (double)waves(tiles(Q, M, 128, 160));
     const double c5 = T232_COST * (double)waves(tiles(Q, M, 128, 232));
-    if (c5 < c0 && c5 < c1 && c5 < c4) return 5;
-    if (c4 < c0 && c4 < c1) return 4;
-    return c1 < c0 ? 1 : 0;
+    int best = c1 < c0 ? 1 : 0;
+    if (c4 < c0 && c4 < c1) best = 4;
+    if (c5 < c0 && c5 < c1 && c5 < c4) best = 5;
+    const double cb = best == 0 ? c0 : best == 1 ? c1 : best == 4 ? c4 : c5;
+    /* the bands: 8 = 0's whole waves, then 1's tiles; 9 = 5's whole waves, then 4's (transposed); taken where their
+     * estimate is under BAND_GAIN times the best single configuration's (a second launch costs its own start) */
+    const double c8 = band_cost(M, Q, 256, 1.0, 192, 0.77), c9 = band_cost(Q, M, 232, T232_COST, 160, T160_COST);
+    if (c9 < c8 && c9 < BAND_GAIN * cb) return 9;
+    if (c8 < BAND_GAIN * cb) return 8;
+    return best;
 }
 
 extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
@@ -1427,6 +1484,8 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     case 5: return wg::launch<wg::fwd_t232>(op, N, M, K, w, K, x, K, b, y, N);
     case 6: return wg::launch<wg::fwd_t16>(op, N, M, K, w, K, x, K, b, y, N);
     case 7: return wg::launch<wg::fwd_t16b>(op, N, M, K, w, K, x, K, b, y, N);
+    case 8: return wg::launch_band<wg::fwd_c0, wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
+    case 9: return wg::launch_band<wg::fwd_t232, wg::fwd_t>(op, N, M, K, w, K, x, K, b, y, N);
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
 }
@@ -1541,6 +1600,8 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     case 5: return wg::launch<wg::dgrad_t232>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     case 6: return wg::launch<wg::dgrad_t16>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     case 7: return wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
+    case 8: return wg::launch_band<wg::dgrad_c0, wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 9: return wg::launch_band<wg::dgrad_t232, wg::dgrad_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
 }

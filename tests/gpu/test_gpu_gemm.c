@@ -17,6 +17,11 @@
  * compute every partial as a work item of its own (64 x 64 tiles, or 64 x 16 transposed ones) and add them in a second
  * pass; the comparison covers all of them.
  *
+ * Configurations 8 and 9 are bands: the tile-rows of configuration 0 (8) or 5 (9, transposed) that fill whole waves
+ * of the device, then the rows left in the narrower tiles of 1 or 4, a second launch; at small size they run on
+ * 4096 -> 4096 at M = 1133, where both split (h3c_gemm_band_rows), and the full size checks that 9 splits the
+ * 14336 -> 5376 dgrad at M = 925.
+ *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
  * 9 the transposed overlapped fold (F32 dw; refused for BF16 dw, which the test checks).  Their bits must be the
@@ -284,11 +289,19 @@ int main(void) {
     for (int i = 0; i < 4; i++)
         CHECK(!h3c_gemm_dgrad_folds(shapes[i][1], shapes[i][0]), "fold rule: %lld -> %lld does not fold",
               (long long)shapes[i][0], (long long)shapes[i][1]);
+    /* the bands split where their first configuration's tiles fill a last wave in part, and nowhere else */
+    CHECK(h3c_gemm_band_rows(8, 1133, 4096) == 1024 && h3c_gemm_band_rows(9, 4096, 1133) == 3328 &&
+              h3c_gemm_band_rows(9, 14336, 925) == 12672 && h3c_gemm_band_rows(8, 925, 4096) == 0 &&
+              h3c_gemm_band_rows(8, 128 * 264, 256) == 0 && h3c_gemm_band_rows(0, 1133, 4096) == 0,
+          "band rows: the whole waves of 132 tiles (none past fewer than 132 tiles or whole waves)");
     printf("configuration and row invariance, M in {1, 2, 7, 12, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
-    if (small)
+    if (small) {
         for (int i = 0; i < 4; i++)
             shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
-    else
+        /* the bands at a size where both split (4096 / 256 = 16 column tiles of 9 rows: 144 tiles) */
+        const int64_t band_m[] = {1133};
+        shape_invariance(4096, 4096, 1200, band_m, 1);
+    } else
         for (int i = 0; i < 5; i++) {
             char name[64];
             snprintf(name, sizeof name, "%lldx%lld", (long long)shapes[i][0], (long long)shapes[i][1]);
