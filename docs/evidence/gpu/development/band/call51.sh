@@ -4,7 +4,8 @@
 # root, carrying .deps: build; test_gpu_gemm at small size (the bands on 4096 -> 4096 at M = 1133) plain and under
 # memcheck, racecheck and synccheck; one-row bench_gemm, twice, of the six rows the dispatcher moves to a band (the
 # band against the configuration it replaces) and of 5376 -> 7168 forward at M = 4253 (configuration 1 against band
-# 8); test_gpu_gemm at full size on 14336 -> 5376 and 7168 -> 5376 at M in {925, 4253} (configurations 0-9 and the
+# 8); the folded AdaLN dgrad's split in configurations 3, 6 (now configuration 6's kernel: four blocks per stage, one
+# CTA per multiprocessor) and 7 at M in {1, 12, 16, 33, 64}; test_gpu_gemm at full size on 14336 -> 5376 and 7168 -> 5376 at M in {925, 4253} (configurations 0-9 and the
 # dispatcher against configuration 0's rows).
 set -u
 SRC=$PWD; log(){ echo "$@"; }; . scripts/device_deps.sh
@@ -25,6 +26,7 @@ for rep in 1 2; do
            "14336 5376 4253 --phase forward"; do run $r; run $r --config 0; done
   for r in "14336 5376 925 --phase dgrad" "2688 32256 925 --phase forward"; do run $r; run $r --config 5; done
   run 5376 7168 4253 --phase forward; run 5376 7168 4253 --phase forward --config 8
+  for M in 1 12 16 33 64; do for c in 3 6 7; do run 2688 32256 $M --phase dgrad --config $c; done; done
 done
 } > $OUT/bench.txt 2>&1
 cat $OUT/bench.txt
