@@ -1339,6 +1339,14 @@ static int64_t band_rows(int64_t P, int64_t Q, int64_t BN) {
     return pm > 0 && pm < tp ? pm * 128 : 0;
 }
 
+/* The short band (configuration 10): configuration 0's whole waves as in band_rows, where the rows left are at most
+ * BAND_SHORT_ROWS (64), the small-M configurations' range; 0 otherwise. */
+constexpr int64_t BAND_SHORT_ROWS = 64;
+static int64_t band_short_rows(int64_t P, int64_t Q) {
+    const int64_t p1 = band_rows(P, Q, 256);
+    return p1 > 0 && P - p1 <= BAND_SHORT_ROWS ? p1 : 0;
+}
+
 /* The band of configurations CM (whole waves) and CT (the rest), the arguments as launch's.  The second launch takes
  * A's rows from p1 on (K-major A: p1 rows further; MN-major A: p1 columns), the output's rows from p1 (transposed:
  * its columns, and the bias of p from p1); B and the reduction are the same. */
@@ -1373,10 +1381,13 @@ static int g_force_config = -1;
 #define T160_COST 0.68
 #define T232_COST 0.93
 
-extern "C" int h3c_gemm_config_count(void) { return 10; }
+extern "C" int h3c_gemm_config_count(void) { return 11; }
 
 extern "C" int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q) {
-    return config == 8 ? wg::band_rows(P, Q, 256) : config == 9 ? wg::band_rows(P, Q, 232) : 0;
+    return config == 8    ? wg::band_rows(P, Q, 256)
+           : config == 9  ? wg::band_rows(P, Q, 232)
+           : config == 10 ? wg::band_short_rows(P, Q)
+                          : 0;
 }
 
 /* The wgrad's override: -1 = the dispatcher (F32 dw: configuration 5 at M <= 256, 7 or 9 above; BF16 dw: 1 at
@@ -1428,7 +1439,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
 /* Forward and dgrad configurations: 0 = 128 x 256 tiles, 1 = 128 x 192 (both with the bulk-store
  * epilogue on a persistent grid), 2 = 64 x 64 with two CTAs per multiprocessor, for M <= 64,
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
- * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4.
+ * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4; 10 the short band, 0's whole waves then the
+ * small-M configuration of the rows left (at most 64).
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1447,12 +1459,24 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
     return cost_m * (double)waves(tiles(p1, Q, 128, bn_m)) + cost_t * (double)waves(tiles(P - p1, Q, 128, bn_t));
 }
 #define BAND_GAIN 0.97
+/* The estimated time of the short band's second launch (at most 64 rows, a small-M configuration, which streams the
+ * Q x R weight once) against one wave of 128 x 256 tiles at the same reduction length R, per output column: the weight
+ * read at about 3 TB/s (Q R 2 bytes) against 132 tiles of 128 x 256 x R at about 700 TFLOP/s gives 5.5e-5 per column;
+ * the M = 64 rows of bench_gemm.json (0.028 ms at 5376 -> 7168 against a wave of 0.058 ms) give 6.5e-5, taken here. */
+#define BAND_SHORT_COST_PER_COLUMN 6.5e-5
+
+/* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
+ * than multiprocessors; -1 above 64 rows. */
+static int small_config(int64_t M, int64_t Q) {
+    const int narrow = (Q + 63) / 64 < 132;
+    if (M <= 16) return narrow ? 6 : 7;
+    if (M <= 64) return narrow ? 3 : 2;
+    return -1;
+}
 
 static int pick_config(int64_t M, int64_t Q) {
     if (g_force_config >= 0) return g_force_config;
-    const int narrow = (Q + 63) / 64 < 132; /* fewer 64-column tiles than multiprocessors */
-    if (M <= 16) return narrow ? 6 : 7;
-    if (M <= 64) return narrow ? 3 : 2;
+    if (M <= 64) return small_config(M, Q);
     const double c0 = (double)waves(tiles(M, Q, 128, 256)), c1 = 0.77 * (double)waves(tiles(M, Q, 128, 192));
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
     const double c4 = T160_COST * (double)waves(tiles(Q, M, 128, 160));
@@ -1464,18 +1488,27 @@ static int pick_config(int64_t M, int64_t Q) {
     /* the bands: 8 = 0's whole waves, then 1's tiles; 9 = 5's whole waves, then 4's (transposed); taken where their
      * estimate is under BAND_GAIN times the best single configuration's (a second launch costs its own start) */
     const double c8 = band_cost(M, Q, 256, 1.0, 192, 0.77), c9 = band_cost(Q, M, 232, T232_COST, 160, T160_COST);
-    if (c9 < c8 && c9 < BAND_GAIN * cb) return 9;
-    if (c8 < BAND_GAIN * cb) return 8;
-    return best;
+    int pick = best;
+    double cp = cb;
+    if (c9 < c8 && c9 < BAND_GAIN * cb) {
+        pick = 9;
+        cp = c9;
+    } else if (c8 < BAND_GAIN * cb) {
+        pick = 8;
+        cp = c8;
+    }
+    /* the short band: 0's whole waves, then at most 64 rows in a small-M configuration; the same rule against the
+     * choice so far */
+    const int64_t p1 = wg::band_short_rows(M, Q);
+    if (p1 > 0 && (double)waves(tiles(p1, Q, 128, 256)) + BAND_SHORT_COST_PER_COLUMN * (double)Q < BAND_GAIN * cp)
+        return 10;
+    return pick;
 }
 
-extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
-                                            const void *w, const void *b, void *y) {
-    if (!h3c_gemm_wgmma_shape(N, K)) return mma_gemm_forward(op, M, N, K, x, w, b, y);
-    H3S_TRY(need_aligned(op, "x", x));
-    H3S_TRY(need_aligned(op, "w", w));
-    H3S_TRY(need_aligned(op, "y", y));
-    switch (pick_config(M, N)) {
+/* The forward in configuration c (aligned operands, a shape the Hopper kernels take). */
+static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
+                                 const void *b, void *y) {
+    switch (c) {
     case 0: return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
     case 1: return wg::launch<wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 2: return wg::launch<wg::fwd_c2>(op, M, N, K, x, K, w, K, b, y, N);
@@ -1486,8 +1519,24 @@ extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N
     case 7: return wg::launch<wg::fwd_t16b>(op, N, M, K, w, K, x, K, b, y, N);
     case 8: return wg::launch_band<wg::fwd_c0, wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 9: return wg::launch_band<wg::fwd_t232, wg::fwd_t>(op, N, M, K, w, K, x, K, b, y, N);
+    case 10: { /* the short band: rows [0, p1) in 0, the rest (at most 64) in their small-M configuration */
+        const int64_t p1 = wg::band_short_rows(M, N);
+        if (p1 == 0) return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
+        H3S_TRY(wg::launch<wg::fwd_c0>(op, p1, N, K, x, K, w, K, b, y, N));
+        return forward_config(small_config(M - p1, N), op, M - p1, N, K, (const uint16_t *)x + p1 * K, w, b,
+                              (uint16_t *)y + p1 * N);
+    }
     default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     }
+}
+
+extern "C" h3s_status h3c_gemm_bf16_forward(const char *op, int64_t M, int64_t N, int64_t K, const void *x,
+                                            const void *w, const void *b, void *y) {
+    if (!h3c_gemm_wgmma_shape(N, K)) return mma_gemm_forward(op, M, N, K, x, w, b, y);
+    H3S_TRY(need_aligned(op, "x", x));
+    H3S_TRY(need_aligned(op, "w", w));
+    H3S_TRY(need_aligned(op, "y", y));
+    return forward_config(pick_config(M, N), op, M, N, K, x, w, b, y);
 }
 
 static h3s_status round_to_bf16(const char *op, int64_t n, const float *src, uint16_t *dst) {
@@ -1584,14 +1633,10 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
     return st;
 }
 
-extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
-                                               const void *w, float *dx) {
-    if (!h3c_gemm_wgmma_shape(N, K))
-        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand dgrad needs multiples of 8", op,
-                        (long long)K, (long long)N);
-    /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N; A K-major, B MN-major */
-    if (h3c_gemm_dgrad_folds(N, K)) return dgrad_folded(op, M, N, K, dyb, w, dx);
-    switch (pick_config(M, K)) {
+/* The dgrad of a shape that does not fold, in configuration c (aligned operands, a shape the Hopper kernels take). */
+static h3s_status dgrad_config(int c, const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
+                               float *dx) {
+    switch (c) {
     case 0: return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 1: return wg::launch<wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 2: return wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
@@ -1602,8 +1647,24 @@ extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_
     case 7: return wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     case 8: return wg::launch_band<wg::dgrad_c0, wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 9: return wg::launch_band<wg::dgrad_t232, wg::dgrad_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
+    case 10: { /* the short band, as the forward's */
+        const int64_t p1 = wg::band_short_rows(M, K);
+        if (p1 == 0) return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+        H3S_TRY(wg::launch<wg::dgrad_c0>(op, p1, K, N, dyb, N, w, K, NULL, dx, K));
+        return dgrad_config(small_config(M - p1, K), op, M - p1, N, K, (const uint16_t *)dyb + p1 * N, w, dx + p1 * K);
+    }
     default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     }
+}
+
+extern "C" h3s_status h3c_gemm_bf16_dgrad_bf16(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb,
+                                               const void *w, float *dx) {
+    if (!h3c_gemm_wgmma_shape(N, K))
+        return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: K = %lld, N = %lld: the BF16-operand dgrad needs multiples of 8", op,
+                        (long long)K, (long long)N);
+    /* dx[m, k] = sum_n dy[m, n] w[n, k]: P = M, Q = K, R = N; A K-major, B MN-major */
+    if (h3c_gemm_dgrad_folds(N, K)) return dgrad_folded(op, M, N, K, dyb, w, dx);
+    return dgrad_config(pick_config(M, K), op, M, N, K, dyb, w, dx);
 }
 
 /* dw[n, k] by configuration CF (F32 dw) or CB (BF16 dw): P = N, Q = K, R = M; A = dy (MN-major), B = x */

@@ -20,7 +20,9 @@
  * Configurations 8 and 9 are bands: the tile-rows of configuration 0 (8) or 5 (9, transposed) that fill whole waves
  * of the device, then the rows left in the narrower tiles of 1 or 4, a second launch; at small size they run on
  * 4096 -> 4096 at M = 1133, where both split (h3c_gemm_band_rows), and the full size checks that 9 splits the
- * 14336 -> 5376 dgrad at M = 925.
+ * 14336 -> 5376 dgrad at M = 925.  Configuration 10 is the short band: 0's whole waves, then the rows left (at most
+ * 64) in their small-M configuration (2, 3, 6 or 7); at small size it splits on 4096 -> 4096 at M = 1030 (6 rows
+ * left) and 1060 (36), and at full size on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253 (29).
  *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
@@ -294,13 +296,18 @@ int main(void) {
               h3c_gemm_band_rows(9, 14336, 925) == 12672 && h3c_gemm_band_rows(8, 925, 4096) == 0 &&
               h3c_gemm_band_rows(8, 128 * 264, 256) == 0 && h3c_gemm_band_rows(0, 1133, 4096) == 0,
           "band rows: the whole waves of 132 tiles (none past fewer than 132 tiles or whole waves)");
+    CHECK(h3c_gemm_band_rows(10, 1030, 4096) == 1024 && h3c_gemm_band_rows(10, 1060, 4096) == 1024 &&
+              h3c_gemm_band_rows(10, 1133, 4096) == 0 && h3c_gemm_band_rows(10, 4253, 7168) == 4224 &&
+              h3c_gemm_band_rows(10, 925, 4096) == 0,
+          "short band rows: 0's whole waves where at most 64 rows are left, else none");
     printf("configuration and row invariance, M in {1, 2, 7, 12, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
     if (small) {
         for (int i = 0; i < 4; i++)
             shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
-        /* the bands at a size where both split (4096 / 256 = 16 column tiles of 9 rows: 144 tiles) */
-        const int64_t band_m[] = {1133};
-        shape_invariance(4096, 4096, 1200, band_m, 1);
+        /* the bands at a size where both split (4096 / 256 = 16 column tiles of 9 rows: 144 tiles); the short band
+         * where 6 and 36 rows are left after 0's 1024 */
+        const int64_t band_m[] = {1030, 1060, 1133};
+        shape_invariance(4096, 4096, 1200, band_m, 3);
     } else
         for (int i = 0; i < 5; i++) {
             char name[64];
