@@ -1198,26 +1198,26 @@ typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride.  The partials are loaded
  * SPLIT_BATCH at a time into registers before they are added (so that a thread has that many loads in flight
- * instead of one), and added one by one in ascending t: the same additions in the same order.  Each partial is read
- * once (streaming loads). */
+ * instead of one), the first batch from partial 0 on, the last one's loads past nsplit not issued, and added one by
+ * one in ascending t: the first copied, the others added, the same additions in the same order.  Each partial is
+ * read once (streaming loads).  From d4fc25b until this form the batches started at partial 1 and ran only while a whole batch
+ * was left, so that with the 1024-row fold tile (32 partials at 32,256 reduction rows) no batch ran and the loads
+ * went out one at a time. */
 constexpr int SPLIT_BATCH = 32;
 __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
                                   int64_t ldc) {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * Q; e += (int64_t)gridDim.x * blockDim.x) {
         const float *src = part + e;
-        float tot = __ldcs(src);
-        int64_t t = 1;
-        for (; t + SPLIT_BATCH <= nsplit; t += SPLIT_BATCH) {
+        float tot = 0.0f;
+        for (int64_t t = 0; t < nsplit; t += SPLIT_BATCH) {
             float b[SPLIT_BATCH];
 #pragma unroll
             for (int i = 0; i < SPLIT_BATCH; i++)
-                b[i] = __ldcs(src + (t + i) * stride);
+                b[i] = t + i < nsplit ? __ldcs(src + (t + i) * stride) : 0.0f;
 #pragma unroll
             for (int i = 0; i < SPLIT_BATCH; i++)
-                tot = tot + b[i];
+                if (t + i < nsplit) tot = t + i == 0 ? b[i] : tot + b[i];
         }
-        for (; t < nsplit; t++)
-            tot = tot + __ldcs(src + t * stride);
         out[(e / Q) * ldc + e % Q] = tot;
     }
 }
