@@ -1200,9 +1200,9 @@ typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist
  * SPLIT_BATCH at a time into registers before they are added (so that a thread has that many loads in flight
  * instead of one), the first batch from partial 0 on, the last one's loads past nsplit not issued, and added one by
  * one in ascending t: the first copied, the others added, the same additions in the same order.  Each partial is
- * read once (streaming loads).  From d4fc25b until this form the batches started at partial 1 and ran only while a whole batch
- * was left, so that with the 1024-row fold tile (32 partials at 32,256 reduction rows) no batch ran and the loads
- * went out one at a time. */
+ * read once (streaming loads).  From d4fc25b until this form the batches started at partial 1 and ran only while a
+ * whole batch was left, so that with the 1024-row fold tile (32 partials at 32,256 reduction rows) no batch ran and
+ * the loads went out one at a time. */
 constexpr int SPLIT_BATCH = 32;
 __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
                                   int64_t ldc) {
