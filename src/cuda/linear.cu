@@ -1202,7 +1202,7 @@ typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist
  * one in ascending t: the first copied, the others added, the same additions in the same order.  Each partial is
  * read once (streaming loads).  From d4fc25b until this form the batches started at partial 1 and ran only while a
  * whole batch was left, so that with the 1024-row fold tile (32 partials at 32,256 reduction rows) no batch ran and
- * the loads went out one at a time. */
+ * the loads went out one at a time.  nsplit >= 1 at the one call (dgrad_folded: N >= 8 K >= 8 rows, M > 0). */
 constexpr int SPLIT_BATCH = 32;
 __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
                                   int64_t ldc) {
@@ -1526,7 +1526,8 @@ static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, in
         return forward_config(small_config(M - p1, N), op, M - p1, N, K, (const uint16_t *)x + p1 * K, w, b,
                               (uint16_t *)y + p1 * N);
     }
-    default: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
+    case 3: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
+    default: return h3s_fail(H3S_ERR_INVALID, "%s: no forward configuration %d", op, c);
     }
 }
 
@@ -1603,9 +1604,9 @@ extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
 /* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every fold tile of
  * H3C_DGRAD_FOLD_TILE rows is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise
- * (and forced 0 or 2) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured 1-9% faster
- * at M = 925 to 8349 (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in the plain
- * schedule.  The same bits every way. */
+ * (and forced 0, 2, 8, 9 or 10) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
+ * 1-9% faster at M = 925 to 8349 (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in
+ * the plain schedule.  The same bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
                                float *dx) {
     /* past the split, the transposed register fold (128 x 160 tiles along M) where it needs fewer waves, a 128 x 160
@@ -1653,7 +1654,8 @@ static h3s_status dgrad_config(int c, const char *op, int64_t M, int64_t N, int6
         H3S_TRY(wg::launch<wg::dgrad_c0>(op, p1, K, N, dyb, N, w, K, NULL, dx, K));
         return dgrad_config(small_config(M - p1, K), op, M - p1, N, K, (const uint16_t *)dyb + p1 * N, w, dx + p1 * K);
     }
-    default: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    default: return h3s_fail(H3S_ERR_INVALID, "%s: no dgrad configuration %d", op, c);
     }
 }
 

@@ -12,17 +12,19 @@
  * differ from the BF16-operand one somewhere.
  *
  * The AdaLN shape's dgrad folds its reduction every H3C_DGRAD_FOLD_TILE = 1024 rows (h3c_gemm_dgrad_folds):
- * configuration 0 (the reference), 2 and the dispatcher at M > 64 add the tile partials in registers with the
- * overlapped fold's schedule, configuration 1 with the plain one; configurations 3, 6, 7 and the dispatcher at M <= 64
- * compute every partial as a work item of its own (64 x 64 tiles, or 64 x 16 transposed ones) and add them in a second
- * pass; the comparison covers all of them.
+ * configuration 0 (the reference), 2, 8, 9, 10 and the dispatcher at M > 64 add the tile partials in registers with
+ * the overlapped fold's schedule, configuration 1 with the plain one; configurations 3, 6, 7 and the dispatcher at
+ * M <= 64 compute every partial as a work item of its own (64 x 64 tiles, or 64 x 16 transposed ones) and add them in
+ * a second pass; the comparison covers all of them.
  *
  * Configurations 8 and 9 are bands: the tile-rows of configuration 0 (8) or 5 (9, transposed) that fill whole waves
  * of the device, then the rows left in the narrower tiles of 1 or 4, a second launch; at small size they run on
  * 4096 -> 4096 at M = 1133, where both split (h3c_gemm_band_rows), and the full size checks that 9 splits the
  * 14336 -> 5376 dgrad at M = 925.  Configuration 10 is the short band: 0's whole waves, then the rows left (at most
- * 64) in their small-M configuration (2, 3, 6 or 7); at small size it splits on 4096 -> 4096 at M = 1030 (6 rows
- * left) and 1060 (36), and at full size on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253 (29).
+ * 64) in their small-M configuration (2, 3, 6 or 7).  At small size it splits on 4096 -> 4096 at M = 1030 (6 rows
+ * left: configuration 6) and 1060 (36: 3), and on 256 -> 8704 (forward) and 8704 -> 256 (dgrad) at M = 394 (10: 7)
+ * and 424 (40: 2); at full size with 29 rows left on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253
+ * (3), and on 5376 -> 28672, 2688 -> 32256 (forward) and 14336 -> 5376 (dgrad) at M = 925 and 4253 (2).
  *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
@@ -298,9 +300,10 @@ int main(void) {
           "band rows: the whole waves of 132 tiles (none past fewer than 132 tiles or whole waves)");
     CHECK(h3c_gemm_band_rows(10, 1030, 4096) == 1024 && h3c_gemm_band_rows(10, 1060, 4096) == 1024 &&
               h3c_gemm_band_rows(10, 1133, 4096) == 0 && h3c_gemm_band_rows(10, 4253, 7168) == 4224 &&
-              h3c_gemm_band_rows(10, 925, 4096) == 0,
+              h3c_gemm_band_rows(10, 925, 4096) == 0 && h3c_gemm_band_rows(10, 394, 8704) == 384 &&
+              h3c_gemm_band_rows(10, 424, 8704) == 384,
           "short band rows: 0's whole waves where at most 64 rows are left, else none");
-    printf("configuration and row invariance, M in {1, 2, 7, 12, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
+    printf("configuration and row invariance, M in {1, 2, 7, 12, 16, 17, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
     if (small) {
         for (int i = 0; i < 4; i++)
             shape_invariance(small_shapes[i][0], small_shapes[i][1], 1200, Ms, nM);
@@ -308,6 +311,11 @@ int main(void) {
          * where 6 and 36 rows are left after 0's 1024 */
         const int64_t band_m[] = {1030, 1060, 1133};
         shape_invariance(4096, 4096, 1200, band_m, 3);
+        /* the short band's second launch in the wide small-M configurations, 7 and 2 (8704 columns: 34 tiles of 256,
+         * 136 of 64) */
+        const int64_t short_m[] = {394, 424};
+        shape_invariance(256, 8704, 512, short_m, 2);
+        shape_invariance(8704, 256, 512, short_m, 2);
     } else
         for (int i = 0; i < 5; i++) {
             char name[64];

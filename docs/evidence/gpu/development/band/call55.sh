@@ -2,7 +2,7 @@
 # Branch gemm-tail (configuration 10, the short band; the folding pass's batches from partial 0; bench_gemm's copy
 # timing through time_impl), before its full evidence run: build; test_gpu_gemm at small size; one-row bench_gemm,
 # twice, of the folded AdaLN dgrad at M in {1, 12, 16, 33, 64} (the dispatcher: the split and the folding pass; call 51
-# has main's times of the same rows) and of the two short-band rows; every kernel of the AdaLN dgrad row at M = 1 and
+# has main's times of the same rows) and of the two short-band rows; test_gpu_gemm small also under memcheck; every kernel of the AdaLN dgrad row at M = 1 and
 # 12 with its duration (the folding pass was 5.2 / 5.7 us in call 49). One device call from the repository root,
 # carrying .deps (about 3 minutes).
 set -u
@@ -10,7 +10,7 @@ set -u
 B=/tmp/b55
 dev_build $B bench_gemm test_gpu_gemm || exit 1
 dev_elapsed
-dev_small_test $B
+dev_small_test $B memcheck
 {
 for rep in 1 2; do
   for M in 1 12 16 33 64; do dev_row $B 2688 32256 $M --phase dgrad; done
