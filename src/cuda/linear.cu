@@ -1446,7 +1446,7 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
  * close to the area ratio 0.75; docs/evidence/gpu/development/gemm_epilogue.md).  The choice depends on (M, Q) only,
  * and every configuration gives the same bits (tests/gpu/test_gpu_gemm.c). */
-static int64_t waves(int64_t tiles) { return (tiles + 131) / 132; }
+static int64_t waves(int64_t tiles) { return (tiles + wg::BAND_SMS - 1) / wg::BAND_SMS; }
 /* the tiles of a P x Q output in BM x BN tiles */
 static int64_t tiles(int64_t P, int64_t Q, int64_t BM, int64_t BN) { return ((P + BM - 1) / BM) * ((Q + BN - 1) / BN); }
 
@@ -1505,6 +1505,16 @@ static int pick_config(int64_t M, int64_t Q) {
     return pick;
 }
 
+/* The short band (configuration 10) of an M x Q output whose rows run(c, r0, m) computes in configuration c
+ * (rows [r0, r0 + m)): the rows [0, p1) of configuration 0's whole waves in 0, the rest (at most 64) in their small-M
+ * configuration; all M rows in 0 where no short band applies. */
+template <class F> static h3s_status short_band(int64_t M, int64_t Q, F run) {
+    const int64_t p1 = wg::band_short_rows(M, Q);
+    if (p1 == 0) return run(0, 0, M);
+    H3S_TRY(run(0, 0, p1));
+    return run(small_config(M - p1, Q), p1, M - p1);
+}
+
 /* The forward in configuration c (aligned operands, a shape the Hopper kernels take). */
 static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, int64_t K, const void *x, const void *w,
                                  const void *b, void *y) {
@@ -1519,13 +1529,10 @@ static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, in
     case 7: return wg::launch<wg::fwd_t16b>(op, N, M, K, w, K, x, K, b, y, N);
     case 8: return wg::launch_band<wg::fwd_c0, wg::fwd_c1>(op, M, N, K, x, K, w, K, b, y, N);
     case 9: return wg::launch_band<wg::fwd_t232, wg::fwd_t>(op, N, M, K, w, K, x, K, b, y, N);
-    case 10: { /* the short band: rows [0, p1) in 0, the rest (at most 64) in their small-M configuration */
-        const int64_t p1 = wg::band_short_rows(M, N);
-        if (p1 == 0) return wg::launch<wg::fwd_c0>(op, M, N, K, x, K, w, K, b, y, N);
-        H3S_TRY(wg::launch<wg::fwd_c0>(op, p1, N, K, x, K, w, K, b, y, N));
-        return forward_config(small_config(M - p1, N), op, M - p1, N, K, (const uint16_t *)x + p1 * K, w, b,
-                              (uint16_t *)y + p1 * N);
-    }
+    case 10:
+        return short_band(M, N, [&](int cr, int64_t r0, int64_t m) {
+            return forward_config(cr, op, m, N, K, (const uint16_t *)x + r0 * K, w, b, (uint16_t *)y + r0 * N);
+        });
     case 3: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no forward configuration %d", op, c);
     }
@@ -1648,12 +1655,10 @@ static h3s_status dgrad_config(int c, const char *op, int64_t M, int64_t N, int6
     case 7: return wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     case 8: return wg::launch_band<wg::dgrad_c0, wg::dgrad_c1>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 9: return wg::launch_band<wg::dgrad_t232, wg::dgrad_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
-    case 10: { /* the short band, as the forward's */
-        const int64_t p1 = wg::band_short_rows(M, K);
-        if (p1 == 0) return wg::launch<wg::dgrad_c0>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
-        H3S_TRY(wg::launch<wg::dgrad_c0>(op, p1, K, N, dyb, N, w, K, NULL, dx, K));
-        return dgrad_config(small_config(M - p1, K), op, M - p1, N, K, (const uint16_t *)dyb + p1 * N, w, dx + p1 * K);
-    }
+    case 10:
+        return short_band(M, K, [&](int cr, int64_t r0, int64_t m) {
+            return dgrad_config(cr, op, m, N, K, (const uint16_t *)dyb + r0 * N, w, dx + r0 * K);
+        });
     case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no dgrad configuration %d", op, c);
     }
