@@ -66,6 +66,35 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+/* The same copy with an L2 eviction policy (a createpolicy operand): the folded dgrad's split reads its weight
+ * once, evict-first, so that the partials it writes (evict-last) stay in L2 for the folding pass. */
+__device__ __forceinline__ void tma_load_2d_hint(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                                 uint64_t pol) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "l"(pol)
+                 : "memory");
+}
+/* L2 eviction policies for the whole access (fraction 1.0): evict-first and evict-last. */
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_last() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+/* F32 stores with an L2 eviction policy (one value, or two adjacent ones 8-byte aligned). */
+__device__ __forceinline__ void st_f32_hint(float *p, float v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.f32 [%0], %1, %2;\n" ::"l"(p), "f"(v), "l"(pol) : "memory");
+}
+__device__ __forceinline__ void st_f32x2_hint(float *p, float v0, float v1, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(p), "f"(v0), "f"(v1), "l"(pol)
+                 : "memory");
+}
+
 /* A bulk tensor store of one box from shared memory (the box's layout as the map's swizzle) to the tensor at
  * (c0, c1); the tensor map clips what lies outside the tensor.  Completion is tracked by bulk groups. */
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {

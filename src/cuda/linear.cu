@@ -392,6 +392,8 @@ constexpr int64_t SHORT_BLOCKS = 32;
  * bulk tensor stores that run while the rest of the tile is staged and the next tile's MMAs run (configurations 0
  * and 1 of the forward and the dgrad, on a persistent grid). */
 enum { EPI_BF16_BIAS = 0, EPI_F32 = 1, EPI_BF16_STAGED = 2, EPI_BF16_TMA = 3, EPI_F32_TMA = 4 };
+/* cfg::L2: none, or the split with its weight as operand A or B */
+enum { L2_NONE = 0, L2_SPLIT_A = 1, L2_SPLIT_B = 2 };
 
 struct args {
     int64_t P, Q, R;
@@ -420,7 +422,7 @@ static_assert(DGRAD_FOLD * H3S_FOLD_TILE == H3C_DGRAD_FOLD_TILE && DGRAD_FOLD > 
  * with its running total in registers, the chain restarted every n x 256 reduction rows (1: the wgrad's fold tile,
  * DGRAD_FOLD: the folded dgrad's). */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int PERSIST_ = 0,
-          int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1>
+          int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1, int L2_ = 0>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     /* reduction rows per fold tile (FOLD > 0; without the fold it is never used) */
@@ -434,6 +436,11 @@ struct cfg {
     static constexpr int TRANS = TRANS_;
     static constexpr int TRANS_QB = BN % 32 == 0 ? 32 : 8; /* q-rows per bulk-store box of the transposed epilogue */
     static constexpr int MINB = MINB_; /* CTAs per SM; with 2 the register budget is left as launched */
+    /* L2: the folded dgrad's split (L2_SPLIT_A or L2_SPLIT_B: which operand is the weight).  The weight's copies
+     * carry an evict-first policy and the partials' stores an evict-last one, so that the partials stay in L2 for
+     * the folding pass, which discards them there; the kernel lets the folding pass launch early (programmatic
+     * dependent launch).  Cache policies only: the same values. */
+    static constexpr int L2 = L2_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -475,6 +482,7 @@ struct cfg {
                   "whole staging chunks of 64-column multiples");
     static_assert(SMEM * MINB <= 227 * 1024, "shared memory");
     static_assert(KPS >= 1 && KPS <= 4, "KPS");
+    static_assert(L2 == 0 || (EPI == EPI_F32 && FOLD == 0), "the L2 policies: the folded dgrad's split");
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
     static_assert(!OVL || (FOLD >= 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
@@ -510,6 +518,8 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
                                            const args &g, int64_t coff, const CUtensorMap *mc, int &seq) {
     constexpr int BN = C::BN, ACC = BN / 2;
     const int t = threadIdx.x & 127;
+    uint64_t pol = 0; /* the partials' evict-last policy (cfg::L2) */
+    if constexpr (C::L2) pol = l2_evict_last();
     /* epilogue: accumulator fragment of m64nBN: rows w*16 + lane/4 (+8), columns j*8 + 2*(lane%4) (+1) */
     const int w = t >> 5, lane = t & 31;
     const int64_t row0 = p0 + c * 64 + w * 16 + (lane >> 2);
@@ -736,7 +746,12 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int64_t p = row0 + 8 * h;
-                    if (p < g.P) ((float *)g.c)[coff + q * g.ldc + p] = v[j * 4 + 2 * h + e];
+                    if (p >= g.P) continue;
+                    float *dst = (float *)g.c + coff + q * g.ldc + p;
+                    if constexpr (C::L2)
+                        st_f32_hint(dst, v[j * 4 + 2 * h + e], pol);
+                    else
+                        *dst = v[j * 4 + 2 * h + e];
                 }
             }
         }
@@ -749,7 +764,11 @@ __device__ __forceinline__ void store_tile(uint8_t *smem, const float (&v)[C::BN
             for (int h = 0; h < 2; h++) {
                 const int64_t p = row0 + 8 * h;
                 if (p >= g.P) continue;
-                *(float2 *)((float *)g.c + coff + p * g.ldc + q) = make_float2(v[j * 4 + 2 * h], v[j * 4 + 2 * h + 1]);
+                float *dst = (float *)g.c + coff + p * g.ldc + q;
+                if constexpr (C::L2)
+                    st_f32x2_hint(dst, v[j * 4 + 2 * h], v[j * 4 + 2 * h + 1], pol);
+                else
+                    *(float2 *)dst = make_float2(v[j * 4 + 2 * h], v[j * 4 + 2 * h + 1]);
             }
         }
     }
@@ -988,6 +1007,15 @@ __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_
     p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
 }
 
+/* One operand box into shared memory: with the weight's evict-first policy (HINT, cfg::L2) or without one. */
+template <bool HINT>
+__device__ __forceinline__ void load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, uint64_t pol) {
+    if constexpr (HINT)
+        tma_load_2d_hint(dst, map, bar, c0, c1, pol);
+    else
+        tma_load_2d(dst, map, bar, c0, c1);
+}
+
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MINB)
     wg_gemm(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -1017,6 +1045,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     };
 
     const int wgi = threadIdx.x / 128;
+    /* cfg::L2: the folding pass that follows (launched as a programmatic dependent) may be scheduled now; it waits
+     * for this grid's completion before it reads a partial */
+    if constexpr (C::L2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     if (threadIdx.x == 0) {
         ring_bars_init(full, empty, STAGES, 1, NC);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1036,6 +1067,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
+            uint64_t wpol = 0; /* cfg::L2: the weight's evict-first policy */
+            if constexpr (C::L2) wpol = l2_evict_first();
             int s = 0;        /* the ring position of the next stage over all this CTA's tiles */
             unsigned ph = 1u; /* the phase its empty barrier must have completed (1: a fresh stage) */
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
@@ -1056,16 +1089,18 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                         if (C::AMN) {
 #pragma unroll
                             for (int i = 0; i < BM / 64; i++)
-                                tma_load_2d(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0);
+                                load<C::L2 == L2_SPLIT_A>(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0,
+                                                          wpol);
                         } else {
-                            tma_load_2d(sa, &map_a, &full[s], r0, (int)p0);
+                            load<C::L2 == L2_SPLIT_A>(sa, &map_a, &full[s], r0, (int)p0, wpol);
                         }
                         if (C::BMN) {
 #pragma unroll
                             for (int i = 0; i < BN / 64; i++)
-                                tma_load_2d(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0);
+                                load<C::L2 == L2_SPLIT_B>(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
+                                                          wpol);
                         } else {
-                            tma_load_2d(sb, &map_b, &full[s], r0, (int)q0);
+                            load<C::L2 == L2_SPLIT_B>(sb, &map_b, &full[s], r0, (int)q0, wpol);
                         }
                     }
                 }
@@ -1193,6 +1228,10 @@ typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 1, 0, 0, 1, 4> fwd_t16;
 typedef cfg<64, 16, 5, 0, 0, EPI_BF16_BIAS, 0, 2, 0, 0, 1, 2> fwd_t16b;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 1, 0, 0, 1, 4> dgrad_t16;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2> dgrad_t16b;
+/* The folded dgrad's split (dgrad_folded) in these tiles with the L2 policies (cfg::L2): the weight streamed
+ * evict-first, the partials stored evict-last; the same kernels' values. */
+typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2, L2_SPLIT_B> dgrad_c2_split;
+typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2, L2_SPLIT_A> dgrad_t16b_split;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
@@ -1202,10 +1241,19 @@ typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist
  * one in ascending t: the first copied, the others added, the same additions in the same order.  Each partial is
  * read once (streaming loads).  From d4fc25b until this form the batches started at partial 1 and ran only while a
  * whole batch was left, so that with the 1024-row fold tile (32 partials at 32,256 reduction rows) no batch ran and
- * the loads went out one at a time.  nsplit >= 1 at the one call (dgrad_folded: N >= 8 K >= 8 rows, M > 0). */
+ * the loads went out one at a time.  nsplit >= 1 at the one call (dgrad_folded: N >= 8 K >= 8 rows, M > 0).
+ * The pass is launched as a programmatic dependent of the split (which writes the partials evict-last, cfg::L2), so
+ * it waits for the split's completion first; once a warp has added its 32 elements of every partial and stored
+ * their totals, it discards those partials' lines from L2 (discard.global.L2: a partial is never read again and its
+ * lines need not be written back to memory).  Where a warp's 32 elements are not whole 128-byte lines of every
+ * partial (P * Q not a multiple of 32, or part not 128-byte aligned) nothing is discarded. */
 constexpr int SPLIT_BATCH = 32;
 __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const float *part, int64_t stride, float *out,
                                   int64_t ldc) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* the split complete and its partials visible */
+    /* whole lines: then blockDim (128) and the grid stride keep each warp's 32 elements one line of each partial,
+     * and all 32 lanes of a warp run the same iterations */
+    const bool lines = stride == P * Q && stride % 32 == 0 && ((uintptr_t)part & 127) == 0;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < P * Q; e += (int64_t)gridDim.x * blockDim.x) {
         const float *src = part + e;
         float tot = 0.0f;
@@ -1219,6 +1267,13 @@ __global__ void split_fold_kernel(int64_t P, int64_t Q, int64_t nsplit, const fl
                 if (t + i < nsplit) tot = t + i == 0 ? b[i] : tot + b[i];
         }
         out[(e / Q) * ldc + e % Q] = tot;
+        if (lines) {
+            /* every lane's total stored, so every lane's loads of these lines have returned */
+            __syncwarp();
+            const int64_t e0 = e - (threadIdx.x & 31);
+            for (int64_t t = threadIdx.x & 31; t < nsplit; t += 32)
+                asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(part + e0 + t * stride) : "memory");
+        }
     }
 }
 
@@ -1630,12 +1685,20 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
     H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
     /* the split's work items: 64 x 64 tiles (3), or 64 x 16 transposed ones (6, 7), whose partials land in the same
      * [M][K] layout (dx^T[k, m] at part[m * K + k]) */
-    h3s_status st = c == 3 ? wg::launch<wg::dgrad_c2>(op, M, K, N, dyb, N, w, K, NULL, part, K, nsplit, stride)
-                           : wg::launch<wg::dgrad_t16b>(op, K, M, N, w, K, dyb, N, NULL, part, K, nsplit, stride);
+    h3s_status st = c == 3 ? wg::launch<wg::dgrad_c2_split>(op, M, K, N, dyb, N, w, K, NULL, part, K, nsplit, stride)
+                           : wg::launch<wg::dgrad_t16b_split>(op, K, M, N, w, K, dyb, N, NULL, part, K, nsplit, stride);
     if (st == H3S_OK) {
-        wg::split_fold_kernel<<<h3k_blocks(stride, 128), 128, 0, H3K_STREAM>>>(M, K, nsplit, (const float *)part,
-                                                                               stride, dx, K);
-        st = h3c_launch_check(op);
+        /* a programmatic dependent of the split: scheduled while the split runs, it waits for its completion */
+        cudaLaunchConfig_t lc = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        lc.gridDim = dim3((unsigned)h3k_blocks(stride, 128)), lc.blockDim = dim3(128), lc.dynamicSmemBytes = 0;
+        lc.stream = H3K_STREAM, lc.attrs = at, lc.numAttrs = 1;
+        const cudaError_t e =
+            cudaLaunchKernelEx(&lc, wg::split_fold_kernel, M, K, nsplit, (const float *)part, stride, dx, (int64_t)K);
+        st = e != cudaSuccess ? h3s_fail(H3S_ERR_DEVICE, "%s: folding pass launch: %s", op, cudaGetErrorString(e))
+                              : h3c_launch_check(op);
     }
     h3c_ws_free(part);
     return st;
