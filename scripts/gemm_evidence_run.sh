@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GEMM issue's evidence on an H200, from the repository root, in two stages that each fit one 10-minute call:
 #
-#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh gemm     # about 7 minutes
-#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh rest     # about 7 minutes, same machine
+#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh gemm     # about 10 minutes
+#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh rest     # about 8 minutes, same machine
 #   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh          # both, one after the other
 #
 # gemm: build everything (H3S_GPU_BUILD, default /tmp/h3s-build-gpu); test_gpu_gemm at full size (every forward and
@@ -10,7 +10,8 @@
 #   each other), which writes the invariance count; bench_gemm (every shape, phase and M) against cuBLASLt with that
 #   count, its log ending with each row's time and nvidia-smi's SM clock, power and temperature every second; every
 #   other GPU test (ctest -R gpu -E test_gpu_gemm; H3S_GEMM_CTEST=0 leaves them to the rest stage, which runs them
-#   too, so that the stage fits one call when test_gpu_gemm grows).
+#   too, so that the stage fits one call when test_gpu_gemm grows).  At 771f708 the stage took 574 s, 504 of them
+#   the full test_gpu_gemm (configurations 0-10 on every shape and M): a test that grows further needs its own call.
 #   Files: test_gpu_gemm.log, gemm_invariance.json, bench_gemm.json, bench_gemm.log, ctest_gpu.log.
 # rest: bench/provider/run_gpu_bench.sh (the release-geometry block against PyTorch) on that build, then
 #   scripts/gpu_evidence.sh without test_gpu_gemm's full-size run (compute-sanitizer, the CLI trajectory and
