@@ -297,24 +297,8 @@ int main(void) {
         strncat(shapes_run, name, sizeof shapes_run - strlen(shapes_run) - 1);
     }
     const double t0 = gpu_now();
-    CHECK(h3c_gemm_wgmma_shape(7168, 5376) && !h3c_gemm_wgmma_shape(60, 48), "shape rule: K and N multiples of 8");
-    /* the folded dgrad: the AdaLN projection's (and the small test shape's), none of the other H3 shapes' */
-    CHECK(h3c_gemm_dgrad_folds(32256, 2688) && h3c_gemm_dgrad_folds(96768, 2688) && h3c_gemm_dgrad_folds(2048, 64) &&
-              h3c_gemm_dgrad_folds(1160, 72),
-          "fold rule: N >= 8 K folds");
-    for (int i = 0; i < 4; i++)
-        CHECK(!h3c_gemm_dgrad_folds(shapes[i][1], shapes[i][0]), "fold rule: %lld -> %lld does not fold",
-              (long long)shapes[i][0], (long long)shapes[i][1]);
-    /* the bands split where their first configuration's tiles fill a last wave in part, and nowhere else */
-    CHECK(h3c_gemm_band_rows(8, 1133, 4096) == 1024 && h3c_gemm_band_rows(9, 4096, 1133) == 3328 &&
-              h3c_gemm_band_rows(9, 14336, 925) == 12672 && h3c_gemm_band_rows(8, 925, 4096) == 0 &&
-              h3c_gemm_band_rows(8, 128 * 264, 256) == 0 && h3c_gemm_band_rows(0, 1133, 4096) == 0,
-          "band rows: the whole waves of 132 tiles (none past fewer than 132 tiles or whole waves)");
-    CHECK(h3c_gemm_band_rows(10, 1030, 4096) == 1024 && h3c_gemm_band_rows(10, 1060, 4096) == 1024 &&
-              h3c_gemm_band_rows(10, 1133, 4096) == 0 && h3c_gemm_band_rows(10, 4253, 7168) == 4224 &&
-              h3c_gemm_band_rows(10, 925, 4096) == 0 && h3c_gemm_band_rows(10, 394, 8704) == 384 &&
-              h3c_gemm_band_rows(10, 424, 8704) == 384,
-          "short band rows: 0's whole waves where at most 64 rows are left, else none");
+    /* the rules the dispatcher applies (shape, fold, bands) are checked on the host, without a device:
+     * tests/gpu/test_gemm_dispatch.c */
     printf("configuration and row invariance, M in {1, 2, 7, 12, 16, 17, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
     if (small) {
         for (int i = 0; i < 4; i++)
