@@ -99,12 +99,16 @@ SAN_RESULTS=""
 run_san() { # tool test required [seconds: the limit, default H3S_SAN_TIMEOUT or 100]
     local tool=$1 test=$2 req=$3 lim=${4:-${H3S_SAN_TIMEOUT:-100}} rc t0
     t0=$(date +%s)
+    local from=$(($(wc -l <"$SAN_LOG") + 1)) # this run's part of the shared log starts here
     echo "===== compute-sanitizer --tool $tool $test (H3S_GPU_TEST_SMALL=1)" >>"$SAN_LOG"
     (cd "$BUILD" && H3S_GPU_TEST_SMALL=1 timeout "$lim" compute-sanitizer --tool "$tool" --error-exitcode 3 \
         "./$test") >>"$SAN_LOG" 2>&1
     rc=$?
     local summary
-    summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks, .* failed" "$SAN_LOG" | tail -2 | tr '\n' ' ' | tr -d '"')
+    # from this run's lines only: a run stopped by its limit prints no summary, and must not show the previous one's
+    summary=$(tail -n +"$from" "$SAN_LOG" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks, .* failed" | tail -2 |
+        tr '\n' ' ' | tr -d '"')
+    [ -n "$summary" ] || summary="no summary (stopped at the ${lim} s limit or before its end)"
     log "sanitizer $tool $test: rc=$rc ($(($(date +%s) - t0))s) $summary"
     SAN_RESULTS="$SAN_RESULTS{\"tool\": \"$tool\", \"test\": \"$test\", \"required\": $req, \"exit_code\": $rc, \"seconds\": $(($(date +%s) - t0)), \"summary\": \"$summary\"},"
 }
