@@ -105,6 +105,10 @@ h3s_status h3c_gemm_force_config(int config);
 /* Test hook: the rows of a band's first launch (forward/dgrad configurations 8 and 10: P = the output's rows, Q its
  * columns; 9, transposed: P = the output's columns, Q its rows), 0 when the band runs as one launch. */
 int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q);
+/* Test hook: the configuration the forward/dgrad dispatcher takes for an M x Q output (forward: Q = N, dgrad of a
+ * shape that does not fold: Q = K), without the override; a function of (M, Q) alone, host code (no device).  -1 for
+ * M or Q <= 0. */
+int h3c_gemm_dispatch_config(int64_t M, int64_t Q);
 /* The wgrad's override: -1 = the dispatcher's choice (one fold tile without the fold at M <= 256), 0 = the fold on
  * 128 x 192 tiles, 1 = the one-tile configuration (refused at M > 256), 5 = 1 with bulk stores (refused at M > 256),
  * 7 and 8 = the overlapped folds, 9 = 7 transposed (F32 dw only, refused for BF16 dw).  All give the same bits where

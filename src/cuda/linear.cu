@@ -1529,8 +1529,9 @@ static int small_config(int64_t M, int64_t Q) {
     return -1;
 }
 
-static int pick_config(int64_t M, int64_t Q) {
-    if (g_force_config >= 0) return g_force_config;
+/* The dispatcher's own choice for an M x Q output (forward: Q = N; dgrad: Q = K); pick_config below honours the
+ * test override first. */
+static int dispatch_config(int64_t M, int64_t Q) {
     if (M <= 64) return small_config(M, Q);
     const double c0 = (double)waves(tiles(M, Q, 128, 256)), c1 = 0.77 * (double)waves(tiles(M, Q, 128, 192));
     /* configuration 4, transposed: Q along 128-row tiles, M along 160 columns */
@@ -1559,6 +1560,10 @@ static int pick_config(int64_t M, int64_t Q) {
         return 10;
     return pick;
 }
+
+static int pick_config(int64_t M, int64_t Q) { return g_force_config >= 0 ? g_force_config : dispatch_config(M, Q); }
+
+extern "C" int h3c_gemm_dispatch_config(int64_t M, int64_t Q) { return M > 0 && Q > 0 ? dispatch_config(M, Q) : -1; }
 
 /* The short band (configuration 10) of an M x Q output whose rows run(c, r0, m) computes in configuration c
  * (rows [r0, r0 + m)): the rows [0, p1) of configuration 0's whole waves in 0, the rest (at most 64) in their small-M

@@ -38,8 +38,9 @@
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), two of them folded dgrads (64 -> 2048: two whole
  * fold tiles, the last run apart by the overlapped fold; 72 -> 1160: a partial last column tile and fold tile).
- * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes and H3S_GEMM_MS="M,..." only the listed M
- * (shorter runs; the JSON says so). */
+ * H3S_GEMM_SHAPES="KxN,..." runs only the listed full-size shapes, in every part (the forward/dgrad configurations
+ * and the wgrad's), and H3S_GEMM_MS="M,..." only the listed M in the forward/dgrad part (shorter runs, e.g. the full
+ * test in two device calls, scripts/gemm_evidence_run.sh; the JSON lists the shapes run and says whether all were). */
 #include "cuda/cuda_internal.h"
 #include "gpu_util.h"
 
@@ -284,25 +285,20 @@ int main(void) {
     /* 72 -> 1160: a folded dgrad whose last column tile has 8 columns and whose last fold tile is partial */
     const int64_t small_shapes[4][2] = {{136, 200}, {264, 72}, {64, 2048}, {72, 1160}};
     const char *only = getenv("H3S_GEMM_SHAPES");
+    /* which full-size shapes run (H3S_GEMM_SHAPES names them as "KxN"); every part takes the same ones */
+    int run_shape[5];
+    char shapes_run[128] = "";
+    for (int i = 0; i < 5; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%lldx%lld", (long long)shapes[i][0], (long long)shapes[i][1]);
+        run_shape[i] = !(only && only[0]) || strstr(only, name) != NULL;
+        if (small || !run_shape[i]) continue;
+        if (shapes_run[0]) strncat(shapes_run, ",", sizeof shapes_run - strlen(shapes_run) - 1);
+        strncat(shapes_run, name, sizeof shapes_run - strlen(shapes_run) - 1);
+    }
     const double t0 = gpu_now();
-    CHECK(h3c_gemm_wgmma_shape(7168, 5376) && !h3c_gemm_wgmma_shape(60, 48), "shape rule: K and N multiples of 8");
-    /* the folded dgrad: the AdaLN projection's (and the small test shape's), none of the other H3 shapes' */
-    CHECK(h3c_gemm_dgrad_folds(32256, 2688) && h3c_gemm_dgrad_folds(96768, 2688) && h3c_gemm_dgrad_folds(2048, 64) &&
-              h3c_gemm_dgrad_folds(1160, 72),
-          "fold rule: N >= 8 K folds");
-    for (int i = 0; i < 4; i++)
-        CHECK(!h3c_gemm_dgrad_folds(shapes[i][1], shapes[i][0]), "fold rule: %lld -> %lld does not fold",
-              (long long)shapes[i][0], (long long)shapes[i][1]);
-    /* the bands split where their first configuration's tiles fill a last wave in part, and nowhere else */
-    CHECK(h3c_gemm_band_rows(8, 1133, 4096) == 1024 && h3c_gemm_band_rows(9, 4096, 1133) == 3328 &&
-              h3c_gemm_band_rows(9, 14336, 925) == 12672 && h3c_gemm_band_rows(8, 925, 4096) == 0 &&
-              h3c_gemm_band_rows(8, 128 * 264, 256) == 0 && h3c_gemm_band_rows(0, 1133, 4096) == 0,
-          "band rows: the whole waves of 132 tiles (none past fewer than 132 tiles or whole waves)");
-    CHECK(h3c_gemm_band_rows(10, 1030, 4096) == 1024 && h3c_gemm_band_rows(10, 1060, 4096) == 1024 &&
-              h3c_gemm_band_rows(10, 1133, 4096) == 0 && h3c_gemm_band_rows(10, 4253, 7168) == 4224 &&
-              h3c_gemm_band_rows(10, 925, 4096) == 0 && h3c_gemm_band_rows(10, 394, 8704) == 384 &&
-              h3c_gemm_band_rows(10, 424, 8704) == 384,
-          "short band rows: 0's whole waves where at most 64 rows are left, else none");
+    /* the rules the dispatcher applies (shape, fold, bands) are checked on the host, without a device:
+     * tests/gpu/test_gemm_dispatch.c */
     printf("configuration and row invariance, M in {1, 2, 7, 12, 16, 17, 33, 64, 925, 1133, 4253, 8349, 33396}\n");
     if (small) {
         for (int i = 0; i < 4; i++)
@@ -318,10 +314,9 @@ int main(void) {
         shape_invariance(8704, 256, 512, short_m, 2);
     } else
         for (int i = 0; i < 5; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "%lldx%lld", (long long)shapes[i][0], (long long)shapes[i][1]);
-            if (only && only[0] && !strstr(only, name)) {
-                printf("  %s: left out (H3S_GEMM_SHAPES=%s)\n", name, only);
+            if (!run_shape[i]) {
+                printf("  %lldx%lld: left out (H3S_GEMM_SHAPES=%s)\n", (long long)shapes[i][0], (long long)shapes[i][1],
+                       only);
                 partial = 1;
                 continue;
             }
@@ -332,7 +327,7 @@ int main(void) {
             wgrad_one_tile(small_shapes[i][0], small_shapes[i][1]);
     else
         for (int i = 0; i < 5; i++)
-            wgrad_one_tile(shapes[i][0], shapes[i][1]);
+            if (run_shape[i]) wgrad_one_tile(shapes[i][0], shapes[i][1]);
     /* 1024: a whole last fold tile, which the overlapped fold runs apart from the others (at full size the AdaLN
      * shape's folded dgrad, 126 whole fold tiles, covers it) */
     const int64_t fold_ms[] = {257, 1133, 4253}, fold_ms_small[] = {257, 700, 1024, 1200};
@@ -341,7 +336,7 @@ int main(void) {
             wgrad_fold_configs(small_shapes[i][0], small_shapes[i][1], fold_ms_small, 4);
     else
         for (int i = 0; i < 5; i++)
-            wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
+            if (run_shape[i]) wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
@@ -352,9 +347,9 @@ int main(void) {
         if (f) {
             fprintf(f,
                     "{\"row_invariance_differing\": %lld, \"compared_elements\": %lld, \"small\": %s, "
-                    "\"all_shapes\": %s}\n",
+                    "\"all_shapes\": %s, \"shapes\": \"%s\", \"all_m\": %s}\n",
                     (long long)g_total_differing, (long long)g_comparisons, small ? "true" : "false",
-                    partial ? "false" : "true");
+                    partial ? "false" : "true", shapes_run, nM == (int)(sizeof Ms / sizeof Ms[0]) ? "true" : "false");
             fclose(f);
         }
     }
