@@ -6,8 +6,9 @@
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
  * kernel and cuBLASLt's default heuristic (its first algorithm) on the same device buffers,
- * timed alternately with CUDA events on one stream, median of --reps (default 10) after
- * --warmup (default 3) runs each.  Phases and operands (the same for both sides):
+ * timed with CUDA events on one stream: after a settling pass of both (not counted), two halves in the order
+ * strict, cuBLASLt, cuBLASLt, strict, each the median of --reps (default 10) after --warmup (default 3) runs, a
+ * side's time the mean of its two medians.  Phases and operands (the same for both sides):
  *   forward  y[M, N] (BF16)  = x[M, K] w[N, K]^T         BF16 operands, FP32 accumulation
  *   dgrad    dx[M, K] (F32)  = dy[M, N] w[N, K]           dy in BF16 (the strict linear rounds its F32 dy once,
  *                                                         a separate pass timed as dy_round_ms)
@@ -366,10 +367,19 @@ int main(int argc, char **argv) {
                 if (ph == PH_DGRAD) lp = lt_make(0, 0, K, M, N, K, N, CUDA_R_32F);
                 if (ph == PH_WGRAD) lp = lt_make(0, 1, K, N, M, K, N, g_dw_bf16 ? CUDA_R_16BF : CUDA_R_32F);
                 float ts = 0, tc = 0;
-                /* alternate strict and cuBLAS in two halves so that clocks and caches treat both alike */
+                /* A settling pass of both, not counted: the previous row's side columns (the previous strict kernel,
+                 * several milliseconds at M <= 1133) leave the clocks low for a while, and whatever this row measured
+                 * first paid for it (at c389c4a, the 7168 -> 5376 dgrad at M = 925 read 0.120-0.143 ms in the full
+                 * table against 0.113-0.116 ms in processes of its row alone, cuBLASLt 0.111-0.122 against
+                 * 0.106-0.113; docs/evidence/gpu/development/config_spread/).  Then the two halves in the order
+                 * strict, cuBLAS, cuBLAS, strict, so that neither always runs first. */
+                (void)time_impl(IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
+                (void)time_impl(IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
                 for (int half = 0; half < 2; half++) {
-                    ts += time_impl(IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps) / 2;
-                    tc += time_impl(IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps) / 2;
+                    const float t1 = time_impl(half ? IMPL_CUBLAS : IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
+                    const float t2 = time_impl(half ? IMPL_STRICT : IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
+                    ts += (half ? t2 : t1) / 2;
+                    tc += (half ? t1 : t2) / 2;
                 }
                 float tp = -1, tr = -1;
                 if (M <= 1133 && !only_m) tp = time_impl(IMPL_PREV, ph, M, N, K, &b, &lp, s, 1, 3);
