@@ -2,7 +2,7 @@
 # Call 61, at c389c4a's sources: the two rows at M >= 925 that the repeated full benchmark
 # (../final_c389c4a/repeat/) put over 1.10 by their median ratio, in every configuration the forward/dgrad can be
 # forced to, each in three bench_gemm processes (one row each): 7168 -> 5376 forward and dgrad at M = 925 (the
-# dispatcher's configuration 4 read 0.117-0.146 ms between runs, cuBLASLt's dgrad 0.112-0.122) and 5376 -> 28672
+# dispatcher's configurations, 4 forward and 5 dgrad, read 0.117-0.146 ms between runs, cuBLASLt's dgrad 0.112-0.122) and 5376 -> 28672
 # forward at M = 33396 (configuration 0, 1.09-1.11x). From the repository root with OUT set, carrying .deps:
 #   OUT=<dir> bash docs/evidence/gpu/development/config_spread/call61.sh
 set -u
