@@ -22,7 +22,8 @@ def load(path):
         rows = doc["rows"]
         return {(r["shape"], r["phase"], int(r["M"])): r for r in rows}, doc
     except (OSError, ValueError, KeyError, TypeError) as e:
-        sys.exit(f"bench_spread: {path}: {e}")
+        print(f"bench_spread: {path}: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 def main():
