@@ -20,10 +20,10 @@ run "$T/r3.json" 1.07 1.09 1.20
 "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/r2.json" "$T/r3.json" --json "$T/s.json" >"$T/out" 2>&1
 rc=$?
 [ "$rc" = 0 ] && ok || { bad "three runs: exit $rc"; cat "$T/out"; }
-grep -q "over 1.1 per run: \[1, 2, 0\]; by the median: 1" "$T/out" && ok || { bad "counts over the bar"; cat "$T/out"; }
-grep -q "median over: 5376x7168 dgrad M = 4253: 1.120" "$T/out" && ok || { bad "the row over by its median"; cat "$T/out"; }
-grep -q "over in 1 of 3 runs: 5376x7168 forward M = 925" "$T/out" && ok || { bad "a row over in one run"; cat "$T/out"; }
-grep -q "2688x32256" "$T/out" && ok || { bad "the M = 64 row is listed"; cat "$T/out"; }
+shows "over 1.1 per run: \[1, 2, 0\]; by the median: 1" "counts over the bar"
+shows "median over: 5376x7168 dgrad M = 4253: 1.120" "the row over by its median"
+shows "over in 1 of 3 runs: 5376x7168 forward M = 925" "a row over in one run"
+shows "2688x32256" "the M = 64 row is listed"
 grep -q "over in .* 2688x32256" "$T/out" && { bad "the M = 64 row counted against the bar"; cat "$T/out"; } || ok
 "$PY" -c "
 import json, sys
@@ -33,24 +33,14 @@ a = r[('5376x7168', 'forward', 925)]
 sys.exit(0 if d['over_per_run'] == [1, 2, 0] and d['over_by_median'] == 1 and a['median'] == 1.07
          and abs(a['spread'] - 0.06) < 1e-9 and d['source_commits'] == ['abc'] * 3 else 1)
 " && ok || { bad "the JSON"; cat "$T/s.json"; }
-"$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/r2.json" --json "$T/s.json" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "an existing --json file: exit $rc, not 2"; cat "$T/out"; }
+exits 2 "an existing --json file" "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/r2.json" --json "$T/s.json"
 "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/r2.json" --bar 1.12 --min-m 1000 >"$T/out" 2>&1
-grep -q "at M >= 1000 (1 rows): over 1.12 per run: \[0, 1\]" "$T/out" && ok || { bad "--bar and --min-m"; cat "$T/out"; }
+shows "at M >= 1000 (1 rows): over 1.12 per run: \[0, 1\]" "--bar and --min-m"
 
 printf '{"rows": [{"shape": "5376x7168", "phase": "forward", "M": 925, "ratio": 1.0}]}\n' >"$T/other.json"
-"$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/other.json" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "runs of other rows: exit $rc, not 2"; cat "$T/out"; }
-"$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/missing.json" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "a missing file: exit $rc, not 2"; cat "$T/out"; }
+exits 2 "runs of other rows" "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/other.json"
+exits 2 "a missing file" "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/missing.json"
 echo 'not json' >"$T/bad.json"
-"$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/bad.json" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "a file that is not JSON: exit $rc, not 2"; cat "$T/out"; }
-"$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "one run: exit $rc, not 2"; cat "$T/out"; }
+exits 2 "a file that is not JSON" "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json" "$T/bad.json"
+exits 2 "one run" "$PY" "$SRC/scripts/bench_spread.py" "$T/r1.json"
 finish scripts_bench_spread

@@ -31,7 +31,7 @@ kernel() { # name, then the body's lines
 "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/b.ptx" >"$T/out" 2>&1
 rc=$?
 [ "$rc" = 0 ] && ok || { bad "renamed registers: exit $rc"; cat "$T/out"; }
-grep -q "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "$T/out" && ok || { bad "counts"; cat "$T/out"; }
+shows "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "counts"
 
 {
     echo '.version 9.0'
@@ -39,15 +39,13 @@ grep -q "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "$T/out" &&
     kernel k_two 'mul.lo.s32 %r2, %r1, %r1;' 'mov.u32 %r1, 1;'
     kernel k_three 'ret;'
 } >"$T/c.ptx"
-"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 1 ] && ok || { bad "a changed kernel: exit $rc, not 1"; cat "$T/out"; }
-grep -q "differs (different): k_one" "$T/out" && ok || { bad "add -> sub not found different"; cat "$T/out"; }
-grep -q "differs (same instructions, other order): k_two" "$T/out" && ok || { bad "the swap"; cat "$T/out"; }
-grep -q "only in new: k_three" "$T/out" && ok || { bad "the kernel in one file only"; cat "$T/out"; }
+exits 1 "a changed kernel" "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx"
+shows "differs (different): k_one" "add -> sub not found different"
+shows "differs (same instructions, other order): k_two" "the swap"
+shows "only in new: k_three" "the kernel in one file only"
 
 "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/c.ptx" --only 'k_t' >"$T/out" 2>&1
-grep -q "ptx_same: 0 kernels the same, 1 differ, 1 in one file only" "$T/out" && ok || { bad "--only"; cat "$T/out"; }
+shows "ptx_same: 0 kernels the same, 1 differ, 1 in one file only" "--only"
 
 # branch labels carry the kernel's position in the file: renumbered like registers; a changed branch target is not
 {
@@ -66,9 +64,7 @@ rc=$?
     echo '.version 9.0'
     kernel k_one 'mov.u32 %r1, 5;' '@%p1 bra $L__BB0_3;' '$L__BB0_2:' 'st.global.u32 [%rd1], %r1;' '$L__BB0_3:'
 } >"$T/l3.ptx"
-"$PY" "$SRC/scripts/ptx_same.py" "$T/l1.ptx" "$T/l3.ptx" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 1 ] && ok || { bad "a changed branch target: exit $rc, not 1"; cat "$T/out"; }
+exits 1 "a changed branch target" "$PY" "$SRC/scripts/ptx_same.py" "$T/l1.ptx" "$T/l3.ptx"
 
 # --old-sub: kernels renamed by a substitution of the old file (here k_one -> k_uno), parameters included
 sed 's/k_one/k_uno/g' "$T/a.ptx" >"$T/r.ptx"
@@ -77,19 +73,11 @@ rc=$?
 [ "$rc" = 0 ] && grep -q "ptx_same: 2 kernels the same, 0 differ, 0 in one file only" "$T/out" && ok ||
     { bad "--old-sub: exit $rc"; cat "$T/out"; }
 "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" >"$T/out" 2>&1
-grep -q "only in new: k_uno" "$T/out" && ok || { bad "without --old-sub the renamed kernel is in one file only"; cat "$T/out"; }
-"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" --old-sub '(' 'x' >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "a bad --old-sub pattern: exit $rc, not 2"; cat "$T/out"; }
+shows "only in new: k_uno" "without --old-sub the renamed kernel is in one file only"
+exits 2 "a bad --old-sub pattern" "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/r.ptx" --old-sub '(' 'x'
 
 echo '.version 9.0' >"$T/empty.ptx"
-"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/empty.ptx" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "a file without a kernel: exit $rc, not 2"; cat "$T/out"; }
-"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/missing.ptx" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "a missing file: exit $rc, not 2"; cat "$T/out"; }
-"$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" >"$T/out" 2>&1
-rc=$?
-[ "$rc" = 2 ] && ok || { bad "one argument: exit $rc, not 2"; cat "$T/out"; }
+exits 2 "a file without a kernel" "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/empty.ptx"
+exits 2 "a missing file" "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx" "$T/missing.ptx"
+exits 2 "one argument" "$PY" "$SRC/scripts/ptx_same.py" "$T/a.ptx"
 finish scripts_ptx_same
