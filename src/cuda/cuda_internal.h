@@ -102,6 +102,11 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
  * and an override (-1 = the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
+/* Test hook: the forward/dgrad/wgrad kernels' tile raster (tile-rows per group of the grouped order, default 16) and an
+ * L2 policy for the copies of operand A and of operand B (0 none, the default; 1 evict-first; 2 evict-last) in every
+ * configuration but the folded dgrad's split (whose weight is evict-first).  Which CTA computes a tile, when, and how
+ * long the operands stay in L2: never a result.  H3S_ERR_INVALID outside 1..4096 and 0..2. */
+h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b);
 /* Test hook: the rows of a band's first launch (forward/dgrad configurations 8 and 10: P = the output's rows, Q its
  * columns; 9, transposed: P = the output's columns, Q its rows), 0 when the band runs as one launch. */
 int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q);

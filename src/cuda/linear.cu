@@ -412,7 +412,15 @@ struct args {
      * a full box would) when P < 64, which skips the rows that lie past P; the slot's other rows hold zeros written
      * once at the kernel's start (the zeros the copy engine would write past P), so the MMAs see the same operand. */
     int a_rows;
+    /* The raster's group (grouped_origin: tile-rows per group, >= 1) and an L2 policy for each operand's copies in the
+     * configurations without cfg::L2 (0 none, 1 evict-first, 2 evict-last): which CTA computes a tile, when, and how
+     * long its operands stay in L2, never what the tile computes.  Set by launch from the test hook h3c_gemm_raster
+     * (default 16, 0, 0). */
+    int group, hint_a, hint_b;
 };
+
+/* h3c_gemm_raster's settings, host side (see args::group) */
+static int g_raster_group = 16, g_hint_a = 0, g_hint_b = 0;
 
 /* The folded dgrad's fold tile in units of the wgrad's 256-row one (its configurations' FOLD). */
 constexpr int DGRAD_FOLD = H3C_DGRAD_FOLD_TILE / H3S_FOLD_TILE;
@@ -1000,17 +1008,18 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
 /* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
 template <int BM, int BN>
 __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0) {
-    const int64_t GROUP = 16, per_group = GROUP * g.tiles_q;
+    const int64_t GROUP = g.group, per_group = GROUP * g.tiles_q;
     const int64_t gid = id / per_group, first_p = gid * GROUP;
     const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
     const int64_t in = id - gid * per_group;
     p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
 }
 
-/* One operand box into shared memory: with the weight's evict-first policy (HINT, cfg::L2) or without one. */
-template <bool HINT>
-__device__ __forceinline__ void load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, uint64_t pol) {
-    if constexpr (HINT)
+/* One operand box into shared memory: with an L2 policy (hint: cfg::L2's for the weight, or h3c_gemm_raster's) or
+ * without one. */
+__device__ __forceinline__ void load_pol(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, bool hint,
+                                         uint64_t pol) {
+    if (hint)
         tma_load_2d_hint(dst, map, bar, c0, c1, pol);
     else
         tma_load_2d(dst, map, bar, c0, c1);
@@ -1069,6 +1078,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         if (threadIdx.x == 0) {
             uint64_t wpol = 0; /* cfg::L2: the weight's evict-first policy */
             if constexpr (C::L2) wpol = l2_evict_first();
+            /* each operand's policy: cfg::L2's for the weight, else args::hint_a / hint_b (h3c_gemm_raster) */
+            uint64_t apol = wpol, bpol = wpol;
+            bool ahint = C::L2 == L2_SPLIT_A, bhint = C::L2 == L2_SPLIT_B;
+            if constexpr (!C::L2) {
+                if (g.hint_a) apol = g.hint_a == 1 ? l2_evict_first() : l2_evict_last(), ahint = true;
+                if (g.hint_b) bpol = g.hint_b == 1 ? l2_evict_first() : l2_evict_last(), bhint = true;
+            }
             int s = 0;        /* the ring position of the next stage over all this CTA's tiles */
             unsigned ph = 1u; /* the phase its empty barrier must have completed (1: a fresh stage) */
             for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
@@ -1089,18 +1105,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                         if (C::AMN) {
 #pragma unroll
                             for (int i = 0; i < BM / 64; i++)
-                                load<C::L2 == L2_SPLIT_A>(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0,
-                                                          wpol);
+                                load_pol(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0, ahint, apol);
                         } else {
-                            load<C::L2 == L2_SPLIT_A>(sa, &map_a, &full[s], r0, (int)p0, wpol);
+                            load_pol(sa, &map_a, &full[s], r0, (int)p0, ahint, apol);
                         }
                         if (C::BMN) {
 #pragma unroll
                             for (int i = 0; i < BN / 64; i++)
-                                load<C::L2 == L2_SPLIT_B>(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
-                                                          wpol);
+                                load_pol(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0, bhint, bpol);
                         } else {
-                            load<C::L2 == L2_SPLIT_B>(sb, &map_b, &full[s], r0, (int)q0, wpol);
+                            load_pol(sb, &map_b, &full[s], r0, (int)q0, bhint, bpol);
                         }
                     }
                 }
@@ -1354,6 +1368,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
     g.nsplit = nsplit, g.split_stride = split_stride;
     g.a_rows = C::AMN ? C::BM : a_rows;
+    g.group = g_raster_group, g.hint_a = C::L2 ? 0 : g_hint_a, g.hint_b = C::L2 ? 0 : g_hint_b;
     const int64_t tiles = g.tiles_p * g.tiles_q * (nsplit > 0 ? nsplit : 1);
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
@@ -1469,6 +1484,15 @@ extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
                         "gemm: wgrad configuration %d was removed (superseded by the overlapped folds, 7 and 8)",
                         config);
     g_force_wgrad = config;
+    return H3S_OK;
+}
+
+extern "C" h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b) {
+    if (group < 1 || group > 4096 || hint_a < 0 || hint_a > 2 || hint_b < 0 || hint_b > 2)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "gemm: raster group %d (1..4096) and L2 hints %d, %d (0 none, 1 evict-first, 2 evict-last)",
+                        group, hint_a, hint_b);
+    wg::g_raster_group = group, wg::g_hint_a = hint_a, wg::g_hint_b = hint_b;
     return H3S_OK;
 }
 
