@@ -1005,7 +1005,8 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         store_tile<C>(smem, acc, p0, q0, c, g, coff, mc, seq);
 }
 
-/* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
+/* Output tile `id` in grouped raster order (args::group tile-rows at a time, 16 unless h3c_gemm_raster sets it, for
+ * L2 reuse): its origin (p0, q0). */
 template <int BM, int BN>
 __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0) {
     const int64_t GROUP = g.group, per_group = GROUP * g.tiles_q;
@@ -1037,7 +1038,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     uint64_t *empty = full + STAGES;
 
     /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
-     * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
+     * grouped raster order (args::group tile-rows at a time) for L2 reuse.  This decides only which CTA
      * computes a tile and when, never what the tile computes. */
     const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
     const int64_t nk_all = (g.R + BK - 1) / BK;

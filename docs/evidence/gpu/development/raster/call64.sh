@@ -4,7 +4,9 @@
 # at M = 33396 (1.15x cuBLASLt at the 700 W cap in the settled benchmark, 1.025x at locked clocks; 17.8-19.4 GB read
 # from memory against cuBLASLt's 9.8-10.6: ../config_spread.md, call 63) loses less clock with less memory traffic.
 # In configuration 0 (not transposed) operand A is x, whose group of tile-rows every wave of the group reuses, and B
-# the weight, whose columns one wave uses: "2 1" keeps A (evict-last) and streams B (evict-first).
+# the weight, whose columns one wave uses: "2 1" keeps A (evict-last) and streams B (evict-first). x's lines marked
+# evict-last may stay in L2 after strict's pass and change the cuBLASLt pass after it: read the strict times across
+# settings (and ncu's traffic), not only the ratios.
 # One device call from the repository root with OUT set, carrying .deps (about 5 minutes):
 #   OUT=<dir> bash docs/evidence/gpu/development/raster/call64.sh
 # build; test_gpu_gemm at small size (raster_invariance among the rest) plain and under memcheck and synccheck; at
