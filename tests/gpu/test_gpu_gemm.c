@@ -26,6 +26,10 @@
  * and 424 (40: 2); at full size with 29 rows left on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253
  * (3), and on 5376 -> 28672, 2688 -> 32256 (forward) and 14336 -> 5376 (dgrad) at M = 925 and 4253 (2).
  *
+ * Configuration 11 is configuration 0 on 2-CTA clusters sharing the B block by multicast (forced only; the dispatcher
+ * never takes it): a cluster's two CTAs compute vertically adjacent tiles, and with an odd tile-row count the last
+ * cluster's second tile lies past the rows and is stored nowhere.
+ *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
  * 9 the transposed overlapped fold (F32 dw; refused for BF16 dw, which the test checks).  Their bits must be the
@@ -407,12 +411,12 @@ int main(void) {
      * and the dispatcher, on a shape of many tile-rows, and the folded dgrad's split and register fold (512 -> 4096
      * at M = 12: the transposed split's 8 tile-rows of 64 output columns, so that the groups differ there too) */
     {
-        const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10}, split_cfgs[] = {-1, 0, 3, 7};
+        const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10, 11}, split_cfgs[] = {-1, 0, 3, 7};
         if (small) {
-            raster_invariance(4096, 4096, 1133, big_cfgs, 8);
+            raster_invariance(4096, 4096, 1133, big_cfgs, 9);
             raster_invariance(512, 4096, 12, split_cfgs, 4);
         } else {
-            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 8);
+            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 9);
             if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, 4);
         }
     }
