@@ -76,6 +76,15 @@ __device__ __forceinline__ void tma_load_2d_mc(void *dst, const CUtensorMap *map
                  : "memory");
 }
 
+/* The multicast copy with an L2 eviction policy (a createpolicy operand). */
+__device__ __forceinline__ void tma_load_2d_mc_hint(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                                    uint16_t mask, uint64_t pol) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask), "l"(pol)
+                 : "memory");
+}
+
 /* One arrival on the mbarrier at `bar`'s offset in the CTA of rank `rank` of this cluster (this CTA's own included),
  * with the arrival's default semantics (release at CTA scope: a cluster-scope release made a clustered GEMM 1.7-2.0x
  * slower, docs/evidence/gpu/development/gemm_cluster.md). */

@@ -1032,8 +1032,10 @@ __device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_
      * ceil(tiles_p / CL) pair-rows, group / CL of them at a time (at least one), and `rank` picks the tile of the
      * pair; a tile past P (an odd tile-row count) is computed from the zero rows the copy engine fills in and its
      * bulk stores write nothing */
-    const int64_t GROUP = g.group / CL > 0 ? g.group / CL : 1, rows = (g.tiles_p + CL - 1) / CL,
-                  per_group = GROUP * g.tiles_q;
+    const int64_t GROUP = CL == 1            ? g.group
+                          : g.group / CL > 0 ? g.group / CL
+                                             : 1,
+                  rows = (g.tiles_p + CL - 1) / CL, per_group = GROUP * g.tiles_q;
     const int64_t gid = id / per_group, first_p = gid * GROUP;
     const int64_t gsize = rows - first_p < GROUP ? rows - first_p : GROUP;
     const int64_t in = id - gid * per_group;
@@ -1048,6 +1050,15 @@ __device__ __forceinline__ void load_pol(void *dst, const CUtensorMap *map, uint
         tma_load_2d_hint(dst, map, bar, c0, c1, pol);
     else
         tma_load_2d(dst, map, bar, c0, c1);
+}
+
+/* A multicast box (cfg::CL), with an L2 policy (h3c_gemm_raster's) or without one. */
+__device__ __forceinline__ void load_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, uint16_t mask,
+                                        bool hint, uint64_t pol) {
+    if (hint)
+        tma_load_2d_mc_hint(dst, map, bar, c0, c1, mask, pol);
+    else
+        tma_load_2d_mc(dst, map, bar, c0, c1, mask);
 }
 
 template <class C>
@@ -1142,17 +1153,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                         } else {
                             load_pol(sa, &map_a, &full[s], r0, (int)p0, ahint, apol);
                         }
-                        if constexpr (CL > 1) { /* this CTA's part of B, to every CTA of the cluster (no L2 hint) */
+                        if constexpr (CL > 1) { /* this CTA's part of B, to every CTA of the cluster */
                             if (C::BMN) {
 #pragma unroll
                                 for (int i = 0; i < BN / 64; i++) /* 64-column boxes dealt in turn */
                                     if (i % CL == (int)rank)
-                                        tma_load_2d_mc(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
-                                                       (uint16_t)((1u << CL) - 1));
+                                        load_mc(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
+                                                (uint16_t)((1u << CL) - 1), bhint, bpol);
                             } else {
                                 constexpr int PART = BN / CL; /* rows of B per CTA, 128 bytes each */
-                                tma_load_2d_mc(sb + rank * PART * 128, &map_b, &full[s], r0, (int)(q0 + rank * PART),
-                                               (uint16_t)((1u << CL) - 1));
+                                load_mc(sb + rank * PART * 128, &map_b, &full[s], r0, (int)(q0 + rank * PART),
+                                        (uint16_t)((1u << CL) - 1), bhint, bpol);
                             }
                         } else if (C::BMN) {
 #pragma unroll
