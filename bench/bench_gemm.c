@@ -2,6 +2,7 @@
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
  *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
+ *                    [--raster GROUP HINT_A HINT_B]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -31,6 +32,8 @@
  * (1-100, default 1) runs each side's product N times back to back between a sample's two events and records the
  * elapsed time over N: the host's work before a launch and the launch's latency then overlap the previous call's
  * kernels, as they do in a model's pass where launches queue ahead of the device (recorded as "chain" in the JSON).
+ * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
+ * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.
  * Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +223,7 @@ int main(int argc, char **argv) {
     const char *json = NULL, *inv_path = NULL;
     int64_t only_k = 0, only_n = 0, only_m = 0; /* --only K N M: one shape and M (profiling) */
     int force_config = -1;                      /* --config C: forward and dgrad in configuration C */
+    int raster[3] = {16, 0, 0};                 /* --raster GROUP HINT_A HINT_B: h3c_gemm_raster's settings */
     int wgrad_fold = 0;                         /* --wgrad-fold */
     int wgrad_config = -1;                      /* --wgrad-config C */
     int only_phase = -1;                        /* --phase P */
@@ -247,6 +251,15 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_gemm: --config takes 0 to %d\n", h3c_gemm_config_count() - 1);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--raster") && i + 3 < argc) {
+            char *e1 = NULL, *e2 = NULL, *e3 = NULL;
+            raster[0] = (int)strtol(argv[++i], &e1, 10);
+            raster[1] = (int)strtol(argv[++i], &e2, 10);
+            raster[2] = (int)strtol(argv[++i], &e3, 10);
+            if (!e1 || *e1 || !e2 || *e2 || !e3 || *e3) {
+                fprintf(stderr, "bench_gemm: --raster takes three integers: GROUP HINT_A HINT_B\n");
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--dw-bf16")) {
             g_dw_bf16 = 1;
         } else if (!strcmp(argv[i], "--wgrad-fold")) {
@@ -272,7 +285,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
                             "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
-                            "[--chain N]\n");
+                            "[--chain N] [--raster GROUP HINT_A HINT_B]\n");
             return 2;
         }
     }
@@ -291,6 +304,11 @@ int main(int argc, char **argv) {
         const int c = wgrad_config >= 0 ? wgrad_config : 0;
         ok(h3c_gemm_force_wgrad(c), "force_wgrad");
         printf("bench_gemm: wgrad forced to configuration %d\n", c);
+    }
+    if (raster[0] != 16 || raster[1] || raster[2]) {
+        ok(h3c_gemm_raster(raster[0], raster[1], raster[2]), "raster");
+        printf("bench_gemm: strict's raster group %d, L2 hints A %d, B %d (0 none, 1 evict-first, 2 evict-last)\n",
+               raster[0], raster[1], raster[2]);
     }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";

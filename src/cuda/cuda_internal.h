@@ -98,10 +98,16 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
 /* Test hooks: the number of forward/dgrad configurations the dispatcher can pick (0 and 1: 128 x 256 and 128 x 192
  * tiles; 2 and 3: 64 x 64 tiles for 16 < M <= 64; 4 and 5: transposed, M along 160- and 232-column tiles; 6 and 7:
  * transposed 64 x 16 tiles for M <= 16; 8 and 9: the bands, 0's or 5's whole waves and then 1's or 4's tiles on the
- * rows left; 10: the short band, 0's whole waves and then the rows left, at most 64, in their small-M configuration),
- * and an override (-1 = the dispatcher's own choice by M). */
+ * rows left; 10: the short band, 0's whole waves and then the rows left, at most 64, in their small-M configuration;
+ * 11: 0 on 2-CTA clusters sharing the B block by multicast, which the dispatcher never takes), and an override (-1 =
+ * the dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
+/* Test hook: the forward/dgrad/wgrad kernels' tile raster (tile-rows per group of the grouped order, default 16) and an
+ * L2 policy for the copies of operand A and of operand B (0 none, the default; 1 evict-first; 2 evict-last) in every
+ * configuration but the folded dgrad's split (whose weight is evict-first).  Which CTA computes a tile, when, and how
+ * long the operands stay in L2: never a result.  H3S_ERR_INVALID outside 1..4096 and 0..2. */
+h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b);
 /* Test hook: the rows of a band's first launch (forward/dgrad configurations 8 and 10: P = the output's rows, Q its
  * columns; 9, transposed: P = the output's columns, Q its rows), 0 when the band runs as one launch. */
 int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q);

@@ -66,6 +66,45 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+/* The same copy delivered to the same shared-memory offset of every CTA of this cluster in `mask` (bit r: the CTA of
+ * rank r), each destination's mbarrier at `bar`'s offset receiving the bytes it was sent. */
+__device__ __forceinline__ void tma_load_2d_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                               uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+
+/* The multicast copy with an L2 eviction policy (a createpolicy operand). */
+__device__ __forceinline__ void tma_load_2d_mc_hint(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                                    uint16_t mask, uint64_t pol) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+                 ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;\n" ::"r"(smem_u32(dst)),
+                 "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask), "l"(pol)
+                 : "memory");
+}
+
+/* One arrival on the mbarrier at `bar`'s offset in the CTA of rank `rank` of this cluster (this CTA's own included),
+ * with the arrival's default semantics (release at CTA scope: a cluster-scope release made a clustered GEMM 1.7-2.0x
+ * slower, docs/evidence/gpu/development/gemm_cluster.md). */
+__device__ __forceinline__ void mbar_arrive_rank(uint64_t *bar, unsigned rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+}
+
+/* Every thread of every CTA of the cluster meets here (release, then acquire, at cluster scope). */
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
 /* The same copy with an L2 eviction policy (a createpolicy operand): the folded dgrad's split reads its weight
  * once, evict-first, so that the partials it writes (evict-last) stay in L2 for the folding pass. */
 __device__ __forceinline__ void tma_load_2d_hint(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,

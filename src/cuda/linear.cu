@@ -412,7 +412,15 @@ struct args {
      * a full box would) when P < 64, which skips the rows that lie past P; the slot's other rows hold zeros written
      * once at the kernel's start (the zeros the copy engine would write past P), so the MMAs see the same operand. */
     int a_rows;
+    /* The raster's group (grouped_origin: tile-rows per group, >= 1) and an L2 policy for each operand's copies in the
+     * configurations without cfg::L2 (0 none, 1 evict-first, 2 evict-last): which CTA computes a tile, when, and how
+     * long its operands stay in L2, never what the tile computes.  Set by launch from the test hook h3c_gemm_raster
+     * (default 16, 0, 0). */
+    int group, hint_a, hint_b;
 };
+
+/* h3c_gemm_raster's settings, host side (see args::group) */
+static int g_raster_group = 16, g_hint_a = 0, g_hint_b = 0;
 
 /* The folded dgrad's fold tile in units of the wgrad's 256-row one (its configurations' FOLD). */
 constexpr int DGRAD_FOLD = H3C_DGRAD_FOLD_TILE / H3S_FOLD_TILE;
@@ -422,7 +430,7 @@ static_assert(DGRAD_FOLD * H3S_FOLD_TILE == H3C_DGRAD_FOLD_TILE && DGRAD_FOLD > 
  * with its running total in registers, the chain restarted every n x 256 reduction rows (1: the wgrad's fold tile,
  * DGRAD_FOLD: the folded dgrad's). */
 template <int BM_, int BN_, int STAGES_, int AMN_, int BMN_, int EPI_, int FOLD_, int MINB_ = 1, int PERSIST_ = 0,
-          int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1, int L2_ = 0>
+          int OVL_ = 0, int TRANS_ = 0, int KPS_ = 1, int L2_ = 0, int CL_ = 1>
 struct cfg {
     static constexpr int BM = BM_, BN = BN_, STAGES = STAGES_, AMN = AMN_, BMN = BMN_, EPI = EPI_, FOLD = FOLD_;
     /* reduction rows per fold tile (FOLD > 0; without the fold it is never used) */
@@ -441,6 +449,12 @@ struct cfg {
      * the folding pass, which discards them there; the kernel lets the folding pass launch early (programmatic
      * dependent launch).  Cache policies only: the same values. */
     static constexpr int L2 = L2_;
+    /* CL: CTAs per cluster.  CL = 2 (configuration 11): the two CTAs of a cluster compute vertically adjacent output
+     * tiles (the same columns, so the same B block at every reduction step) on a persistent grid; each loads its own
+     * A block and half of the common B block, which the bulk copy delivers to both (multicast), and a stage is given
+     * back to both CTAs' producers.  Every CTA's shared memory holds, stage by stage, the bytes it would load alone,
+     * and the MMAs and the epilogue are its own: the same bits. */
+    static constexpr int CL = CL_;
     static constexpr int NC = BM / 64; /* consumer warpgroups */
     static constexpr int THREADS = 128 * (NC + 1);
     static constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;
@@ -486,6 +500,9 @@ struct cfg {
     static_assert(KPS == 1 || (FOLD == 0 && !TMA_EPI && NC == 1), "several blocks per stage: the plain chain only");
     static_assert(!OVL || (FOLD >= 1 && BN >= 128 && BN % (BMN ? 64 : 32) == 0),
                   "the overlapped fold: the register fold, two parts (MN-major B: whole swizzle atoms)");
+    static_assert(CL == 1 || (CL == 2 && FOLD == 0 && MINB == 1 && !TRANS && KPS == 1 && L2 == 0 && TMA_EPI &&
+                              (BMN ? (BN / 64) % CL == 0 : (BN / CL) % 8 == 0)),
+                  "clusters: two CTAs of the bulk-store epilogue's plain chain, B in whole boxes per CTA");
     static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && MINB == 1),
                   "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8)");
     static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA ||
@@ -788,6 +805,16 @@ __device__ __forceinline__ void block_mmas(float *d, uint32_t sa, uint32_t sb, i
 }
 
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
+/* A stage given back by a consumer warpgroup: one arrival on its empty barrier, in every CTA of the cluster (each
+ * CTA's producer writes this stage of both, its A block to its own and its half of B to both). */
+template <int CL> __device__ __forceinline__ void give_back(uint64_t *empty) {
+    if constexpr (CL == 1)
+        mbar_arrive(empty);
+    else
+        for (unsigned r = 0; r < (unsigned)CL; r++)
+            mbar_arrive_rank(empty, r);
+}
+
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
                                          int64_t q0, int c, const args &g, int64_t base, int64_t coff,
@@ -829,14 +856,14 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     auto release = [&](int64_t done_local) {
         const int64_t done = base + done_local;
         for (; released < done; released++) {
-            if (t == 0) mbar_arrive(&empty[s_rel]);
+            if (t == 0) give_back<C::CL>(&empty[s_rel]);
             if (++s_rel == STAGES) s_rel = 0;
         }
     };
     /* One more block has completed: give its stage back (each step of the overlapped fold completes one block; a
      * loop here would hide from ptxas which commit group a later wait retires) */
     auto release_one = [&]() {
-        if (t == 0) mbar_arrive(&empty[s_rel]);
+        if (t == 0) give_back<C::CL>(&empty[s_rel]);
         if (++s_rel == STAGES) s_rel = 0;
         released++;
     };
@@ -997,23 +1024,41 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
         store_tile<C>(smem, acc, p0, q0, c, g, coff, mc, seq);
 }
 
-/* Output tile `id` in grouped raster order (16 tile-rows at a time, for L2 reuse): its origin (p0, q0). */
-template <int BM, int BN>
-__device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0) {
-    const int64_t GROUP = 16, per_group = GROUP * g.tiles_q;
+/* Output tile `id` in grouped raster order (args::group tile-rows at a time, 16 unless h3c_gemm_raster sets it, for
+ * L2 reuse): its origin (p0, q0). */
+template <int BM, int BN, int CL = 1>
+__device__ __forceinline__ void grouped_origin(const args &g, int64_t id, int64_t &p0, int64_t &q0, unsigned rank = 0) {
+    /* with clusters of CL CTAs, `id` numbers pairs (CL) of vertically adjacent tiles, the same order over
+     * ceil(tiles_p / CL) pair-rows, group / CL of them at a time (at least one), and `rank` picks the tile of the
+     * pair; a tile past P (an odd tile-row count) is computed from the zero rows the copy engine fills in and its
+     * bulk stores write nothing */
+    const int64_t GROUP = CL == 1            ? g.group
+                          : g.group / CL > 0 ? g.group / CL
+                                             : 1,
+                  rows = (g.tiles_p + CL - 1) / CL, per_group = GROUP * g.tiles_q;
     const int64_t gid = id / per_group, first_p = gid * GROUP;
-    const int64_t gsize = g.tiles_p - first_p < GROUP ? g.tiles_p - first_p : GROUP;
+    const int64_t gsize = rows - first_p < GROUP ? rows - first_p : GROUP;
     const int64_t in = id - gid * per_group;
-    p0 = (first_p + in % gsize) * BM, q0 = (in / gsize) * BN;
+    p0 = ((first_p + in % gsize) * CL + rank) * BM, q0 = (in / gsize) * BN;
 }
 
-/* One operand box into shared memory: with the weight's evict-first policy (HINT, cfg::L2) or without one. */
-template <bool HINT>
-__device__ __forceinline__ void load(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, uint64_t pol) {
-    if constexpr (HINT)
+/* One operand box into shared memory: with an L2 policy (hint: cfg::L2's for the weight, or h3c_gemm_raster's) or
+ * without one. */
+__device__ __forceinline__ void load_pol(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, bool hint,
+                                         uint64_t pol) {
+    if (hint)
         tma_load_2d_hint(dst, map, bar, c0, c1, pol);
     else
         tma_load_2d(dst, map, bar, c0, c1);
+}
+
+/* A multicast box (cfg::CL), with an L2 policy (h3c_gemm_raster's) or without one. */
+__device__ __forceinline__ void load_mc(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, uint16_t mask,
+                                        bool hint, uint64_t pol) {
+    if (hint)
+        tma_load_2d_mc_hint(dst, map, bar, c0, c1, mask, pol);
+    else
+        tma_load_2d_mc(dst, map, bar, c0, c1, mask);
 }
 
 template <class C>
@@ -1028,9 +1073,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     uint64_t *empty = full + STAGES;
 
     /* Persistent grid: CTA i runs the output tiles i, i + gridDim.x, ... in that order, each in
-     * grouped raster order (16 tile-rows at a time) for L2 reuse.  This decides only which CTA
+     * grouped raster order (args::group tile-rows at a time) for L2 reuse.  This decides only which CTA
      * computes a tile and when, never what the tile computes. */
-    const int64_t tiles_pq = g.tiles_p * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
+    constexpr int CL = C::CL;
+    const unsigned rank = CL > 1 ? cluster_rank() : 0u;
+    /* with clusters, the work items are pairs (CL) of tiles, run by cluster blockIdx.x / CL: both CTAs of a cluster
+     * run the same items, so the same reduction blocks, and each its own tile of every pair */
+    const int64_t tiles_pq = (g.tiles_p + CL - 1) / CL * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
+    const int64_t first = blockIdx.x / CL, step = gridDim.x / CL;
     const int64_t nk_all = (g.R + BK - 1) / BK;
     /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
     auto work = [&](int64_t id, int64_t &p0, int64_t &q0, int64_t &kb0, int64_t &nk, int64_t &coff) {
@@ -1041,7 +1091,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             kb0 = t * SPLIT_BLOCKS, nk = nk_all - kb0 < SPLIT_BLOCKS ? nk_all - kb0 : SPLIT_BLOCKS;
             coff = t * g.split_stride;
         }
-        grouped_origin<BM, BN>(g, id, p0, q0);
+        grouped_origin<BM, BN, CL>(g, id, p0, q0, rank);
     };
 
     const int wgi = threadIdx.x / 128;
@@ -1049,7 +1099,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
      * for this grid's completion before it reads a partial */
     if constexpr (C::L2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     if (threadIdx.x == 0) {
-        ring_bars_init(full, empty, STAGES, 1, NC);
+        ring_bars_init(full, empty, STAGES, 1, NC * CL); /* with clusters, every consumer of the cluster gives back */
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     if constexpr (!C::AMN && BM == 64)
@@ -1062,16 +1112,26 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             }
             fence_proxy_async_smem(); /* visible to the MMAs, which read through the async proxy */
         }
-    __syncthreads();
+    if constexpr (CL > 1)
+        cluster_sync(); /* no copy or arrival reaches a peer's barriers before they are initialised */
+    else
+        __syncthreads();
 
     if (wgi == 0) { /* producer */
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if (threadIdx.x == 0) {
             uint64_t wpol = 0; /* cfg::L2: the weight's evict-first policy */
             if constexpr (C::L2) wpol = l2_evict_first();
+            /* each operand's policy: cfg::L2's for the weight, else args::hint_a / hint_b (h3c_gemm_raster) */
+            uint64_t apol = wpol, bpol = wpol;
+            bool ahint = C::L2 == L2_SPLIT_A, bhint = C::L2 == L2_SPLIT_B;
+            if constexpr (!C::L2) {
+                if (g.hint_a) apol = g.hint_a == 1 ? l2_evict_first() : l2_evict_last(), ahint = true;
+                if (g.hint_b) bpol = g.hint_b == 1 ? l2_evict_first() : l2_evict_last(), bhint = true;
+            }
             int s = 0;        /* the ring position of the next stage over all this CTA's tiles */
             unsigned ph = 1u; /* the phase its empty barrier must have completed (1: a fresh stage) */
-            for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+            for (int64_t id = first; id < ntiles; id += step) {
                 int64_t p0, q0, kb0, nk, coff;
                 work(id, p0, q0, kb0, nk, coff);
                 /* one ring stage at a time: its blocks (KPS, or fewer in a tile's last stage), A slots then B slots */
@@ -1089,18 +1149,28 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
                         if (C::AMN) {
 #pragma unroll
                             for (int i = 0; i < BM / 64; i++)
-                                load<C::L2 == L2_SPLIT_A>(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0,
-                                                          wpol);
+                                load_pol(sa + i * 8192, &map_a, &full[s], (int)(p0 + i * 64), r0, ahint, apol);
                         } else {
-                            load<C::L2 == L2_SPLIT_A>(sa, &map_a, &full[s], r0, (int)p0, wpol);
+                            load_pol(sa, &map_a, &full[s], r0, (int)p0, ahint, apol);
                         }
-                        if (C::BMN) {
+                        if constexpr (CL > 1) { /* this CTA's part of B, to every CTA of the cluster */
+                            if (C::BMN) {
+#pragma unroll
+                                for (int i = 0; i < BN / 64; i++) /* 64-column boxes dealt in turn */
+                                    if (i % CL == (int)rank)
+                                        load_mc(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
+                                                (uint16_t)((1u << CL) - 1), bhint, bpol);
+                            } else {
+                                constexpr int PART = BN / CL; /* rows of B per CTA, 128 bytes each */
+                                load_mc(sb + rank * PART * 128, &map_b, &full[s], r0, (int)(q0 + rank * PART),
+                                        (uint16_t)((1u << CL) - 1), bhint, bpol);
+                            }
+                        } else if (C::BMN) {
 #pragma unroll
                             for (int i = 0; i < BN / 64; i++)
-                                load<C::L2 == L2_SPLIT_B>(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0,
-                                                          wpol);
+                                load_pol(sb + i * 8192, &map_b, &full[s], (int)(q0 + i * 64), r0, bhint, bpol);
                         } else {
-                            load<C::L2 == L2_SPLIT_B>(sb, &map_b, &full[s], r0, (int)q0, wpol);
+                            load_pol(sb, &map_b, &full[s], r0, (int)q0, bhint, bpol);
                         }
                     }
                 }
@@ -1110,7 +1180,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
         int64_t base = 0;
         int seq = 0; /* the bulk-store epilogue's chunks staged so far */
-        for (int64_t id = blockIdx.x; id < ntiles; id += gridDim.x) {
+        for (int64_t id = first; id < ntiles; id += step) {
             int64_t p0, q0, kb0, nk, coff;
             work(id, p0, q0, kb0, nk, coff);
             consumer<C>(smem, full, empty, nk, p0, q0, wgi - 1, g, base, coff, &map_c, seq);
@@ -1120,6 +1190,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         if constexpr (C::TMA_EPI)
             if ((threadIdx.x & 127) == 0) bulk_wait<0, false>();
     }
+    if constexpr (CL > 1) cluster_sync(); /* no CTA leaves while its peer may still copy to it or arrive on it */
 #endif
 }
 
@@ -1233,6 +1304,11 @@ typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2> dgrad_t16b;
 typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2, L2_SPLIT_B> dgrad_c2_split;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2, L2_SPLIT_A> dgrad_t16b_split;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
+/* Configuration 11 (forced only, while measured): configuration 0 on 2-CTA clusters sharing the B block by multicast
+ * (cfg::CL): vertically adjacent tiles, each CTA loading its A block and half of B (the weight's 128 rows of the
+ * forward's tile; two of the dgrad's four 64-column boxes). */
+typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> fwd_c11;
+typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> dgrad_c11;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride.  The partials are loaded
@@ -1315,8 +1391,8 @@ template <class C>
 static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const void *a, int64_t lda, const void *b,
                          int64_t ldb, const void *bias, void *out, int64_t ldc, int64_t nsplit = 0,
                          int64_t split_stride = 0) {
-    if (nsplit > 0 && (C::EPI != EPI_F32 || C::FOLD))
-        return h3s_fail(H3S_ERR_INVALID, "%s: split mode needs an F32 configuration without the fold", op);
+    if (nsplit > 0 && (C::EPI != EPI_F32 || C::FOLD || C::CL > 1))
+        return h3s_fail(H3S_ERR_INVALID, "%s: split mode needs an F32 configuration without the fold or clusters", op);
     if (P <= 0 || Q <= 0) return H3S_OK;
     if (P > INT32_MAX - 256 || Q > INT32_MAX - 256 || R > INT32_MAX - 256)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM dimension beyond 2^31 (%lld x %lld x %lld)", op, (long long)P,
@@ -1330,8 +1406,8 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
         H3S_TRY(make_map(op, &ma, a, P, R, lda, 64, a_rows));
     if (C::BMN)
         H3S_TRY(make_map(op, &mb, b, R, Q, ldb, 64, 64));
-    else
-        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN));
+    else /* with clusters, each CTA copies its part of the B block (BN / CL rows) */
+        H3S_TRY(make_map(op, &mb, b, Q, R, ldb, 64, C::BN / C::CL));
     CUtensorMap mc = ma;        /* the output's map: read only by the bulk-store epilogue */
     if constexpr (C::TMA_EPI) { /* out is [P][Q], or [Q][P] transposed: boxes of 64 (TRANS_QB) rows by 128 bytes */
         const int f32 = C::EPI == EPI_F32_TMA;
@@ -1354,6 +1430,7 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     g.tiles_p = (P + C::BM - 1) / C::BM, g.tiles_q = (Q + C::BN - 1) / C::BN;
     g.nsplit = nsplit, g.split_stride = split_stride;
     g.a_rows = C::AMN ? C::BM : a_rows;
+    g.group = g_raster_group, g.hint_a = C::L2 ? 0 : g_hint_a, g.hint_b = C::L2 ? 0 : g_hint_b;
     const int64_t tiles = g.tiles_p * g.tiles_q * (nsplit > 0 ? nsplit : 1);
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
@@ -1374,6 +1451,31 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     const int64_t slots = (int64_t)sms * C::MINB;
     const int64_t nk = nsplit > 0 ? SPLIT_BLOCKS : (R + BK - 1) / BK; /* reduction blocks per work item */
     const int64_t grid = (C::PERSIST || nk <= SHORT_BLOCKS) && slots < tiles ? slots : tiles;
+    if constexpr (C::CL > 1) {
+        /* clusters of CL CTAs on a persistent grid: as many clusters as fit on the device at once, each walking
+         * its pairs of tiles in order (which cluster runs a pair changes no result) */
+        const int64_t pairs = (g.tiles_p + C::CL - 1) / C::CL * g.tiles_q;
+        cudaLaunchConfig_t lc = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = C::CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+        lc.blockDim = dim3(C::THREADS), lc.dynamicSmemBytes = C::SMEM, lc.stream = H3K_STREAM;
+        lc.attrs = at, lc.numAttrs = 1;
+        static int fit = 0; /* clusters resident at once, per configuration */
+        if (!fit) {
+            lc.gridDim = dim3((unsigned)(C::CL * (sms / C::CL)));
+            const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, (const void *)wg_gemm<C>, &lc);
+            if (e != cudaSuccess || fit <= 0) {
+                fit = 0;
+                return h3s_fail(H3S_ERR_DEVICE, "%s: no cluster of %d CTAs fits on the device (%s)", op, C::CL,
+                                e != cudaSuccess ? cudaGetErrorString(e) : "0 clusters");
+            }
+        }
+        lc.gridDim = dim3((unsigned)(C::CL * (pairs < fit ? pairs : fit)));
+        const cudaError_t e = cudaLaunchKernelEx(&lc, wg_gemm<C>, ma, mb, mc, g);
+        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: cluster launch: %s", op, cudaGetErrorString(e));
+        return h3c_launch_check(op);
+    }
     wg_gemm<C><<<(unsigned)grid, C::THREADS, C::SMEM, H3K_STREAM>>>(ma, mb, mc, g);
     return h3c_launch_check(op);
 }
@@ -1436,7 +1538,7 @@ static int g_force_config = -1;
 #define T160_COST 0.68
 #define T232_COST 0.93
 
-extern "C" int h3c_gemm_config_count(void) { return 11; }
+extern "C" int h3c_gemm_config_count(void) { return 12; }
 
 extern "C" int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q) {
     return config == 8    ? wg::band_rows(P, Q, 256)
@@ -1472,6 +1574,15 @@ extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     return H3S_OK;
 }
 
+extern "C" h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b) {
+    if (group < 1 || group > 4096 || hint_a < 0 || hint_a > 2 || hint_b < 0 || hint_b > 2)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "gemm: raster group %d (1..4096) and L2 hints %d, %d (0 none, 1 evict-first, 2 evict-last)",
+                        group, hint_a, hint_b);
+    wg::g_raster_group = group, wg::g_hint_a = hint_a, wg::g_hint_b = hint_b;
+    return H3S_OK;
+}
+
 extern "C" h3s_status h3c_gemm_force_config(int config) {
     if (config < -1 || config >= h3c_gemm_config_count())
         return h3s_fail(H3S_ERR_INVALID, "gemm: no configuration %d (0..%d, or -1)", config,
@@ -1495,7 +1606,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * epilogue on a persistent grid), 2 = 64 x 64 with two CTAs per multiprocessor, for M <= 64,
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
  * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4; 10 the short band, 0's whole waves then the
- * small-M configuration of the rows left (at most 64).
+ * small-M configuration of the rows left (at most 64); 11, forced only (the dispatcher never takes it), 0 on 2-CTA
+ * clusters sharing B by multicast.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1594,6 +1706,7 @@ static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, in
             return forward_config(cr, op, m, N, K, (const uint16_t *)x + r0 * K, w, b, (uint16_t *)y + r0 * N);
         });
     case 3: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
+    case 11: return wg::launch<wg::fwd_c11>(op, M, N, K, x, K, w, K, b, y, N);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no forward configuration %d", op, c);
     }
 }
@@ -1671,7 +1784,7 @@ extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
 /* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every fold tile of
  * H3C_DGRAD_FOLD_TILE rows is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise
- * (and forced 0, 2, 8, 9 or 10) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
+ * (and forced 0, 2, 8, 9, 10 or 11) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
  * 1-9% faster at M = 925 to 8349 (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in
  * the plain schedule.  The same bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,
@@ -1728,6 +1841,7 @@ static h3s_status dgrad_config(int c, const char *op, int64_t M, int64_t N, int6
             return dgrad_config(cr, op, m, N, K, (const uint16_t *)dyb + r0 * N, w, dx + r0 * K);
         });
     case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 11: return wg::launch<wg::dgrad_c11>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no dgrad configuration %d", op, c);
     }
 }

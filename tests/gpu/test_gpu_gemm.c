@@ -26,6 +26,10 @@
  * and 424 (40: 2); at full size with 29 rows left on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253
  * (3), and on 5376 -> 28672, 2688 -> 32256 (forward) and 14336 -> 5376 (dgrad) at M = 925 and 4253 (2).
  *
+ * Configuration 11 is configuration 0 on 2-CTA clusters sharing the B block by multicast (forced only; the dispatcher
+ * never takes it): a cluster's two CTAs compute vertically adjacent tiles, and with an odd tile-row count the last
+ * cluster's second tile lies past the rows and is stored nowhere.
+ *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
  * 9 the transposed overlapped fold (F32 dw; refused for BF16 dw, which the test checks).  Their bits must be the
@@ -35,6 +39,10 @@
  * F32 and BF16 dw with the fold's on every shape.  wgrad_fold_configs compares every fold configuration of the wgrad
  * (the tile shapes, epilogues and schedules of h3c_gemm_force_wgrad) with configuration 0 at M in {257, 1133, 4253}
  * ({257, 700, 1024, 1200} at small size).
+ *
+ * raster_invariance runs the forward, dgrad and wgrad under other tile rasters and L2 policies (h3c_gemm_raster) and
+ * compares them with the default's bits: 4096 -> 4096 at M = 1133 and the folded 512 -> 4096 at M = 12 at small size,
+ * 5376 -> 28672 at M = 4253 and 2688 -> 32256 at M = 64 at full size.
  *
  * H3S_GPU_TEST_SMALL=1 runs scaled-down shapes (compute-sanitizer), two of them folded dgrads (64 -> 2048: two whole
  * fold tiles, the last run apart by the overlapped fold; 72 -> 1160: a partial last column tile and fold tile).
@@ -237,6 +245,68 @@ static void wgrad_fold_configs(int64_t K, int64_t N, const int64_t *Ms, int nM) 
     gfree(&xd), gfree(&dyd), gfree(&dyb);
 }
 
+/* The raster and L2 hooks (h3c_gemm_raster: tile-rows per group of the grouped tile order, an L2 policy for each
+ * operand's copies) change which CTA computes a tile, when, and how long its operands stay in L2, never a result: y,
+ * dx and F32 dw of M rows under several settings against the default's, in every forward/dgrad configuration given
+ * and the dispatcher (the first of cfgs), and the dispatcher's wgrad (with the first only: forcing a forward/dgrad
+ * configuration does not change it).  Also: the hook refuses settings out of range. */
+static void raster_invariance(int64_t K, int64_t N, int64_t M, const int *cfgs, int ncfg) {
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), bd = gdev1(H3S_BF16, N);
+    h3s_tensor dyd = gdev2(H3S_F32, M, N), dyb = gdev2(H3S_BF16, M, N);
+    gfill(&xd, 401, 1.0f);
+    gfill(&wd, 402, 1.0f / sqrtf((float)K));
+    gfill(&bd, 403, 0.1f);
+    gfill(&dyd, 404, 1.0f);
+    CHECK_OK(h3c_round_bf16("test", M * N, dyd.data, dyb.data));
+    h3s_tensor y = gdev2(H3S_BF16, M, N), dx = gdev2(H3S_F32, M, K), dw = gdev2(H3S_F32, N, K);
+    /* group, hint A, hint B; the first is the default */
+    static const int set[][3] = {{16, 0, 0}, {1, 0, 0}, {3, 2, 1}, {8, 1, 2}, {64, 2, 2}, {4096, 1, 1}};
+    const int nset = (int)(sizeof set / sizeof set[0]);
+    int64_t bad = 0, runs = 0;
+    for (int ci = 0; ci < ncfg; ci++) {
+        const int c = cfgs[ci];
+        CHECK_OK(h3c_gemm_force_config(c));
+        h3s_tensor yr = {0}, dxr = {0}, dwr = {0};
+        for (int k = 0; k < nset; k++) {
+            CHECK_OK(h3c_gemm_raster(set[k][0], set[k][1], set[k][2]));
+            gpoison(&y), gpoison(&dx), gpoison(&dw);
+            CHECK_OK(h3s_linear_forward(&xd, &wd, &bd, &y));
+            CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dx, NULL, NULL));
+            if (ci == 0) CHECK_OK(h3c_gemm_bf16_wgrad_bf16("test", M, N, K, dyb.data, xd.data, dw.data, 0));
+            h3s_tensor yh = gdown(&y), dxh = gdown(&dx), dwh = ci == 0 ? gdown(&dw) : (h3s_tensor){0};
+            if (k == 0) {
+                yr = yh, dxr = dxh, dwr = dwh;
+                continue;
+            }
+            const int64_t by = count_differing(&yh, &yr, 0, M), bx = count_differing(&dxh, &dxr, 0, M),
+                          bw = ci == 0 ? count_differing(&dwh, &dwr, 0, N) : 0;
+            CHECK(by == 0 && bx == 0 && bw == 0,
+                  "%lld->%lld M=%lld config %d, raster group %d, hints %d/%d: %lld y, %lld dx, %lld dw elements "
+                  "differ from the default raster's",
+                  (long long)K, (long long)N, (long long)M, c, set[k][0], set[k][1], set[k][2], (long long)by,
+                  (long long)bx, (long long)bw);
+            bad += by + bx + bw;
+            g_comparisons += M * (N + K) + (ci == 0 ? N * K : 0);
+            runs++;
+            h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+            if (ci == 0) h3s_tensor_free(&dwh);
+        }
+        h3s_tensor_free(&yr), h3s_tensor_free(&dxr);
+        if (ci == 0) h3s_tensor_free(&dwr);
+    }
+    CHECK_OK(h3c_gemm_raster(16, 0, 0));
+    CHECK_OK(h3c_gemm_force_config(-1));
+    CHECK(h3c_gemm_raster(0, 0, 0) != H3S_OK && h3c_gemm_raster(4097, 0, 0) != H3S_OK &&
+              h3c_gemm_raster(16, 3, 0) != H3S_OK && h3c_gemm_raster(16, 0, -1) != H3S_OK,
+          "h3c_gemm_raster refuses a group outside 1..4096 and a hint outside 0..2");
+    CHECK_OK(h3c_gemm_raster(16, 0, 0));
+    g_total_differing += bad;
+    printf("  %5lld -> %5lld: M = %lld, raster groups and L2 hints against the default, %lld runs of y, dx and dw: "
+           "%lld elements differ\n",
+           (long long)K, (long long)N, (long long)M, (long long)runs, (long long)bad);
+    gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd), gfree(&dyb), gfree(&y), gfree(&dx), gfree(&dw);
+}
+
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -337,6 +407,19 @@ int main(void) {
     else
         for (int i = 0; i < 5; i++)
             if (run_shape[i]) wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
+    /* the raster hooks: the configurations on grouped persistent or one-CTA-per-tile grids (0, 1, 4, 5, the bands)
+     * and the dispatcher, on a shape of many tile-rows, and the folded dgrad's split and register fold (512 -> 4096
+     * at M = 12: the transposed split's 8 tile-rows of 64 output columns, so that the groups differ there too) */
+    {
+        const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10, 11}, split_cfgs[] = {-1, 0, 3, 7};
+        if (small) {
+            raster_invariance(4096, 4096, 1133, big_cfgs, 9);
+            raster_invariance(512, 4096, 12, split_cfgs, 4);
+        } else {
+            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 9);
+            if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, 4);
+        }
+    }
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
