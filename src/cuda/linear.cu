@@ -1304,9 +1304,9 @@ typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2> dgrad_t16b;
 typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2, L2_SPLIT_B> dgrad_c2_split;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2, L2_SPLIT_A> dgrad_t16b_split;
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
-/* Configuration 11 (forced only, while measured): configuration 0 on 2-CTA clusters sharing the B block by multicast
- * (cfg::CL): vertically adjacent tiles, each CTA loading its A block and half of B (the weight's 128 rows of the
- * forward's tile; two of the dgrad's four 64-column boxes). */
+/* Configuration 11 (the dispatcher's instead of 0 from CLUSTER_MIN_ROWS rows on): configuration 0 on 2-CTA clusters
+ * sharing the B block by multicast (cfg::CL): vertically adjacent tiles, each CTA loading its A block and half of B
+ * (the weight's 128 rows of the forward's tile; two of the dgrad's four 64-column boxes). */
 typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> fwd_c11;
 typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> dgrad_c11;
 
@@ -1606,8 +1606,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * epilogue on a persistent grid), 2 = 64 x 64 with two CTAs per multiprocessor, for M <= 64,
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
  * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4; 10 the short band, 0's whole waves then the
- * small-M configuration of the rows left (at most 64); 11, forced only (the dispatcher never takes it), 0 on 2-CTA
- * clusters sharing B by multicast.
+ * small-M configuration of the rows left (at most 64); 11 0's tiles on 2-CTA clusters sharing B by multicast, taken
+ * instead of 0 from CLUSTER_MIN_ROWS rows on.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1631,6 +1631,11 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
  * read at about 3 TB/s (Q R 2 bytes) against 132 tiles of 128 x 256 x R at about 700 TFLOP/s gives 5.5e-5 per column;
  * the M = 64 rows of bench_gemm.json (0.028 ms at 5376 -> 7168 against a wave of 0.058 ms) give 6.5e-5, taken here. */
 #define BAND_SHORT_COST_PER_COLUMN 6.5e-5
+/* From this many rows on, the dispatcher runs configuration 0's tiles as configuration 11. At M = 33396 (calls 65-67):
+ * 5376 -> 28672 forward 15.90-16.00 ms against 16.45-16.50 for 0, 5376 -> 7168 forward and dgrad 3.77-3.78 against
+ * 3.87-3.88, the 28672 -> 5376 dgrad 15.30-15.47 against 15.62-15.75, the rest within 0.6% either way; at M = 8349
+ * 11 was level or up to 3% slower. */
+#define CLUSTER_MIN_ROWS 16384
 
 /* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
  * than multiprocessors; -1 above 64 rows. */
@@ -1670,6 +1675,9 @@ static int dispatch_config(int64_t M, int64_t Q) {
     const int64_t p1 = wg::band_short_rows(M, Q);
     if (p1 > 0 && (double)waves(tiles(p1, Q, 128, 256)) + BAND_SHORT_COST_PER_COLUMN * (double)Q < BAND_GAIN * cp)
         return 10;
+    /* the long rows: configuration 0's tiles on 2-CTA clusters sharing B (11), which reads B through L2 half as often;
+     * at the 700 W cap that keeps the clock up (docs/evidence/gpu/development/raster.md) */
+    if (pick == 0 && M >= CLUSTER_MIN_ROWS) return 11;
     return pick;
 }
 

@@ -87,6 +87,14 @@ int main(void) {
     CHECK(h3c_gemm_dispatch_config(925, 14336) == 9 && h3c_gemm_dispatch_config(925, 32256) == 9,
           "band 9 for 14336 and 32256 columns at M = 925 (got %d, %d)", h3c_gemm_dispatch_config(925, 14336),
           h3c_gemm_dispatch_config(925, 32256));
+    /* configuration 0's tiles on 2-CTA clusters (11) from 16384 rows on, on every output width; 0 below */
+    CHECK(h3c_gemm_dispatch_config(33396, 28672) == 11 && h3c_gemm_dispatch_config(33396, 5376) == 11 &&
+              h3c_gemm_dispatch_config(16384, 7168) == 11 && h3c_gemm_dispatch_config(16383, 7168) == 0 &&
+              h3c_gemm_dispatch_config(8349, 28672) == 0,
+          "configuration 11 instead of 0 from 16384 rows on (got %d, %d, %d, %d, %d)",
+          h3c_gemm_dispatch_config(33396, 28672), h3c_gemm_dispatch_config(33396, 5376),
+          h3c_gemm_dispatch_config(16384, 7168), h3c_gemm_dispatch_config(16383, 7168),
+          h3c_gemm_dispatch_config(8349, 28672));
     CHECK(h3c_gemm_dispatch_config(0, 5376) == -1 && h3c_gemm_dispatch_config(12, 0) == -1,
           "no configuration for an empty output");
     CHECK(h3c_gemm_force_config(count) != H3S_OK, "the override refuses configuration %d", count);

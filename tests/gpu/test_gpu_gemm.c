@@ -26,9 +26,9 @@
  * and 424 (40: 2); at full size with 29 rows left on 5376 -> 7168 (forward) and 7168 -> 5376 (dgrad) at M = 4253
  * (3), and on 5376 -> 28672, 2688 -> 32256 (forward) and 14336 -> 5376 (dgrad) at M = 925 and 4253 (2).
  *
- * Configuration 11 is configuration 0 on 2-CTA clusters sharing the B block by multicast (forced only; the dispatcher
- * never takes it): a cluster's two CTAs compute vertically adjacent tiles, and with an odd tile-row count the last
- * cluster's second tile lies past the rows and is stored nowhere.
+ * Configuration 11 is configuration 0 on 2-CTA clusters sharing the B block by multicast (the dispatcher's instead of
+ * 0 from 16384 rows on): a cluster's two CTAs compute vertically adjacent tiles, and with an odd tile-row count the
+ * last cluster's second tile lies past the rows and is stored nowhere.
  *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
