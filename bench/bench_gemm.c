@@ -16,7 +16,7 @@
  *   wgrad    dw[N, K] (F32)  = dy^T x, strict with the canonical 256-row tile fold
  * The previous strict kernel (mma.sync; F32 dy split into hi + lo for the gradients) is timed at
  * M <= 1133 for the side column.  --invariance FILE takes row_invariance_differing from the JSON
- * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-10,
+ * test_gpu_gemm writes.  --config C runs the forward and dgrad in configuration C (0-11,
  * docs/numerics/linear_cuda.md; every configuration gives the same bits) instead of the dispatcher's choice, to
  * compare configurations at one shape and M when tuning the dispatch.  --only K N M takes any M (e.g. the token
  * refiner's 77 text rows).  --dw-bf16: the wgrad writes dw in BF16 on both sides (the strict fold rounded once as it

@@ -6,12 +6,12 @@
 #   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh          # both, one after the other
 #
 # or with the gemm stage in two calls, each well inside the 10 minutes (the second needs the first's invariance file,
-# e.g. carried in the working tree under out/, which git ignores; at c389c4a gemm-a took 254 s with the build, gemm-b
-# 184 s on gemm-a's machine and build, H3S_GEMM_CTEST=0):
+# e.g. carried in the working tree under out/, which git ignores; at c093d54 gemm-a took 356 s with the build, gemm-b
+# 254 s with its own build on a fresh machine, H3S_GEMM_CTEST=0; at c389c4a 254 s and 184 s):
 #
-#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh gemm-a   # about 4 minutes
+#   H3S_SOURCE_COMMIT=<commit> OUT=<dir> bash scripts/gemm_evidence_run.sh gemm-a   # about 6 minutes
 #   H3S_GEMM_INVARIANCE_A=<gemm-a's gemm_invariance_a.json> H3S_SOURCE_COMMIT=<commit> OUT=<dir> \
-#       bash scripts/gemm_evidence_run.sh gemm-b                                      # about 3 minutes
+#       bash scripts/gemm_evidence_run.sh gemm-b                                      # about 4 minutes
 #
 # gemm: build everything (H3S_GPU_BUILD, default /tmp/h3s-build-gpu); test_gpu_gemm at full size (every forward and
 #   dgrad configuration and the dispatcher on the same rows at every M of the issue, the wgrad configurations against

@@ -1632,9 +1632,9 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
  * the M = 64 rows of bench_gemm.json (0.028 ms at 5376 -> 7168 against a wave of 0.058 ms) give 6.5e-5, taken here. */
 #define BAND_SHORT_COST_PER_COLUMN 6.5e-5
 /* From this many rows on, the dispatcher runs configuration 0's tiles as configuration 11. At M = 33396 (calls 65-67):
- * 5376 -> 28672 forward 15.90-16.00 ms against 16.45-16.50 for 0, 5376 -> 7168 forward and dgrad 3.77-3.78 against
- * 3.87-3.88, the 5376 -> 28672 dgrad 15.30-15.47 against 15.62-15.75, the rest within 0.6% either way; at M = 8349
- * 11 was level or 0.5-3.5% slower. */
+ * 5376 -> 28672 forward 15.90-16.04 ms against 16.45-16.50 for 0, 5376 -> 7168 forward and dgrad 3.77-3.78 against
+ * 3.87-3.88, the 5376 -> 28672 dgrad 15.30-15.47 against 15.62-15.75, the other rows measured within 0.6% either way;
+ * at M = 8349 11 was 0.6-3.4% slower on the five rows measured. */
 #define CLUSTER_MIN_ROWS 16384
 
 /* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
