@@ -2,7 +2,7 @@
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
  *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
- *                    [--raster GROUP HINT_A HINT_B]
+ *                    [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -28,16 +28,20 @@
  * (forward, dgrad or wgrad) measures that phase alone.  The run first measures the copy bandwidth (a 256 MiB device
  * to device copy, bytes read plus written: "copy_tbps"); at M <= 64, where a GEMM streams its weight (forward,
  * dgrad) or its weight gradient (wgrad, written), each row records those bytes per second as a fraction of it, for
- * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  --chain N
+ * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  Each row also
+ * records the host's time to issue one product, strict's and cuBLASLt's ("strict_host_us", "cublas_host_us", JSON
+ * only): in a lone call the device, idle after the start event, waits for it.  --chain N
  * (1-100, default 1) runs each side's product N times back to back between a sample's two events and records the
  * elapsed time over N: the host's work before a launch and the launch's latency then overlap the previous call's
  * kernels, as they do in a model's pass where launches queue ahead of the device (recorded as "chain" in the JSON).
  * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
- * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.
+ * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.  --map-cache 0
+ * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).
  * Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "cuda/cuda_extra.h"
@@ -183,18 +187,29 @@ static void run_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const
     ok(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16), "mode");
 }
 
-static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
-                       cudaStream_t s, int warmup, int reps) {
+static double host_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The device time of one product (ms, the median of reps samples) and, in *host_us when not NULL, the host's time to
+ * issue it (us, the median over the same samples: from before the first call of a sample to after its last, per
+ * product; in a lone call the device waits for that work, since the start event has already run) */
+static float time_impl_host(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
+                            cudaStream_t s, int warmup, int reps, float *host_us) {
     cudaEvent_t e0, e1;
     cuok(cudaEventCreate(&e0), "event");
     cuok(cudaEventCreate(&e1), "event");
-    float t[MAX_REPS];
+    float t[MAX_REPS], h[MAX_REPS];
     for (int i = 0; i < warmup; i++)
         run_impl(impl, phase, M, N, K, b, lp, s);
     for (int i = 0; i < reps; i++) {
         cuok(cudaEventRecord(e0, s), "record");
+        const double h0 = host_now();
         for (int j = 0; j < g_chain; j++)
             run_impl(impl, phase, M, N, K, b, lp, s);
+        h[i] = (float)((host_now() - h0) * 1e6 / g_chain);
         cuok(cudaEventRecord(e1, s), "record");
         cuok(cudaEventSynchronize(e1), "sync");
         cuok(cudaEventElapsedTime(&t[i], e0, e1), "elapsed");
@@ -202,7 +217,13 @@ static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, con
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    if (host_us) *host_us = median(h, reps);
     return median(t, reps);
+}
+
+static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
+                       cudaStream_t s, int warmup, int reps) {
+    return time_impl_host(impl, phase, M, N, K, b, lp, s, warmup, reps, NULL);
 }
 
 static int64_t read_invariance(const char *path) {
@@ -227,6 +248,7 @@ int main(int argc, char **argv) {
     int wgrad_fold = 0;                         /* --wgrad-fold */
     int wgrad_config = -1;                      /* --wgrad-config C */
     int only_phase = -1;                        /* --phase P */
+    int map_cache = 1;                          /* --map-cache 0|1: h3c_gemm_map_cache */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -260,6 +282,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_gemm: --raster takes three integers: GROUP HINT_A HINT_B\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--map-cache") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "0") && strcmp(v, "1")) {
+                fprintf(stderr, "bench_gemm: --map-cache takes 0 or 1\n");
+                return 2;
+            }
+            map_cache = v[0] == '1';
         } else if (!strcmp(argv[i], "--dw-bf16")) {
             g_dw_bf16 = 1;
         } else if (!strcmp(argv[i], "--wgrad-fold")) {
@@ -285,7 +314,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
                             "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
-                            "[--chain N] [--raster GROUP HINT_A HINT_B]\n");
+                            "[--chain N] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]\n");
             return 2;
         }
     }
@@ -309,6 +338,10 @@ int main(int argc, char **argv) {
         ok(h3c_gemm_raster(raster[0], raster[1], raster[2]), "raster");
         printf("bench_gemm: strict's raster group %d, L2 hints A %d, B %d (0 none, 1 evict-first, 2 evict-last)\n",
                raster[0], raster[1], raster[2]);
+    }
+    if (!map_cache) {
+        h3c_gemm_map_cache(0);
+        printf("bench_gemm: strict encodes every tensor map (the map cache off)\n");
     }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
@@ -384,7 +417,7 @@ int main(int argc, char **argv) {
                 if (ph == PH_FWD) lp = lt_make(1, 0, N, M, K, K, K, CUDA_R_16BF);
                 if (ph == PH_DGRAD) lp = lt_make(0, 0, K, M, N, K, N, CUDA_R_32F);
                 if (ph == PH_WGRAD) lp = lt_make(0, 1, K, N, M, K, N, g_dw_bf16 ? CUDA_R_16BF : CUDA_R_32F);
-                float ts = 0, tc = 0;
+                float ts = 0, tc = 0, hs = 0, hc = 0;
                 /* A settling pass of both, not counted: the previous row's side columns (the previous strict kernel,
                  * several milliseconds at M <= 1133) leave the clocks low for a while, and whatever this row measured
                  * first paid for it (at c389c4a, the 7168 -> 5376 dgrad at M = 925 read 0.120-0.143 ms in the full
@@ -394,10 +427,15 @@ int main(int argc, char **argv) {
                 (void)time_impl(IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
                 (void)time_impl(IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
                 for (int half = 0; half < 2; half++) {
-                    const float t1 = time_impl(half ? IMPL_CUBLAS : IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
-                    const float t2 = time_impl(half ? IMPL_STRICT : IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
+                    float h1 = 0, h2 = 0;
+                    const float t1 =
+                        time_impl_host(half ? IMPL_CUBLAS : IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps, &h1);
+                    const float t2 =
+                        time_impl_host(half ? IMPL_STRICT : IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps, &h2);
                     ts += (half ? t2 : t1) / 2;
                     tc += (half ? t1 : t2) / 2;
+                    hs += (half ? h2 : h1) / 2;
+                    hc += (half ? h1 : h2) / 2;
                 }
                 float tp = -1, tr = -1;
                 if (M <= 1133 && !only_m) tp = time_impl(IMPL_PREV, ph, M, N, K, &b, &lp, s, 1, 3);
@@ -425,9 +463,9 @@ int main(int argc, char **argv) {
                             "%s    {\"shape\": \"%lldx%lld\", \"phase\": \"%s\", \"M\": %lld, \"strict_ms\": %.5f, "
                             "\"cublas_ms\": %.5f, \"strict_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.4f, "
                             "\"previous_strict_ms\": %s, \"dy_round_ms\": %s, \"strict_stream_fraction\": %s, "
-                            "\"cublas_stream_fraction\": %s}",
+                            "\"cublas_stream_fraction\": %s, \"strict_host_us\": %.2f, \"cublas_host_us\": %.2f}",
                             first_row ? "" : ",\n", (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf,
-                            ctf, ts / tc, prev, rnd, sfrac, cfrac);
+                            ctf, ts / tc, prev, rnd, sfrac, cfrac, hs, hc);
                     first_row = 0;
                 }
             }

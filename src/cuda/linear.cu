@@ -372,6 +372,7 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
  * FOLD x 256 reduction rows (the wgrad's 256-row tiles of docs/strict.md section 3, the folded dgrad's
  * H3C_DGRAD_FOLD_TILE) and adds the tile partial to a running total in ascending tile order, in registers. */
 
+#include <mutex>
 #include <type_traits>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -1367,10 +1368,60 @@ static h3s_status get_encode(const char *op) {
     return H3S_OK;
 }
 
+/* The tensor maps already encoded, by the arguments of their encoding.  A CUtensorMap is a pure function of those
+ * arguments (base address, element type, sizes, row stride, box; the swizzle, promotion and fill are constants here):
+ * a map kept from an earlier call with the same arguments is the map the encode would write now, whatever the memory
+ * at that address holds by then.  So a kept map changes no copy and no value; it saves the driver call on the host
+ * before each launch, which in a lone call the device waits for.  Direct-mapped by a hash of the arguments, one lock
+ * for every host thread; a collision or a miss only means an encode.  h3c_gemm_map_cache(0) encodes every map. */
+namespace mapc {
+struct key {
+    const void *base;
+    int64_t rows, cols, ld;
+    int box_cols, box_rows, dt;
+};
+struct slot {
+    key k;
+    int used;
+    CUtensorMap m;
+};
+constexpr int SLOTS = 1024;
+static slot g_slots[SLOTS];
+static std::mutex g_lock;
+static int g_on = 1;
+static uint64_t g_hits = 0, g_misses = 0;
+static bool same(const key &a, const key &b) {
+    return a.base == b.base && a.rows == b.rows && a.cols == b.cols && a.ld == b.ld && a.box_cols == b.box_cols &&
+           a.box_rows == b.box_rows && a.dt == b.dt;
+}
+static int index(const key &k) {
+    uint64_t h = (uint64_t)(uintptr_t)k.base;
+    const uint64_t v[6] = {(uint64_t)k.rows,     (uint64_t)k.cols,     (uint64_t)k.ld,
+                           (uint64_t)k.box_cols, (uint64_t)k.box_rows, (uint64_t)k.dt};
+    for (int i = 0; i < 6; i++)
+        h = (h ^ v[i]) * 0x100000001b3ull + (h >> 29);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (int)(h % SLOTS);
+}
+} /* namespace mapc */
+
 /* 2-D tensor map (BF16, or F32 for an F32 output) over rows x cols (row stride ld elements), box box_cols x
- * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there). */
+ * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there); a kept one when there is one
+ * (mapc above). */
 static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
                            int box_cols, int box_rows, CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
+    const mapc::key k = {base, rows, cols, ld, box_cols, box_rows, (int)dt};
+    const int at = mapc::index(k);
+    {
+        std::lock_guard<std::mutex> hold(mapc::g_lock);
+        if (mapc::g_on && mapc::g_slots[at].used && mapc::same(mapc::g_slots[at].k, k)) {
+            *m = mapc::g_slots[at].m;
+            mapc::g_hits++;
+            return H3S_OK;
+        }
+    }
     H3S_TRY(get_encode(op));
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * (dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2)};
@@ -1382,6 +1433,9 @@ static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int
     if (r != CUDA_SUCCESS)
         return h3s_fail(H3S_ERR_DEVICE, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld operand", op, (int)r,
                         (long long)rows, (long long)cols);
+    std::lock_guard<std::mutex> hold(mapc::g_lock);
+    mapc::g_misses++;
+    if (mapc::g_on) mapc::g_slots[at] = {k, 1, *m};
     return H3S_OK;
 }
 
@@ -1572,6 +1626,31 @@ extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
                         config);
     g_force_wgrad = config;
     return H3S_OK;
+}
+
+extern "C" int h3c_gemm_map_cache(int on) {
+    std::lock_guard<std::mutex> hold(wg::mapc::g_lock);
+    const int was = wg::mapc::g_on;
+    if (on == 0 || on == 1) {
+        wg::mapc::g_on = on;
+        if (!on)
+            for (int i = 0; i < wg::mapc::SLOTS; i++)
+                wg::mapc::g_slots[i].used = 0;
+    }
+    return was;
+}
+
+extern "C" void h3c_gemm_map_cache_counts(uint64_t *hits, uint64_t *misses) {
+    std::lock_guard<std::mutex> hold(wg::mapc::g_lock);
+    *hits = wg::mapc::g_hits, *misses = wg::mapc::g_misses;
+}
+
+extern "C" h3s_status h3c_gemm_tensor_map(const void *base, int64_t rows, int64_t cols, int64_t ld, int box_cols,
+                                          int box_rows, int f32, void *map) {
+    if (!base || !map || rows <= 0 || cols <= 0 || ld < cols || box_cols <= 0 || box_rows <= 0)
+        return h3s_fail(H3S_ERR_INVALID, "gemm tensor map: bad arguments");
+    return wg::make_map("gemm tensor map", (CUtensorMap *)map, base, rows, cols, ld, box_cols, box_rows,
+                        f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
 }
 
 extern "C" h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b) {

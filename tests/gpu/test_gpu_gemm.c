@@ -307,6 +307,75 @@ static void raster_invariance(int64_t K, int64_t N, int64_t M, const int *cfgs, 
     gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd), gfree(&dyb), gfree(&y), gfree(&dx), gfree(&dw);
 }
 
+/* The GEMMs keep the tensor maps they encode (make_map in src/cuda/linear.cu), by the encoding's arguments: a kept map
+ * must be byte for byte the map a fresh encode writes, a second lookup with the same arguments must find it, other
+ * arguments must not, and turning the cache off must change no result.  Also: h3c_gemm_tensor_map refuses bad
+ * arguments. */
+static void map_cache(int small) {
+    h3s_tensor buf = gdev2(H3S_BF16, 256, 512);
+    _Alignas(64) unsigned char fresh[128], kept1[128], kept2[128], other[128];
+    memset(fresh, 0, 128), memset(kept1, 0, 128), memset(kept2, 0, 128), memset(other, 0, 128);
+    const int was = h3c_gemm_map_cache(0);
+    CHECK(was == 1, "the map cache is on by default (got %d)", was);
+    CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, 448, 512, 64, 64, 0, fresh));
+    CHECK(h3c_gemm_map_cache(1) == 0, "h3c_gemm_map_cache returns the setting before");
+    uint64_t h0, m0, h1, m1, h2, m2;
+    h3c_gemm_map_cache_counts(&h0, &m0);
+    CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, 448, 512, 64, 64, 0, kept1));
+    h3c_gemm_map_cache_counts(&h1, &m1);
+    CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, 448, 512, 64, 64, 0, kept2));
+    h3c_gemm_map_cache_counts(&h2, &m2);
+    CHECK(m1 == m0 + 1 && h1 == h0, "the first lookup encodes (hits %llu -> %llu, encodes %llu -> %llu)",
+          (unsigned long long)h0, (unsigned long long)h1, (unsigned long long)m0, (unsigned long long)m1);
+    CHECK(h2 == h1 + 1 && m2 == m1, "the second lookup finds the kept map (hits %llu -> %llu, encodes %llu -> %llu)",
+          (unsigned long long)h1, (unsigned long long)h2, (unsigned long long)m1, (unsigned long long)m2);
+    CHECK(memcmp(fresh, kept1, 128) == 0 && memcmp(fresh, kept2, 128) == 0,
+          "a kept tensor map differs from a fresh encode");
+    /* other arguments (the row stride): another map, encoded */
+    CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, 448, 448, 64, 64, 0, other));
+    uint64_t h3, m3;
+    h3c_gemm_map_cache_counts(&h3, &m3);
+    CHECK(m3 == m2 + 1 && memcmp(other, fresh, 128) != 0, "another row stride found a kept map or gave the same map");
+    CHECK(h3c_gemm_tensor_map(NULL, 256, 448, 512, 64, 64, 0, other) != H3S_OK &&
+              h3c_gemm_tensor_map(buf.data, 256, 448, 400, 64, 64, 0, other) != H3S_OK &&
+              h3c_gemm_tensor_map(buf.data, 0, 448, 512, 64, 64, 0, other) != H3S_OK,
+          "h3c_gemm_tensor_map refuses a null base, a row stride under the row and an empty operand");
+    H3T_CLEAR_ERROR();
+    /* a forward and dgrad with the cache off, then twice on (encoded, then kept): the same bits */
+    const int64_t M = small ? 77 : 925, K = small ? 256 : 5376, N = small ? 512 : 7168;
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    gfill(&xd, 501, 1.0f);
+    gfill(&wd, 502, 1.0f / sqrtf((float)K));
+    gfill(&dyd, 503, 1.0f);
+    h3s_tensor y = gdev2(H3S_BF16, M, N), dx = gdev2(H3S_F32, M, K);
+    h3s_tensor yr = {0}, dxr = {0};
+    int64_t bad = 0;
+    for (int run = 0; run < 3; run++) {
+        h3c_gemm_map_cache(run > 0);
+        gpoison(&y), gpoison(&dx);
+        CHECK_OK(h3s_linear_forward(&xd, &wd, NULL, &y));
+        CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dx, NULL, NULL));
+        h3s_tensor yh = gdown(&y), dxh = gdown(&dx);
+        if (run == 0) {
+            yr = yh, dxr = dxh;
+            continue;
+        }
+        bad += count_differing(&yh, &yr, 0, M) + count_differing(&dxh, &dxr, 0, M);
+        g_comparisons += M * (N + K);
+        h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+    }
+    h3c_gemm_map_cache(1);
+    CHECK(bad == 0, "%lld elements of y and dx differ with the map cache on", (long long)bad);
+    g_total_differing += bad;
+    printf(
+        "  map cache: kept maps equal fresh encodes, found on the second lookup; %lld -> %lld y and dx with the cache "
+        "off and on: %lld elements differ\n",
+        (long long)K, (long long)N, (long long)bad);
+    h3s_tensor_free(&yr), h3s_tensor_free(&dxr);
+    h3s_tensor_free(&xd), h3s_tensor_free(&wd), h3s_tensor_free(&dyd), h3s_tensor_free(&y), h3s_tensor_free(&dx);
+    h3s_tensor_free(&buf);
+}
+
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -421,6 +490,7 @@ int main(void) {
         }
     }
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
+    map_cache(small);
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
     const char *path = getenv("H3S_GEMM_INVARIANCE_JSON");
