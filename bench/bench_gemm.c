@@ -399,6 +399,7 @@ int main(int argc, char **argv) {
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
         fprintf(jf, "  \"chain\": %d,\n", g_chain);
+        fprintf(jf, "  \"map_cache\": %d,\n", map_cache);
         fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");
     }

@@ -1373,7 +1373,8 @@ static h3s_status get_encode(const char *op) {
  * a map kept from an earlier call with the same arguments is the map the encode would write now, whatever the memory
  * at that address holds by then.  So a kept map changes no copy and no value; it saves the driver call on the host
  * before each launch, which in a lone call the device waits for.  Direct-mapped by a hash of the arguments, one lock
- * for every host thread; a collision or a miss only means an encode.  h3c_gemm_map_cache(0) encodes every map. */
+ * for every host thread; a collision or a miss only means an encode.  The attention kernels' maps (h3c_tma_map_bf16)
+ * go through the same table.  h3c_gemm_map_cache(0) encodes every map. */
 namespace mapc {
 struct key {
     const void *base;
@@ -1642,7 +1643,8 @@ extern "C" int h3c_gemm_map_cache(int on) {
 
 extern "C" void h3c_gemm_map_cache_counts(uint64_t *hits, uint64_t *misses) {
     std::lock_guard<std::mutex> hold(wg::mapc::g_lock);
-    *hits = wg::mapc::g_hits, *misses = wg::mapc::g_misses;
+    if (hits) *hits = wg::mapc::g_hits;
+    if (misses) *misses = wg::mapc::g_misses;
 }
 
 extern "C" h3s_status h3c_gemm_tensor_map(const void *base, int64_t rows, int64_t cols, int64_t ld, int box_cols,

@@ -18,27 +18,34 @@ dev_elapsed
 H3S_DEV_SAN_TIMEOUT=150 dev_small_test $B memcheck
 grep -E "map cache" $OUT/small.log
 dev_elapsed
-mkdir -p $OUT/rows
+R=/tmp/b69/rows # the rows' JSON files stay on the device; only their archive comes back
+rm -rf "$R" && mkdir -p "$R"
 for rep in 1 2; do
     for mc in 1 0; do
         for shape in "2688 32256" "5376 7168"; do
             for m in 12 64; do
                 set -- $shape
-                timeout 60 $B/bench_gemm --only $1 $2 $m --map-cache $mc --json $OUT/rows/r${rep}_c${mc}_${1}x${2}_m$m.json \
-                    >/dev/null 2>&1 || echo "bench_gemm --only $1 $2 $m --map-cache $mc: rc=$?"
+                timeout 60 "$B/bench_gemm" --only "$1" "$2" "$m" --map-cache "$mc" \
+                    --json "$R/r${rep}_c${mc}_${1}x${2}_m$m.json" >/dev/null 2>&1 ||
+                    echo "bench_gemm --only $1 $2 $m --map-cache $mc: rc=$?"
             done
         done
     done
 done
-python3 - "$OUT/rows" <<'PY'
+python3 - "$R" <<'PY'
 import glob, json, os, sys
 print("rep cache shape M phase strict_ms cublas_ms ratio s_strm c_strm strict_host_us cublas_host_us")
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     n = os.path.basename(f)[:-5].split("_")
-    for r in json.load(open(f))["rows"]:
+    try:
+        rows = json.load(open(f))["rows"]
+    except (OSError, ValueError, KeyError) as e:
+        print(os.path.basename(f), "unreadable:", e)
+        continue
+    for r in rows:
         print(n[0], n[1], r["shape"], r["M"], r["phase"], r["strict_ms"], r["cublas_ms"], r["ratio"],
               r["strict_stream_fraction"], r["cublas_stream_fraction"], r["strict_host_us"], r["cublas_host_us"])
 PY
-tar czf $OUT/rows.tgz -C $OUT rows && rm -rf $OUT/rows
-tar czf $OUT/san.tgz -C $OUT $(cd $OUT && ls san_*.log) && rm -f $OUT/san_*.log
+tar czf "$OUT/rows.tgz" -C /tmp/b69 rows
+tar czf "$OUT/san.tgz" -C "$OUT" $(cd "$OUT" && ls san_*.log) && rm -f "$OUT"/san_*.log
 dev_elapsed
