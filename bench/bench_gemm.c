@@ -2,7 +2,7 @@
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
  *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
- *                    [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]
+ *                    [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -34,6 +34,10 @@
  * (1-100, default 1) runs each side's product N times back to back between a sample's two events and records the
  * elapsed time over N: the host's work before a launch and the launch's latency then overlap the previous call's
  * kernels, as they do in a model's pass where launches queue ahead of the device (recorded as "chain" in the JSON).
+ * --gate puts a 256 MiB clear of a scratch buffer on the stream before each sample's start event (the copy bandwidth
+ * too), so that the host has issued the sample's work before the device reaches it: the sample is then the device's
+ * time alone, without the host's work before the first launch (recorded as "gate" in the JSON; the clear also
+ * leaves nothing of the operands in L2).
  * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
  * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.  --map-cache 0
  * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).
@@ -146,6 +150,8 @@ enum { PH_FWD = 0, PH_DGRAD = 1, PH_WGRAD = 2 };
 static const char *PHASE[3] = {"forward", "dgrad", "wgrad"};
 static int g_dw_bf16 = 0; /* --dw-bf16 */
 static int g_chain = 1;   /* --chain N: products per timed sample */
+static void *g_gate;      /* --gate: a buffer the device clears before each sample's start event */
+#define GATE_BYTES ((size_t)256 << 20)
 
 typedef struct bufs {
     void *x, *w, *dyb, *y, *dx, *dw;
@@ -205,6 +211,7 @@ static float time_impl_host(int impl, int phase, int64_t M, int64_t N, int64_t K
     for (int i = 0; i < warmup; i++)
         run_impl(impl, phase, M, N, K, b, lp, s);
     for (int i = 0; i < reps; i++) {
+        if (g_gate) cuok(cudaMemsetAsync(g_gate, 0, GATE_BYTES, s), "gate");
         cuok(cudaEventRecord(e0, s), "record");
         const double h0 = host_now();
         for (int j = 0; j < g_chain; j++)
@@ -256,6 +263,8 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chain") && i + 1 < argc)
             g_chain = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gate"))
+            g_gate = (void *)1; /* allocated below, once the device is known */
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -314,7 +323,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
                             "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
-                            "[--chain N] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]\n");
+                            "[--chain N] [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]\n");
             return 2;
         }
     }
@@ -338,6 +347,11 @@ int main(int argc, char **argv) {
         ok(h3c_gemm_raster(raster[0], raster[1], raster[2]), "raster");
         printf("bench_gemm: strict's raster group %d, L2 hints A %d, B %d (0 none, 1 evict-first, 2 evict-last)\n",
                raster[0], raster[1], raster[2]);
+    }
+    if (g_gate) {
+        g_gate = NULL;
+        cuok(cudaMalloc(&g_gate, GATE_BYTES), "gate buffer");
+        printf("bench_gemm: each sample waits behind a 256 MiB clear of the device (--gate)\n");
     }
     if (!map_cache) {
         h3c_gemm_map_cache(0);
@@ -394,12 +408,13 @@ int main(int argc, char **argv) {
         fprintf(jf, "  \"source_commit\": \"%s\",\n", H3S_SOURCE_COMMIT);
         char chain_arg[32] = "";
         if (g_chain > 1) snprintf(chain_arg, sizeof chain_arg, " --chain %d", g_chain);
-        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s\",\n", reps, warmup,
-                quick ? " --quick" : "", chain_arg);
+        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s%s%s\",\n", reps, warmup,
+                quick ? " --quick" : "", chain_arg, g_gate ? " --gate" : "", map_cache ? "" : " --map-cache 0");
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
         fprintf(jf, "  \"chain\": %d,\n", g_chain);
         fprintf(jf, "  \"map_cache\": %d,\n", map_cache);
+        fprintf(jf, "  \"gate\": %d,\n", g_gate != NULL);
         fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");
     }
@@ -477,6 +492,7 @@ int main(int argc, char **argv) {
         fclose(jf);
     }
     cudaFree(b.x), cudaFree(b.w), cudaFree(b.dy), cudaFree(b.dyb), cudaFree(b.y), cudaFree(b.dx), cudaFree(b.dw);
+    if (g_gate) cudaFree(g_gate);
     cudaFree(g_ws);
     cublasLtDestroy(g_lt);
     return 0;

@@ -9,7 +9,8 @@
 #   OUT=<dir> bash docs/evidence/gpu/development/raster/call69.sh
 # build; test_gpu_gemm at small size (its map_cache part: kept maps byte-equal to fresh encodes, found on the second
 # lookup, the same y and dx with the cache off and on) plain and under memcheck; bench_gemm on the AdaLN shape and on
-# 5376 -> 7168 at M = 12 and 64, every phase, with the cache on and off, twice; the rows' device and host times.
+# 5376 -> 7168 at M = 12 and 64, every phase, with the cache on and off and, cache on, with --gate (each sample behind
+# a clear of the device, so that it times the device alone), twice; the rows' device and host times.
 set -u
 . scripts/dev_call.sh
 B=/tmp/b69
@@ -20,21 +21,24 @@ grep -E "map cache" $OUT/small.log
 dev_elapsed
 R=/tmp/b69/rows # the rows' JSON files stay on the device; only their archive comes back
 rm -rf "$R" && mkdir -p "$R"
+# variants: the maps kept (k1) or encoded every time (k0), lone calls; kept, each sample behind the gate (g1: the
+# device's time alone)
 for rep in 1 2; do
-    for mc in 1 0; do
+    for v in k1 k0 g1; do
+        case $v in k1) opt="--map-cache 1" ;; k0) opt="--map-cache 0" ;; g1) opt="--map-cache 1 --gate" ;; esac
         for shape in "2688 32256" "5376 7168"; do
             for m in 12 64; do
                 set -- $shape
-                timeout 60 "$B/bench_gemm" --only "$1" "$2" "$m" --map-cache "$mc" \
-                    --json "$R/r${rep}_c${mc}_${1}x${2}_m$m.json" >/dev/null 2>&1 ||
-                    echo "bench_gemm --only $1 $2 $m --map-cache $mc: rc=$?"
+                # shellcheck disable=SC2086
+                timeout 60 "$B/bench_gemm" --only "$1" "$2" "$m" $opt --json "$R/r${rep}_${v}_${1}x${2}_m$m.json" \
+                    >/dev/null 2>&1 || echo "bench_gemm --only $1 $2 $m $opt: rc=$?"
             done
         done
     done
 done
 python3 - "$R" <<'PY'
 import glob, json, os, sys
-print("rep cache shape M phase strict_ms cublas_ms ratio s_strm c_strm strict_host_us cublas_host_us")
+print("rep variant shape M phase strict_ms cublas_ms ratio s_strm c_strm strict_host_us cublas_host_us")
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     n = os.path.basename(f)[:-5].split("_")
     try:
