@@ -12,19 +12,7 @@ set -u
 B=/tmp/b68
 dev_build $B bench_gemm || exit 1
 dev_elapsed
-for i in 1 2 3; do
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader -l 1 \
-        >"$OUT/smi$i.txt" 2>&1 &
-    smi=$!
-    "$B/bench_gemm" --reps 10 --warmup 3 --invariance docs/evidence/gpu/development/final_c093d54/gemm_invariance.json \
-        --json "$OUT/run$i.json" >"$OUT/run$i.log" 2>&1
-    echo "run $i: rc=$? $(head -n 1 "$OUT/run$i.log")"
-    kill $smi 2>/dev/null
-    wait $smi 2>/dev/null
-    cat "$OUT/smi$i.txt" >>"$OUT/run$i.log"
-    rm -f "$OUT/smi$i.txt"
-    dev_elapsed
-done
+dev_tables $B 3 docs/evidence/gpu/development/final_c093d54/gemm_invariance.json
 {
 for rep in 1 2 3; do
     for row in "5376 7168 925 forward" "5376 7168 4253 forward" "2688 32256 4253 forward" "5376 7168 4253 dgrad" \
