@@ -805,7 +805,6 @@ __device__ __forceinline__ void block_mmas(float *d, uint32_t sa, uint32_t sb, i
     }
 }
 
-/* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 /* A stage given back by a consumer warpgroup: one arrival on its empty barrier, in every CTA of the cluster (each
  * CTA's producer writes this stage of both, its A block to its own and its half of B to both). */
 template <int CL> __device__ __forceinline__ void give_back(uint64_t *empty) {
@@ -816,6 +815,7 @@ template <int CL> __device__ __forceinline__ void give_back(uint64_t *empty) {
             mbar_arrive_rank(empty, r);
 }
 
+/* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
                                          int64_t q0, int c, const args &g, int64_t base, int64_t coff,

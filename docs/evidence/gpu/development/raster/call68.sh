@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Call 68 (prepared, not yet run): the full bench_gemm table three times back to back at main's head (whose src and
-# tests equal c093d54's but for comments), with the invariance count from ../final_c093d54/gemm_invariance.json, then
+# tests give c093d54's PTX), with the invariance count from ../final_c093d54/gemm_invariance.json, then
 # the six rows that read over 1.10 in c093d54's one run (raster.md) in one-row processes, three each: whether they are
 # over by their median, as the 5376 -> 28672 forward at M = 33396 was at 82eb208, or only in that run. From the
 # repository root with OUT set and H3S_SOURCE_COMMIT the commit run, carrying .deps (about 4 minutes):
