@@ -1705,7 +1705,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
  * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4; 10 the short band, 0's whole waves then the
  * small-M configuration of the rows left (at most 64); 11 0's tiles on 2-CTA clusters sharing B by multicast, taken
- * instead of 0 from CLUSTER_MIN_ROWS rows on.
+ * instead of 0 from CLUSTER_MIN_ROWS rows on; 12 192 x 192 tiles, taken where their estimate (C192_COST) is under
+ * BAND_GAIN times the choice's.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1734,6 +1735,12 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
  * 3.87-3.88, the 5376 -> 28672 dgrad 15.30-15.47 against 15.62-15.75, the other rows measured within 0.6% either way;
  * at M = 8349 11 was 0.6-3.4% slower on the five rows measured. */
 #define CLUSTER_MIN_ROWS 16384
+/* The estimated time of one wave of configuration 12's 192 x 192 tiles against one of 128 x 256 tiles (the area ratio
+ * is 1.125): 1.08, from call 71 (bench_gemm's whole table forced to 12 against the dispatcher's choice, twice each;
+ * docs/evidence/gpu/development/tile192.md), where 12's time per wave at M >= 4253 was 1.05-1.11 of the choice's.
+ * With BAND_GAIN it moves 17 of the table's 50 forward and dgrad rows at M >= 925 to 12; in that call 16 of them ran
+ * 1.4-6.2% faster in 12, one 2.0% slower. */
+#define C192_COST 1.08
 
 /* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
  * than multiprocessors; -1 above 64 rows. */
@@ -1773,6 +1780,8 @@ static int dispatch_config(int64_t M, int64_t Q) {
     const int64_t p1 = wg::band_short_rows(M, Q);
     if (p1 > 0 && (double)waves(tiles(p1, Q, 128, 256)) + BAND_SHORT_COST_PER_COLUMN * (double)Q < BAND_GAIN * cp)
         return 10;
+    /* configuration 12's 192 x 192 tiles, where their estimate is under BAND_GAIN times the choice so far */
+    if (C192_COST * (double)waves(tiles(M, Q, 192, 192)) < BAND_GAIN * cp) return 12;
     /* the long rows: configuration 0's tiles on 2-CTA clusters sharing B (11), which reads B through L2 half as often;
      * at the 700 W cap that keeps the clock up (docs/evidence/gpu/development/raster.md) */
     if (pick == 0 && M >= CLUSTER_MIN_ROWS) return 11;
