@@ -2,7 +2,7 @@
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
  *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
- *                    [--raster GROUP HINT_A HINT_B]
+ *                    [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -28,16 +28,26 @@
  * (forward, dgrad or wgrad) measures that phase alone.  The run first measures the copy bandwidth (a 256 MiB device
  * to device copy, bytes read plus written: "copy_tbps"); at M <= 64, where a GEMM streams its weight (forward,
  * dgrad) or its weight gradient (wgrad, written), each row records those bytes per second as a fraction of it, for
- * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  --chain N
+ * strict and cuBLASLt ("strict_stream_fraction", "cublas_stream_fraction"; columns s_strm, c_strm).  Each row also
+ * records the host's time to issue one product, strict's and cuBLASLt's ("strict_host_us", "cublas_host_us", JSON
+ * only): in a lone call the device, idle after the start event, waits for it.  --chain N
  * (1-100, default 1) runs each side's product N times back to back between a sample's two events and records the
  * elapsed time over N: the host's work before a launch and the launch's latency then overlap the previous call's
  * kernels, as they do in a model's pass where launches queue ahead of the device (recorded as "chain" in the JSON).
+ * --gate holds the stream before each sample's start event (a host function that returns once the host has issued the
+ * sample's work), so that the device reaches the start event with every launch of the sample queued: the sample is
+ * then the device's time alone, without the host's work before the first launch (recorded as "gate" in the JSON).
+ * Rows at M <= 64 record those held times in any case ("strict_device_ms", "cublas_device_ms") and the stream
+ * fractions they give ("strict_device_stream_fraction", "cublas_device_stream_fraction"; columns s_dev, c_dev).
  * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
- * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.
+ * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.  --map-cache 0
+ * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).
  * Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <time.h>
 
 #include "core/core.h"
 #include "cuda/cuda_extra.h"
@@ -142,6 +152,7 @@ enum { PH_FWD = 0, PH_DGRAD = 1, PH_WGRAD = 2 };
 static const char *PHASE[3] = {"forward", "dgrad", "wgrad"};
 static int g_dw_bf16 = 0; /* --dw-bf16 */
 static int g_chain = 1;   /* --chain N: products per timed sample */
+static int g_gate = 0;    /* --gate: every sample held until it is issued (hold_fn) */
 
 typedef struct bufs {
     void *x, *w, *dyb, *y, *dx, *dw;
@@ -183,26 +194,80 @@ static void run_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const
     ok(h3s_set_grad_operands(H3S_GRAD_OPERANDS_BF16), "mode");
 }
 
-static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
-                       cudaStream_t s, int warmup, int reps) {
+static double host_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The hold: a host function on the stream before a sample's start event, spinning until the sample's work is issued
+ * (g_hold_release), so that the device meets the start event with the whole sample queued behind it. A hold that ends
+ * by its timeout (2 s: the product waited for the device, which the hold kept idle) marks the run invalid. */
+static atomic_int g_hold_release, g_hold_timed_out;
+static void CUDART_CB hold_fn(void *arg) {
+    (void)arg;
+    const double t0 = host_now();
+    while (!atomic_load(&g_hold_release))
+        if (host_now() - t0 > 2.0) {
+            atomic_store(&g_hold_timed_out, 1);
+            return;
+        }
+}
+
+/* The device time of one product (ms, the median of reps samples) and, in *host_us when not NULL, the host's time to
+ * issue it (us, the median over the same samples: from before the first call of a sample to after its last, per
+ * product; in a lone call the device waits for that work, since the start event has already run).  held: each sample
+ * behind the hold, which leaves the host's work out of the device's time. */
+static float time_impl_host(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
+                            cudaStream_t s, int warmup, int reps, int held, float *host_us) {
     cudaEvent_t e0, e1;
     cuok(cudaEventCreate(&e0), "event");
     cuok(cudaEventCreate(&e1), "event");
-    float t[MAX_REPS];
+    float t[MAX_REPS], h[MAX_REPS];
     for (int i = 0; i < warmup; i++)
         run_impl(impl, phase, M, N, K, b, lp, s);
     for (int i = 0; i < reps; i++) {
+        if (held) {
+            atomic_store(&g_hold_release, 0);
+            cuok(cudaLaunchHostFunc(s, hold_fn, NULL), "hold");
+        }
         cuok(cudaEventRecord(e0, s), "record");
+        const double h0 = host_now();
         for (int j = 0; j < g_chain; j++)
             run_impl(impl, phase, M, N, K, b, lp, s);
+        h[i] = (float)((host_now() - h0) * 1e6 / g_chain);
         cuok(cudaEventRecord(e1, s), "record");
+        atomic_store(&g_hold_release, 1);
         cuok(cudaEventSynchronize(e1), "sync");
+        if (atomic_load(&g_hold_timed_out))
+            die("hold", "a product waited for the device while its sample was held: the time is not the device's");
         cuok(cudaEventElapsedTime(&t[i], e0, e1), "elapsed");
         t[i] /= (float)g_chain;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+    if (host_us) *host_us = median(h, reps);
     return median(t, reps);
+}
+
+static float time_impl(int impl, int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp,
+                       cudaStream_t s, int warmup, int reps) {
+    return time_impl_host(impl, phase, M, N, K, b, lp, s, warmup, reps, g_gate, NULL);
+}
+
+/* Both sides of a row: two halves in the order strict, cuBLASLt, cuBLASLt, strict, so that neither always runs first;
+ * a side's device time (t[0] strict, t[1] cuBLASLt) and host time (h) the means of its two medians */
+static void time_sides(int phase, int64_t M, int64_t N, int64_t K, const bufs *b, const lt_plan *lp, cudaStream_t s,
+                       int warmup, int reps, int held, float t[2], float h[2]) {
+    t[0] = t[1] = h[0] = h[1] = 0;
+    for (int half = 0; half < 2; half++)
+        for (int k = 0; k < 2; k++) {
+            const int side = half ^ k; /* 0 strict, 1 cuBLASLt */
+            float hu = 0;
+            t[side] +=
+                time_impl_host(side ? IMPL_CUBLAS : IMPL_STRICT, phase, M, N, K, b, lp, s, warmup, reps, held, &hu) / 2;
+            h[side] += hu / 2;
+        }
 }
 
 static int64_t read_invariance(const char *path) {
@@ -227,6 +292,7 @@ int main(int argc, char **argv) {
     int wgrad_fold = 0;                         /* --wgrad-fold */
     int wgrad_config = -1;                      /* --wgrad-config C */
     int only_phase = -1;                        /* --phase P */
+    int map_cache = 1;                          /* --map-cache 0|1: h3c_gemm_map_cache */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -234,6 +300,8 @@ int main(int argc, char **argv) {
             warmup = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--chain") && i + 1 < argc)
             g_chain = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gate"))
+            g_gate = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -260,6 +328,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_gemm: --raster takes three integers: GROUP HINT_A HINT_B\n");
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--map-cache") && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "0") && strcmp(v, "1")) {
+                fprintf(stderr, "bench_gemm: --map-cache takes 0 or 1\n");
+                return 2;
+            }
+            map_cache = v[0] == '1';
         } else if (!strcmp(argv[i], "--dw-bf16")) {
             g_dw_bf16 = 1;
         } else if (!strcmp(argv[i], "--wgrad-fold")) {
@@ -285,7 +360,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
                             "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
-                            "[--chain N] [--raster GROUP HINT_A HINT_B]\n");
+                            "[--chain N] [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]\n");
             return 2;
         }
     }
@@ -309,6 +384,11 @@ int main(int argc, char **argv) {
         ok(h3c_gemm_raster(raster[0], raster[1], raster[2]), "raster");
         printf("bench_gemm: strict's raster group %d, L2 hints A %d, B %d (0 none, 1 evict-first, 2 evict-last)\n",
                raster[0], raster[1], raster[2]);
+    }
+    if (g_gate) printf("bench_gemm: each sample held until the host has issued it (--gate)\n");
+    if (!map_cache) {
+        h3c_gemm_map_cache(0);
+        printf("bench_gemm: strict encodes every tensor map (the map cache off)\n");
     }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
@@ -361,16 +441,18 @@ int main(int argc, char **argv) {
         fprintf(jf, "  \"source_commit\": \"%s\",\n", H3S_SOURCE_COMMIT);
         char chain_arg[32] = "";
         if (g_chain > 1) snprintf(chain_arg, sizeof chain_arg, " --chain %d", g_chain);
-        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s\",\n", reps, warmup,
-                quick ? " --quick" : "", chain_arg);
+        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s%s%s\",\n", reps, warmup,
+                quick ? " --quick" : "", chain_arg, g_gate ? " --gate" : "", map_cache ? "" : " --map-cache 0");
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
         fprintf(jf, "  \"chain\": %d,\n", g_chain);
+        fprintf(jf, "  \"map_cache\": %d,\n", map_cache);
+        fprintf(jf, "  \"gate\": %d,\n", g_gate);
         fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");
     }
-    printf("%-12s %-8s %6s %10s %10s %8s %8s %7s %10s %10s %7s %7s\n", "shape", "phase", "M", "strict_ms", "cublas_ms",
-           "strict_TF", "cublas_TF", "ratio", "prev_ms", "round_ms", "s_strm", "c_strm");
+    printf("%-12s %-8s %6s %10s %10s %8s %8s %7s %10s %10s %7s %7s %7s %7s\n", "shape", "phase", "M", "strict_ms",
+           "cublas_ms", "strict_TF", "cublas_TF", "ratio", "prev_ms", "round_ms", "s_strm", "c_strm", "s_dev", "c_dev");
     int first_row = 1;
     for (int si = 0; si < 5; si++) {
         const int64_t K = shapes[si][0], N = shapes[si][1];
@@ -384,21 +466,23 @@ int main(int argc, char **argv) {
                 if (ph == PH_FWD) lp = lt_make(1, 0, N, M, K, K, K, CUDA_R_16BF);
                 if (ph == PH_DGRAD) lp = lt_make(0, 0, K, M, N, K, N, CUDA_R_32F);
                 if (ph == PH_WGRAD) lp = lt_make(0, 1, K, N, M, K, N, g_dw_bf16 ? CUDA_R_16BF : CUDA_R_32F);
-                float ts = 0, tc = 0;
                 /* A settling pass of both, not counted: the previous row's side columns (the previous strict kernel,
                  * several milliseconds at M <= 1133) leave the clocks low for a while, and whatever this row measured
                  * first paid for it (at c389c4a, the 7168 -> 5376 dgrad at M = 925 read 0.120-0.143 ms in the full
                  * table against 0.113-0.116 ms in processes of its row alone, cuBLASLt 0.111-0.122 against
-                 * 0.106-0.113; docs/evidence/gpu/development/config_spread/).  Then the two halves in the order
-                 * strict, cuBLAS, cuBLAS, strict, so that neither always runs first. */
+                 * 0.106-0.113; docs/evidence/gpu/development/config_spread/). */
                 (void)time_impl(IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
                 (void)time_impl(IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
-                for (int half = 0; half < 2; half++) {
-                    const float t1 = time_impl(half ? IMPL_CUBLAS : IMPL_STRICT, ph, M, N, K, &b, &lp, s, warmup, reps);
-                    const float t2 = time_impl(half ? IMPL_STRICT : IMPL_CUBLAS, ph, M, N, K, &b, &lp, s, warmup, reps);
-                    ts += (half ? t2 : t1) / 2;
-                    tc += (half ? t1 : t2) / 2;
+                float t[2], h[2], td[2] = {-1, -1}, hd[2];
+                time_sides(ph, M, N, K, &b, &lp, s, warmup, reps, g_gate, t, h);
+                /* at M <= 64, where the host's work is a visible part of a lone call, the held times too */
+                if (M <= 64) {
+                    if (g_gate)
+                        td[0] = t[0], td[1] = t[1];
+                    else
+                        time_sides(ph, M, N, K, &b, &lp, s, warmup, reps, 1, td, hd);
                 }
+                const float ts = t[0], tc = t[1], hs = h[0], hc = h[1];
                 float tp = -1, tr = -1;
                 if (M <= 1133 && !only_m) tp = time_impl(IMPL_PREV, ph, M, N, K, &b, &lp, s, 1, 3);
                 if (ph != PH_FWD) tr = time_impl(IMPL_ROUND, ph, M, N, K, &b, &lp, s, 1, reps);
@@ -407,27 +491,36 @@ int main(int argc, char **argv) {
                 const double stf = flop / (ts * 1e-3) * 1e-12, ctf = flop / (tc * 1e-3) * 1e-12;
                 /* At M <= 64 a GEMM streams its weight (forward, dgrad: N x K BF16 read) or its weight gradient
                  * (wgrad: N x K written, F32 or BF16): those bytes per second against the copy bandwidth */
-                char sfrac[32] = "null", cfrac[32] = "null";
+                char sfrac[32] = "null", cfrac[32] = "null", sdev[32] = "null", cdev[32] = "null";
+                char sdms[32] = "null", cdms[32] = "null";
                 if (M <= 64) {
                     const double wb = (double)N * (double)K * (ph == PH_WGRAD && !g_dw_bf16 ? 4.0 : 2.0);
                     snprintf(sfrac, sizeof sfrac, "%.3f", wb / (ts * 1e-3) * 1e-12 / copy_tbps);
                     snprintf(cfrac, sizeof cfrac, "%.3f", wb / (tc * 1e-3) * 1e-12 / copy_tbps);
+                    snprintf(sdev, sizeof sdev, "%.3f", wb / (td[0] * 1e-3) * 1e-12 / copy_tbps);
+                    snprintf(cdev, sizeof cdev, "%.3f", wb / (td[1] * 1e-3) * 1e-12 / copy_tbps);
+                    snprintf(sdms, sizeof sdms, "%.5f", td[0]);
+                    snprintf(cdms, sizeof cdms, "%.5f", td[1]);
                 }
-                printf("%5lldx%-6lld %-8s %6lld %10.4f %10.4f %8.1f %8.1f %7.3f %10.4f %10.4f %7s %7s\n", (long long)K,
-                       (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf, ts / tc, tp, tr, M <= 64 ? sfrac : "-",
-                       M <= 64 ? cfrac : "-");
+                const int small = M <= 64;
+                printf("%5lldx%-6lld %-8s %6lld %10.4f %10.4f %8.1f %8.1f %7.3f %10.4f %10.4f %7s %7s %7s %7s\n",
+                       (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf, ts / tc, tp, tr,
+                       small ? sfrac : "-", small ? cfrac : "-", small ? sdev : "-", small ? cdev : "-");
                 fflush(stdout);
                 if (jf) {
                     char prev[32] = "null", rnd[32] = "null";
                     if (tp >= 0) snprintf(prev, sizeof prev, "%.5f", tp);
                     if (tr >= 0) snprintf(rnd, sizeof rnd, "%.5f", tr);
-                    fprintf(jf,
-                            "%s    {\"shape\": \"%lldx%lld\", \"phase\": \"%s\", \"M\": %lld, \"strict_ms\": %.5f, "
-                            "\"cublas_ms\": %.5f, \"strict_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.4f, "
-                            "\"previous_strict_ms\": %s, \"dy_round_ms\": %s, \"strict_stream_fraction\": %s, "
-                            "\"cublas_stream_fraction\": %s}",
-                            first_row ? "" : ",\n", (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf,
-                            ctf, ts / tc, prev, rnd, sfrac, cfrac);
+                    fprintf(
+                        jf,
+                        "%s    {\"shape\": \"%lldx%lld\", \"phase\": \"%s\", \"M\": %lld, \"strict_ms\": %.5f, "
+                        "\"cublas_ms\": %.5f, \"strict_tflops\": %.1f, \"cublas_tflops\": %.1f, \"ratio\": %.4f, "
+                        "\"previous_strict_ms\": %s, \"dy_round_ms\": %s, \"strict_stream_fraction\": %s, "
+                        "\"cublas_stream_fraction\": %s, \"strict_host_us\": %.2f, \"cublas_host_us\": %.2f, "
+                        "\"strict_device_ms\": %s, \"cublas_device_ms\": %s, \"strict_device_stream_fraction\": %s, "
+                        "\"cublas_device_stream_fraction\": %s}",
+                        first_row ? "" : ",\n", (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf,
+                        ts / tc, prev, rnd, sfrac, cfrac, hs, hc, sdms, cdms, sdev, cdev);
                     first_row = 0;
                 }
             }

@@ -108,6 +108,16 @@ h3s_status h3c_gemm_force_config(int config);
  * configuration but the folded dgrad's split (whose weight is evict-first).  Which CTA computes a tile, when, and how
  * long the operands stay in L2: never a result.  H3S_ERR_INVALID outside 1..4096 and 0..2. */
 h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b);
+/* The kept tensor maps of the GEMMs and attention (src/cuda/linear.cu, make_map): h3c_gemm_map_cache(1) keeps them
+ * (the default), 0 encodes every map and forgets the kept ones, any other value only asks; returns the setting
+ * before.  The counts are of lookups that found a kept map and of encodes since the start.  h3c_gemm_tensor_map
+ * writes into map (128 bytes, 64-byte aligned) the map the GEMMs would use for a BF16 (f32 = 0) or F32 operand of
+ * rows x cols, row stride ld elements, box box_cols x box_rows: for tests that compare a kept map with a fresh
+ * encode. */
+int h3c_gemm_map_cache(int on);
+void h3c_gemm_map_cache_counts(uint64_t *hits, uint64_t *misses);
+h3s_status h3c_gemm_tensor_map(const void *base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
+                               int f32, void *map);
 /* Test hook: the rows of a band's first launch (forward/dgrad configurations 8 and 10: P = the output's rows, Q its
  * columns; 9, transposed: P = the output's columns, Q its rows), 0 when the band runs as one launch. */
 int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q);

@@ -372,6 +372,7 @@ static h3s_status mma_gemm_dw_split(const char *op, int64_t M, int64_t N, int64_
  * FOLD x 256 reduction rows (the wgrad's 256-row tiles of docs/strict.md section 3, the folded dgrad's
  * H3C_DGRAD_FOLD_TILE) and adds the tile partial to a running total in ascending tile order, in registers. */
 
+#include <mutex>
 #include <type_traits>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -486,7 +487,13 @@ struct cfg {
     static constexpr int SMEM = TMA_EPI     ? STG_OFF + STG_BYTES + 1024
                                 : EPI_BYTES ? EPI_OFF + EPI_BYTES + 1024
                                             : RING + 1024 + BARS;
-    static_assert(BM == 64 || BM == 128, "BM");
+    static_assert(BM == 64 || BM == 128 || BM == 192, "BM");
+    /* registers per consumer thread after setmaxnreg.inc (one CTA per SM; the producer warpgroup keeps 40): with three
+     * consumer warpgroups (512 threads, 128 registers each at launch) the consumers can take only what the producer
+     * gives back, 152 each; with one or two, 232 */
+    static constexpr int CREG = NC == 3 ? 152 : 232;
+    static_assert(NC != 3 || MINB != 1 || (128 * 40 + 128 * NC * CREG <= THREADS * (65536 / THREADS / 8 * 8)),
+                  "setmaxnreg: the consumers' registers come from those the producer releases");
     static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256,
                   "BN");
     static_assert(!BMN || BN % 64 == 0, "an MN-major B tile is whole 64-column swizzle atoms");
@@ -503,8 +510,8 @@ struct cfg {
     static_assert(CL == 1 || (CL == 2 && FOLD == 0 && MINB == 1 && !TRANS && KPS == 1 && L2 == 0 && TMA_EPI &&
                               (BMN ? (BN / 64) % CL == 0 : (BN / CL) % 8 == 0)),
                   "clusters: two CTAs of the bulk-store epilogue's plain chain, B in whole boxes per CTA");
-    static_assert(!TMA_EPI || (BM == 128 && BN % (TRANS ? 8 : 64) == 0 && MINB == 1),
-                  "the bulk-store epilogue: 128-row tiles of whole 64-column blocks (transposed: 8)");
+    static_assert(!TMA_EPI || ((BM == 128 || (BM == 192 && !TRANS)) && BN % (TRANS ? 8 : 64) == 0 && MINB == 1),
+                  "the bulk-store epilogue: 128-row (or 192-row) tiles of whole 64-column blocks (transposed: 8)");
     static_assert(!TRANS || ((EPI == EPI_F32 || EPI == EPI_F32_TMA || EPI == EPI_BF16_TMA ||
                               (EPI == EPI_BF16_BIAS && BM == 64)) &&
                              BN % 8 == 0),
@@ -1177,7 +1184,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             }
         }
     } else {
-        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        if constexpr (C::MINB == 1) {
+            if constexpr (C::CREG == 152)
+                asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n");
+            else
+                asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        }
         int64_t base = 0;
         int seq = 0; /* the bulk-store epilogue's chunks staged so far */
         for (int64_t id = first; id < ntiles; id += step) {
@@ -1309,6 +1321,12 @@ typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist
  * (the weight's 128 rows of the forward's tile; two of the dgrad's four 64-column boxes). */
 typedef cfg<128, 256, 4, 0, 0, EPI_BF16_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> fwd_c11;
 typedef cfg<128, 256, 4, 0, 1, EPI_F32_TMA, 0, 1, 0, 0, 0, 1, L2_NONE, 2> dgrad_c11;
+/* Configuration 12: 192 x 192 tiles, three consumer warpgroups (each 64 rows of the tile, as in every configuration),
+ * 3 stages (a 4th does not fit beside the bulk stores' boxes), bulk stores, persistent.  Per output element it reads
+ * (192 + 192) / (192 x 192) of an operand row from shared memory per step, against (128 + 256) / (128 x 256) in 0: 11%
+ * less shared-memory traffic per product. */
+typedef cfg<192, 192, 3, 0, 0, EPI_BF16_TMA, 0> fwd_c12;
+typedef cfg<192, 192, 3, 0, 1, EPI_F32_TMA, 0> dgrad_c12;
 
 /* out[p, q] = part[0][p, q] + part[1][p, q] + ... in ascending t (the FOLD configuration's running total:
  * tot = partial 0, then tot = tot + partial t); part[t] is [P, Q] at part + t * stride.  The partials are loaded
@@ -1367,10 +1385,61 @@ static h3s_status get_encode(const char *op) {
     return H3S_OK;
 }
 
+/* The tensor maps already encoded, by the arguments of their encoding.  A CUtensorMap is a pure function of those
+ * arguments (base address, element type, sizes, row stride, box; the swizzle, promotion and fill are constants here):
+ * a map kept from an earlier call with the same arguments is the map the encode would write now, whatever the memory
+ * at that address holds by then.  So a kept map changes no copy and no value; it saves the driver call on the host
+ * before each launch, which in a lone call the device waits for.  Direct-mapped by a hash of the arguments, one lock
+ * for every host thread; a collision or a miss only means an encode.  The attention kernels' maps (h3c_tma_map_bf16)
+ * go through the same table.  h3c_gemm_map_cache(0) encodes every map. */
+namespace mapc {
+struct key {
+    const void *base;
+    int64_t rows, cols, ld;
+    int box_cols, box_rows, dt;
+};
+struct slot {
+    key k;
+    int used;
+    CUtensorMap m;
+};
+constexpr int SLOTS = 1024;
+static slot g_slots[SLOTS];
+static std::mutex g_lock;
+static int g_on = 1;
+static uint64_t g_hits = 0, g_misses = 0;
+static bool same(const key &a, const key &b) {
+    return a.base == b.base && a.rows == b.rows && a.cols == b.cols && a.ld == b.ld && a.box_cols == b.box_cols &&
+           a.box_rows == b.box_rows && a.dt == b.dt;
+}
+static int index(const key &k) {
+    uint64_t h = (uint64_t)(uintptr_t)k.base;
+    const uint64_t v[6] = {(uint64_t)k.rows,     (uint64_t)k.cols,     (uint64_t)k.ld,
+                           (uint64_t)k.box_cols, (uint64_t)k.box_rows, (uint64_t)k.dt};
+    for (int i = 0; i < 6; i++)
+        h = (h ^ v[i]) * 0x100000001b3ull + (h >> 29);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (int)(h % SLOTS);
+}
+} /* namespace mapc */
+
 /* 2-D tensor map (BF16, or F32 for an F32 output) over rows x cols (row stride ld elements), box box_cols x
- * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there). */
+ * box_rows, 128-byte swizzle, zeros outside the tensor (a bulk store clips there); a kept one when there is one
+ * (mapc above). */
 static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int64_t rows, int64_t cols, int64_t ld,
                            int box_cols, int box_rows, CUtensorMapDataType dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) {
+    const mapc::key k = {base, rows, cols, ld, box_cols, box_rows, (int)dt};
+    const int at = mapc::index(k);
+    {
+        std::lock_guard<std::mutex> hold(mapc::g_lock);
+        if (mapc::g_on && mapc::g_slots[at].used && mapc::same(mapc::g_slots[at].k, k)) {
+            *m = mapc::g_slots[at].m;
+            mapc::g_hits++;
+            return H3S_OK;
+        }
+    }
     H3S_TRY(get_encode(op));
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     cuuint64_t strides[1] = {(cuuint64_t)ld * (dt == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2)};
@@ -1382,6 +1451,9 @@ static h3s_status make_map(const char *op, CUtensorMap *m, const void *base, int
     if (r != CUDA_SUCCESS)
         return h3s_fail(H3S_ERR_DEVICE, "%s: cuTensorMapEncodeTiled failed (%d) for a %lld x %lld operand", op, (int)r,
                         (long long)rows, (long long)cols);
+    std::lock_guard<std::mutex> hold(mapc::g_lock);
+    mapc::g_misses++;
+    if (mapc::g_on) mapc::g_slots[at] = {k, 1, *m};
     return H3S_OK;
 }
 
@@ -1538,7 +1610,7 @@ static int g_force_config = -1;
 #define T160_COST 0.68
 #define T232_COST 0.93
 
-extern "C" int h3c_gemm_config_count(void) { return 12; }
+extern "C" int h3c_gemm_config_count(void) { return 13; }
 
 extern "C" int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q) {
     return config == 8    ? wg::band_rows(P, Q, 256)
@@ -1574,6 +1646,32 @@ extern "C" h3s_status h3c_gemm_force_wgrad(int config) {
     return H3S_OK;
 }
 
+extern "C" int h3c_gemm_map_cache(int on) {
+    std::lock_guard<std::mutex> hold(wg::mapc::g_lock);
+    const int was = wg::mapc::g_on;
+    if (on == 0 || on == 1) {
+        wg::mapc::g_on = on;
+        if (!on)
+            for (int i = 0; i < wg::mapc::SLOTS; i++)
+                wg::mapc::g_slots[i].used = 0;
+    }
+    return was;
+}
+
+extern "C" void h3c_gemm_map_cache_counts(uint64_t *hits, uint64_t *misses) {
+    std::lock_guard<std::mutex> hold(wg::mapc::g_lock);
+    if (hits) *hits = wg::mapc::g_hits;
+    if (misses) *misses = wg::mapc::g_misses;
+}
+
+extern "C" h3s_status h3c_gemm_tensor_map(const void *base, int64_t rows, int64_t cols, int64_t ld, int box_cols,
+                                          int box_rows, int f32, void *map) {
+    if (!base || !map || rows <= 0 || cols <= 0 || ld < cols || box_cols <= 0 || box_rows <= 0)
+        return h3s_fail(H3S_ERR_INVALID, "gemm tensor map: bad arguments");
+    return wg::make_map("gemm tensor map", (CUtensorMap *)map, base, rows, cols, ld, box_cols, box_rows,
+                        f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+}
+
 extern "C" h3s_status h3c_gemm_raster(int group, int hint_a, int hint_b) {
     if (group < 1 || group > 4096 || hint_a < 0 || hint_a > 2 || hint_b < 0 || hint_b > 2)
         return h3s_fail(H3S_ERR_INVALID,
@@ -1607,7 +1705,8 @@ static h3s_status need_aligned(const char *op, const char *name, const void *p) 
  * 3 = 64 x 64 with a deep ring, for M <= 64 when the output has fewer than 132 column tiles; 4 - 7 (below) transposed;
  * 8 and 9 the bands (wg::launch_band) of 0 then 1 and of 5 then 4; 10 the short band, 0's whole waves then the
  * small-M configuration of the rows left (at most 64); 11 0's tiles on 2-CTA clusters sharing B by multicast, taken
- * instead of 0 from CLUSTER_MIN_ROWS rows on.
+ * instead of 0 from CLUSTER_MIN_ROWS rows on; 12 192 x 192 tiles, taken where their estimate (C192_COST) is under
+ * BAND_GAIN times the choice's.
  * Between 0 and 1 the choice counts waves of 132 tiles (a constant of the build, the H100/H200 SXM
  * multiprocessor count, never read from the device) and takes the one with less estimated time, a
  * 128 x 192 tile costed at 0.77 of a 128 x 256 one (measured with bulk stores: 0.72-0.78 per round,
@@ -1636,6 +1735,12 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
  * 3.87-3.88, the 5376 -> 28672 dgrad 15.30-15.47 against 15.62-15.75, the other rows measured within 0.6% either way;
  * at M = 8349 11 was 0.6-3.4% slower on the five rows measured. */
 #define CLUSTER_MIN_ROWS 16384
+/* The estimated time of one wave of configuration 12's 192 x 192 tiles against one of 128 x 256 tiles (the area ratio
+ * is 1.125): 1.08, from call 71 (bench_gemm's whole table forced to 12 against the dispatcher's choice, twice each;
+ * docs/evidence/gpu/development/tile192.md), where 12's time per wave at M >= 4253 was 1.05-1.11 of the choice's.
+ * With BAND_GAIN it moves 17 of the table's 50 forward and dgrad rows at M >= 925 to 12; in that call 16 of them ran
+ * 1.4-6.2% faster in 12, one 2.0% slower. */
+#define C192_COST 1.08
 
 /* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
  * than multiprocessors; -1 above 64 rows. */
@@ -1675,6 +1780,8 @@ static int dispatch_config(int64_t M, int64_t Q) {
     const int64_t p1 = wg::band_short_rows(M, Q);
     if (p1 > 0 && (double)waves(tiles(p1, Q, 128, 256)) + BAND_SHORT_COST_PER_COLUMN * (double)Q < BAND_GAIN * cp)
         return 10;
+    /* configuration 12's 192 x 192 tiles, where their estimate is under BAND_GAIN times the choice so far */
+    if (C192_COST * (double)waves(tiles(M, Q, 192, 192)) < BAND_GAIN * cp) return 12;
     /* the long rows: configuration 0's tiles on 2-CTA clusters sharing B (11), which reads B through L2 half as often;
      * at the 700 W cap that keeps the clock up (docs/evidence/gpu/development/raster.md) */
     if (pick == 0 && M >= CLUSTER_MIN_ROWS) return 11;
@@ -1715,6 +1822,7 @@ static h3s_status forward_config(int c, const char *op, int64_t M, int64_t N, in
         });
     case 3: return wg::launch<wg::fwd_c3>(op, M, N, K, x, K, w, K, b, y, N);
     case 11: return wg::launch<wg::fwd_c11>(op, M, N, K, x, K, w, K, b, y, N);
+    case 12: return wg::launch<wg::fwd_c12>(op, M, N, K, x, K, w, K, b, y, N);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no forward configuration %d", op, c);
     }
 }
@@ -1850,6 +1958,7 @@ static h3s_status dgrad_config(int c, const char *op, int64_t M, int64_t N, int6
         });
     case 3: return wg::launch<wg::dgrad_c3>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     case 11: return wg::launch<wg::dgrad_c11>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
+    case 12: return wg::launch<wg::dgrad_c12>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     default: return h3s_fail(H3S_ERR_INVALID, "%s: no dgrad configuration %d", op, c);
     }
 }

@@ -7,8 +7,10 @@
  *   - at M <= 64 it is the small-M configuration (6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has
  *     fewer 64-column tiles than the 132 multiprocessors), above 64 rows never one of those;
  *   - a band (8, 9, 10) is chosen only where its first launch leaves rows to the second (h3c_gemm_band_rows > 0);
- *   - the choices the documentation quotes (docs/numerics/linear_cuda.md, the bands): at M = 4253 the short band (10)
- *     for 7168-column outputs and band 8 for 5376-column ones, at M = 925 band 9 for 14336- and 32256-column ones.
+ *   - the choices the documentation quotes (docs/numerics/linear_cuda.md): at M = 4253 the short band (10) for
+ *     7168-column outputs, band 8 at M = 3700 for 5376-column ones, band 9 at M = 925 for 32256-column ones;
+ *     configuration 12 (192 x 192 tiles) where its estimate wins by 3%, e.g. 4253 x 5376, 925 x 14336, 8349 x 28672,
+ *     33396 x 28672; configuration 11 instead of 0 from 16384 rows on (e.g. 33396 x 7168), 0 below.
  * The table of choices over the benchmark's M and the H3 shapes' output widths is printed. */
 #include "cuda/cuda_internal.h"
 #include "test_util.h"
@@ -82,19 +84,24 @@ int main(void) {
     /* the choices the documentation quotes */
     CHECK(h3c_gemm_dispatch_config(4253, 7168) == 10, "the short band for 7168 columns at M = 4253 (got %d)",
           h3c_gemm_dispatch_config(4253, 7168));
-    CHECK(h3c_gemm_dispatch_config(4253, 5376) == 8, "band 8 for 5376 columns at M = 4253 (got %d)",
-          h3c_gemm_dispatch_config(4253, 5376));
-    CHECK(h3c_gemm_dispatch_config(925, 14336) == 9 && h3c_gemm_dispatch_config(925, 32256) == 9,
-          "band 9 for 14336 and 32256 columns at M = 925 (got %d, %d)", h3c_gemm_dispatch_config(925, 14336),
+    CHECK(h3c_gemm_dispatch_config(3700, 5376) == 8, "band 8 for 5376 columns at M = 3700 (got %d)",
+          h3c_gemm_dispatch_config(3700, 5376));
+    CHECK(h3c_gemm_dispatch_config(925, 32256) == 9, "band 9 for 32256 columns at M = 925 (got %d)",
           h3c_gemm_dispatch_config(925, 32256));
-    /* configuration 0's tiles on 2-CTA clusters (11) from 16384 rows on, on every output width; 0 below */
-    CHECK(h3c_gemm_dispatch_config(33396, 28672) == 11 && h3c_gemm_dispatch_config(33396, 5376) == 11 &&
-              h3c_gemm_dispatch_config(16384, 7168) == 11 && h3c_gemm_dispatch_config(16383, 7168) == 0 &&
-              h3c_gemm_dispatch_config(8349, 28672) == 0,
-          "configuration 11 instead of 0 from 16384 rows on (got %d, %d, %d, %d, %d)",
-          h3c_gemm_dispatch_config(33396, 28672), h3c_gemm_dispatch_config(33396, 5376),
-          h3c_gemm_dispatch_config(16384, 7168), h3c_gemm_dispatch_config(16383, 7168),
-          h3c_gemm_dispatch_config(8349, 28672));
+    /* configuration 12's 192 x 192 tiles where their estimate is under 0.97 of the choice's: the band 8 at 4253 x 5376
+     * and 9 at 925 x 14336 give way to it, as 0 at 8349 x 28672 and 11 at 33396 x 28672 do */
+    CHECK(h3c_gemm_dispatch_config(4253, 5376) == 12 && h3c_gemm_dispatch_config(925, 14336) == 12 &&
+              h3c_gemm_dispatch_config(8349, 28672) == 12 && h3c_gemm_dispatch_config(33396, 28672) == 12 &&
+              h3c_gemm_dispatch_config(16384, 7168) == 12,
+          "configuration 12 (got %d, %d, %d, %d, %d)", h3c_gemm_dispatch_config(4253, 5376),
+          h3c_gemm_dispatch_config(925, 14336), h3c_gemm_dispatch_config(8349, 28672),
+          h3c_gemm_dispatch_config(33396, 28672), h3c_gemm_dispatch_config(16384, 7168));
+    /* configuration 0's tiles on 2-CTA clusters (11) from 16384 rows on where 0 would be chosen; 0 below */
+    CHECK(h3c_gemm_dispatch_config(33396, 7168) == 11 && h3c_gemm_dispatch_config(16384, 5376) == 11 &&
+              h3c_gemm_dispatch_config(20000, 7168) == 11 && h3c_gemm_dispatch_config(4253, 28672) == 0,
+          "configuration 11 instead of 0 from 16384 rows on (got %d, %d, %d, %d)",
+          h3c_gemm_dispatch_config(33396, 7168), h3c_gemm_dispatch_config(16384, 5376),
+          h3c_gemm_dispatch_config(20000, 7168), h3c_gemm_dispatch_config(4253, 28672));
     CHECK(h3c_gemm_dispatch_config(0, 5376) == -1 && h3c_gemm_dispatch_config(12, 0) == -1,
           "no configuration for an empty output");
     CHECK(h3c_gemm_force_config(count) != H3S_OK, "the override refuses configuration %d", count);

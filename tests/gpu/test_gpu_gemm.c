@@ -28,7 +28,9 @@
  *
  * Configuration 11 is configuration 0 on 2-CTA clusters sharing the B block by multicast (the dispatcher's instead of
  * 0 from 16384 rows on): a cluster's two CTAs compute vertically adjacent tiles, and with an odd tile-row count the
- * last cluster's second tile lies past the rows and is stored nowhere.
+ * last cluster's second tile lies past the rows and is stored nowhere.  Configuration 12 runs 192 x 192 tiles on three
+ * consumer warpgroups (the dispatcher's where its estimate wins by 3%): its tile-rows and tile-columns end past P and
+ * Q at most shapes, where the bulk stores clip.
  *
  * Configurations 4 and 5 compute the transpose (y^T = w x^T, dx^T = w^T dy^T) with M along 160- or 232-column tiles,
  * 6 and 7 along 16-column ones (M <= 16), the folded dgrad's 4 and 5 the transposed register fold; wgrad configuration
@@ -307,6 +309,108 @@ static void raster_invariance(int64_t K, int64_t N, int64_t M, const int *cfgs, 
     gfree(&xd), gfree(&wd), gfree(&bd), gfree(&dyd), gfree(&dyb), gfree(&y), gfree(&dx), gfree(&dw);
 }
 
+/* The GEMMs keep the tensor maps they encode (make_map in src/cuda/linear.cu), by the encoding's arguments: a kept map
+ * must be byte for byte the map a fresh encode writes (BF16 and F32), a second lookup with the same arguments must find
+ * it, other arguments must not, and turning the cache off must change no result: y and dx of configurations 0, 11, 4
+ * and 5 (128 x 256 tiles, clusters, transposed) into two output buffers in turn, encoded fresh against kept maps, with
+ * a check that the kept run found its maps.  Also: h3c_gemm_tensor_map refuses bad arguments. */
+static void map_cache(int small) {
+    h3s_tensor buf = gdev2(H3S_BF16, 256, 512);
+    _Alignas(64) unsigned char fresh[2][128], kept1[2][128], kept2[2][128], other[128];
+    memset(fresh, 0, sizeof fresh), memset(kept1, 0, sizeof kept1), memset(kept2, 0, sizeof kept2);
+    memset(other, 0, sizeof other);
+    const int was = h3c_gemm_map_cache(0);
+    CHECK(was == 1, "the map cache is on by default (got %d)", was);
+    for (int f = 0; f < 2; f++) /* BF16, then F32 elements over the same bytes */
+        CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, f ? 224 : 448, f ? 256 : 512, f ? 32 : 64, 64, f, fresh[f]));
+    CHECK(h3c_gemm_map_cache(1) == 0, "h3c_gemm_map_cache returns the setting before");
+    int found = 1, equal = 1;
+    for (int f = 0; f < 2; f++) {
+        uint64_t h0, m0, h1, m1, h2, m2;
+        h3c_gemm_map_cache_counts(&h0, &m0);
+        CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, f ? 224 : 448, f ? 256 : 512, f ? 32 : 64, 64, f, kept1[f]));
+        h3c_gemm_map_cache_counts(&h1, &m1);
+        CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, f ? 224 : 448, f ? 256 : 512, f ? 32 : 64, 64, f, kept2[f]));
+        h3c_gemm_map_cache_counts(&h2, &m2);
+        CHECK(m1 == m0 + 1 && h1 == h0, "%s map: the first lookup encodes (hits %llu -> %llu, encodes %llu -> %llu)",
+              f ? "F32" : "BF16", (unsigned long long)h0, (unsigned long long)h1, (unsigned long long)m0,
+              (unsigned long long)m1);
+        CHECK(h2 == h1 + 1 && m2 == m1,
+              "%s map: the second lookup finds the kept map (hits %llu -> %llu, encodes %llu -> %llu)",
+              f ? "F32" : "BF16", (unsigned long long)h1, (unsigned long long)h2, (unsigned long long)m1,
+              (unsigned long long)m2);
+        found &= h2 == h1 + 1 && m2 == m1;
+        const int eq = memcmp(fresh[f], kept1[f], 128) == 0 && memcmp(fresh[f], kept2[f], 128) == 0;
+        CHECK(eq, "a kept %s tensor map differs from a fresh encode", f ? "F32" : "BF16");
+        equal &= eq;
+    }
+    /* other arguments (the row stride): another map, encoded */
+    uint64_t h3, m3, h4, m4;
+    h3c_gemm_map_cache_counts(&h3, &m3);
+    CHECK_OK(h3c_gemm_tensor_map(buf.data, 256, 448, 448, 64, 64, 0, other));
+    h3c_gemm_map_cache_counts(&h4, &m4);
+    CHECK(m4 == m3 + 1 && h4 == h3 && memcmp(other, fresh[0], 128) != 0,
+          "another row stride found a kept map or gave the same map");
+    CHECK(h3c_gemm_tensor_map(NULL, 256, 448, 512, 64, 64, 0, other) != H3S_OK &&
+              h3c_gemm_tensor_map(buf.data, 256, 448, 400, 64, 64, 0, other) != H3S_OK &&
+              h3c_gemm_tensor_map(buf.data, 0, 448, 512, 64, 64, 0, other) != H3S_OK,
+          "h3c_gemm_tensor_map refuses a null base, a row stride under the row and an empty operand");
+    H3T_CLEAR_ERROR();
+    /* y and dx: each configuration with every map encoded (the cache off), then with kept maps, into two output
+     * buffers in turn (so that the kept maps of one output cannot stand for the other's) */
+    const int64_t M = small ? 333 : 925, K = small ? 256 : 5376, N = small ? 512 : 7168;
+    h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
+    gfill(&xd, 501, 1.0f);
+    gfill(&wd, 502, 1.0f / sqrtf((float)K));
+    gfill(&dyd, 503, 1.0f);
+    h3s_tensor y[2] = {gdev2(H3S_BF16, M, N), gdev2(H3S_BF16, M, N)},
+               dx[2] = {gdev2(H3S_F32, M, K), gdev2(H3S_F32, M, K)};
+    const int cfgs[] = {0, 11, 4, 5};
+    int64_t bad = 0;
+    int hit_all = 1;
+    for (int ci = 0; ci < 4; ci++) {
+        CHECK_OK(h3c_gemm_force_config(cfgs[ci]));
+        h3s_tensor yr = {0}, dxr = {0};
+        for (int run = 0; run < 3; run++) { /* 0: the cache off; 1: on, output buffer 1; 2: on, buffer 0 again */
+            const int o = run == 1;
+            h3c_gemm_map_cache(run > 0);
+            uint64_t hb, mb, ha, ma;
+            h3c_gemm_map_cache_counts(&hb, &mb);
+            gpoison(&y[o]), gpoison(&dx[o]);
+            CHECK_OK(h3s_linear_forward(&xd, &wd, NULL, &y[o]));
+            CHECK_OK(h3s_linear_backward(&xd, &wd, &dyd, &dx[o], NULL, NULL));
+            h3c_gemm_map_cache_counts(&ha, &ma);
+            if (run == 2) { /* x's and w's maps were kept in run 1 (run 0 kept none: the cache was off) */
+                const int hit = ha > hb;
+                CHECK(hit, "configuration %d: the run with kept maps found none (hits %llu -> %llu)", cfgs[ci],
+                      (unsigned long long)hb, (unsigned long long)ha);
+                hit_all &= hit;
+            }
+            h3s_tensor yh = gdown(&y[o]), dxh = gdown(&dx[o]);
+            if (run == 0) {
+                yr = yh, dxr = dxh;
+                continue;
+            }
+            const int64_t b = count_differing(&yh, &yr, 0, M) + count_differing(&dxh, &dxr, 0, M);
+            CHECK(b == 0, "configuration %d, output buffer %d: %lld elements of y and dx differ with kept maps",
+                  cfgs[ci], o, (long long)b);
+            bad += b;
+            g_comparisons += M * (N + K);
+            h3s_tensor_free(&yh), h3s_tensor_free(&dxh);
+        }
+        h3s_tensor_free(&yr), h3s_tensor_free(&dxr);
+    }
+    CHECK_OK(h3c_gemm_force_config(-1));
+    h3c_gemm_map_cache(1);
+    g_total_differing += bad;
+    printf("  map cache: kept BF16 and F32 maps %s fresh encodes, %s on the second lookup; %lld -> %lld at M = %lld, "
+           "configurations 0, 11, 4, 5, y and dx with the cache off and on (two output buffers): %lld elements "
+           "differ, kept maps %s\n",
+           equal ? "equal" : "DIFFER FROM", found ? "found" : "NOT FOUND", (long long)K, (long long)N, (long long)M,
+           (long long)bad, hit_all ? "found in every configuration" : "NOT FOUND in some configuration");
+    gfree(&xd), gfree(&wd), gfree(&dyd), gfree(&y[0]), gfree(&y[1]), gfree(&dx[0]), gfree(&dx[1]), gfree(&buf);
+}
+
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -407,20 +511,22 @@ int main(void) {
     else
         for (int i = 0; i < 5; i++)
             if (run_shape[i]) wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
-    /* the raster hooks: the configurations on grouped persistent or one-CTA-per-tile grids (0, 1, 4, 5, the bands)
+    /* the raster hooks: the configurations on grouped persistent or one-CTA-per-tile grids (0, 1, 4, 5, the bands,
+     * the clusters of 11, the 192 x 192 tiles of 12)
      * and the dispatcher, on a shape of many tile-rows, and the folded dgrad's split and register fold (512 -> 4096
      * at M = 12: the transposed split's 8 tile-rows of 64 output columns, so that the groups differ there too) */
     {
-        const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10, 11}, split_cfgs[] = {-1, 0, 3, 7};
+        const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10, 11, 12}, split_cfgs[] = {-1, 0, 3, 7};
         if (small) {
-            raster_invariance(4096, 4096, 1133, big_cfgs, 9);
+            raster_invariance(4096, 4096, 1133, big_cfgs, 10);
             raster_invariance(512, 4096, 12, split_cfgs, 4);
         } else {
-            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 9);
+            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 10);
             if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, 4);
         }
     }
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
+    if (small || run_shape[0]) map_cache(small); /* at full size on 5376 -> 7168, with that shape's part */
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,
            (long long)g_comparisons, gpu_now() - t0);
     const char *path = getenv("H3S_GEMM_INVARIANCE_JSON");
