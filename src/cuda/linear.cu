@@ -1737,9 +1737,11 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
 #define CLUSTER_MIN_ROWS 16384
 /* The estimated time of one wave of configuration 12's 192 x 192 tiles against one of 128 x 256 tiles (the area ratio
  * is 1.125): 1.08, from call 71 (bench_gemm's whole table forced to 12 against the dispatcher's choice, twice each;
- * docs/evidence/gpu/development/tile192.md), where 12's time per wave at M >= 4253 was 1.05-1.11 of the choice's.
- * With BAND_GAIN it moves 17 of the table's 50 forward and dgrad rows at M >= 925 to 12; in that call 16 of them ran
- * 1.4-6.2% faster in 12, one 2.0% slower. */
+ * docs/evidence/gpu/development/tile192.md), where 1.06 would also take rows that ran no faster in 12 and 1.09 would
+ * leave rows that did.
+ * With BAND_GAIN it moves to 12 17 of the table's 45 rows at M >= 925 that this dispatcher serves (the forward, and
+ * the dgrad of the four shapes that do not fold); in that call 16 of them ran 0.8-6.2% faster in 12, one 2.0%
+ * slower. */
 #define C192_COST 1.08
 
 /* The small-M configurations: 6 or 7 at M <= 16, 3 or 2 at M <= 64, by whether the output has fewer 64-column tiles
