@@ -36,20 +36,8 @@ for rep in 1 2; do
         done
     done
 done
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-print("rep variant shape M phase strict_ms cublas_ms ratio s_strm c_strm strict_host_us cublas_host_us")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    n = os.path.basename(f)[:-5].split("_")
-    try:
-        rows = json.load(open(f))["rows"]
-    except (OSError, ValueError, KeyError) as e:
-        print(os.path.basename(f), "unreadable:", e)
-        continue
-    for r in rows:
-        print(n[0], n[1], r["shape"], r["M"], r["phase"], r["strict_ms"], r["cublas_ms"], r["ratio"],
-              r["strict_stream_fraction"], r["cublas_stream_fraction"], r["strict_host_us"], r["cublas_host_us"])
-PY
+python3 scripts/dev_rows.py "$R" s_strm=strict_stream_fraction c_strm=cublas_stream_fraction strict_host_us cublas_host_us
 tar czf "$OUT/rows.tgz" -C /tmp/b69 rows
+# shellcheck disable=SC2046
 tar czf "$OUT/san.tgz" -C "$OUT" $(cd "$OUT" && ls san_*.log) && rm -f "$OUT"/san_*.log
 dev_elapsed

@@ -29,21 +29,8 @@ for rep in 1 2; do
         done
     done
 done
-python3 - "$R" <<'PY'
-import glob, json, os, sys
-print("rep variant shape M phase strict_ms cublas_ms ratio s_strm c_strm s_dev_ms c_dev_ms s_dev c_dev s_host_us c_host_us")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    n = os.path.basename(f)[:-5].split("_")
-    try:
-        rows = json.load(open(f))["rows"]
-    except (OSError, ValueError, KeyError) as e:
-        print(os.path.basename(f), "unreadable:", e)
-        continue
-    for r in rows:
-        print(n[0], n[1], r["shape"], r["M"], r["phase"], r["strict_ms"], r["cublas_ms"], r["ratio"],
-              r["strict_stream_fraction"], r["cublas_stream_fraction"], r["strict_device_ms"], r["cublas_device_ms"],
-              r["strict_device_stream_fraction"], r["cublas_device_stream_fraction"], r["strict_host_us"],
-              r["cublas_host_us"])
-PY
+python3 scripts/dev_rows.py "$R" s_strm=strict_stream_fraction c_strm=cublas_stream_fraction \
+    s_dev_ms=strict_device_ms c_dev_ms=cublas_device_ms s_dev=strict_device_stream_fraction \
+    c_dev=cublas_device_stream_fraction s_host_us=strict_host_us c_host_us=cublas_host_us
 tar czf "$OUT/rows.tgz" -C /tmp/b70 rows
 dev_elapsed
