@@ -100,7 +100,8 @@ int h3c_gemm_dgrad_folds(int64_t N, int64_t K);
  * transposed 64 x 16 tiles for M <= 16; 8 and 9: the bands, 0's or 5's whole waves and then 1's or 4's tiles on the
  * rows left; 10: the short band, 0's whole waves and then the rows left, at most 64, in their small-M configuration;
  * 11: 0 on 2-CTA clusters sharing the B block by multicast, which the dispatcher takes instead of 0 from 16384 rows
- * on), and an override (-1 = the dispatcher's own choice by M). */
+ * on; 12: 192 x 192 tiles on three consumer warpgroups, where their estimate wins by 3%), and an override (-1 = the
+ * dispatcher's own choice by M). */
 int h3c_gemm_config_count(void);
 h3s_status h3c_gemm_force_config(int config);
 /* Test hook: the forward/dgrad/wgrad kernels' tile raster (tile-rows per group of the grouped order, default 16) and an
