@@ -1730,7 +1730,8 @@ static double band_cost(int64_t P, int64_t Q, int64_t bn_m, double cost_m, int64
  * read at about 3 TB/s (Q R 2 bytes) against 132 tiles of 128 x 256 x R at about 700 TFLOP/s gives 5.5e-5 per column;
  * the M = 64 rows of bench_gemm.json (0.028 ms at 5376 -> 7168 against a wave of 0.058 ms) give 6.5e-5, taken here. */
 #define BAND_SHORT_COST_PER_COLUMN 6.5e-5
-/* From this many rows on, the dispatcher runs configuration 0's tiles as configuration 11. At M = 33396 (calls 65-67):
+/* From this many rows on, the dispatcher runs configuration 0's tiles as configuration 11 (where it does not take 12,
+ * below; since 3269725 12 runs most rows at M = 33396). At M = 33396 (calls 65-67):
  * 5376 -> 28672 forward 15.90-16.04 ms against 16.45-16.50 for 0, 5376 -> 7168 forward and dgrad 3.77-3.78 against
  * 3.87-3.88, the 5376 -> 28672 dgrad 15.30-15.47 against 15.62-15.75, the other rows measured within 0.6% either way;
  * at M = 8349 11 was 0.6-3.4% slower on the five rows measured. */
