@@ -270,6 +270,11 @@ static void time_sides(int phase, int64_t M, int64_t N, int64_t K, const bufs *b
         }
 }
 
+/* bytes moved in ms milliseconds, as a fraction of the copy bandwidth (TB/s), into out (32 chars, 3 decimals) */
+static void stream_fraction(char out[32], double bytes, float ms, double copy_tbps) {
+    snprintf(out, 32, "%.3f", bytes / ((double)ms * 1e-3) * 1e-12 / copy_tbps);
+}
+
 static int64_t read_invariance(const char *path) {
     if (!path) return -1;
     FILE *f = fopen(path, "r");
@@ -491,18 +496,18 @@ int main(int argc, char **argv) {
                 const double stf = flop / (ts * 1e-3) * 1e-12, ctf = flop / (tc * 1e-3) * 1e-12;
                 /* At M <= 64 a GEMM streams its weight (forward, dgrad: N x K BF16 read) or its weight gradient
                  * (wgrad: N x K written, F32 or BF16): those bytes per second against the copy bandwidth */
+                const int small = M <= 64;
                 char sfrac[32] = "null", cfrac[32] = "null", sdev[32] = "null", cdev[32] = "null";
                 char sdms[32] = "null", cdms[32] = "null";
-                if (M <= 64) {
+                if (small) {
                     const double wb = (double)N * (double)K * (ph == PH_WGRAD && !g_dw_bf16 ? 4.0 : 2.0);
-                    snprintf(sfrac, sizeof sfrac, "%.3f", wb / (ts * 1e-3) * 1e-12 / copy_tbps);
-                    snprintf(cfrac, sizeof cfrac, "%.3f", wb / (tc * 1e-3) * 1e-12 / copy_tbps);
-                    snprintf(sdev, sizeof sdev, "%.3f", wb / (td[0] * 1e-3) * 1e-12 / copy_tbps);
-                    snprintf(cdev, sizeof cdev, "%.3f", wb / (td[1] * 1e-3) * 1e-12 / copy_tbps);
+                    stream_fraction(sfrac, wb, ts, copy_tbps);
+                    stream_fraction(cfrac, wb, tc, copy_tbps);
+                    stream_fraction(sdev, wb, td[0], copy_tbps);
+                    stream_fraction(cdev, wb, td[1], copy_tbps);
                     snprintf(sdms, sizeof sdms, "%.5f", td[0]);
                     snprintf(cdms, sizeof cdms, "%.5f", td[1]);
                 }
-                const int small = M <= 64;
                 printf("%5lldx%-6lld %-8s %6lld %10.4f %10.4f %8.1f %8.1f %7.3f %10.4f %10.4f %7s %7s %7s %7s\n",
                        (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf, ts / tc, tp, tr,
                        small ? sfrac : "-", small ? cfrac : "-", small ? sdev : "-", small ? cdev : "-");

@@ -488,11 +488,11 @@ struct cfg {
                                 : EPI_BYTES ? EPI_OFF + EPI_BYTES + 1024
                                             : RING + 1024 + BARS;
     static_assert(BM == 64 || BM == 128 || BM == 192, "BM");
-    /* registers per consumer thread after setmaxnreg.inc (one CTA per SM; the producer warpgroup keeps 40): with three
-     * consumer warpgroups (512 threads, 128 registers each at launch) the consumers can take only what the producer
-     * gives back, 152 each; with one or two, 232 */
-    static constexpr int CREG = NC == 3 ? 152 : 232;
-    static_assert(NC != 3 || MINB != 1 || (128 * 40 + 128 * NC * CREG <= THREADS * (65536 / THREADS / 8 * 8)),
+    /* registers per thread after setmaxnreg (one CTA per SM): the producer warpgroup keeps PREG; with three consumer
+     * warpgroups (512 threads, 128 registers each at launch) the consumers can take only what the producer gives back,
+     * 152 each; with one or two, 232 */
+    static constexpr int PREG = 40, CREG = NC == 3 ? 152 : 232;
+    static_assert(NC != 3 || MINB != 1 || (128 * PREG + 128 * NC * CREG <= THREADS * (65536 / THREADS / 8 * 8)),
                   "setmaxnreg: the consumers' registers come from those the producer releases");
     static_assert(BN == 16 || BN == 32 || BN == 64 || BN == 128 || BN == 160 || BN == 192 || BN == 232 || BN == 256,
                   "BN");
@@ -1125,7 +1125,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         __syncthreads();
 
     if (wgi == 0) { /* producer */
-        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(C::PREG));
         if (threadIdx.x == 0) {
             uint64_t wpol = 0; /* cfg::L2: the weight's evict-first policy */
             if constexpr (C::L2) wpol = l2_evict_first();
@@ -1184,12 +1184,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             }
         }
     } else {
-        if constexpr (C::MINB == 1) {
-            if constexpr (C::CREG == 152)
-                asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n");
-            else
-                asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-        }
+        if constexpr (C::MINB == 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(C::CREG));
         int64_t base = 0;
         int seq = 0; /* the bulk-store epilogue's chunks staged so far */
         for (int64_t id = first; id < ntiles; id += step) {
@@ -1903,7 +1898,7 @@ extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
 /* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every fold tile of
  * H3C_DGRAD_FOLD_TILE rows is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise
- * (and forced 0, 2, 8, 9, 10 or 11) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
+ * (and forced 0, 2 or 8 to 12) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
  * 1-9% faster at M = 925 to 8349 (docs/evidence/gpu/development/wgrad_overlap.md); forced 1, dgrad_fold, the same in
  * the plain schedule.  The same bits every way. */
 static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, const void *dyb, const void *w,

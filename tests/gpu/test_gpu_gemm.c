@@ -512,17 +512,19 @@ int main(void) {
         for (int i = 0; i < 5; i++)
             if (run_shape[i]) wgrad_fold_configs(shapes[i][0], shapes[i][1], fold_ms, 3);
     /* the raster hooks: the configurations on grouped persistent or one-CTA-per-tile grids (0, 1, 4, 5, the bands,
-     * the clusters of 11, the 192 x 192 tiles of 12)
-     * and the dispatcher, on a shape of many tile-rows, and the folded dgrad's split and register fold (512 -> 4096
-     * at M = 12: the transposed split's 8 tile-rows of 64 output columns, so that the groups differ there too) */
+     * the clusters of 11, the 192 x 192 tiles of 12) and the dispatcher, on a shape of many tile-rows, and the folded
+     * dgrad's split and register fold (512 -> 4096 at M = 12: the transposed split's 8 tile-rows of 64 output
+     * columns, so that the groups differ there too) */
     {
         const int big_cfgs[] = {-1, 0, 1, 4, 5, 8, 9, 10, 11, 12}, split_cfgs[] = {-1, 0, 3, 7};
+        const int nbig = (int)(sizeof big_cfgs / sizeof big_cfgs[0]);
+        const int nsplit = (int)(sizeof split_cfgs / sizeof split_cfgs[0]);
         if (small) {
-            raster_invariance(4096, 4096, 1133, big_cfgs, 10);
-            raster_invariance(512, 4096, 12, split_cfgs, 4);
+            raster_invariance(4096, 4096, 1133, big_cfgs, nbig);
+            raster_invariance(512, 4096, 12, split_cfgs, nsplit);
         } else {
-            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, 10);
-            if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, 4);
+            if (run_shape[2]) raster_invariance(5376, 28672, 4253, big_cfgs, nbig);
+            if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, nsplit);
         }
     }
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
