@@ -2,7 +2,7 @@
  *
  *   build/bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] [--only K N M]
  *                    [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] [--chain N]
- *                    [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1] [--split-cluster]
+ *                    [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]
  *
  * One process, side by side: for every shape K -> N (5376->7168, 7168->5376, 5376->28672,
  * 14336->5376, 2688->32256), phase and M in {12, 64, 925, 1133, 4253, 8349, 33396}, the strict
@@ -41,9 +41,7 @@
  * fractions they give ("strict_device_stream_fraction", "cublas_device_stream_fraction"; columns s_dev, c_dev).
  * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
  * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.  --map-cache 0
- * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).  --split-cluster
- * runs the folded dgrad's split at M <= 64 as the cluster fold (h3c_gemm_split_cluster; the same bits), recorded as
- * "split_cluster" in the JSON.
+ * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).
  * Without a CUDA device it prints one line and exits 0. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,7 +298,6 @@ int main(int argc, char **argv) {
     int wgrad_config = -1;                      /* --wgrad-config C */
     int only_phase = -1;                        /* --phase P */
     int map_cache = 1;                          /* --map-cache 0|1: h3c_gemm_map_cache */
-    int split_cluster = 0;                      /* --split-cluster: h3c_gemm_split_cluster */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
@@ -343,8 +340,6 @@ int main(int argc, char **argv) {
                 return 2;
             }
             map_cache = v[0] == '1';
-        } else if (!strcmp(argv[i], "--split-cluster")) {
-            split_cluster = 1;
         } else if (!strcmp(argv[i], "--dw-bf16")) {
             g_dw_bf16 = 1;
         } else if (!strcmp(argv[i], "--wgrad-fold")) {
@@ -370,8 +365,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "usage: bench_gemm [--reps N] [--warmup N] [--quick] [--invariance FILE] [--json FILE] "
                             "[--only K N M] [--phase P] [--config C] [--dw-bf16] [--wgrad-fold] [--wgrad-config C] "
-                            "[--chain N] [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1] "
-                            "[--split-cluster]\n");
+                            "[--chain N] [--gate] [--raster GROUP HINT_A HINT_B] [--map-cache 0|1]\n");
             return 2;
         }
     }
@@ -400,10 +394,6 @@ int main(int argc, char **argv) {
     if (!map_cache) {
         h3c_gemm_map_cache(0);
         printf("bench_gemm: strict encodes every tensor map (the map cache off)\n");
-    }
-    if (split_cluster) {
-        h3c_gemm_split_cluster(1);
-        printf("bench_gemm: the folded dgrad's split at M <= 64 as the cluster fold\n");
     }
     const int64_t invariance = read_invariance(inv_path);
     char devname[512] = "";
@@ -456,14 +446,12 @@ int main(int argc, char **argv) {
         fprintf(jf, "  \"source_commit\": \"%s\",\n", H3S_SOURCE_COMMIT);
         char chain_arg[32] = "";
         if (g_chain > 1) snprintf(chain_arg, sizeof chain_arg, " --chain %d", g_chain);
-        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s%s%s%s\",\n", reps, warmup,
-                quick ? " --quick" : "", chain_arg, g_gate ? " --gate" : "", map_cache ? "" : " --map-cache 0",
-                split_cluster ? " --split-cluster" : "");
+        fprintf(jf, "  \"command\": \"build/bench_gemm --reps %d --warmup %d%s%s%s%s\",\n", reps, warmup,
+                quick ? " --quick" : "", chain_arg, g_gate ? " --gate" : "", map_cache ? "" : " --map-cache 0");
         fprintf(jf, "  \"row_invariance_differing\": %lld,\n", (long long)invariance);
         fprintf(jf, "  \"dw_dtype\": \"%s\",\n", g_dw_bf16 ? "bf16" : "f32");
         fprintf(jf, "  \"chain\": %d,\n", g_chain);
         fprintf(jf, "  \"map_cache\": %d,\n", map_cache);
-        fprintf(jf, "  \"split_cluster\": %d,\n", split_cluster);
         fprintf(jf, "  \"gate\": %d,\n", g_gate);
         fprintf(jf, "  \"copy_tbps\": %.3f,\n", copy_tbps);
         fprintf(jf, "  \"rows\": [\n");

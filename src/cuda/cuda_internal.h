@@ -119,10 +119,6 @@ int h3c_gemm_map_cache(int on);
 void h3c_gemm_map_cache_counts(uint64_t *hits, uint64_t *misses);
 h3s_status h3c_gemm_tensor_map(const void *base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
                                int f32, void *map);
-/* The folded dgrad's split in configuration 3 (M <= 64) as the cluster fold (src/cuda/linear.cu, dgrad_xf3: the
- * partials added in the shared memory of a cluster of three CTAs, no workspace and no folding pass), a test and
- * benchmark hook: 1 on, 0 off (the default), any other value only asks; returns the setting before.  The same bits. */
-int h3c_gemm_split_cluster(int on);
 /* Test hook: the rows of a band's first launch (forward/dgrad configurations 8 and 10: P = the output's rows, Q its
  * columns; 9, transposed: P = the output's columns, Q its rows), 0 when the band runs as one launch. */
 int64_t h3c_gemm_band_rows(int config, int64_t P, int64_t Q);

@@ -94,36 +94,6 @@ __device__ __forceinline__ void mbar_arrive_rank(uint64_t *bar, unsigned rank) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
 }
 
-/* The cluster fold's exchange (cfg XF, src/cuda/linear.cu xfold_epi): a wait on a phase of a local mbarrier with
- * acquire semantics at cluster scope (arrivals from other CTAs of the cluster, whose stores it then sees), an arrival
- * with release semantics at cluster scope on the mbarrier at `bar`'s offset in the CTA of rank `rank`, and 16-byte
- * stores into that CTA's shared memory. */
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, unsigned parity) {
-    const uint32_t a = smem_u32(bar);
-    uint32_t done = 0;
-    while (!done) {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-    }
-}
-__device__ __forceinline__ void mbar_arrive_rank_release(uint64_t *bar, unsigned rank) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(bar)), "r"(rank));
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
-}
-__device__ __forceinline__ uint32_t smem_rank(const void *p, unsigned rank) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_u32(p)), "r"(rank));
-    return remote;
-}
-__device__ __forceinline__ void st_cluster_v4(uint32_t addr, float a, float b, float c, float d) {
-    asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
-                 : "memory");
-}
-
 /* Every thread of every CTA of the cluster meets here (release, then acquire, at cluster scope). */
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");

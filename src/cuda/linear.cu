@@ -821,78 +821,6 @@ template <int CL> __device__ __forceinline__ void give_back(uint64_t *empty) {
             mbar_arrive_rank(empty, r);
 }
 
-/* The cluster fold (a configuration with a member XF: the folded dgrad at M <= 64, xfold_epi below); 0 for every
- * other configuration. */
-template <class C, class = void> struct xfold_of { static constexpr int value = 0; };
-template <class C> struct xfold_of<C, std::void_t<decltype(C::XF)>> { static constexpr int value = C::XF; };
-
-/* The cluster fold's epilogue, for step s of this CTA (its fold tile t = s * XF + rank, the chain of t's 1024 rows
- * from +0 just completed in acc): the XF CTAs of a cluster compute the fold tiles of one output tile, XF consecutive
- * ones at a time, and the CTA of rank 0 keeps the output tile's running total, in its shared memory between steps.
- * A CTA of rank p > 0 writes its partial into slot p of rank 0's shared memory (once rank 0 has given that slot back
- * after the step before) and arrives on rank 0's barrier full[p - 1], every thread after its own stores (release at
- * cluster scope).  Rank 0 adds, per element, its own partial and then slots 1, 2, ... of the step in ascending p, each
- * once its barrier's phase has completed (acquire at cluster scope): total = partial 0, then total = total + partial
- * t in ascending t, the additions of the canonical fold (docs/numerics/linear_cuda.md, "The folded dgrad"), with no
- * partial written to global memory and no folding pass.  Each thread exchanges the values of its own fragment
- * positions, so every partial's element meets the total's same element.  After the last step rank 0 stores the total
- * as the split's folding pass would (store_tile, F32). */
-template <class C>
-__device__ __forceinline__ void xfold_epi(uint8_t *smem, const float (&acc)[C::BN / 2], int64_t s, int64_t q0,
-                                          const args &g, const CUtensorMap *mc, int &seq) {
-    constexpr int XF = xfold_of<C>::value, ACC = C::BN / 2, SLOT = 128 * ACC; /* floats per slot */
-    const int t = threadIdx.x & 127;
-    const unsigned r = cluster_rank();
-    float *slot = (float *)(smem + C::XF_OFF);
-    uint64_t *sfull = (uint64_t *)(smem + C::XF_BARS), *sfree = sfull + (XF - 1);
-    if (r != 0) {
-        if (s > 0) mbar_wait_cluster(sfree, (unsigned)((s - 1) & 1)); /* slot r given back after step s - 1 */
-        const uint32_t dst = smem_rank(slot + r * SLOT, 0);
-#pragma unroll
-        for (int j = 0; j < ACC / 4; j++)
-            st_cluster_v4(dst + (uint32_t)((j * 128 + t) * 16), acc[4 * j], acc[4 * j + 1], acc[4 * j + 2],
-                          acc[4 * j + 3]);
-        mbar_arrive_rank_release(sfull + (r - 1), 0);
-        return;
-    }
-    float tot[ACC];
-    const float4 *own = (const float4 *)slot; /* rank 0's total between steps */
-#pragma unroll
-    for (int j = 0; j < ACC / 4; j++) {
-        if (s == 0) {
-            tot[4 * j] = acc[4 * j], tot[4 * j + 1] = acc[4 * j + 1];
-            tot[4 * j + 2] = acc[4 * j + 2], tot[4 * j + 3] = acc[4 * j + 3];
-        } else {
-            const float4 v = own[j * 128 + t];
-            tot[4 * j] = v.x + acc[4 * j], tot[4 * j + 1] = v.y + acc[4 * j + 1];
-            tot[4 * j + 2] = v.z + acc[4 * j + 2], tot[4 * j + 3] = v.w + acc[4 * j + 3];
-        }
-    }
-    for (int p = 1; p < XF; p++) {
-        if (s * XF + p >= g.nsplit) break;
-        mbar_wait_cluster(sfull + (p - 1), (unsigned)(s & 1));
-        const float4 *in = (const float4 *)(slot + p * SLOT);
-#pragma unroll
-        for (int j = 0; j < ACC / 4; j++) {
-            const float4 v = in[j * 128 + t];
-            tot[4 * j] = tot[4 * j] + v.x, tot[4 * j + 1] = tot[4 * j + 1] + v.y;
-            tot[4 * j + 2] = tot[4 * j + 2] + v.z, tot[4 * j + 3] = tot[4 * j + 3] + v.w;
-        }
-    }
-    warpgroup_sync(0); /* every thread has read the slots: give them back to the peers that have another step */
-    if (t == 0)
-        for (int p = 1; p < XF; p++)
-            if ((s + 1) * XF + p < g.nsplit) mbar_arrive_rank_release(sfree, (unsigned)p);
-    if ((s + 1) * XF >= g.nsplit) {
-        store_tile<C>(smem, tot, 0, q0, 0, g, 0, mc, seq);
-    } else {
-        float4 *o = (float4 *)slot;
-#pragma unroll
-        for (int j = 0; j < ACC / 4; j++)
-            o[j * 128 + t] = make_float4(tot[4 * j], tot[4 * j + 1], tot[4 * j + 2], tot[4 * j + 3]);
-    }
-}
-
 /* The consumer warpgroups: warpgroup c owns rows [c * 64, c * 64 + 64) of the tile. */
 template <class C>
 __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t *empty, int64_t nk, int64_t p0,
@@ -1097,9 +1025,7 @@ __device__ __forceinline__ void consumer(uint8_t *smem, uint64_t *full, uint64_t
     reg_fence<ACC>(acc);
     release(C::stages(nk)); /* every stage of this tile is free for the producer's next tile */
 
-    if constexpr (xfold_of<C>::value != 0) /* the cluster fold: coff is the CTA's step */
-        xfold_epi<C>(smem, acc, coff, q0, g, mc, seq);
-    else if constexpr (C::FOLD != 0)
+    if constexpr (C::FOLD != 0)
         store_tile<C>(smem, tot, p0, q0, c, g, coff, mc, seq);
     else
         store_tile<C>(smem, acc, p0, q0, c, g, coff, mc, seq);
@@ -1160,22 +1086,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     const unsigned rank = CL > 1 ? cluster_rank() : 0u;
     /* with clusters, the work items are pairs (CL) of tiles, run by cluster blockIdx.x / CL: both CTAs of a cluster
      * run the same items, so the same reduction blocks, and each its own tile of every pair */
-    const int64_t tiles_pq = (g.tiles_p + CL - 1) / CL * g.tiles_q;
-    /* the cluster fold (XF CTAs per cluster, one output tile per cluster): this CTA's steps, its fold tiles
-     * t = s * XF + rank below nsplit */
-    constexpr int XF = xfold_of<C>::value;
-    const unsigned xrank = XF ? cluster_rank() : 0u;
-    const int64_t ntiles = XF ? (g.nsplit - (int64_t)xrank + XF - 1) / XF : tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
-    const int64_t first = XF ? 0 : blockIdx.x / CL, step = XF ? 1 : gridDim.x / CL;
+    const int64_t tiles_pq = (g.tiles_p + CL - 1) / CL * g.tiles_q, ntiles = tiles_pq * (g.nsplit > 0 ? g.nsplit : 1);
+    const int64_t first = blockIdx.x / CL, step = gridDim.x / CL;
     const int64_t nk_all = (g.R + BK - 1) / BK;
-    /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset (the cluster fold:
-     * the step) */
+    /* work item id: its output tile, its reduction blocks [kb0, kb0 + nk) and its output offset */
     auto work = [&](int64_t id, int64_t &p0, int64_t &q0, int64_t &kb0, int64_t &nk, int64_t &coff) {
-        if constexpr (XF) {
-            kb0 = (id * XF + xrank) * SPLIT_BLOCKS, nk = nk_all - kb0 < SPLIT_BLOCKS ? nk_all - kb0 : SPLIT_BLOCKS;
-            coff = id, p0 = 0, q0 = (int64_t)(blockIdx.x / XF) * BN;
-            return;
-        }
         kb0 = 0, nk = nk_all, coff = 0;
         if (g.nsplit > 0) {
             const int64_t t = id / tiles_pq;
@@ -1192,12 +1107,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
     if constexpr (C::L2) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
     if (threadIdx.x == 0) {
         ring_bars_init(full, empty, STAGES, 1, NC * CL); /* with clusters, every consumer of the cluster gives back */
-        if constexpr (XF) { /* the cluster fold's slot barriers: full (rank 0's, one per peer), free (a peer's) */
-            uint64_t *xb = (uint64_t *)(smem + C::XF_BARS);
-            for (int p = 0; p < XF - 1; p++)
-                mbar_init(&xb[p], 128);
-            mbar_init(&xb[XF - 1], 1);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     if constexpr (!C::AMN && BM == 64)
@@ -1210,7 +1119,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
             }
             fence_proxy_async_smem(); /* visible to the MMAs, which read through the async proxy */
         }
-    if constexpr (CL > 1 || XF > 0)
+    if constexpr (CL > 1)
         cluster_sync(); /* no copy or arrival reaches a peer's barriers before they are initialised */
     else
         __syncthreads();
@@ -1288,8 +1197,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MINB)
         if constexpr (C::TMA_EPI)
             if ((threadIdx.x & 127) == 0) bulk_wait<0, false>();
     }
-    /* no CTA leaves while its peer may still copy to it or arrive on it (the cluster fold: store into its slots) */
-    if constexpr (CL > 1 || XF > 0) cluster_sync();
+    if constexpr (CL > 1) cluster_sync(); /* no CTA leaves while its peer may still copy to it or arrive on it */
 #endif
 }
 
@@ -1402,16 +1310,6 @@ typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2> dgrad_t16b;
  * evict-first, the partials stored evict-last; the same kernels' values. */
 typedef cfg<64, 64, 3, 0, 1, EPI_F32, 0, 2, 0, 0, 0, 2, L2_SPLIT_B> dgrad_c2_split;
 typedef cfg<64, 16, 5, 1, 0, EPI_F32, 0, 2, 0, 0, 1, 2, L2_SPLIT_A> dgrad_t16b_split;
-/* The cluster fold (h3c_gemm_split_cluster, xfold_epi): the split's 64 x 64 items on clusters of XF = 3 CTAs, one
- * per multiprocessor with a ring of 5 stages of two blocks, whose partials meet in the shared memory of the cluster's
- * rank 0 (a total and two slots of 64 x 64 floats after the ring) instead of a workspace and a folding pass. */
-struct dgrad_xf3 : cfg<64, 64, 5, 0, 1, EPI_F32, 0, 1, 0, 0, 0, 2> {
-    static constexpr int XF = 3;
-    static constexpr int XF_OFF = (RING + BARS + 1023) / 1024 * 1024, XF_SLOT = 64 * 64 * 4;
-    static constexpr int XF_BARS = XF_OFF + XF * XF_SLOT;
-    static constexpr int SMEM = XF_BARS + 8 * XF + 1024;
-};
-static_assert(dgrad_xf3::SMEM <= 227 * 1024, "the cluster fold's shared memory");
 typedef cfg<128, 192, 4, 1, 1, EPI_F32_TMA, 1, 1, 1, 1, 1> wgrad_ovl_tma_persist_t;
 /* Configuration 11 (the dispatcher's instead of 0 from CLUSTER_MIN_ROWS rows on): configuration 0 on 2-CTA clusters
  * sharing the B block by multicast (cfg::CL): vertically adjacent tiles, each CTA loading its A block and half of B
@@ -1604,22 +1502,6 @@ static h3s_status launch(const char *op, int64_t P, int64_t Q, int64_t R, const 
     if (tiles > INT32_MAX)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "%s: GEMM of %lld x %lld outputs exceeds the grid limits", op,
                         (long long)P, (long long)Q);
-    if constexpr (xfold_of<C>::value != 0) {
-        /* the cluster fold: one cluster of XF CTAs per output tile (its CTAs wait only on each other, which the
-         * cluster launch schedules together) */
-        constexpr int XF = xfold_of<C>::value;
-        if (g.tiles_p != 1 || nsplit <= 0 || g.tiles_q * XF > INT32_MAX)
-            return h3s_fail(H3S_ERR_INVALID, "%s: the cluster fold takes one 64-row tile and its fold tiles", op);
-        cudaLaunchConfig_t lc = {};
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = XF, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        lc.gridDim = dim3((unsigned)(XF * g.tiles_q)), lc.blockDim = dim3(C::THREADS);
-        lc.dynamicSmemBytes = C::SMEM, lc.stream = H3K_STREAM, lc.attrs = at, lc.numAttrs = 1;
-        const cudaError_t e = cudaLaunchKernelEx(&lc, wg_gemm<C>, ma, mb, mc, g);
-        if (e != cudaSuccess) return h3s_fail(H3S_ERR_DEVICE, "%s: cluster launch: %s", op, cudaGetErrorString(e));
-        return h3c_launch_check(op);
-    }
     /* The bulk-store configurations and a short reduction (at most 32 blocks of 64, e.g. wgrad at
      * M <= 2048) run on a persistent grid, at most as many CTAs as fit on the device at once, so
      * that a tile's epilogue overlaps the next tile's loads (and, with bulk stores, its MMAs); the
@@ -2014,14 +1896,6 @@ extern "C" h3s_status h3c_bf16_pack_selftest(uint32_t step, uint64_t *mismatches
  * times longer than the output row (the AdaLN projection: 96,768 into 2,688). */
 extern "C" int h3c_gemm_dgrad_folds(int64_t N, int64_t K) { return N >= 8 * K; }
 
-/* h3c_gemm_split_cluster: the folded dgrad's split in configuration 3 as the cluster fold (dgrad_xf3) */
-static int g_split_cluster = 0;
-extern "C" int h3c_gemm_split_cluster(int on) {
-    const int was = g_split_cluster;
-    if (on == 0 || on == 1) g_split_cluster = on;
-    return was;
-}
-
 /* The folded dgrad: at M <= H3C_DGRAD_SPLIT_M (configuration 3 or the dispatcher's choice) every fold tile of
  * H3C_DGRAD_FOLD_TILE rows is a work item (dgrad_c2 in split mode) and split_fold_kernel adds the partials; otherwise
  * (and forced 0, 2 or 8 to 12) dgrad_fold_ovl adds them in registers with the overlapped fold's schedule, measured
@@ -2039,8 +1913,6 @@ static h3s_status dgrad_folded(const char *op, int64_t M, int64_t N, int64_t K, 
         return wg::launch<wg::dgrad_fold_ovl_t>(op, K, M, N, w, K, dyb, N, NULL, dx, K);
     if (!split) return wg::launch<wg::dgrad_fold_ovl>(op, M, K, N, dyb, N, w, K, NULL, dx, K);
     const int64_t nsplit = (N + H3C_DGRAD_FOLD_TILE - 1) / H3C_DGRAD_FOLD_TILE, stride = M * K;
-    if (c == 3 && g_split_cluster) /* the cluster fold: no workspace, no folding pass */
-        return wg::launch<wg::dgrad_xf3>(op, M, K, N, dyb, N, w, K, NULL, dx, K, nsplit, 0);
     void *part = NULL;
     H3S_TRY(h3c_ws_alloc(op, (size_t)nsplit * (size_t)stride * sizeof(float), &part));
     /* the split's work items: 64 x 64 tiles (3), or 64 x 16 transposed ones (6, 7), whose partials land in the same

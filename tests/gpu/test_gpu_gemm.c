@@ -411,58 +411,6 @@ static void map_cache(int small) {
     gfree(&xd), gfree(&wd), gfree(&dyd), gfree(&y[0]), gfree(&y[1]), gfree(&dx[0]), gfree(&dx[1]), gfree(&buf);
 }
 
-/* The folded dgrad's cluster fold (h3c_gemm_split_cluster: the partials added in a cluster's shared memory, no
- * workspace and no folding pass) against the split with its folding pass, on the same rows, through the dispatcher
- * and forced 3, 6 and 7 (6 and 7 keep their transposed split), at every M up to 64, twice each.  The same bits. */
-static void split_cluster(int64_t K, int64_t N, const int64_t *Ms, int nM) {
-    const int64_t MMAX = 64;
-    h3s_tensor xd = gdev2(H3S_BF16, MMAX, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, MMAX, N);
-    gfill(&xd, 601, 1.0f);
-    gfill(&wd, 602, 1.0f / sqrtf((float)N));
-    gfill(&dyd, 603, 1.0f);
-    const int cfgs[] = {-1, 3, 6, 7};
-    int64_t bad = 0, runs = 0;
-    const int was = h3c_gemm_split_cluster(0);
-    CHECK(was == 0 && h3c_gemm_split_cluster(-1) == 0, "the cluster fold is off by default and -1 only asks");
-    for (int mi = 0; mi < nM; mi++) {
-        const int64_t M = Ms[mi];
-        if (M > MMAX) continue;
-        h3s_tensor xm = grows(&xd, 0, M), dym = grows(&dyd, 0, M);
-        h3s_tensor dx = gdev2(H3S_F32, M, K);
-        for (int ci = 0; ci < 4; ci++) {
-            CHECK_OK(h3c_gemm_force_config(cfgs[ci]));
-            h3s_tensor ref = {0};
-            for (int run = 0; run < 3; run++) { /* 0: the split and its pass; 1, 2: the cluster fold */
-                h3c_gemm_split_cluster(run > 0);
-                gpoison(&dx);
-                CHECK_OK(h3s_linear_backward(&xm, &wd, &dym, &dx, NULL, NULL));
-                h3s_tensor h = gdown(&dx);
-                if (run == 0) {
-                    ref = h;
-                    continue;
-                }
-                const int64_t b = count_differing(&h, &ref, 0, M);
-                CHECK(b == 0,
-                      "%lld -> %lld, M = %lld, configuration %d, the cluster fold (run %d): %lld elements of dx "
-                      "differ from the split's",
-                      (long long)K, (long long)N, (long long)M, cfgs[ci], run, (long long)b);
-                bad += b, runs++;
-                g_comparisons += M * K;
-                h3s_tensor_free(&h);
-            }
-            h3s_tensor_free(&ref);
-        }
-        gfree(&dx);
-    }
-    CHECK_OK(h3c_gemm_force_config(-1));
-    h3c_gemm_split_cluster(was);
-    g_total_differing += bad;
-    printf("  %5lld -> %5lld: the folded dgrad's cluster fold against the split (dispatcher, 3, 6, 7; M up to 64), "
-           "%lld runs of dx: %lld elements differ\n",
-           (long long)K, (long long)N, (long long)runs, (long long)bad);
-    gfree(&xd), gfree(&wd), gfree(&dyd);
-}
-
 /* The comparison above can fail: the split operands give other bits than BF16 operands. */
 static void modes_differ(int64_t M, int64_t K, int64_t N) {
     h3s_tensor xd = gdev2(H3S_BF16, M, K), wd = gdev2(H3S_BF16, N, K), dyd = gdev2(H3S_F32, M, N);
@@ -579,15 +527,6 @@ int main(void) {
             if (run_shape[4]) raster_invariance(2688, 32256, 64, split_cfgs, nsplit);
         }
     }
-    /* the cluster fold: 512 -> 4096 (4 fold tiles: a last step with one peer), 72 -> 1160 (2 fold tiles: a CTA with
-     * no step; a last column tile of 8 columns, a partial last fold tile), 64 -> 2048, and the AdaLN shape at full
-     * size (32 fold tiles, the last half) */
-    if (small) {
-        split_cluster(512, 4096, Ms, nM);
-        split_cluster(72, 1160, Ms, nM);
-        split_cluster(64, 2048, Ms, nM);
-    } else if (run_shape[4])
-        split_cluster(2688, 32256, Ms, nM);
     modes_differ(small ? 100 : 925, small ? 136 : 5376, small ? 200 : 7168);
     if (small || run_shape[0]) map_cache(small); /* at full size on 5376 -> 7168, with that shape's part */
     printf("row_invariance_differing %lld over %lld compared elements; elapsed %.1f s\n", (long long)g_total_differing,

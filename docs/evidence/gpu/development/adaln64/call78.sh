@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Call 78: the cluster fold (h3c_gemm_split_cluster, wg::dgrad_xf3): the folded AdaLN dgrad's split at M <= 64 in
-# configuration 3 with its partials added in the shared memory of a cluster of three CTAs instead of a workspace and a
-# folding pass (adaln64.md, "What the calls leave").  test_gpu_gemm at small size (split_cluster: the cluster fold
-# against the split, M <= 64) plain and under memcheck; then one `bench_gemm --only 2688 32256 M --phase dgrad` process
-# per M in 17, 33, 64 with and without --split-cluster, twice; then the full-size AdaLN part of test_gpu_gemm.  From the
-# repository root with OUT set, carrying .deps (about 3 minutes):
+# Call 78 (prepared, not run: no device time was left): the cluster fold (h3c_gemm_split_cluster, wg::dgrad_xf3),
+# the folded AdaLN dgrad's split at M <= 64 in configuration 3 with its partials added in the shared memory of a
+# cluster of three CTAs instead of a workspace and a folding pass (adaln64.md, "What the calls leave").
+# test_gpu_gemm at small size (split_cluster: the cluster fold against the split, M <= 64) plain and under memcheck;
+# then one `bench_gemm --only 2688 32256 M --phase dgrad` process per M in 17, 33, 64 with and without
+# --split-cluster, twice; then the full-size AdaLN part of test_gpu_gemm.  It runs on main's tree with
+# adaln-cluster-fold.patch applied (`git apply docs/evidence/gpu/development/adaln64/adaln-cluster-fold.patch`).
+# From the repository root with OUT set, carrying .deps (about 3 minutes):
 #   OUT=<dir> bash docs/evidence/gpu/development/adaln64/call78.sh
 set -u
 . scripts/dev_call.sh
