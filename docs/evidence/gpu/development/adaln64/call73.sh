@@ -5,6 +5,8 @@
 # (447 MB through L2: the weight, dy read once per 64 output columns, the partials) and the folding pass 8 us after it.
 # Checks the bits first (test_gpu_gemm at small size: every mode against mode 0; then the AdaLN shape at full size at
 # M <= 64), then one `bench_gemm --only 2688 32256 M --phase dgrad --split-mode X` process per (M, mode), twice.
+# Calls 74, 76 and 77 ran it again with MODES set ("0 1 4 5", "0 1 5", "0 1") after changes to the patch
+# (adaln64.md).
 # It runs on main's tree at 3f8ee8d with adaln-split-flags.patch applied (`git apply
 # docs/evidence/gpu/development/adaln64/adaln-split-flags.patch`; the patch is the state of call 77, see adaln64.md).
 # From the repository root with OUT set, carrying .deps (about 5 minutes):
@@ -22,7 +24,7 @@ grep -E "FAIL" "$OUT/full_adaln.log" | head
 dev_elapsed
 for rep in 1 2; do
     for M in 12 17 33 64; do
-        for mode in 0 1 2 3 4 5 6 7; do
+        for mode in ${MODES:-0 1 2 3 4 5 6 7}; do
             echo -n "rep $rep mode $mode "
             dev_row $B 2688 32256 $M --phase dgrad --split-mode $mode --json "$OUT/row_r${rep}_M${M}_m${mode}.json"
         done
