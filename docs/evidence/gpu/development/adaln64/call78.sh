@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Call 78 (prepared, not run: no device time was left): the cluster fold (h3c_gemm_split_cluster, wg::dgrad_xf3),
-# the folded AdaLN dgrad's split at M <= 64 in configuration 3 with its partials added in the shared memory of a
-# cluster of three CTAs instead of a workspace and a folding pass (adaln64.md, "What the calls leave").
-# test_gpu_gemm at small size (split_cluster: the cluster fold against the split, M <= 64) plain and under memcheck;
-# then one `bench_gemm --only 2688 32256 M --phase dgrad` process per M in 17, 33, 64 with and without
-# --split-cluster, twice; then the full-size AdaLN part of test_gpu_gemm.  It runs on main's tree with
-# adaln-cluster-fold.patch applied (`git apply docs/evidence/gpu/development/adaln64/adaln-cluster-fold.patch`).
-# From the repository root with OUT set, carrying .deps (about 3 minutes):
+# Call 78 (prepared, not run: no device time was left): the cluster fold (h3c_gemm_split_cluster; wg::dgrad_xf3 for
+# configuration 3's 64 x 64 items, wg::dgrad_xft3 for the transposed 64 x 16 items of 6 and 7), the folded AdaLN
+# dgrad's split at M <= 64 with its partials added in the shared memory of a cluster of three CTAs instead of a
+# workspace and a folding pass (adaln64.md).  test_gpu_gemm at small size (split_cluster: the cluster fold against the
+# split, M <= 64) plain and under memcheck; then one `bench_gemm --only 2688 32256 M --phase dgrad` process per M in
+# 1, 12, 17, 33, 64 with and without --split-cluster, twice; then the full-size AdaLN part of test_gpu_gemm.  It runs
+# on main's tree with adaln-cluster-fold.patch applied (`git apply
+# docs/evidence/gpu/development/adaln64/adaln-cluster-fold.patch`).  From the repository root with OUT set, carrying
+# .deps (about 4 minutes):
 #   OUT=<dir> bash docs/evidence/gpu/development/adaln64/call78.sh
 set -u
 . scripts/dev_call.sh
@@ -17,7 +18,7 @@ H3S_DEV_SAN_TIMEOUT=60 H3S_GEMM_MS=1,12,17,33,64 dev_small_test $B memcheck
 grep -E "cluster fold" "$OUT/small.log"
 dev_elapsed
 for rep in 1 2; do
-    for M in 17 33 64; do
+    for M in 1 12 17 33 64; do
         for v in "" --split-cluster; do
             echo -n "rep $rep ${v:-split} "
             dev_row $B 2688 32256 $M --phase dgrad $v
@@ -25,7 +26,7 @@ for rep in 1 2; do
     done
 done
 dev_elapsed
-H3S_GEMM_SHAPES=2688x32256 H3S_GEMM_MS=17,33,64 timeout 60 "$B/test_gpu_gemm" >"$OUT/full_adaln.log" 2>&1
+H3S_GEMM_SHAPES=2688x32256 H3S_GEMM_MS=12,17,33,64 timeout 80 "$B/test_gpu_gemm" >"$OUT/full_adaln.log" 2>&1
 echo "full AdaLN rc=$?: $(grep -E "cluster fold|row_invariance_differing|checks" "$OUT/full_adaln.log" | tr '\n' ' ')"
 grep -E "FAIL" "$OUT/full_adaln.log" | head -5
 dev_elapsed
