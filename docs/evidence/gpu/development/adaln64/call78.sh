@@ -4,7 +4,7 @@
 # dgrad's split at M <= 64 with its partials added in the shared memory of a cluster of three CTAs instead of a
 # workspace and a folding pass (adaln64.md).  test_gpu_gemm at small size (split_cluster: the cluster fold against the
 # split, M <= 64) plain and under memcheck; then one `bench_gemm --only 2688 32256 M --phase dgrad` process per M in
-# 1, 12, 17, 33, 64 with and without --split-cluster, twice; then the full-size AdaLN part of test_gpu_gemm.  It runs
+# 1, 12, 17, 33, 64 with and without --split-cluster, twice (first the clusters resident at once); then the full-size AdaLN part of test_gpu_gemm.  It runs
 # on main's tree with adaln-cluster-fold.patch applied (`git apply
 # docs/evidence/gpu/development/adaln64/adaln-cluster-fold.patch`).  From the repository root with OUT set, carrying
 # .deps (about 4 minutes):
@@ -17,6 +17,7 @@ dev_elapsed
 H3S_DEV_SAN_TIMEOUT=60 H3S_GEMM_MS=1,12,17,33,64 dev_small_test $B memcheck
 grep -E "cluster fold" "$OUT/small.log"
 dev_elapsed
+timeout 20 "$B/bench_gemm" --only 2688 32256 64 --phase dgrad --split-cluster 2>&1 | grep -E "resident at once"
 for rep in 1 2; do
     for M in 1 12 17 33 64; do
         for v in "" --split-cluster; do
