@@ -3,9 +3,9 @@
 # configuration 3's 64 x 64 items, wg::dgrad_xft3 for the transposed 64 x 16 items of 6 and 7), the folded AdaLN
 # dgrad's split at M <= 64 with its partials added in the shared memory of a cluster of three CTAs instead of a
 # workspace and a folding pass (adaln64.md).  test_gpu_gemm at small size (split_cluster: the cluster fold against the
-# split, M <= 64) plain and under memcheck; then one `bench_gemm --only 2688 32256 M --phase dgrad` process per M in
-# 1, 12, 17, 33, 64 with and without --split-cluster, twice (first the clusters resident at once); then the full-size AdaLN part of test_gpu_gemm.  It runs
-# on main's tree with adaln-cluster-fold.patch applied (`git apply
+# split, M <= 64) plain and under memcheck; the clusters resident at once; then one `bench_gemm --only 2688 32256 M
+# --phase dgrad` process per M in 1, 12, 17, 33, 64 with and without --split-cluster, twice; then the full-size AdaLN
+# part of test_gpu_gemm.  It runs on main's tree with adaln-cluster-fold.patch applied (`git apply
 # docs/evidence/gpu/development/adaln64/adaln-cluster-fold.patch`).  From the repository root with OUT set, carrying
 # .deps (about 4 minutes):
 #   OUT=<dir> bash docs/evidence/gpu/development/adaln64/call78.sh
