@@ -543,6 +543,32 @@ __device__ __forceinline__ void tc_softmax_step(float (&s)[TC_FK / 2], float (&m
         l[r] = l[r] * alpha[r] + tc_quad_sum(rs[r]);
 }
 
+/* The forward kernels' epilogue, per thread: out = bf16(o / l) for its two query rows (qi = q16 + lane / 4 and 8 more,
+ * q16 its warp's first of 16), and their stats (m scale, l); a query with no key: 0 and (-inf, 0). */
+__device__ __forceinline__ void tc_forward_store(const h3c_attn_args &a, const float (&o)[TC_D / 2],
+                                                 const float (&m)[2], const float (&l)[2], const int *qrows, int qcnt,
+                                                 int q16, int lane, int64_t W, int64_t col0, int64_t h) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qi = q16 + (lane >> 2) + 8 * r;
+        if (qi >= qcnt) continue;
+        const int64_t row = qrows[qi];
+        uint16_t *dst = (uint16_t *)a.out + row * W + col0;
+#pragma unroll
+        for (int j = 0; j < TC_D / 8; j++) {
+            const int d = j * 8 + (lane & 3) * 2;
+            const float v0 = l[r] > 0.0f ? o[j * 4 + 2 * r] / l[r] : 0.0f;
+            const float v1 = l[r] > 0.0f ? o[j * 4 + 2 * r + 1] / l[r] : 0.0f;
+            *(uint32_t *)(dst + d) = tc_pack(v0, v1);
+        }
+        if ((lane & 3) == 0) {
+            /* the maximum score: m scale (rounding is monotonic, so this is the maximum of the rounded scores) */
+            a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
+            a.stats[(row * a.heads + h) * 2 + 1] = l[r];
+        }
+    }
+}
+
 /* Forward: one CTA per tile of 128 of a group's queries (warpgroup w owns rows [64 w, 64 w + 64)).
  *
  * Software pipeline inside each warpgroup: at key tile i the MMA of s_i = q k_i^T and the MMA of
@@ -634,26 +660,7 @@ __global__ void __launch_bounds__(TC_FTHREADS, 1) attn_tc_forward_kernel(h3c_att
         wg::reg_fence<TC_D / 2>(o);
     }
     tc_wait<0>();
-    /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = wgi * 64 + warp * 16 + (lane >> 2) + 8 * r;
-        if (qi >= qcnt) continue;
-        const int64_t row = qrows[qi];
-        uint16_t *dst = (uint16_t *)a.out + row * W + col0;
-#pragma unroll
-        for (int j = 0; j < TC_D / 8; j++) {
-            const int d = j * 8 + (lane & 3) * 2;
-            const float v0 = l[r] > 0.0f ? o[j * 4 + 2 * r] / l[r] : 0.0f;
-            const float v1 = l[r] > 0.0f ? o[j * 4 + 2 * r + 1] / l[r] : 0.0f;
-            *(uint32_t *)(dst + d) = tc_pack(v0, v1);
-        }
-        if ((lane & 3) == 0) {
-            /* the maximum score: m scale (rounding is monotonic, so this is the maximum of the rounded scores) */
-            a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
-            a.stats[(row * a.heads + h) * 2 + 1] = l[r];
-        }
-    }
+    tc_forward_store(a, o, m, l, qrows, qcnt, wgi * 64 + warp * 16, lane, W, col0, h);
 #endif
 }
 
@@ -954,25 +961,7 @@ __global__ void __launch_bounds__(TC_FTHREADS + NP, 1)
         wg::wg_wait<0>();
         wg::reg_fence<TC_D / 2>(o);
     }
-    /* out = bf16(o / l); stats (m, l); a query with no key: 0 and (-inf, 0) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qi = wgi * 64 + warp * 16 + (lane >> 2) + 8 * r;
-        if (qi >= qcnt) continue;
-        const int64_t row = qrows[qi];
-        uint16_t *dst = (uint16_t *)a.out + row * W + col0;
-#pragma unroll
-        for (int j = 0; j < TC_D / 8; j++) {
-            const int d = j * 8 + (lane & 3) * 2;
-            const float v0 = l[r] > 0.0f ? o[j * 4 + 2 * r] / l[r] : 0.0f;
-            const float v1 = l[r] > 0.0f ? o[j * 4 + 2 * r + 1] / l[r] : 0.0f;
-            *(uint32_t *)(dst + d) = tc_pack(v0, v1);
-        }
-        if ((lane & 3) == 0) {
-            a.stats[(row * a.heads + h) * 2] = m[r] * a.scale;
-            a.stats[(row * a.heads + h) * 2 + 1] = l[r];
-        }
-    }
+    tc_forward_store(a, o, m, l, qrows, qcnt, wgi * 64 + warp * 16, lane, W, col0, h);
 #endif
 }
 
