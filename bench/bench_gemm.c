@@ -38,7 +38,9 @@
  * sample's work), so that the device reaches the start event with every launch of the sample queued: the sample is
  * then the device's time alone, without the host's work before the first launch (recorded as "gate" in the JSON).
  * Rows at M <= 64 record those held times in any case ("strict_device_ms", "cublas_device_ms") and the stream
- * fractions they give ("strict_device_stream_fraction", "cublas_device_stream_fraction"; columns s_dev, c_dev).
+ * fractions they give ("strict_device_stream_fraction", "cublas_device_stream_fraction"; columns s_dev, c_dev),
+ * and the copy bandwidth measured again right after the row ("copy_tbps_row", JSON only): the run's first copy is
+ * measured with the device cool, a row late in the table after seconds of the large products.
  * --raster GROUP HINT_A HINT_B sets strict's tile raster (tile-rows per group, default 16) and L2 policies for its
  * operands' copies (0 none, 1 evict-first, 2 evict-last; h3c_gemm_raster), which change no result.  --map-cache 0
  * makes strict encode every tensor map instead of keeping them (h3c_gemm_map_cache; the same maps).
@@ -498,8 +500,10 @@ int main(int argc, char **argv) {
                  * (wgrad: N x K written, F32 or BF16): those bytes per second against the copy bandwidth */
                 const int small = M <= 64;
                 char sfrac[32] = "null", cfrac[32] = "null", sdev[32] = "null", cdev[32] = "null";
-                char sdms[32] = "null", cdms[32] = "null";
+                char sdms[32] = "null", cdms[32] = "null", copy_row[32] = "null";
                 if (small) {
+                    const float tcopy = time_impl(IMPL_COPY, PH_FWD, 0, 0, 0, &b, NULL, s, warmup, reps);
+                    snprintf(copy_row, sizeof copy_row, "%.3f", 2.0 * (double)COPY_BYTES / (tcopy * 1e-3) * 1e-12);
                     const double wb = (double)N * (double)K * (ph == PH_WGRAD && !g_dw_bf16 ? 4.0 : 2.0);
                     stream_fraction(sfrac, wb, ts, copy_tbps);
                     stream_fraction(cfrac, wb, tc, copy_tbps);
@@ -523,9 +527,9 @@ int main(int argc, char **argv) {
                         "\"previous_strict_ms\": %s, \"dy_round_ms\": %s, \"strict_stream_fraction\": %s, "
                         "\"cublas_stream_fraction\": %s, \"strict_host_us\": %.2f, \"cublas_host_us\": %.2f, "
                         "\"strict_device_ms\": %s, \"cublas_device_ms\": %s, \"strict_device_stream_fraction\": %s, "
-                        "\"cublas_device_stream_fraction\": %s}",
+                        "\"cublas_device_stream_fraction\": %s, \"copy_tbps_row\": %s}",
                         first_row ? "" : ",\n", (long long)K, (long long)N, PHASE[ph], (long long)M, ts, tc, stf, ctf,
-                        ts / tc, prev, rnd, sfrac, cfrac, hs, hc, sdms, cdms, sdev, cdev);
+                        ts / tc, prev, rnd, sfrac, cfrac, hs, hc, sdms, cdms, sdev, cdev, copy_row);
                     first_row = 0;
                 }
             }
