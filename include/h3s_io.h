@@ -72,9 +72,11 @@ H3S_API h3s_status h3s_inputs_write(const char *path, const h3s_inputs *in, cons
 
 /* The checks an output path passes before a command computes anything: what is at the path now (above); its last
  * component names a file; the directory holding it exists; and the place the file would land (the real path of
- * that directory, then the file name) is none of `inputs` (by real path, or the same inode when the output exists)
- * and lies inside none of `dirs`.  NULL entries are skipped.  Failure: H3S_ERR_INVALID naming the output and the
- * input or directory it collides with; H3S_ERR_IO when the directory cannot be resolved. */
+ * that directory, then the file name) is none of `inputs` (by real path, or the same inode when the output exists),
+ * lies inside none of `dirs` nor inside their transformer/ subfolders (each resolved), and is none of the files in
+ * those (by real path or inode: a snapshot's links into a cache's blobs/ lead to the model's files).  NULL entries
+ * are skipped.  Failure: H3S_ERR_INVALID naming the output and the input, file or directory it collides with;
+ * H3S_ERR_IO when the directory cannot be resolved. */
 H3S_API h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs,
                                        const char *const *dirs, int ndirs);
 

@@ -65,6 +65,19 @@ refuse trajectory-into-model "" "model directory" "$CLI" trajectory --model "$di
 refuse manifest-into-model "" "model directory" "$CLI" verify --model "$dir/m" --write-manifest "$dir/m/manifest.json"
 if [ "$(ls -A "$dir/m" | sort | tr '\n' ' ')" = "config.json diffusion_pytorch_model.safetensors " ]; then ok; else bad "model directory now holds: $(ls -A "$dir/m")"; fi
 run_ok verify-after "$CLI" verify --model "$dir/m"
+# a snapshot whose files are links into a cache's blobs/ (the Hugging Face layout), and one whose transformer/ is a
+# link to a directory elsewhere: the files the links reach are the model's too
+mkdir -p "$dir/hf/blobs" "$dir/hf/snap" "$dir/hf2/store" "$dir/hf2/snap"
+cp "$dir/m/config.json" "$dir/hf/blobs/cfg" && cp "$W" "$dir/hf/blobs/w"
+ln -s ../blobs/cfg "$dir/hf/snap/config.json" && ln -s ../blobs/w "$dir/hf/snap/diffusion_pytorch_model.safetensors"
+cp "$dir/m/config.json" "$W" "$dir/hf2/store/" && ln -s ../store "$dir/hf2/snap/transformer"
+refuse fwd-out-is-blob "$dir/hf/blobs/w" "model's file" "$CLI" forward --model "$dir/hf/snap" --inputs "$IN" --out "$dir/hf/blobs/w"
+code_is fwd-out-is-blob 2
+refuse manifest-is-blob "$dir/hf/blobs/cfg" "model's file" "$CLI" verify --model "$dir/hf/snap" --write-manifest "$dir/hf/blobs/cfg"
+refuse fwd-out-in-linked-transformer "$dir/hf2/store/config.json" "model directory" "$CLI" forward --model "$dir/hf2/snap" --inputs "$IN" --out "$dir/hf2/store/config.json"
+run_ok verify-blobs "$CLI" verify --model "$dir/hf/snap"
+run_ok verify-linked-transformer "$CLI" verify --model "$dir/hf2/snap"
+run_ok fwd-beside-blobs "$CLI" forward --model "$dir/hf/snap" --inputs "$IN" --out "$dir/hf/blobs/out.safetensors"
 
 # ---- 2. only a regular file is replaced: a symbolic link, a FIFO, a directory are refused
 echo precious >"$dir/target"

@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -523,6 +524,65 @@ static int path_within(const char *a, const char *b) {
     return strncmp(a, b, lb) == 0 && (a[lb] == '\0' || a[lb] == '/');
 }
 
+/* Whether `cand` is the file the output lands on: the same real path, or, when the output exists, the same inode
+ * (a hard link). */
+static int lands_on(const char *cand, const char *full, int out_exists, const struct stat *out_sb) {
+    char *r = realpath(cand, NULL);
+    int same = r && strcmp(r, full) == 0;
+    free(r);
+    struct stat sb;
+    if (!same && out_exists && stat(cand, &sb) == 0) same = sb.st_dev == out_sb->st_dev && sb.st_ino == out_sb->st_ino;
+    return same;
+}
+
+/* The output against a model directory: neither inside it nor inside its transformer/ subfolder (each resolved, so
+ * wherever a link leads), and none of the entries of either (in a Hugging Face cache a snapshot's files are links
+ * into blobs/, outside the snapshot). */
+static h3s_status check_model_dir(const char *path, const char *full, int out_exists, const struct stat *out_sb,
+                                  const char *dir) {
+    for (int sub = 0; sub < 2; sub++) {
+        size_t ld = strlen(dir);
+        char *d = h3s_malloc(ld + sizeof "/transformer", 1);
+        if (!d) return H3S_ERR_NOMEM;
+        memcpy(d, dir, ld + 1);
+        if (sub) memcpy(d + ld, "/transformer", sizeof "/transformer");
+        char *d_real = realpath(d, NULL);
+        struct stat dsb;
+        h3s_status st = H3S_OK;
+        if (d_real && stat(d_real, &dsb) == 0 && S_ISDIR(dsb.st_mode)) {
+            if (path_within(full, d_real))
+                st = h3s_fail(H3S_ERR_INVALID,
+                              "output %s lies inside the model directory %s; refusing to write into a model", path,
+                              dir);
+            DIR *dh = st == H3S_OK ? opendir(d_real) : NULL;
+            struct dirent *e;
+            while (dh && st == H3S_OK && (e = readdir(dh)) != NULL) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+                size_t lr = strlen(d_real), ln = strlen(e->d_name);
+                char *f = h3s_malloc(lr + ln + 2, 1);
+                if (!f) {
+                    st = H3S_ERR_NOMEM;
+                    break;
+                }
+                memcpy(f, d_real, lr);
+                f[lr] = '/';
+                memcpy(f + lr + 1, e->d_name, ln + 1);
+                if (lands_on(f, full, out_exists, out_sb))
+                    st = h3s_fail(H3S_ERR_INVALID,
+                                  "output %s is the model's file %s%s%s (through a link); refusing to write into a "
+                                  "model",
+                                  path, dir, sub ? "/transformer/" : "/", e->d_name);
+                free(f);
+            }
+            if (dh) closedir(dh);
+        }
+        free(d_real);
+        free(d);
+        if (st != H3S_OK) return st;
+    }
+    return H3S_OK;
+}
+
 h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs, const char *const *dirs,
                                int ndirs) {
     if (!path || !*path) return h3s_fail(H3S_ERR_INVALID, "output: empty path");
@@ -532,27 +592,12 @@ h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int 
     struct stat out_sb;
     int out_exists = stat(full, &out_sb) == 0;
     h3s_status st = H3S_OK;
-    for (int i = 0; i < ninputs && st == H3S_OK; i++) {
-        if (!inputs[i]) continue;
-        char *in_real = realpath(inputs[i], NULL);
-        struct stat in_sb;
-        int same = in_real && strcmp(in_real, full) == 0;
-        if (!same && out_exists && stat(inputs[i], &in_sb) == 0)
-            same = in_sb.st_dev == out_sb.st_dev && in_sb.st_ino == out_sb.st_ino;
-        if (same)
+    for (int i = 0; i < ninputs && st == H3S_OK; i++)
+        if (inputs[i] && lands_on(inputs[i], full, out_exists, &out_sb))
             st = h3s_fail(H3S_ERR_INVALID, "output %s is the input file %s; refusing to overwrite an input", path,
                           inputs[i]);
-        free(in_real);
-    }
-    for (int i = 0; i < ndirs && st == H3S_OK; i++) {
-        if (!dirs[i]) continue;
-        char *d_real = realpath(dirs[i], NULL);
-        if (d_real && path_within(full, d_real))
-            st =
-                h3s_fail(H3S_ERR_INVALID,
-                         "output %s lies inside the model directory %s; refusing to write into a model", path, dirs[i]);
-        free(d_real);
-    }
+    for (int i = 0; i < ndirs && st == H3S_OK; i++)
+        if (dirs[i]) st = check_model_dir(path, full, out_exists, &out_sb, dirs[i]);
     free(full);
     free(dir_real);
     return st;
