@@ -82,8 +82,9 @@ H3S_API h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t 
 
 /* Verify a model directory (or a pipeline snapshot): config.json and every weights file (every shard) open and
  * validate, and the tensors match the parameter table.  With manifest_path (a JSON object {file: sha256hex}, files
- * relative to the directory holding config.json or to dir) every listed file must exist with that SHA-256 and every
- * weights file must be listed; a difference is H3S_ERR_MISMATCH naming the file.  On success *report (report may be
+ * relative to the directory holding config.json or to dir) every listed file must be a regular file with that SHA-256,
+ * and config.json, the index when sharded and every weights file must be listed; a difference is H3S_ERR_MISMATCH
+ * naming the file.  On success *report (report may be
  * NULL) receives a human summary, the caller's (h3s_free); on failure it is untouched. */
 H3S_API h3s_status h3s_model_verify(const char *dir, const char *manifest_path, char **report);
 /* Write the manifest of a model directory: the SHA-256 of config.json, the index (if any) and every weights file,

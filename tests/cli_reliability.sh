@@ -78,6 +78,18 @@ refuse fwd-out-in-linked-transformer "$dir/hf2/store/config.json" "model directo
 run_ok verify-blobs "$CLI" verify --model "$dir/hf/snap"
 run_ok verify-linked-transformer "$CLI" verify --model "$dir/hf2/snap"
 run_ok fwd-beside-blobs "$CLI" forward --model "$dir/hf/snap" --inputs "$IN" --out "$dir/hf/blobs/out.safetensors"
+# verify: --manifest and --write-manifest exclude each other (the manifest to check is never replaced), and the
+# manifest's output is checked before the model is read (a broken model still gets the output's refusal)
+run_ok write-manifest "$CLI" verify --model "$dir/m" --write-manifest "$dir/man.json"
+refuse verify-both "$dir/man.json" "exclude each other" "$CLI" verify --model "$dir/m" --manifest "$dir/man.json" --write-manifest "$dir/man.json"
+code_is verify-both 2
+mkdir -p "$dir/mb" && cp "$dir/m/config.json" "$dir/mb/" && head -c 100 "$W" >"$dir/mb/diffusion_pytorch_model.safetensors"
+refuse manifest-before-verify "" "model directory" "$CLI" verify --model "$dir/mb" --write-manifest "$dir/mb/man.json"
+code_is manifest-before-verify 2
+# a manifest that leaves config.json out does not pass (a changed config would go unnoticed)
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('config.json'); json.dump(d, open(sys.argv[2], 'w'))" "$dir/man.json" "$dir/man_noconfig.json"
+refuse manifest-without-config "" "config.json is not listed" "$CLI" verify --model "$dir/m" --manifest "$dir/man_noconfig.json"
+code_is manifest-without-config 1
 
 # ---- 2. only a regular file is replaced: a symbolic link, a FIFO, a directory are refused
 echo precious >"$dir/target"

@@ -482,9 +482,11 @@ static void test_snapshot_and_verify(const char *m1) {
     /* the same manifest verifies the snapshot (keys relative to transformer/) */
     CHECK_OK(h3s_model_verify(snap, man, NULL));
     /* keys relative to the snapshot root */
-    char hex[65], text[512];
+    char hex[65], chex[65], text[512];
     CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), hex));
-    snprintf(text, sizeof text, "{\"transformer/%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, hex);
+    CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_CONFIG_FILE), chex));
+    snprintf(text, sizeof text, "{\"transformer/%s\": \"%s\", \"transformer/%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, chex,
+             H3S_MODEL_WEIGHTS_FILE, hex);
     PATHVAR(man2, root, "manifest2.json");
     write_text(man2, text);
     CHECK_OK(h3s_model_verify(snap, man2, NULL));
@@ -498,16 +500,31 @@ static void test_snapshot_and_verify(const char *m1) {
     char bad[65];
     memcpy(bad, hex, 65);
     bad[10] = bad[10] == '0' ? '1' : '0';
-    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, bad);
+    snprintf(text, sizeof text, "{\"%s\": \"%s\", \"%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, chex, H3S_MODEL_WEIGHTS_FILE,
+             bad);
     write_text(man2, text);
     CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
-    CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE), "mismatch names the file: %s", h3s_last_error());
+    CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE) && strstr(h3s_last_error(), "differs"),
+          "mismatch names the file: %s", h3s_last_error());
     /* the weights file not listed at all */
-    CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_CONFIG_FILE), hex));
-    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, hex);
+    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, chex);
     write_text(man2, text);
     CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
     CHECK(strstr(h3s_last_error(), H3S_MODEL_WEIGHTS_FILE), "unlisted file named: %s", h3s_last_error());
+    /* config.json not listed: a changed config (other numerics) would pass unnoticed */
+    snprintf(text, sizeof text, "{\"%s\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, hex);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
+    CHECK(strstr(h3s_last_error(), H3S_MODEL_CONFIG_FILE) && strstr(h3s_last_error(), "not listed"),
+          "unlisted config named: %s", h3s_last_error());
+    /* a listed entry that is a directory: named as not a regular file */
+    make_dir(pjoin(m1, "sub"));
+    snprintf(text, sizeof text, "{\"%s\": \"%s\", \"%s\": \"%s\", \"sub\": \"%s\"}", H3S_MODEL_CONFIG_FILE, chex,
+             H3S_MODEL_WEIGHTS_FILE, hex, hex);
+    write_text(man2, text);
+    CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_verify(m1, man2, NULL));
+    CHECK(strstr(h3s_last_error(), "not a regular file"), "a directory listed: %s", h3s_last_error());
+    rmdir(pjoin(m1, "sub"));
     /* a listed file that is not there */
     snprintf(text, sizeof text, "{\"%s\": \"%s\", \"nothere.bin\": \"%s\"}", H3S_MODEL_WEIGHTS_FILE, bad, hex);
     write_text(man2, text);

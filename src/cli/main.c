@@ -1148,7 +1148,12 @@ static int cmd_verify(int argc, char **argv) {
     const char *model;
     PARSE_OR_RETURN(argc, argv, o);
     if (need(o, n, "--model", &model)) return EXIT_USAGE;
+    if (get(o, n, "--manifest") && get(o, n, "--write-manifest"))
+        return fail_line("--manifest and --write-manifest exclude each other: check a manifest, or write one"),
+               EXIT_USAGE;
     if (get(o, n, "--write-manifest")) {
+        /* the output's checks before the model is read and scanned (h3s_model_manifest_write checks it again) */
+        if (check_output(get(o, n, "--write-manifest"), model, NULL, NULL)) return check_output_code;
         progress_stage(PHASE_READ, "verifying %s", model);
         h3s_status st = h3s_model_verify(model, NULL, NULL);
         if (st == H3S_OK) progress_stage(PHASE_WRITE, "hashing %s into %s", model, get(o, n, "--write-manifest"));

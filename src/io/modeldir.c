@@ -923,15 +923,23 @@ static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_pat
                 goto done;
             }
         }
-        if (stat(m->path, &m->sb) != 0 || !S_ISREG(m->sb.st_mode)) {
+        if (stat(m->path, &m->sb) != 0) {
             st = h3s_fail(H3S_ERR_MISMATCH, "manifest %s lists %s, which is missing from %s", manifest_path, m->key,
                           w->root);
             goto done;
         }
+        if (!S_ISREG(m->sb.st_mode)) {
+            st = h3s_fail(H3S_ERR_MISMATCH, "manifest %s lists %s, which is not a regular file in %s", manifest_path,
+                          m->key, w->root);
+            goto done;
+        }
     }
-    /* every weights file (every shard) is listed */
-    for (int64_t f = 0; f < w->nfiles; f++) {
-        char *p = path_join(w->model_dir, w->file_names[f]);
+    /* every file the model is read from is listed: config.json, the shard index when sharded, every weights file
+     * (what h3s_model_manifest_write writes) */
+    for (int64_t f = -2; f < w->nfiles; f++) {
+        if (f == -1 && !w->sharded) continue;
+        const char *name = f == -2 ? H3S_MODEL_CONFIG_FILE : f == -1 ? H3S_MODEL_INDEX_FILE : w->file_names[f];
+        char *p = path_join(w->model_dir, name);
         struct stat sb;
         int listed = 0;
         if (p && stat(p, &sb) == 0) {
@@ -940,8 +948,8 @@ static h3s_status verify_manifest(const h3s_weights *w, const char *manifest_pat
         }
         free(p);
         if (!listed) {
-            st = h3s_fail(H3S_ERR_MISMATCH, "%s: weights file %s is not listed in the manifest %s", w->model_dir,
-                          w->file_names[f], manifest_path);
+            st = h3s_fail(H3S_ERR_MISMATCH, "%s: %s %s is not listed in the manifest %s", w->model_dir,
+                          f >= 0 ? "weights file" : "model file", name, manifest_path);
             goto done;
         }
     }

@@ -551,9 +551,9 @@ static h3s_status check_model_dir(const char *path, const char *full, int out_ex
         h3s_status st = H3S_OK;
         if (d_real && stat(d_real, &dsb) == 0 && S_ISDIR(dsb.st_mode)) {
             if (path_within(full, d_real))
-                st = h3s_fail(H3S_ERR_INVALID,
-                              "output %s lies inside the model directory %s; refusing to write into a model", path,
-                              dir);
+                st =
+                    h3s_fail(H3S_ERR_INVALID,
+                             "output %s lies inside the model directory %s; refusing to write into a model", path, dir);
             DIR *dh = st == H3S_OK ? opendir(d_real) : NULL;
             struct dirent *e;
             while (dh && st == H3S_OK && (e = readdir(dh)) != NULL) {

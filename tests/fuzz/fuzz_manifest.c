@@ -1,6 +1,6 @@
 /* libFuzzer target: verification against a SHA-256 manifest ({file: sha256}) of the micro model.
- * Properties: no crash/UB/leak; acceptance only with every weights file listed under its true digest; a refusal
- * leaves a printable message. */
+ * Properties: no crash/UB/leak; acceptance only with config.json and every weights file listed under their true
+ * digests; a refusal leaves a printable message. */
 #include "fuzz_common.h"
 
 static const char *dir;
