@@ -75,7 +75,9 @@ H3S_API h3s_status h3s_model_init(const char *preset, int64_t layers, uint64_t s
 /* The same for any config, calling progress(ctx, bytes written, total bytes) after every piece of the weights (about
  * 4 MiB; progress may be NULL).  The weights are generated and written in bounded pieces: memory use does not grow
  * with the model.  out_dir may be absent, an empty directory, or a model directory of this project's shape (then
- * swapped with the new one atomically); anything else is H3S_ERR_INVALID and nothing is touched. */
+ * swapped with the new one atomically; if something was put into it while the new model was written, it is swapped
+ * back as it is then and the call fails with H3S_ERR_INVALID); anything else is H3S_ERR_INVALID and nothing is
+ * touched. */
 typedef void (*h3s_init_progress_fn)(void *ctx, uint64_t done_bytes, uint64_t total_bytes);
 H3S_API h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, const char *out_dir,
                                                   h3s_init_progress_fn progress, void *progress_ctx);

@@ -78,6 +78,15 @@ refuse fwd-out-in-linked-transformer "$dir/hf2/store/config.json" "model directo
 run_ok verify-blobs "$CLI" verify --model "$dir/hf/snap"
 run_ok verify-linked-transformer "$CLI" verify --model "$dir/hf2/snap"
 run_ok fwd-beside-blobs "$CLI" forward --model "$dir/hf/snap" --inputs "$IN" --out "$dir/hf/blobs/out.safetensors"
+# a long output name that the file system takes (252 bytes) is written: its temporary name keeps a shorter part of it
+long=$(printf 'o%.0s' $(seq 1 240)).safetensors
+run_ok long-name "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/$long"
+if [ -f "$dir/$long" ]; then ok; else bad "long-name: no output"; fi
+rm -f "$dir/$long"
+longdir=$(printf 'd%.0s' $(seq 1 250))
+run_ok long-init "$CLI" init --preset tiny --seed 5 --out "$dir/$longdir"
+run_ok long-init-again "$CLI" init --preset tiny --seed 6 --out "$dir/$longdir"
+rm -rf "${dir:?}/$longdir"
 # verify: --manifest and --write-manifest exclude each other (the manifest to check is never replaced), and the
 # manifest's output is checked before the model is read (a broken model still gets the output's refusal)
 run_ok write-manifest "$CLI" verify --model "$dir/m" --write-manifest "$dir/man.json"

@@ -608,6 +608,36 @@ static void test_init_policy(const char *m1) {
     rm_tree(m7);
 }
 
+/* A file put into the model directory while init writes the new model (after init inspected the directory): the
+ * directory is left as it is then, the file kept, the new model not installed; nothing is left beside it. */
+static void put_notes(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    if (done > 0) {
+        FILE *f = fopen(pjoin((const char *)ctx, "notes.txt"), "wx"); /* once: "x" fails when it exists */
+        if (f) fputs("mine", f), fclose(f);
+    }
+}
+static void test_init_race(const char *m1) {
+    PATHVAR(m9, root, "m9");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m9)); /* m1's model */
+    h3s_config c;
+    CHECK_OK(h3s_config_preset("tiny", -1, &c));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config_progress(&c, 9, m9, put_notes, m9));
+    CHECK(strstr(h3s_last_error(), "changed while") && strstr(h3s_last_error(), "notes.txt"), "names the change: %s",
+          h3s_last_error());
+    CHECK(h3t_count_entries(m9) == 3, "the directory as it was left: %d entries", h3t_count_entries(m9));
+    CHECK(files_equal(pjoin(m9, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
+          "the previous model is still there");
+    FILE *f = fopen(pjoin(m9, "notes.txt"), "r");
+    char got[8] = "";
+    if (f) {
+        if (!fgets(got, sizeof got, f)) got[0] = '\0';
+        fclose(f);
+    }
+    CHECK(strcmp(got, "mine") == 0, "the file put there is kept: '%s'", got);
+    rm_tree(m9);
+}
+
 int main(void) {
     h3t_make_temp_dir(root);
     char m1[1024];
@@ -618,6 +648,7 @@ int main(void) {
     test_bad_parameters(m1);
     test_snapshot_and_verify(m1);
     test_init_policy(m1);
+    test_init_race(m1);
     rm_tree(m1);
     /* no temporary directories or files may be left next to the outputs */
     CHECK(h3t_count_entries(root) == 0, "%d entries left in %s", h3t_count_entries(root), root);

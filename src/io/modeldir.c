@@ -672,19 +672,19 @@ static void remove_tree_flat(const char *dir) {
 
 typedef enum { OUT_ABSENT, OUT_EMPTY, OUT_MODEL } out_state;
 
-/* What is at out_dir now, and may init write there? */
-static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
+/* What is at out_dir now, and may init write there?  Messages name the directory as `shown`. */
+static h3s_status inspect_out_dir(const char *out_dir, const char *shown, out_state *state) {
     struct stat sb;
     if (lstat(out_dir, &sb) != 0) {
         if (errno == ENOENT) {
             *state = OUT_ABSENT;
             return H3S_OK;
         }
-        return h3s_fail(H3S_ERR_IO, "init: cannot inspect %s: %s", out_dir, strerror(errno));
+        return h3s_fail(H3S_ERR_IO, "init: cannot inspect %s: %s", shown, strerror(errno));
     }
-    if (!S_ISDIR(sb.st_mode)) return h3s_fail(H3S_ERR_INVALID, "init: %s exists and is not a directory", out_dir);
+    if (!S_ISDIR(sb.st_mode)) return h3s_fail(H3S_ERR_INVALID, "init: %s exists and is not a directory", shown);
     DIR *d = opendir(out_dir);
-    if (!d) return h3s_fail(H3S_ERR_IO, "init: cannot list %s: %s", out_dir, strerror(errno));
+    if (!d) return h3s_fail(H3S_ERR_IO, "init: cannot list %s: %s", shown, strerror(errno));
     int n = 0, have_config = 0;
     h3s_status st = H3S_OK;
     struct dirent *e;
@@ -700,7 +700,7 @@ static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
             st = h3s_fail(H3S_ERR_INVALID,
                           "init: %s is not empty and holds '%s', which init did not write; refusing to overwrite it "
                           "(remove it or choose another --out)",
-                          out_dir, e->d_name);
+                          shown, e->d_name);
             break;
         }
         if (strcmp(e->d_name, H3S_MODEL_CONFIG_FILE) == 0) have_config = 1;
@@ -713,7 +713,7 @@ static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
     }
     if (!have_config)
         return h3s_fail(H3S_ERR_INVALID, "init: %s holds weights without a config.json; refusing to overwrite it",
-                        out_dir);
+                        shown);
     char *cfg = path_join(out_dir, H3S_MODEL_CONFIG_FILE);
     if (!cfg) return H3S_ERR_NOMEM;
     h3s_config old;
@@ -721,7 +721,7 @@ static h3s_status inspect_out_dir(const char *out_dir, out_state *state) {
     free(cfg);
     if (st != H3S_OK)
         return h3s_fail_context(H3S_ERR_INVALID,
-                                "init: %s is not a MiniMax-H3 model directory; refusing to overwrite it", out_dir);
+                                "init: %s is not a MiniMax-H3 model directory; refusing to overwrite it", shown);
     *state = OUT_MODEL;
     return H3S_OK;
 }
@@ -745,6 +745,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     /* Normalise: no trailing slashes, so that the temporary directory is a sibling. */
     char *out = strdup(out_dir);
     char *tmp = NULL;
+    int keep_tmp = 0; /* the previous directory could not be swapped back: it stays at tmp */
     if (!out) {
         st = h3s_fail(H3S_ERR_NOMEM, "out of memory");
         goto done;
@@ -752,7 +753,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     for (size_t l = strlen(out); l > 1 && out[l - 1] == '/'; l--)
         out[l - 1] = '\0';
     out_state state;
-    st = inspect_out_dir(out, &state);
+    st = inspect_out_dir(out, out, &state);
     if (st != H3S_OK) goto done;
 
     static atomic_uint_fast64_t counter;
@@ -766,8 +767,8 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     }
     int made = 0;
     for (int attempt = 0; attempt < 1000 && !made; attempt++) {
-        snprintf(tmp, cap, "%.*s.%s.init-%ld-%llu", (int)dir_len, out, out + dir_len, (long)getpid(),
-                 (unsigned long long)atomic_fetch_add(&counter, 1));
+        snprintf(tmp, cap, "%.*s.%.*s.init-%ld-%llu", (int)dir_len, out, h3s_io_temp_base_len(out + dir_len),
+                 out + dir_len, (long)getpid(), (unsigned long long)atomic_fetch_add(&counter, 1));
         if (mkdir(tmp, 0777) == 0)
             made = 1;
         else if (errno != EEXIST) {
@@ -794,7 +795,23 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
             if (rename(tmp, out) != 0)
                 st = h3s_fail(H3S_ERR_IO, "init: cannot move the new model to %s: %s", out, strerror(errno));
         } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
-            /* tmp now holds the previous model: discard it */
+            /* tmp now holds the previous model, to discard: unless something was put into it while the new model was
+             * written (it was inspected before), in which case it is swapped back, as the user left it */
+            out_state again;
+            if (inspect_out_dir(tmp, out, &again) != H3S_OK) {
+                if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
+                    st = h3s_fail_context(H3S_ERR_INVALID,
+                                          "init: %s changed while the new model was written; it is left as it is now "
+                                          "and the new model is not installed",
+                                          out);
+                } else {
+                    st = h3s_fail(H3S_ERR_IO,
+                                  "init: %s changed while the new model was written and cannot be swapped back (%s): "
+                                  "the new model is in %s, the directory as it was left in %s",
+                                  out, strerror(errno), out, tmp);
+                    keep_tmp = 1;
+                }
+            }
         } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
             char *dst_w = path_join(out, H3S_MODEL_WEIGHTS_FILE), *dst_cfg = path_join(out, H3S_MODEL_CONFIG_FILE);
             if (!dst_w || !dst_cfg)
@@ -816,7 +833,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) h3s_io_sync_parent_dir(out);
 done:
     if (tmp) {
-        remove_tree_flat(tmp);
+        if (!keep_tmp) remove_tree_flat(tmp);
         free(tmp);
     }
     free(out);

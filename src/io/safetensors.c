@@ -657,6 +657,15 @@ h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, si
     return H3S_OK;
 }
 
+int h3s_io_temp_base_len(const char *base) {
+    size_t n = strlen(base);
+    if (n <= H3S_IO_TEMP_BASE_MAX) return (int)n;
+    n = H3S_IO_TEMP_BASE_MAX;
+    while (n > 0 && ((unsigned char)base[n] & 0xC0) == 0x80) /* not inside a UTF-8 sequence */
+        n--;
+    return (int)n;
+}
+
 h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
     static atomic_uint_fast64_t counter;
     const char *slash = strrchr(path, '/');
@@ -669,7 +678,8 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
     if (!tmp) return H3S_ERR_NOMEM;
     for (int attempt = 0; attempt < 1000; attempt++) {
         unsigned long long n = (unsigned long long)atomic_fetch_add(&counter, 1);
-        snprintf(tmp, cap, "%.*s.%s.tmp-%ld-%llu", (int)dir_len, path, base, (long)getpid(), n);
+        snprintf(tmp, cap, "%.*s.%.*s.tmp-%ld-%llu", (int)dir_len, path, h3s_io_temp_base_len(base), base,
+                 (long)getpid(), n);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
             *fd_out = fd;

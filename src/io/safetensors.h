@@ -50,8 +50,14 @@ void h3s_st_writer_abort(h3s_st_writer *w); /* NULL is fine */
 h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, size_t *len);
 
 /* Shared helpers for the io layer's other atomic writers (modeldir: config.json, manifests). */
-/* Create a new empty file next to `path` (".<base>.tmp-<pid>-<n>"); *tmp_path is malloc'd. */
+/* Create a new empty file next to `path` (".<base>.tmp-<pid>-<n>", of the base name at most its first
+ * H3S_IO_TEMP_BASE_MAX bytes, so that any name the file system takes for the output leaves room for the suffix);
+ * *tmp_path is malloc'd. */
 h3s_status h3s_io_create_temp(const char *path, int *fd, char **tmp_path);
+/* The bytes of a base name a temporary name keeps: all, or the first H3S_IO_TEMP_BASE_MAX cut back to a UTF-8
+ * boundary. */
+#define H3S_IO_TEMP_BASE_MAX 100
+int h3s_io_temp_base_len(const char *base);
 /* h3s_io_write_file_atomic (a whole buffer, atomically) is public (include/h3s_io.h). */
 /* fsync the directory holding `path` (best effort: some file systems refuse it). */
 void h3s_io_sync_parent_dir(const char *path);
