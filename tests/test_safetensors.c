@@ -344,6 +344,37 @@ static void test_malformed(void) {
     write_json(p, good, 28);
     expect_bad(p, H3S_ERR_FORMAT, "no tensor", "trailing bytes");
 
+    /* numbers that cJSON's double would take as integers, or round: refused by their text (a string holding digits,
+     * e.g. in __metadata__, is not a number) */
+    {
+        static const char *const hdrs[] = {
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[2.0,3],\"data_offsets\":[0,24]}}",
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24e0]}}",
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[-0,24]}}",
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3,1E0],\"data_offsets\":[0,24]}}",
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740993],\"data_offsets\":[0,0]}}",
+        };
+        static const char *const nums[] = {"2.0", "24e0", "-0", "1E0", "9007199254740993"};
+        for (int i = 0; i < 5; i++) {
+            write_json(p, hdrs[i], i == 4 ? 0 : 24);
+            char what[64];
+            snprintf(what, sizeof what, "number %s", nums[i]);
+            expect_bad(p, H3S_ERR_FORMAT, nums[i], what);
+        }
+        write_json(p,
+                   "{\"__metadata__\":{\"n\":\"-1.5e3\"},\"w\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740992],"
+                   "\"data_offsets\":[0,0]}}",
+                   0);
+        CHECK_OK(h3s_st_open(p, &f)); /* 2^53 itself, and digits in a string */
+        h3s_st_close(f);
+    }
+
+    /* an unsupported dtype is named whole (messages never cut a user string) */
+    write_json(
+        p, "{\"w\":{\"dtype\":\"FLOAT32_WITH_A_VERY_LONG_SUFFIX_ABCDEFGHIJ\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+        24);
+    expect_bad(p, H3S_ERR_DTYPE, "FLOAT32_WITH_A_VERY_LONG_SUFFIX_ABCDEFGHIJ is not supported", "long dtype");
+
     /* header lying about sizes */
     write_json(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20);
     expect_bad(p, H3S_ERR_FORMAT, "'w'", "shape needs more than the offsets span");

@@ -138,7 +138,7 @@ static h3s_status parse_entry(const char *path, const cJSON *item, uint64_t data
     if (!cJSON_IsString(dtype) || !dtype->valuestring)
         return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", path, name);
     if (!dtype_from_string(dtype->valuestring, &e->dtype))
-        return h3s_fail(H3S_ERR_DTYPE, "%s: tensor '%s': dtype %.32s is not supported (F64, F32, BF16, F16, I64, BOOL)",
+        return h3s_fail(H3S_ERR_DTYPE, "%s: tensor '%s': dtype %s is not supported (F64, F32, BF16, F16, I64, BOOL)",
                         path, name, dtype->valuestring);
     if (!cJSON_IsArray(shape))
         return h3s_fail(H3S_ERR_FORMAT, "%s: tensor '%s': shape is not a JSON array", path, name);
@@ -181,6 +181,40 @@ static h3s_status check_metadata(const char *path, const cJSON *item) {
     for (const cJSON *m = item->child; m; m = m->next) {
         if (!cJSON_IsString(m))
             return h3s_fail(H3S_ERR_FORMAT, "%s: __metadata__ value of '%s' is not a string", path, m->string);
+    }
+    return H3S_OK;
+}
+
+/* Every number of a header is a shape or an offset: digits only, no sign, fraction or exponent (which cJSON's double
+ * would take as an integer: 2.0, 8e0, -0, 1e-400) and at most 2^53 (above it the double rounds: 9007199254740993
+ * reads as ...992), as the reference reader's unsigned integers.  The text is strict JSON already. */
+static h3s_status header_integers(const char *p, size_t n, const char *path) {
+    const uint64_t max = (uint64_t)MAX_JSON_INT;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '"') { /* a string: an escape takes the next byte */
+            for (i++; i < n && p[i] != '"'; i++)
+                if (p[i] == '\\') i++;
+            continue;
+        }
+        if (p[i] != '-' && (p[i] < '0' || p[i] > '9')) continue;
+        size_t j = i;
+        uint64_t v = 0;
+        int plain = 1;
+        for (; j < n && (p[j] == '-' || p[j] == '+' || p[j] == '.' || p[j] == 'e' || p[j] == 'E' ||
+                         (p[j] >= '0' && p[j] <= '9'));
+             j++) {
+            const unsigned d = (unsigned)(p[j] - '0');
+            if (d > 9 || v > (max - d) / 10)
+                plain = 0;
+            else
+                v = v * 10 + d;
+        }
+        if (!plain)
+            return h3s_fail(H3S_ERR_FORMAT,
+                            "%s: header: the number %.*s at byte %zu is not an integer in [0, 2^53] written in digits "
+                            "(shapes and offsets are)",
+                            path, (int)(j - i), p + i, i);
+        i = j - 1;
     }
     return H3S_OK;
 }
@@ -272,6 +306,9 @@ static h3s_status parse_header(h3s_st_file *f, const char *hdr, size_t hdr_len, 
         goto done;
     }
 
+    /* the numbers' text, after the checks that name a field (a negative offset, a shape too long) */
+    st = header_integers(hdr, hdr_len, path);
+    if (st != H3S_OK) goto done;
     /* Valid.  Build the entries: names copied out of the JSON tree, data pointing into the mapping. */
     f->count = n;
     f->entries = h3s_calloc((size_t)(n ? n : 1), sizeof *f->entries);
