@@ -114,6 +114,13 @@ if [ -p "$dir/fifo" ]; then ok; else bad "the FIFO was replaced"; fi
 refuse inputs-fifo "" "regular file" "$CLI" forward --model "$dir/m" --inputs "$dir/fifo" --out "$dir/o.safetensors"
 refuse out-directory "" "directory" "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/sub"
 if [ -d "$dir/sub" ]; then ok; else bad "the directory was replaced"; fi
+# a config.json that is a FIFO is named as such (not as missing), without waiting for a writer
+mkdir -p "$dir/mfifo" && cp "$W" "$dir/mfifo/" && mkfifo "$dir/mfifo/config.json"
+refuse config-fifo "" "config.json is not a regular file" "$CLI" verify --model "$dir/mfifo"
+# init onto a symbolic link to a model directory: named as a link
+ln -s m "$dir/mlink"
+refuse init-onto-link "" "symbolic link" "$CLI" init --preset tiny --seed 5 --out "$dir/mlink"
+if [ -L "$dir/mlink" ]; then ok; else bad "the link was replaced"; fi
 
 # ---- 3. non-finite weights and cotangent
 cp -r "$dir/m" "$dir/nan"

@@ -215,6 +215,19 @@ static h3s_status resolve_model_dir(const char *dir, char **model_dir) {
         *model_dir = sub;
         return H3S_OK;
     }
+    /* something named config.json that is not a regular file (a FIFO, a directory): say so */
+    for (int k = 0; k < 2; k++) {
+        char *p = path_join(k ? sub : dir, H3S_MODEL_CONFIG_FILE);
+        struct stat cs;
+        const int odd = p && stat(p, &cs) == 0;
+        if (odd) {
+            h3s_status st = h3s_fail(H3S_ERR_IO, "model directory %s: %s is not a regular file", dir, p);
+            free(p);
+            free(sub);
+            return st;
+        }
+        free(p);
+    }
     free(sub);
     return h3s_fail(H3S_ERR_IO, "model directory %s: no %s in it nor in its transformer/ subfolder", dir,
                     H3S_MODEL_CONFIG_FILE);
@@ -682,6 +695,8 @@ static h3s_status inspect_out_dir(const char *out_dir, const char *shown, out_st
         }
         return h3s_fail(H3S_ERR_IO, "init: cannot inspect %s: %s", shown, strerror(errno));
     }
+    if (S_ISLNK(sb.st_mode))
+        return h3s_fail(H3S_ERR_INVALID, "init: %s is a symbolic link; name the directory it points to", shown);
     if (!S_ISDIR(sb.st_mode)) return h3s_fail(H3S_ERR_INVALID, "init: %s exists and is not a directory", shown);
     DIR *d = opendir(out_dir);
     if (!d) return h3s_fail(H3S_ERR_IO, "init: cannot list %s: %s", shown, strerror(errno));
