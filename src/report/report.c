@@ -320,7 +320,12 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
         cJSON_AddNumberToObject(sum, "repeat_differing", (double)repeat_bad);
         cJSON_AddNumberToObject(sum, "batch_differing", (double)batch_bad);
         cJSON_AddBoolToObject(sum, "batch_checked", batch_checked);
-        if (o->with_golden) cJSON_AddNumberToObject(sum, "worst_forward_golden_rel_l2", worst_fwd);
+        if (o->with_golden) { /* as the nodes' errors: a number, or "inf" (cJSON would print null) */
+            if (isfinite(worst_fwd))
+                cJSON_AddNumberToObject(sum, "worst_forward_golden_rel_l2", worst_fwd);
+            else
+                cJSON_AddStringToObject(sum, "worst_forward_golden_rel_l2", "inf");
+        }
     }
     pass_free(&a);
     pass_free(&b);
