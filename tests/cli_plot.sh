@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # h3strict plot: a replay report (with a planted drift) and a trajectory report drawn to PNG, SVG and PDF; the
 # figure depends on the report (the drift is drawn); bad reports and outputs exit with their class and leave no
-# file.  Skipped (77) in a build without PLplot, where the command must refuse with exit 4.
+# file; '%n' in the output path is only a name; a failed write exits 4 with the output untouched; a FIFO or device
+# report is refused at once.  Skipped (77) in a build without PLplot, where the command must refuse with exit 4.
 set -u
 CLI=${H3S_CLI:?H3S_CLI must name the built h3strict}
 SRC=${H3S_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -57,6 +58,37 @@ echo '{"hello": 1}' >"$dir/other.json"
 "$CLI" plot "$dir/clean.json" --out "$dir/no/such/x.png" 2>/dev/null
 [ $? -eq 4 ] || bad "an output in a missing directory"
 [ -e "$dir/x.png" ] && bad "a failed plot left its output"
-find "$dir" -name '*.tmp-*' | grep -q . && bad "a temporary file was left behind"
+# a '%n' in the output's name or directory is PLplot's family placeholder: the figure must still land under the
+# name given (it went to another file, and an empty one took the output's name)
+mkdir -p "$dir/d%n"
+"$CLI" plot "$dir/clean.json" --out "$dir/a%n.png" >/dev/null 2>"$dir/err.txt" || bad "plot to a%n.png: $(cat "$dir/err.txt")"
+png_ok "$dir/a%n.png" || bad "a%n.png is not the 1200 x 700 figure"
+cmp -s "$dir/clean.png" "$dir/a%n.png" || bad "a%n.png differs from the same report's clean.png"
+[ -e "$dir/a.png" ] && bad "PLplot wrote a.png for a%n.png"
+"$CLI" plot "$dir/drift.json" --out "$dir/d%n/f%n.svg" >/dev/null 2>"$dir/err.txt" || bad "plot into d%n/: $(cat "$dir/err.txt")"
+grep -q '</svg>' "$dir/d%n/f%n.svg" 2>/dev/null || bad "d%n/f%n.svg is not the SVG figure"
+# a write that fails (here the file size limit, as a full disk would: the same failed write(2)) exits 4 and leaves
+# the output as it was, whatever the format; SIGXFSZ ignored so that the write fails instead of killing the process
+for ext in png svg pdf; do
+    echo precious >"$dir/keep.$ext"
+    (trap '' XFSZ; ulimit -f 8; exec "$CLI" plot "$dir/clean.json" --out "$dir/keep.$ext") >/dev/null 2>"$dir/err.txt"
+    rc=$?
+    [ $rc -eq 4 ] || bad "a figure that could not be written ($ext) exited $rc: $(cat "$dir/err.txt")"
+    grep -q "^h3strict plot: cannot write the figure .*keep.$ext: File too large" "$dir/err.txt" ||
+        bad "the failed write ($ext) is not named: $(cat "$dir/err.txt")"
+    [ "$(cat "$dir/keep.$ext")" = precious ] || bad "a failed write replaced keep.$ext"
+done
+# a report that is not a regular file is refused at once (exit 3): a FIFO without a writer would block, a device
+# such as /dev/zero never ends
+mkfifo "$dir/fifo.json"
+timeout 20 "$CLI" plot "$dir/fifo.json" --out "$dir/f.png" >/dev/null 2>"$dir/err.txt"
+rc=$?
+[ $rc -eq 124 ] && bad "plot waited on a FIFO report"
+[ $rc -eq 3 ] && grep -q 'fifo.json is not a regular file' "$dir/err.txt" || bad "a FIFO report: exit $rc: $(cat "$dir/err.txt")"
+timeout 20 "$CLI" plot /dev/zero --out "$dir/f.png" >/dev/null 2>"$dir/err.txt"
+rc=$?
+[ $rc -eq 3 ] && grep -q '/dev/zero is not a regular file' "$dir/err.txt" || bad "/dev/zero as a report: exit $rc: $(cat "$dir/err.txt")"
+[ -e "$dir/f.png" ] && bad "a refused report left a figure"
+find "$dir" -name '*.tmp-*' | grep -q . && bad "a temporary file was left behind: $(find "$dir" -name '*.tmp-*')"
 echo "cli_plot: $fails failed"
 [ "$fails" -eq 0 ]

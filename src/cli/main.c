@@ -6,6 +6,7 @@
  * rename): a failed command leaves no partial output behind.  Progress lines go to standard
  * error only (progress.h); results go to standard output. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <fnmatch.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -1541,33 +1543,60 @@ static int cmd_replay(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ plot -------------- */
 
-/* A whole (small) file into memory. */
+/* Largest report plot reads. */
+#define REPORT_LIMIT_BYTES ((size_t)1 << 30)
+
+/* A whole (small) file into memory, as the library reads its inputs (docs/RELIABILITY.md): opened without
+ * blocking, and refused at once unless it is a regular file (a FIFO would wait for a writer, a device such as
+ * /dev/zero never ends); the buffer is sized by the file, and a file over the limit is refused. */
 static h3s_status read_small_file(const char *path, char **text, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return h3s_set_error(H3S_ERR_IO, "cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        if (cap >= ((size_t)1 << 30)) {
-            free(buf);
-            fclose(f);
-            return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
+    const size_t limit = REPORT_LIMIT_BYTES;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return h3s_set_error(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        h3s_status st = h3s_set_error(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        close(fd);
+        return st;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return h3s_set_error(H3S_ERR_IO, "%s is not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > (uint64_t)limit) {
+        close(fd);
+        return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
+    }
+    /* sized by the file; grown (up to the limit and one byte more) if the file grows while it is read */
+    size_t cap = (size_t)sb.st_size + 1, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf && n <= limit) {
+        if (n == cap) {
+            size_t grown = cap <= limit / 2 ? cap * 2 : limit + 1;
+            char *bigger = realloc(buf, grown + 1);
+            if (!bigger) free(buf);
+            buf = bigger;
+            cap = grown;
+            if (!buf) break;
         }
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) free(buf);
-        buf = bigger;
-        cap *= 2;
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            h3s_status st = h3s_set_error(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return st;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
     }
-    int err = ferror(f);
-    fclose(f);
+    close(fd);
     if (!buf) return h3s_set_error(H3S_ERR_NOMEM, "out of memory reading %s", path);
-    if (err) {
+    if (n > limit) {
         free(buf);
-        return h3s_set_error(H3S_ERR_IO, "cannot read %s", path);
+        return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
     }
+    buf[n] = '\0';
     *text = buf;
     *len = n;
     return H3S_OK;

@@ -5,8 +5,9 @@
  * and a provider's error beside it where a node carries one ("provider_rel_l2").  Trajectory: per step, the
  * number of differing comparisons of each seed (0 everywhere is strict mode's claim).
  *
- * PLplot writes the figure to a temporary file next to the output, which is renamed into place only when it is
- * complete.  Builds without PLplot keep the command and refuse it with one line (exit 4). */
+ * PLplot writes the figure through a stream to a temporary file next to the output (it never sees a file name,
+ * which it would read "%n" in); every write is checked, the file is synced and checked whole for its format, and
+ * only then renamed into place.  Builds without PLplot keep the command and refuse it with one line (exit 4). */
 #include "plot.h"
 
 #include <errno.h>
@@ -14,7 +15,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "h3s_io.h"
@@ -30,20 +33,33 @@ static int plplot_exit_handler(PLCHAR_VECTOR msg) {
     return 0;
 }
 
-/* An empty new file next to `path` (".<base>.tmp-<pid>-<n>", created exclusively) for PLplot to write; the output
- * itself was checked before (h3s_io_check_output).  *tmp is malloc'd. */
-static h3s_status create_temp(const char *path, char **tmp) {
+/* Bytes of the output's name kept in its temporary name (the rest is cut at a UTF-8 boundary), so that the
+ * temporary name stays within a file system's 255-byte limit however long the output's name is. */
+#define TEMP_BASE_MAX 100
+
+/* A new empty file next to `path` (".<base>.tmp-<pid>-<n>", created exclusively), open for reading and writing in *fd.
+ * PLplot never sees its name (the figure goes through a stream on *fd, see figure_sink), so a '%' in the name or the
+ * directory means nothing to it.  The output itself was checked before (h3s_io_check_output).  *tmp is malloc'd. */
+static h3s_status create_temp(const char *path, int *fd_out, char **tmp) {
     static unsigned long counter;
     const char *slash = strrchr(path, '/');
     size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    size_t cap = strlen(path) + 64;
+    const char *base = path + dir_len;
+    size_t base_len = strlen(base);
+    if (base_len > TEMP_BASE_MAX) {
+        base_len = TEMP_BASE_MAX;
+        while (base_len > 0 && ((unsigned char)base[base_len] & 0xC0) == 0x80) /* not inside a UTF-8 sequence */
+            base_len--;
+    }
+    size_t cap = dir_len + base_len + 64;
     char *name = malloc(cap);
     if (!name) return h3s_set_error(H3S_ERR_NOMEM, "out of memory");
     for (int attempt = 0; attempt < 1000; attempt++) {
-        snprintf(name, cap, "%.*s.%s.tmp-%ld-%lu", (int)dir_len, path, path + dir_len, (long)getpid(), counter++);
-        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        snprintf(name, cap, "%.*s.%.*s.tmp-%ld-%lu", (int)dir_len, path, (int)base_len, base, (long)getpid(),
+                 counter++);
+        int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
-            close(fd);
+            *fd_out = fd;
             *tmp = name;
             return H3S_OK;
         }
@@ -71,6 +87,95 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
+/* The stream PLplot writes the figure to (plsfile): every write goes to the temporary file's descriptor, and the
+ * first failure (a full disk, a file size limit) is remembered, since PLplot's drivers do not report it.  PLplot
+ * closes the stream in plend(); the descriptor stays the caller's. */
+typedef struct figure_sink {
+    int fd;
+    int write_errno; /* the first write's failure, 0 when every byte was written */
+    int closed;      /* PLplot closed the stream */
+} figure_sink;
+
+static ssize_t sink_write(void *cookie, const char *buf, size_t size) {
+    figure_sink *s = cookie;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = write(s->fd, buf + done, size - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (!s->write_errno) s->write_errno = n < 0 ? errno : ENOSPC;
+            return n < 0 ? -1 : (ssize_t)done;
+        }
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+static int sink_close(void *cookie) {
+    ((figure_sink *)cookie)->closed = 1;
+    return 0;
+}
+
+/* Read exactly len bytes at offset (0 on success). */
+static int read_at(int fd, void *buf, size_t len, off_t offset) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, offset + (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Whether the file on fd (size bytes) is a whole figure of its device's format: a PNG whose chunks run from the
+ * signature to an IEND chunk that ends the file; an SVG that starts with "<?xml" or "<svg" and ends with "</svg>"
+ * (and white space); a PDF that starts with "%PDF-", ends with "startxref N" and "%%EOF" in its last 1024 bytes,
+ * and has its cross-reference section at offset N.  NULL when it is, else what is wrong.  (PLplot's writes are all
+ * checked as they happen, see figure_sink; this catches what a write that claimed success lost.) */
+static const char *figure_incomplete(int fd, off_t size, const char *device) {
+    if (size <= 0) return "it is empty";
+    if (!strcmp(device, "pngcairo")) {
+        static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+        unsigned char head[8];
+        if (size < 8 || read_at(fd, head, 8, 0) || memcmp(head, sig, 8)) return "no PNG signature";
+        for (off_t at = 8;;) {
+            if (size - at < 12) return "a PNG without its IEND chunk";
+            if (read_at(fd, head, 8, at)) return "a PNG chunk that cannot be read";
+            uint64_t len = (uint64_t)head[0] << 24 | (uint64_t)head[1] << 16 | (uint64_t)head[2] << 8 | head[3];
+            if (len > (uint64_t)(size - at - 12)) return "a PNG chunk cut short";
+            at += 12 + (off_t)len;
+            if (!memcmp(head + 4, "IEND", 4)) return at == size ? NULL : "bytes after the PNG's IEND chunk";
+        }
+    }
+    char head[6] = "", tail[1025];
+    size_t n = size < 1024 ? (size_t)size : 1024;
+    if (read_at(fd, head, size < 5 ? (size_t)size : 5, 0) || read_at(fd, tail, n, size - (off_t)n))
+        return "it cannot be read back";
+    tail[n] = '\0';
+    if (!strcmp(device, "svgcairo")) {
+        if (memcmp(head, "<?xml", 5) && memcmp(head, "<svg", 4)) return "an SVG that does not start with <?xml or <svg";
+        while (n > 0 && (tail[n - 1] == ' ' || tail[n - 1] == '\t' || tail[n - 1] == '\r' || tail[n - 1] == '\n'))
+            n--;
+        return n >= 6 && !memcmp(tail + n - 6, "</svg>", 6) ? NULL : "an SVG that does not end with </svg>";
+    }
+    if (memcmp(head, "%PDF-", 5)) return "no PDF header";
+    /* the last "startxref" names the offset of the cross-reference section (a table, or a stream object), which a
+     * lost or cut write in between would move */
+    const char *sx = NULL;
+    for (size_t i = 0; i + 9 <= n; i++)
+        if (!memcmp(tail + i, "startxref", 9)) sx = tail + i + 9;
+    if (!sx || !strstr(sx, "%%EOF")) return "a PDF without its end-of-file marker";
+    char *end = NULL;
+    unsigned long long xref = strtoull(sx, &end, 10);
+    char at[5] = "";
+    if (end == sx || xref >= (unsigned long long)size ||
+        read_at(fd, at, size - (off_t)xref < 4 ? (size_t)(size - (off_t)xref) : 4, (off_t)xref) ||
+        (memcmp(at, "xref", 4) && !(at[0] >= '1' && at[0] <= '9')))
+        return "a PDF whose cross-reference offset does not lead to its cross-reference section";
+    return NULL;
+}
+
 static const char *device_for(const char *path) {
     const char *dot = strrchr(path, '.');
     if (dot && !strcmp(dot, ".svg")) return "svgcairo";
@@ -78,10 +183,10 @@ static const char *device_for(const char *path) {
     return "pngcairo";
 }
 
-static void begin(const char *tmp, const char *out) {
+static void begin(FILE *stream, const char *out) {
     plsexit(plplot_exit_handler);
     plsdev(device_for(out));
-    plsfnam(tmp);
+    plsfile(stream);
     plsetopt("geometry", "1200x700");
     plscolbg(255, 255, 255);
     plscol0(1, 0, 0, 0);       /* axes and text: black */
@@ -293,14 +398,44 @@ h3s_status plot_report(const cJSON *doc, const char *report, const char *out, co
     if (!*kind) return h3s_set_error(H3S_ERR_FORMAT, "%s is neither a replay nor a trajectory report", report);
 #ifdef H3S_HAVE_PLPLOT
     char *tmp = NULL;
-    h3s_status made = create_temp(out, &tmp);
+    figure_sink sink = {-1, 0, 0};
+    h3s_status made = create_temp(out, &sink.fd, &tmp);
     if (made != H3S_OK) return made;
+    cookie_io_functions_t io = {NULL, sink_write, NULL, sink_close};
+    FILE *stream = fopencookie(&sink, "w", io);
+    if (!stream) {
+        close(sink.fd);
+        unlink(tmp);
+        free(tmp);
+        return h3s_set_error(H3S_ERR_NOMEM, "out of memory opening the figure's stream");
+    }
     g_plplot_error[0] = 0;
-    begin(tmp, out);
+    begin(stream, out);
     h3s_status st = !strcmp(*kind, "replay") ? plot_replay(doc, report) : plot_trajectory(doc, report);
     plend();
+    if (!sink.closed) fclose(stream); /* PLplot closes it; never twice */
     if (st == H3S_OK && g_plplot_error[0]) st = h3s_set_error(H3S_ERR_IO, "PLplot: %s", g_plplot_error);
-    if (st == H3S_OK && rename(tmp, out) != 0) st = h3s_set_error(H3S_ERR_IO, "cannot rename the figure to %s", out);
+    if (st == H3S_OK && sink.write_errno)
+        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: %s; nothing replaced", out,
+                           strerror(sink.write_errno));
+    /* the figure must be whole on the disk before it takes the output's name */
+    struct stat sb;
+    memset(&sb, 0, sizeof sb);
+    const char *incomplete = NULL;
+    if (st == H3S_OK && fsync(sink.fd) != 0)
+        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: fsync: %s; nothing replaced", out, strerror(errno));
+    if (st == H3S_OK && fstat(sink.fd, &sb) != 0)
+        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: fstat: %s; nothing replaced", out, strerror(errno));
+    if (st == H3S_OK && (incomplete = figure_incomplete(sink.fd, sb.st_size, device_for(out))) != NULL)
+        st = h3s_set_error(H3S_ERR_IO, "the figure written for %s is incomplete (%s); nothing replaced", out,
+                           incomplete);
+    if (close(sink.fd) != 0 && st == H3S_OK)
+        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: close: %s; nothing replaced", out, strerror(errno));
+    /* what is at the output now is checked again just before the rename (only a regular file is replaced) */
+    const char *inputs[1] = {report};
+    if (st == H3S_OK) st = h3s_io_check_output(out, inputs, 1, NULL, 0);
+    if (st == H3S_OK && rename(tmp, out) != 0)
+        st = h3s_set_error(H3S_ERR_IO, "cannot rename the figure to %s: %s", out, strerror(errno));
     if (st == H3S_OK)
         sync_parent_dir(out);
     else
