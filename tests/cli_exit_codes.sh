@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Exit codes a script can act on (docs/cli.md "Exit status"): 0 success, 1 a strict comparison differed,
 # 2 bad usage, 3 bad input file, 4 device or I/O failure; every failure with one line on stderr. Also
-# --opt=value, and progress lines on stderr only (--quiet, --verbose, H3S_PROGRESS_AFTER).
+# --opt=value, how numbers are written, help, and progress lines on stderr only (--quiet, --verbose,
+# H3S_PROGRESS_AFTER).
 set -u
 . "$(dirname "$0")/check.sh"
 # a loaded machine must not turn a failing command's one stderr line into several: stage lines only where a
@@ -72,6 +73,61 @@ expect 2 quiet-and-verbose "$CLI" forward --model "$m" --inputs "$in" --out "$di
 expect 2 plant-unknown-node "$CLI" replay --model "$m" --inputs "$in" --out "$dir/x.json" --no-golden \
     --plant-drift block.9.nothing --quiet
 [ -e "$dir/x.safetensors" ] || [ -e "$dir/x.json" ] && bad "a usage error left an output file"
+# a number's first byte is a digit (or a '-' where the range takes negatives): strtoull would skip the space of
+# ' -1' and wrap it to 2^64 - 1; ' 5' and '+5' are refused as well, in every integer and float option
+for v in ' -1' ' 5' '+5' '5 '; do
+    expect 2 "seed '$v'" "$CLI" init --preset tiny --seed "$v" --out "$dir/mx"
+    grep -qF -- "--seed must be a non-negative integer (digits only, at most 18446744073709551615), got '$v'" \
+        "$dir/err.txt" && ok || bad "seed '$v': message: $(cat "$dir/err.txt")"
+done
+expect 2 batch-leading-space "$CLI" inputs --model "$m" --seed 1 --batch ' 2' --out "$dir/x.safetensors"
+expect 2 t-video-leading-space "$CLI" inputs --model "$m" --seed 1 --t-video ' 0.5' --out "$dir/x.safetensors"
+expect 2 seeds-plus "$CLI" trajectory --seeds 1,+2 --steps 1 --no-grad --out "$dir/x.json"
+[ -e "$dir/mx" ] || [ -e "$dir/x.safetensors" ] || [ -e "$dir/x.json" ] && bad "a refused number left an output"
+# float ranges are compared as typed (in double): the documented bounds are in; a value too small for a double
+# (1e-320) is in [0, 1] and rounds to 0 like any value to its float; one too large is out
+expect 0 shift-max "$CLI" trajectory --seeds 1 --steps 2 --batch 2 --no-grad --shift-video 100000 \
+    --shift-audio 100000 --out "$dir/ts.json" --quiet
+expect 0 shift-half "$CLI" trajectory --seeds 1 --steps 2 --batch 2 --no-grad --shift-video 0.5 --shift-audio 0.5 \
+    --out "$dir/ts.json" --quiet
+expect 2 shift-below-min "$CLI" trajectory --seeds 1 --steps 1 --no-grad --shift-video 0.00099 --out "$dir/x.json"
+grep -qF "must be a number in [0.001, 100000], got '0.00099'" "$dir/err.txt" && ok ||
+    bad "shift below the minimum: message: $(cat "$dir/err.txt")"
+expect 2 shift-above-max "$CLI" trajectory --seeds 1 --steps 1 --no-grad --shift-audio 100000.01 --out "$dir/x.json"
+# the minimum is a number the option takes, but its sigma schedule rounds above 1 in float (a negative timestep):
+# refused before any work, saying so (the layout refused it mid-run)
+expect 2 shift-min-schedule "$CLI" trajectory --seeds 1 --steps 2 --no-grad --shift-video 0.001 --out "$dir/x.json"
+grep -qF -- "--shift-video 0.001: with 2 steps its sigma schedule rounds sigma 0 to 1.00001287, above 1" \
+    "$dir/err.txt" && ok || bad "shift 0.001: message: $(cat "$dir/err.txt")"
+expect 0 t-video-underflow "$CLI" inputs --model "$m" --seed 1 --t-video 1e-320 --out "$dir/tv.safetensors" --quiet
+expect 2 t-video-overflow "$CLI" inputs --model "$m" --seed 1 --t-video 1e400 --out "$dir/x.safetensors"
+# --seeds: at most 64, refused before anything runs
+expect 2 seeds-65 "$CLI" trajectory --seeds "$(seq -s, 1 65)" --steps 1 --no-grad --out "$dir/x.json"
+grep -qF -- "--seeds takes at most 64 seeds, got 65" "$dir/err.txt" && ok || bad "65 seeds: message: $(cat "$dir/err.txt")"
+expect 0 seeds-64 "$CLI" trajectory --seeds "$(seq -s, 1 64)" --steps 1 --batch 2 --no-grad --out "$dir/t64.json" \
+    --quiet
+grep -q '^strict: 0/256 comparisons differ (64 seeds' "$dir/out.txt" && ok || bad "64 seeds: $(cat "$dir/out.txt")"
+# help: an unknown command is one line and exit 2; a second word is bad usage; help alone and help COMMAND exit 0
+expect 2 help-unknown "$CLI" help frobnicate
+grep -qx "h3strict: unknown command 'frobnicate' (try --help)" "$dir/err.txt" && ok ||
+    bad "help frobnicate: $(cat "$dir/err.txt")"
+[ -s "$dir/out.txt" ] && bad "help frobnicate printed the usage on stdout" || ok
+expect 2 help-extra "$CLI" help forward extra
+grep -qF "unexpected argument 'extra'" "$dir/err.txt" && ok || bad "help forward extra: $(cat "$dir/err.txt")"
+expect 2 dash-help-unknown "$CLI" --help frobnicate
+expect 0 help-alone "$CLI" help
+expect 0 dash-h-command "$CLI" -h forward
+grep -q '^usage: h3strict forward' "$dir/out.txt" && ok || bad "-h forward: $(head -n 1 "$dir/out.txt")"
+# the common flags take no value, as every flag
+for f in --quiet=1 --verbose=yes --help=1; do
+    expect 2 "flag $f" "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" "$f"
+    grep -qF "option ${f%%=*} takes no value, got '$f'" "$dir/err.txt" && ok || bad "$f: message: $(cat "$dir/err.txt")"
+done
+# no option takes an empty value
+expect 2 empty-out "$CLI" init --preset tiny --seed 1 --out=
+grep -qF "option --out needs a value (DIR), got an empty one" "$dir/err.txt" && ok || bad "--out=: $(cat "$dir/err.txt")"
+expect 2 empty-model "$CLI" forward --model '' --inputs "$in" --out "$dir/x.safetensors"
+[ -e "$dir/x.safetensors" ] && bad "a refused option left an output file"
 
 # ---- size guards: refused before anything is written, with the size in the message
 expect 2 inputs-over-limit "$CLI" inputs --model "$m" --seed 1 --frames 1000000 --out "$dir/big.safetensors"

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fnmatch.h>
+#include <math.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -230,12 +231,13 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i], *eq = strncmp(arg, "--", 2) ? NULL : strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (len == strlen("--quiet") && !strncmp(arg, "--quiet", len) && !eq) {
-            quiet = 1;
-            continue;
-        }
-        if (len == strlen("--verbose") && !strncmp(arg, "--verbose", len) && !eq) {
-            verbose = 1;
+        /* the common flags: --help was handled above, so here it can only have come with a value */
+        int *common_flag = len == strlen("--quiet") && !strncmp(arg, "--quiet", len)       ? &quiet
+                           : len == strlen("--verbose") && !strncmp(arg, "--verbose", len) ? &verbose
+                                                                                           : NULL;
+        if (common_flag || (len == strlen("--help") && !strncmp(arg, "--help", len))) {
+            if (eq) return fail_line("option %.*s takes no value, got '%s'", (int)len, arg, arg), -1;
+            if (common_flag) *common_flag = 1;
             continue;
         }
         int found = 0;
@@ -251,6 +253,9 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
                 if (i + 1 >= argc) return fail_line("option %s needs a value (%s)", arg, opts[k].arg), -1;
                 opts[k].value = argv[++i];
             }
+            /* no option takes an empty value: '--out=' or --out '' is a slip, refused here for every option alike */
+            if (opts[k].arg && !*opts[k].value)
+                return fail_line("option %s needs a value (%s), got an empty one", opts[k].name, opts[k].arg), -1;
         }
         if (!found) return fail_line("unknown option '%s' (see h3strict %s --help)", arg, g_cmd), -1;
     }
@@ -287,11 +292,19 @@ static int need(const opt *opts, int nopts, const char *name, const char **out) 
     return 0;
 }
 
+/* A number on the command line is written as it is meant: its first byte is a digit, or a '-' followed by one where
+ * the range takes negatives (strtoll, strtoull and strtod would skip leading white space and take a sign: ' -1'
+ * would wrap to 2^64 - 1, ' 5' and '+5' would pass). */
+static int starts_as_number(const char *s, int negative_ok) {
+    if (negative_ok && s[0] == '-') s++;
+    return s[0] >= '0' && s[0] <= '9';
+}
+
 static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
+    long long v = starts_as_number(s, lo < 0) ? strtoll(s, &end, 10) : 0;
+    if (!end || errno || *end || v < lo || v > hi) {
         fail_line("%s must be an integer in [%lld, %lld], got '%s'", name, (long long)lo, (long long)hi, s);
         return -1;
     }
@@ -300,23 +313,27 @@ static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, in
 }
 
 static int parse_u64(const char *name, const char *s, uint64_t *out) {
-    char *end;
+    char *end = NULL;
     errno = 0;
-    if (*s == '-') return fail_line("%s must be a non-negative integer, got '%s'", name, s), -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || end == s) {
-        fail_line("%s must be a non-negative integer, got '%s'", name, s);
+    unsigned long long v = starts_as_number(s, 0) ? strtoull(s, &end, 10) : 0;
+    if (!end || errno || *end) {
+        fail_line("%s must be a non-negative integer (digits only, at most %llu), got '%s'", name,
+                  (unsigned long long)UINT64_MAX, s);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-static int parse_f32(const char *name, const char *s, float lo, float hi, float *out) {
-    char *end;
+/* A number in [lo, hi] (compared as typed, in double), then rounded to the nearest float.  A value too small for a
+ * double (1e-320 underflows, and strtod says ERANGE) is still in range when the range holds it, and is taken: it
+ * rounds to the float it is nearest, as every value does; one too large is out of every range. */
+static int parse_f32(const char *name, const char *s, double lo, double hi, float *out) {
+    char *end = NULL;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+    double v = starts_as_number(s, lo < 0) ? strtod(s, &end) : NAN;
+    int overflow = errno == ERANGE && fabs(v) > 1;
+    if (!end || overflow || (errno && errno != ERANGE) || *end || !(v >= lo && v <= hi)) {
         fail_line("%s must be a number in [%g, %g], got '%s'", name, lo, hi, s);
         return -1;
     }
@@ -1228,11 +1245,37 @@ static void progress_passes(void *ctx, const char *line) {
     pc->done++;
 }
 
-/* --seeds a,b,c: every seed is parsed (none dropped); *seeds is malloc'd. */
+/* A shift whose sigma schedule (steps + 1 points, in float as the scheduler computes it) rounds a sigma above 1
+ * would give a negative timestep, which the layout refuses once the run has started: refused here, before any work,
+ * naming the shift.  A shift below 0.5 can round so at the first point (1 + (shift - 1) is not shift); from 0.5 up
+ * the first sigma is exactly 1. */
+static int check_schedule(const char *name, const char *typed, float shift, int64_t steps) {
+    float *sig = malloc((size_t)(steps + 1) * sizeof *sig);
+    if (!sig) return fail_line("%s: out of memory for %lld sigmas", name, (long long)(steps + 1)), -1;
+    int64_t count = 0;
+    h3s_status st = h3s_schedule_sigmas(steps + 1, shift, sig, &count);
+    int64_t above = -1;
+    for (int64_t i = 0; st == H3S_OK && i < count && above < 0; i++)
+        if (!(sig[i] <= 1.0f)) above = i;
+    double bad = above >= 0 ? (double)sig[above] : 0;
+    free(sig);
+    if (st != H3S_OK) return fail_line("%s %s: %s", name, typed, h3s_last_error()), -1;
+    if (above < 0) return 0;
+    return fail_line("%s %s: with %lld steps its sigma schedule rounds sigma %lld to %.9g, above 1 (a negative "
+                     "timestep); a shift of 0.5 or more starts at exactly 1",
+                     name, typed, (long long)steps, (long long)above, bad),
+           -1;
+}
+
+/* Most requests one trajectory samples (docs/cli.md). */
+#define MAX_SEEDS 64
+
+/* --seeds a,b,c: every seed is parsed (none dropped), at most MAX_SEEDS of them; *seeds is malloc'd. */
 static int parse_seeds(const char *s, uint64_t **seeds, int64_t *count) {
     int64_t n = 1;
     for (const char *p = s; *p; p++)
         n += *p == ',';
+    if (n > MAX_SEEDS) return fail_line("--seeds takes at most %d seeds, got %lld", MAX_SEEDS, (long long)n), -1;
     *seeds = malloc((size_t)n * sizeof **seeds);
     if (!*seeds) return fail_line("--seeds: out of memory for %lld seeds", (long long)n), -1;
     *count = 0;
@@ -1253,7 +1296,7 @@ static int parse_seeds(const char *s, uint64_t **seeds, int64_t *count) {
 
 static int cmd_trajectory(int argc, char **argv) {
     opt o[] = {{"--model", "DIR", 0, "model directory (default: the built-in tiny model, seed 0)", NULL},
-               {"--seeds", "S1,S2,...", 0, "requests to sample, one per seed (default 11,22,33)", NULL},
+               {"--seeds", "S1,S2,...", 0, "requests to sample, one per seed (default 11,22,33; at most 64)", NULL},
                {"--steps", "N", 0, "Euler steps per request (default 4)", NULL},
                {"--batch", "B", 0, "size of the training batch; item 0 is the rollout's request (default 4)", NULL},
                {"--out", "REPORT.json", 1, "report: every comparison of every step", NULL},
@@ -1266,8 +1309,8 @@ static int cmd_trajectory(int argc, char **argv) {
                {"--condition-rows", "N", 0, "with --inputs: leading video rows held fixed (default: inferred)", NULL},
                {"--batch-inputs", "B.safetensors", 0,
                 "with --inputs: the training batch goes on with this file's items", NULL},
-               {"--shift-video", "S", 0, "scheduler shift of the video rows (default 12)", NULL},
-               {"--shift-audio", "S", 0, "scheduler shift of the audio rows (default 3)", NULL},
+               {"--shift-video", "S", 0, "scheduler shift of the video rows, in [0.001, 100000] (default 12)", NULL},
+               {"--shift-audio", "S", 0, "scheduler shift of the audio rows, in [0.001, 100000] (default 3)", NULL},
                opt_sp,
                opt_tp,
                opt_force_run};
@@ -1287,9 +1330,12 @@ static int cmd_trajectory(int argc, char **argv) {
     const char *req_path = get(o, n, "--inputs");
     float shift_v = 0, shift_a = 0;
     int64_t cond_rows = -1;
-    if (get(o, n, "--shift-video") && parse_f32("--shift-video", get(o, n, "--shift-video"), 1e-3f, 1e5f, &shift_v))
+    if (get(o, n, "--shift-video") && parse_f32("--shift-video", get(o, n, "--shift-video"), 1e-3, 1e5, &shift_v))
         return EXIT_USAGE;
-    if (get(o, n, "--shift-audio") && parse_f32("--shift-audio", get(o, n, "--shift-audio"), 1e-3f, 1e5f, &shift_a))
+    if (get(o, n, "--shift-audio") && parse_f32("--shift-audio", get(o, n, "--shift-audio"), 1e-3, 1e5, &shift_a))
+        return EXIT_USAGE;
+    if ((shift_v > 0 && check_schedule("--shift-video", get(o, n, "--shift-video"), shift_v, steps)) ||
+        (shift_a > 0 && check_schedule("--shift-audio", get(o, n, "--shift-audio"), shift_a, steps)))
         return EXIT_USAGE;
     if (get(o, n, "--condition-rows") &&
         parse_i64("--condition-rows", get(o, n, "--condition-rows"), 0, (int64_t)1 << 40, &cond_rows))
@@ -1297,12 +1343,18 @@ static int cmd_trajectory(int argc, char **argv) {
     if (cond_rows >= 0 && !req_path) return fail_line("--condition-rows needs --inputs"), EXIT_USAGE;
     const char *batch_path = get(o, n, "--batch-inputs");
     if (batch_path && !req_path) return fail_line("--batch-inputs needs --inputs"), EXIT_USAGE;
-    int prc = apply_parallel(o, n, kind);
-    if (prc) return prc;
-    if (check_output(out, model, req_path, batch_path)) return check_output_code;
     if (get(o, n, "--seeds") && parse_seeds(get(o, n, "--seeds"), &seeds, &nseeds)) {
         free(seeds);
         return EXIT_USAGE;
+    }
+    int prc = apply_parallel(o, n, kind);
+    if (prc) {
+        free(seeds);
+        return prc;
+    }
+    if (check_output(out, model, req_path, batch_path)) {
+        free(seeds);
+        return check_output_code;
     }
     h3s_weights *w = NULL;
     h3s_status st;
@@ -1677,7 +1729,7 @@ static const command *find_command(const char *name) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: h3strict <command> [options]\n"
-               "       h3strict <command> --help\n"
+               "       h3strict <command> --help    (or: h3strict help <command>)\n"
                "\n"
                "Strict-mode MiniMax-H3: a rollout (batch 1) and its training recomputation (item 0 of a\n"
                "batch) give bit-for-bit identical results, forward and backward, on any thread count.\n"
@@ -1696,31 +1748,43 @@ static void usage(FILE *f) {
                "4 device or I/O failure (docs/cli.md)\n");
 }
 
+static int unknown_command(const char *word) {
+    char *esc = h3s_escape_dup(word); /* the word as typed, control bytes escaped */
+    fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", esc ? esc : "?");
+    h3s_free(esc);
+    return EXIT_USAGE;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;
     }
+    /* h3strict help|--help|-h [COMMAND]: the usage, or COMMAND's; an unknown COMMAND or a second word is bad usage */
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        if (argc == 3 && !strcmp(argv[1], "help") && find_command(argv[2])) {
-            char *args[] = {argv[0], argv[2], "--help", NULL};
-            g_cmd = argv[2];
-            return find_command(argv[2])->fn(3, args);
+        if (argc > 3) {
+            char *esc = h3s_escape_dup(argv[3]);
+            fprintf(stderr, "h3strict %s: unexpected argument '%s' (usage: h3strict %s [COMMAND])\n", argv[1],
+                    esc ? esc : "?", argv[1]);
+            h3s_free(esc);
+            return EXIT_USAGE;
         }
-        usage(stdout);
-        return 0;
+        if (argc == 2 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        const command *c = find_command(argv[2]);
+        if (!c) return unknown_command(argv[2]);
+        char *args[] = {argv[0], argv[2], "--help", NULL};
+        g_cmd = c->name;
+        return c->fn(3, args);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("h3strict %s\n", h3s_version());
         return 0;
     }
     const command *c = find_command(argv[1]);
-    if (!c) {
-        char *esc = h3s_escape_dup(argv[1]); /* the word as typed, control bytes escaped */
-        fprintf(stderr, "h3strict: unknown command '%s' (try --help)\n", esc ? esc : "?");
-        h3s_free(esc);
-        return EXIT_USAGE;
-    }
+    if (!c) return unknown_command(argv[1]);
     g_cmd = c->name;
     /* under mpirun, ranks other than 0 print nothing: rank 0 speaks for the run */
     int launched_rank = launched("RANK");
