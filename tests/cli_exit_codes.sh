@@ -171,6 +171,13 @@ expect 3 config-as-inputs "$CLI" forward --model "$m" --inputs "$m/config.json" 
 expect 3 model-as-inputs "$CLI" forward --model "$m" --inputs "$m/diffusion_pytorch_model.safetensors" \
     --out "$dir/x.safetensors"
 expect 3 inputs-as-cotangent "$CLI" grad --model "$m" --inputs "$in" --cotangent "$in" --out "$dir/x.safetensors"
+# a cotangent of another batch: named with both shapes, before the forward runs
+"$CLI" inputs --model "$m" --seed 7 --out "$dir/in1.safetensors" --quiet >/dev/null
+"$CLI" cotangent --model "$m" --inputs "$dir/in1.safetensors" --seed 3 --out "$dir/ct1.safetensors" --quiet >/dev/null
+expect 3 cotangent-shape "$CLI" grad --model "$m" --inputs "$in" --cotangent "$dir/ct1.safetensors" \
+    --out "$dir/x.safetensors"
+grep -qF "cotangent $dir/ct1.safetensors: 'sample' is [1, 12, 24], but the output 'sample' of $in is [2, 12, 24]" \
+    "$dir/err.txt" && ok || bad "cotangent shape message: $(cat "$dir/err.txt")"
 "$CLI" init --preset small --layers 1 --seed 1 --out "$dir/small" --quiet >/dev/null
 expect 3 inputs-of-another-model "$CLI" forward --model "$dir/small" --inputs "$in" --out "$dir/x.safetensors"
 printf '{"num_layers": 2}' >"$dir/badcfg.json"

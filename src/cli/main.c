@@ -923,7 +923,19 @@ static int cmd_forward(int argc, char **argv) {
     return st == H3S_OK ? 0 : fail_status(st);
 }
 
-static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_tensor **ds, const h3s_tensor **da) {
+/* "[2, 12, 24]": a shape as the messages write it. */
+static void format_shape(const h3s_tensor *t, char *out, size_t size) {
+    size_t used = (size_t)snprintf(out, size, "[");
+    for (int d = 0; d < t->ndim && used < size; d++)
+        used += (size_t)snprintf(out + used, size - used, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (used < size) snprintf(out + used, size - used, "]");
+}
+
+/* The cotangent file of grad: 'sample' and 'audio_sample' alone, each shaped like the output of `in` (read from
+ * inputs_path) it is the gradient of, F32 and finite.  Checked here, before the forward runs, so that a wrong file is a
+ * bad input file (exit 3) named with its shapes, not a failed backward. */
+static h3s_status read_cotangent(const char *path, const h3s_inputs *in, const char *inputs_path, h3s_st_file **f,
+                                 const h3s_tensor **ds, const h3s_tensor **da) {
     h3s_status opened = h3s_st_open(path, f);
     if (opened != H3S_OK) return opened;
     const h3s_st_entry *es = h3s_st_find(*f, "sample"), *ea = h3s_st_find(*f, "audio_sample");
@@ -933,10 +945,25 @@ static h3s_status read_cotangent(const char *path, h3s_st_file **f, const h3s_te
         if (strcmp(name, "sample") && strcmp(name, "audio_sample"))
             return h3s_set_error(H3S_ERR_FORMAT, "cotangent %s: unexpected tensor '%s'", path, name);
     }
+    /* the outputs are [B, Nv, video width] and [B, Na, audio width]: the inputs' latents' shapes */
+    const h3s_st_entry *both[2] = {es, ea};
+    const h3s_tensor *like[2] = {&in->hidden_states, &in->audio_hidden_states};
+    for (int k = 0; k < 2; k++) {
+        const h3s_tensor *t = &both[k]->tensor;
+        int same = t->ndim == like[k]->ndim;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = t->shape[d] == like[k]->shape[d];
+        if (!same) {
+            char got[160], want[160];
+            format_shape(t, got, sizeof got);
+            format_shape(like[k], want, sizeof want);
+            return h3s_set_error(H3S_ERR_SHAPE, "cotangent %s: '%s' is %s, but the output '%s' of %s is %s", path,
+                                 both[k]->name, got, both[k]->name, inputs_path, want);
+        }
+    }
     if (es->tensor.dtype != H3S_F32 || ea->tensor.dtype != H3S_F32)
         return h3s_set_error(H3S_ERR_DTYPE, "cotangent %s: 'sample' and 'audio_sample' must be F32", path);
     /* checked again by the backward; here it is still a bad input file (exit 3), not a bad run */
-    const h3s_st_entry *both[2] = {es, ea};
     for (int k = 0; k < 2; k++) {
         int64_t bad = h3s_tensor_first_nonfinite(&both[k]->tensor);
         if (bad >= 0)
@@ -1074,7 +1101,7 @@ static int cmd_grad(int argc, char **argv) {
     }
     if (st == H3S_OK) st = h3s_model_set_recompute(l.model, recompute);
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
-    if (st == H3S_OK) st = agree(read_cotangent(ct, &ctf, &ds, &da));
+    if (st == H3S_OK) st = agree(read_cotangent(ct, &l.in, inputs, &ctf, &ds, &da));
     if (st == H3S_OK) st = agree(provenance_add_file(&l.prov, "cotangent_sha256", ct));
     const char *paths[2] = {inputs, ct}, *whats[2] = {"inputs file", "cotangent file"};
     if (st == H3S_OK) st = same_inputs(l.w, paths, whats, 2);
