@@ -107,6 +107,7 @@ _SIGNATURES = {
     "h3s_get_num_threads": (ctypes.c_int, []),
     "h3s_grad_operands_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "h3s_set_grad_operands": (ctypes.c_int, [ctypes.c_int]),
+    "h3s_get_grad_operands": (ctypes.c_int, []),
     "h3s_free": (None, [_P]),
     "h3s_backend_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "h3s_backend_check": (ctypes.c_int, [ctypes.c_int]),
@@ -212,3 +213,15 @@ def check(status):
 
 def version():
     return lib.h3s_version().decode()
+
+
+def path_arg(name, path):
+    """A path for the library: str (surrogate-escaped bytes included), bytes or os.PathLike, encoded as the OS
+    does (os.fsencode); an embedded NUL is refused (C would stop reading there and open another file)."""
+    try:
+        raw = os.fsencode(path)
+    except TypeError:
+        raise TypeError(f"{name}: expected a str, bytes or os.PathLike path, got {type(path).__name__}") from None
+    if b"\0" in raw:
+        raise ValueError(f"{name}: embedded null byte in {path!r}")
+    return raw

@@ -30,7 +30,7 @@ import time
 import torch
 
 from . import _lib
-from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib
+from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib, path_arg
 from .torch import _TORCH_DTYPE, _library_view, _shape
 
 EXIT_OK, EXIT_DIFFER, EXIT_USAGE, EXIT_INPUT, EXIT_DEVICE = 0, 1, 2, 3, 4
@@ -928,7 +928,7 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
     x = _inputs(inputs_path)
     handle = ctypes.c_void_p()
     try:
-        check(lib.h3s_model_load(os.fspath(model_dir).encode(), kind, 0, ctypes.byref(handle)))
+        check(lib.h3s_model_load(path_arg("model_dir", model_dir), kind, 0, ctypes.byref(handle)))
     except H3StrictError as e:
         code = EXIT_DEVICE if e.status == "device error" else EXIT_INPUT
         raise ReplayError(code, f"{model_dir}: {e}") from e

@@ -7,20 +7,31 @@
 
 What crosses without a copy: the parameters are torch.nn.Parameters over the library's resident weights (CPU:
 the model's own memory; CUDA: device memory), named as the checkpoint names them; the input tensors are read in
-place when they are contiguous CPU tensors of a dtype the library takes (the library validates every index and
-value on the host before any work); the gradients are the library's own buffers, released when the last torch
-tensor over them goes.  The outputs live on the model's device: a CPU model's are the library's buffers; a CUDA
-model's are torch CUDA tensors the library writes (h3s_model_forward_into), and their cotangents are read in device
-memory, so a loss on the GPU needs no round trip through the host.  Anything else is refused with an exception
-naming the argument and the explicit conversion to make (no silent copy, no silent cast).
+place when they are contiguous, strided CPU tensors of a dtype the library takes (the library validates every
+index and value on the host before any work); `model.grads_f32` holds views of the library's own gradient buffers,
+released when the last torch tensor over them goes.  The outputs live on the model's device: a CPU model's are the
+library's buffers; a CUDA model's are torch CUDA tensors the library writes (h3s_model_forward_into), and their
+cotangents are read in device memory, so a loss on the GPU needs no round trip through the host.  Anything else is
+refused with an exception naming the argument and the explicit conversion to make (no silent copy, no silent cast).
+
+The library computes with the memory each parameter had at load, so weights are changed in place only (an
+optimizer's step, `p.copy_(new)` under torch.no_grad(), load_state_dict without assign): a pass after a parameter
+was given other memory (`p.data = ...`, torch.nn.utils.vector_to_parameters) or replaced by another object raises,
+naming it, and load_state_dict(assign=True) is refused.  The module cannot be deep-copied or pickled (save its
+state_dict).
 
 Gradients: `loss.backward()` runs the library's strict backward for the parameters that require grad (the others
 cost nothing) and for the inputs that require grad.  torch keeps a parameter's .grad in the parameter's dtype, so
 a BF16 parameter receives its F32 gradient rounded once to BF16 (round to nearest even); the exact F32 gradients
 of the last backward, bitwise those of `h3strict grad`, are in `model.grads_f32` (name -> tensor; on a CUDA model
 they are device tensors over the library's own gradient memory, never copied through the host).  With
-`exact_grads=False` the library rounds instead (the same .grad bits, no F32 copy of the BF16 parameters' gradients).  The input
-gradients are F32 (an input given in BF16 gets its gradient rounded to BF16 the same way).
+`exact_grads=False` the library rounds instead (the same .grad bits, no F32 copy of the BF16 parameters' gradients).  A
+parameter's .grad is torch's own tensor, not the library's buffer: autograd copies the gradient into a new .grad (or
+adds it to the existing one), with the same bits.  The input gradients are F32 (an input given in BF16 gets its
+gradient rounded to BF16 the same way), copies as well, so a kept input gradient keeps no library buffer alive.
+Only hidden_states, audio_hidden_states and encoder_hidden_states get gradients: another argument that requires grad
+is refused (pass it detached).  The forward's activations (its tape) are freed at the end of the backward unless
+retain_graph=True, also while the outputs or the loss are kept.
 
 CUDA streams: the library queues its work on a stream of its own.  Each pass first makes that stream wait (on the
 device, not the host) for torch's current stream; a forward returns finished work; a backward returns as soon as it
@@ -32,13 +43,14 @@ that reads the gradients must wait for the current one (Stream.wait_stream), as 
 import ctypes
 import json
 import math
+import operator
 import os
 from types import SimpleNamespace
 
 import torch
 
 from . import _lib
-from ._lib import H3StrictError, H3StrictInputError, Inputs, Tensor, check, lib
+from ._lib import H3StrictError, H3StrictInputError, Inputs, Tensor, check, lib, path_arg
 
 __all__ = ["StrictTransformer", "StrictTransformerOutput", "scheduler", "trajectory", "load_inputs",
            "H3StrictError", "H3StrictInputError"]
@@ -56,6 +68,34 @@ _INPUT_DTYPES = {
     "audio_indices": (torch.int64,), "text_indices": (torch.int64,), "attention_mask": (torch.bool,),
 }
 _DEVICES = {"cpu": _lib.BACKEND_CPU, "cuda": _lib.BACKEND_CUDA}
+_MAX_THREADS = 1024  # the CLI's --threads range, 1 to 1024
+_MAX_LAYOUT = 1 << 24  # `h3strict inputs`: --batch and the layout's sizes at most 2^24
+_MAX_SEEDS, _MAX_STEPS, _TRAJ_BATCH = 64, 1000, (2, 4096)  # `h3strict trajectory`: --seeds, --steps, --batch
+_MAX_CONDITION_ROWS = 1 << 40  # `h3strict trajectory --condition-rows`
+
+
+def _int_arg(name, value, lo, hi):
+    """An int argument in [lo, hi], checked before it reaches a fixed-width C field (ctypes wraps silently)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool {value!r}")
+    try:
+        value = operator.index(value)  # an int, or an integer scalar (numpy); never a float or a str
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _threads_arg(threads):
+    """None, or the OpenMP thread count as the CLI takes it: an int from 1 to 1024 (h3s_set_num_threads takes a C
+    int; a larger count wrapped, or crashed the OpenMP runtime)."""
+    if threads is None:
+        return None
+    try:
+        return _int_arg("threads", threads, 1, _MAX_THREADS)
+    except TypeError as e:
+        raise ValueError(str(e)) from None
 
 
 # ------------------------------------------------------------------ memory shared with the library
@@ -67,7 +107,9 @@ class _OwnedTensor:
         self.t = t
 
     def __del__(self):
-        lib.h3s_tensor_free(ctypes.byref(self.t))
+        t = getattr(self, "t", None)
+        if t is not None:
+            lib.h3s_tensor_free(ctypes.byref(t))
 
 
 class _OwnedGrads:
@@ -75,7 +117,9 @@ class _OwnedGrads:
         self.g = g
 
     def __del__(self):
-        lib.h3s_grads_free(ctypes.byref(self.g))
+        g = getattr(self, "g", None)
+        if g is not None:
+            lib.h3s_grads_free(ctypes.byref(g))
 
 
 class _CudaArray:
@@ -158,6 +202,7 @@ def _as_library_tensor(name, x, optional=False):
         raise TypeError(f"{name}: required, got None")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    _plain_memory(name, x)
     allowed = _INPUT_DTYPES[name]
     if x.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
@@ -173,6 +218,22 @@ def _as_library_tensor(name, x, optional=False):
     return _library_view(x)
 
 
+def _plain_memory(name, x):
+    """Refuse a tensor whose memory is not its values laid out densely: another layout (sparse, mkldnn), a nested or
+    quantized tensor, or a lazily negated / conjugated view (its memory holds -x or conj(x))."""
+    if x.is_nested:
+        raise TypeError(f"{name}: a nested tensor; pass a regular (strided) tensor")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name}: layout {str(x.layout).replace('torch.', '')} is not read by the library (expected "
+                        f"strided); convert it explicitly, e.g. {name}.to_dense()")
+    if x.is_quantized:
+        raise TypeError(f"{name}: a quantized tensor; pass {name}.dequantize()")
+    if x.is_neg():
+        raise ValueError(f"{name}: a negative-bit view (its memory holds -{name}); pass {name}.resolve_neg()")
+    if x.is_conj():
+        raise ValueError(f"{name}: a conjugate-bit view; pass {name}.resolve_conj()")
+
+
 def _library_view(x):
     """The library's description of a contiguous torch tensor: its memory (host or CUDA), dtype and shape; no copy."""
     t = Tensor()
@@ -185,13 +246,23 @@ def _library_view(x):
 
 
 class _Tape:
-    def __init__(self, handle):
-        self.handle = handle
+    """A forward's activations (h3s_tape); keeps the model alive, so the tape is freed before the model."""
+
+    def __init__(self, handle, owner):
+        self.handle, self.owner = handle, owner
 
     def __del__(self):
-        if self.handle:
+        if getattr(self, "handle", None):
             lib.h3s_tape_free(self.handle)
             self.handle = None
+
+
+def _tape_token(tape):
+    """A one-byte tensor that owns the tape: saved for backward, it is released by autograd with the graph (after
+    the backward unless retain_graph=True, or when the outputs go without a backward), and the tape with it."""
+    buf = (ctypes.c_uint8 * 1)()
+    buf._owner = tape
+    return torch.frombuffer(buf, dtype=torch.uint8)
 
 
 class _Handle:
@@ -201,7 +272,7 @@ class _Handle:
         self.handle = handle
 
     def __del__(self):
-        if self.handle:
+        if getattr(self, "handle", None):
             lib.h3s_model_free(self.handle)
             self.handle = None
 
@@ -209,17 +280,15 @@ class _Handle:
 class _Model:
     """The library's resident model (h3s_model) and torch views of its parameters."""
 
-    def __init__(self, path, device, threads):
+    def __init__(self, path, device):
         if device not in _DEVICES:
             raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-        if threads is not None:
-            if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-                raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+        raw = path_arg("path", path)
         self.device = device
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(raw)
         h = ctypes.c_void_p()
         flags = _lib.LOAD_OWN_WEIGHTS if device == "cpu" else 0  # writable weights: an optimizer may step them
-        check(lib.h3s_model_load(self.path.encode(), _DEVICES[device], flags, ctypes.byref(h)))
+        check(lib.h3s_model_load(raw, _DEVICES[device], flags, ctypes.byref(h)))
         self.owner = _Handle(h)
         self.handle = h
         self.stream = None
@@ -232,8 +301,6 @@ class _Model:
             ptr = ctypes.c_void_p()
             check(lib.h3s_device_stream(ctypes.byref(ptr)))
             self.stream = torch.cuda.ExternalStream(ptr.value)
-        if threads is not None:
-            lib.h3s_set_num_threads(threads)
         self.config = lib.h3s_model_config(h).contents
         self.grad_layout = None  # the device gradient block's layout of the last backward (_block_grads)
         self.params = []
@@ -253,6 +320,10 @@ def _cotangent(name, g, shape, device):
     """The library's view of a cotangent: F32 and contiguous on the outputs' device (CUDA: read in device memory)."""
     if g is None:
         g = torch.zeros(shape, dtype=torch.float32, device=device)
+    if g.layout != torch.strided:
+        g = g.to_dense()
+    if g.is_neg() or g.is_conj():  # the memory holds -g: the values, in memory of our own
+        g = g.resolve_neg().resolve_conj()
     if g.dtype != torch.float32 or g.device.type != device or not g.is_contiguous():
         g = g.to(device=device, dtype=torch.float32).contiguous()  # autograd's own buffer: ours to convert
     return _library_view(g), g
@@ -347,17 +418,21 @@ class _StrictFunction(torch.autograd.Function):
                                            ctypes.byref(a)))
             s_out, a_out = _view(s, _OwnedTensor(s)), _view(a, _OwnedTensor(a))
         ctx.module, ctx.core = module, core
-        ctx.tape = _Tape(tape) if need_tape else None
+        # the tape is owned by a saved tensor, not by ctx: autograd frees it with the graph's saved tensors, at the
+        # end of the backward unless retain_graph=True (a loss kept for logging keeps no activations)
+        ctx.tape_handle = tape if need_tape else None
+        token = (_tape_token(_Tape(tape, core.owner)),) if need_tape else ()
         ctx.input_dtypes = tuple(x.dtype for x in inputs[:3])
         ctx.sample_shape, ctx.audio_shape = _shape(s), _shape(a)
-        ctx.save_for_backward(*params)  # an in-place change before backward is then refused by autograd
+        ctx.save_for_backward(*params, *token)  # an in-place change before backward is then refused by autograd
         return s_out, a_out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_sample, d_audio):
-        ctx.saved_tensors  # noqa: B018 -- raises if a parameter was modified in place since the forward
-        if ctx.tape is None:
+        ctx.saved_tensors  # noqa: B018 -- raises if a parameter was modified in place since the forward, or if
+        # the graph (and the tape with it) was freed by an earlier backward without retain_graph
+        if ctx.tape_handle is None:
             raise RuntimeError("h3strict: this forward kept no activations (it ran without grad)")
         core = ctx.core
         need = ctx.needs_input_grad
@@ -366,10 +441,10 @@ class _StrictFunction(torch.autograd.Function):
         ds, keep_s = _cotangent("sample", d_sample, ctx.sample_shape, core.device)
         da, keep_a = _cotangent("audio_sample", d_audio, ctx.audio_shape, core.device)
         g = _lib.Grads()
-        ctx.module.grads_f32 = {}  # the last backward's views: they would keep its whole gradient block alive
         hook = _HookCall(ctx.module.node_hook)
         _order_after_torch(core)
-        hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape.handle, ctypes.byref(ds), ctypes.byref(da), want,
+        # model.grads_f32 keeps the last good backward's gradients until this one has succeeded
+        hook.run(lib.h3s_model_backward_select(core.handle, ctx.tape_handle, ctypes.byref(ds), ctypes.byref(da), want,
                                                hook.c_fn, None, ctypes.byref(g)))
         owner = _OwnedGrads(g)
         _order_torch_after(core)
@@ -378,9 +453,10 @@ class _StrictFunction(torch.autograd.Function):
         for k, field in enumerate(("hidden_states", "audio_hidden_states", "encoder_hidden_states")):
             if need[3 + k]:
                 # CUDA: the library hands the input gradients over in device memory (with the parameters'); the
-                # input is a CPU tensor, so autograd needs its gradient there: one copy, only when it is asked for
+                # input is a CPU tensor, so autograd needs its gradient there: one copy, only when it is asked for.
+                # CPU: a copy too (small), so that an input's .grad does not pin the library's whole gradient set
                 v = _view(getattr(g, field), owner)
-                input_grads.append(v.to(device="cpu", dtype=ctx.input_dtypes[k]))
+                input_grads.append(v.to(device="cpu", dtype=ctx.input_dtypes[k], copy=True))
             else:
                 input_grads.append(None)
         grads_f32, param_grads = {}, []
@@ -414,8 +490,22 @@ class StrictTransformerOutput(SimpleNamespace):
         return self.to_tuple()[i]
 
 
+def _refuse_assign(local_metadata, prefix):
+    """load_state_dict(assign=True) would put the state dict's tensors in place of the library's weights (the module
+    would show them while the library computed with its own): refused before any parameter changes."""
+    if local_metadata.get("assign_to_params_buffers", False):
+        where = f" of {prefix.rstrip('.')}" if prefix else ""
+        raise RuntimeError(f"h3strict: load_state_dict(..., assign=True) cannot replace the parameters{where}: they "
+                           "are the library's resident weights, which the model computes with; call "
+                           "load_state_dict(state_dict) without assign (it copies into the library's memory)")
+
+
 class _Node(torch.nn.Module):
     """A plain container, so parameter names are the checkpoint's ("transformer_blocks.0.attn.to_q.weight")."""
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        _refuse_assign(local_metadata, prefix)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
 
 class StrictTransformer(torch.nn.Module):
@@ -430,6 +520,7 @@ class StrictTransformer(torch.nn.Module):
         # the library's buffer, valid during the call only (clone it to keep it), None for device memory.  An
         # exception aborts the pass and propagates.
         self.node_hook = None
+        slots = []
         for name, tensor in core.params:
             *path, leaf = name.split(".")
             node = self
@@ -440,7 +531,11 @@ class StrictTransformer(torch.nn.Module):
                     node.add_module(part, child)
                 node = child
             node.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=True))
+            slots.append((name, node._parameters, leaf))
         self._param_list = [self.get_parameter(name) for name, _ in core.params]
+        # what the library reads: each parameter's slot, the Parameter in it and the memory it had at load
+        self._param_checks = [(name, params, leaf, p, p.data_ptr(), p.dtype, p.shape)
+                              for (name, params, leaf), p in zip(slots, self._param_list)]
         cfg = core.config
         self.config = SimpleNamespace(**{f: (tuple(getattr(cfg, f)) if f == "patch_size" else getattr(cfg, f))
                                          for f, _ in cfg._fields_})
@@ -449,21 +544,36 @@ class StrictTransformer(torch.nn.Module):
     def from_pretrained(cls, path, device="cpu", threads=None, grad_operands=None, recompute=None, exact_grads=True):
         """Load a model directory in diffusers layout, or a pipeline snapshot holding transformer/.
 
-        device: "cpu" (strict CPU backend; the weights are copied once into memory the model owns, so an
-        optimizer may update the parameters in place) or "cuda" (weights uploaded once; inputs stay host
-        tensors).  threads: OpenMP threads for the whole process (None keeps the current setting; results never
-        depend on it).  grad_operands: "bf16" or "split" (the CUDA backward's dy operands; see the README).
-        recompute: "none" (default) or "blocks" (see the `recompute` property).  exact_grads: see the property."""
+        path: str, bytes or os.PathLike.  device: "cpu" (strict CPU backend; the weights are copied once into
+        memory the model owns, so an optimizer may update the parameters in place) or "cuda" (weights uploaded
+        once; inputs stay host tensors).  threads: OpenMP threads, an int from 1 to 1024, for the whole process
+        (None keeps the current setting; results never depend on it).  grad_operands: "bf16" or "split" (the CUDA
+        backward's dy operands, for the whole process; see the README).  recompute: "none" (default) or "blocks"
+        (see the `recompute` property).  exact_grads: see the property.  Every argument is checked and the model
+        loaded before the process-wide settings (threads, grad_operands) change: a failed call changes nothing."""
         if not isinstance(exact_grads, bool):
             raise ValueError(f"exact_grads must be True or False, got {exact_grads!r}")
+        threads = _threads_arg(threads)
+        operands = None
         if grad_operands is not None:
             mode = ctypes.c_int()
             check(lib.h3s_grad_operands_parse(str(grad_operands).encode(), ctypes.byref(mode)))
-            check(lib.h3s_set_grad_operands(mode.value))
-        model = cls(_Model(path, device, threads))
+            operands = mode.value
+        recompute_mode = None
         if recompute is not None:
-            model.recompute = recompute
+            if not isinstance(recompute, str):
+                raise ValueError(f"recompute must be 'none' or 'blocks', got {recompute!r}")
+            m = ctypes.c_int()
+            check(lib.h3s_recompute_parse(recompute.encode(), ctypes.byref(m)))
+            recompute_mode = m.value
+        model = cls(_Model(path, device))
+        if recompute_mode is not None:
+            check(lib.h3s_model_set_recompute(model._core.handle, recompute_mode))
         model.exact_grads = exact_grads
+        if operands is not None:
+            check(lib.h3s_set_grad_operands(operands))
+        if threads is not None:
+            lib.h3s_set_num_threads(threads)
         return model
 
     @property
@@ -511,10 +621,17 @@ class StrictTransformer(torch.nn.Module):
                       latent_height=4, latent_width=6, audio_latents=4):
         """A seeded request on the packed t2va layout, as a dict of the forward's arguments: exactly the tensors
         `h3strict inputs --seed SEED --batch BATCH` writes for this model.  Item b depends on (seed, b) only, so
-        item 0 is the same request in a batch of any size."""
-        lo = _lib.LayoutOpts(text_tokens, frames, latent_height, latent_width, audio_latents, 0, 0, 0)
+        item 0 is the same request in a batch of any size.  The ints are checked as `h3strict inputs` checks them
+        (an int, not a bool: seed in [0, 2^64), batch and the sizes in [1, 2^24], audio_latents from 0); a
+        TypeError or ValueError names the argument."""
+        seed = _int_arg("seed", seed, 0, (1 << 64) - 1)
+        batch = _int_arg("batch", batch, 1, _MAX_LAYOUT)
+        sizes = [_int_arg(name, v, 0 if name == "audio_latents" else 1, _MAX_LAYOUT) for name, v in (
+            ("text_tokens", text_tokens), ("frames", frames), ("latent_height", latent_height),
+            ("latent_width", latent_width), ("audio_latents", audio_latents))]
+        lo = _lib.LayoutOpts(*sizes, 0, 0, 0)
         c_in = Inputs()
-        check(lib.h3s_inputs_seeded(ctypes.byref(self._core.config), ctypes.byref(lo), int(batch), int(seed),
+        check(lib.h3s_inputs_seeded(ctypes.byref(self._core.config), ctypes.byref(lo), batch, seed,
                                     float(t_video), float(t_audio), ctypes.byref(c_in)))
         return _inputs_dict(c_in)
 
@@ -526,11 +643,56 @@ class StrictTransformer(torch.nn.Module):
         raise RuntimeError("StrictTransformer's parameters are the library's resident weights: they cannot be "
                            "moved or cast (.to/.cuda/.half ...); load with from_pretrained(path, device=...)")
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        _refuse_assign(local_metadata, prefix)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
+
+    _NO_COPY = ("StrictTransformer cannot be copied or pickled: its parameters are the library's resident weights. "
+                "Save the weights with torch.save(model.state_dict(), f), and load them into a model made by "
+                "StrictTransformer.from_pretrained(path) with load_state_dict")
+
+    def __deepcopy__(self, memo):
+        raise TypeError(self._NO_COPY)
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(self._NO_COPY)
+
+    def __copy__(self):  # a shallow copy shares the library's model, as copy.copy of a module shares its parameters
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def _check_params(self):
+        """The library computes with the memory each parameter had at load: refuse a pass once a parameter was
+        replaced (load_state_dict(assign=True), register_parameter) or given other memory (p.data = ...,
+        torch.nn.utils.vector_to_parameters), which the module would show while the library read the old weights."""
+        for name, params, leaf, p, ptr, dtype, shape in self._param_checks:
+            q = params.get(leaf)
+            if q is not p:
+                what = "was replaced by another object" if q is not None else "was removed"
+            elif p.data_ptr() != ptr or p.dtype != dtype or p.shape != shape:
+                what = "was given other memory (p.data = ..., vector_to_parameters, set_)"
+            else:
+                continue
+            raise RuntimeError(
+                f"h3strict: parameter {name} {what}; the library computes with the weights it loaded, in their "
+                "memory, so the module would show weights the model does not use. Load new weights in place: "
+                "`with torch.no_grad(): p.copy_(new)`, or model.load_state_dict(state_dict) without assign=True "
+                "(torch.nn.utils.vector_to_parameters replaces the memory: copy each slice instead); "
+                "this model must be loaded again with from_pretrained")
+
     def forward(self, hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices,
                 token_tags, position_ids, video_indices, audio_indices, text_indices, attention_mask=None,
                 return_dict=True):
         args = (hidden_states, audio_hidden_states, encoder_hidden_states, timestep, timestep_indices, token_tags,
                 position_ids, video_indices, audio_indices, text_indices, attention_mask)
+        self._check_params()
+        if torch.is_grad_enabled():
+            for name, x in zip(_ARG_NAMES[3:], args[3:]):
+                if isinstance(x, torch.Tensor) and x.requires_grad:
+                    raise ValueError(f"{name}: requires grad, but the library computes gradients only for "
+                                     f"hidden_states, audio_hidden_states and encoder_hidden_states; pass "
+                                     f"{name}.detach() (or run under torch.no_grad())")
         need_tape = torch.is_grad_enabled() and (
             any(p.requires_grad for p in self._param_list) or
             any(isinstance(x, torch.Tensor) and x.requires_grad for x in args[:3]))
@@ -558,9 +720,10 @@ def _inputs_dict(c_in):
 
 def load_inputs(path):
     """An inputs file (safetensors under the forward's argument names, as `h3strict inputs` writes) as a dict of
-    CPU tensors to pass to StrictTransformer's forward."""
+    CPU tensors to pass to StrictTransformer's forward.  path: str, bytes or os.PathLike."""
+    raw = path_arg("path", path)
     c_in = Inputs()
-    check(lib.h3s_inputs_read(os.fspath(path).encode(), ctypes.byref(c_in)))
+    check(lib.h3s_inputs_read(raw, ctypes.byref(c_in)))
     return _inputs_dict(c_in)
 
 
@@ -568,8 +731,9 @@ def load_inputs(path):
 
 def _f32_cpu(name, x):
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32 or x.device.type != "cpu" \
-            or not x.is_contiguous():
+            or x.layout != torch.strided or not x.is_contiguous():
         raise TypeError(f"{name}: expected a contiguous float32 CPU tensor")
+    _plain_memory(name, x)
     return x
 
 
@@ -617,18 +781,26 @@ def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, devic
     """The dual trajectory (rollout alone vs item 0 of a training batch, compared bitwise at every Euler step) on
     the model at `path`.  inputs: None for seeded requests, or a dict of CPU tensors under the forward's argument
     names (the user's own request; item 0 is the rollout's).  Returns the report (a dict: "summary" holds
-    comparisons / differing / gradient_comparisons / gradient_differing)."""
+    comparisons / differing / gradient_comparisons / gradient_differing).  The ints are checked as
+    `h3strict trajectory` checks them (ints, not bools: 1 to 64 seeds, each in [0, 2^64); steps in [1, 1000];
+    batch in [2, 4096]; condition_rows in [0, 2^40]); a TypeError or ValueError names the argument."""
     if device not in _DEVICES:
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("at least one seed")
+    if isinstance(seeds, (str, bytes)) or not hasattr(seeds, "__iter__"):
+        raise TypeError(f"seeds must be a sequence of ints, got {type(seeds).__name__}")
+    seeds = [_int_arg(f"seeds[{k}]", s, 0, (1 << 64) - 1) for k, s in enumerate(seeds)]
+    if not 1 <= len(seeds) <= _MAX_SEEDS:
+        raise ValueError(f"seeds: 1 to {_MAX_SEEDS} seeds, got {len(seeds)}")
+    steps = _int_arg("steps", steps, 1, _MAX_STEPS)
+    batch = _int_arg("batch", batch, *_TRAJ_BATCH)
+    condition_rows = _int_arg("condition_rows", condition_rows, 0, _MAX_CONDITION_ROWS)
+    raw = path_arg("path", path)
     w = ctypes.c_void_p()
-    check(lib.h3s_weights_load(os.fspath(path).encode(), ctypes.byref(w)))
+    check(lib.h3s_weights_load(raw, ctypes.byref(w)))
     try:
         o = _lib.TrajectoryOpts()
         seed_arr = (ctypes.c_uint64 * len(seeds))(*seeds)
-        o.seeds, o.nseeds, o.steps, o.batch = seed_arr, len(seeds), int(steps), int(batch)
+        o.seeds, o.nseeds, o.steps, o.batch = seed_arr, len(seeds), steps, batch
         o.backend, o.with_grad = _DEVICES[device], 1 if with_grad else 0
         o.layout = _lib.LayoutOpts(6, 2, 4, 6, 4, 0, 0, 0)  # `h3strict trajectory`'s seeded layout
         o.shift_video, o.shift_audio = float(shift_video), float(shift_audio)
@@ -637,7 +809,7 @@ def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, devic
             for name in _ARG_NAMES:
                 setattr(req, name, _as_library_tensor(name, inputs.get(name), optional=name == "attention_mask"))
             o.request = ctypes.pointer(req)
-            o.condition_rows = int(condition_rows)
+            o.condition_rows = condition_rows
         text = ctypes.c_void_p()
         tot = _lib.TrajectoryTotals()
         check(lib.h3s_trajectory(w, ctypes.byref(o), ctypes.byref(text), ctypes.byref(tot)))

@@ -4,6 +4,7 @@ not require grad get none, parameters share the library's memory, bad tensors ra
 nothing written.  The CLI is $H3S_CLI, else `h3strict` on PATH (the package installs it)."""
 
 import ctypes
+import gc
 import json
 import os
 import struct
@@ -538,3 +539,223 @@ def test_device_block_layout_is_read_once_and_checked(monkeypatch):
     with pytest.raises(RuntimeError, match="does not follow the previous one"):
         # 128 bytes at 0, then a gradient at 64
         _block_grads(SimpleNamespace(grad_layout=None, handle=None), grads([0, 64, 512]), buf, need)
+
+
+# ------------------------------------------------------------------ the binding's guards (review findings)
+
+def fresh(work):
+    return StrictTransformer.from_pretrained(work / "m", device="cpu", threads=2)
+
+
+def test_replaced_parameter_memory_is_refused(work):
+    """The library computes with the memory each parameter had at load: a pass after a parameter got other memory
+    (p.data = ..., vector_to_parameters) or was replaced by another object raises, naming the parameter and the
+    in-place way; load_state_dict(assign=True) is refused before any parameter changes."""
+    x = inputs(work, 2)
+    expect = read_safetensors(work / "out.safetensors")
+    m = fresh(work)
+    p = m.get_parameter("proj_out.bias")
+    p.data = p.data.clone()  # the same values in torch's memory: the module would show what the model ignores
+    with pytest.raises(RuntimeError, match=r"proj_out\.bias was given other memory.*copy_"):
+        m(**x)
+    m = fresh(work)
+    torch.nn.utils.vector_to_parameters(torch.nn.utils.parameters_to_vector(m.parameters()), m.parameters())
+    with pytest.raises(RuntimeError, match="was given other memory"):
+        m(**x)
+    m = fresh(work)
+    m.proj_out.weight = torch.nn.Parameter(m.proj_out.weight.detach().clone())
+    with pytest.raises(RuntimeError, match=r"proj_out\.weight was replaced"):
+        m(**x)
+    m = fresh(work)
+    before = list(m.parameters())
+    zeros = {k: torch.zeros_like(v) for k, v in m.state_dict().items()}
+    with pytest.raises(RuntimeError, match="assign=True"):
+        m.load_state_dict(zeros, assign=True)
+    wrapper = torch.nn.ModuleDict({"transformer": m})
+    with pytest.raises(RuntimeError, match="assign=True"):
+        wrapper.load_state_dict({"transformer." + k: v for k, v in zeros.items()}, assign=True)
+    assert all(a is b for a, b in zip(m.parameters(), before)), "no parameter was replaced"
+    with torch.no_grad():
+        assert bits_equal(m(**x).sample, expect["sample"]), "the weights are the loaded ones"
+    m.load_state_dict(zeros)  # without assign: copied into the library's memory, which the next pass reads
+    with torch.no_grad():
+        assert bool((m(**x).sample == 0).all())
+
+
+def test_backward_frees_the_tape_while_the_loss_is_kept(work):
+    """backward() without retain_graph frees the forward's activations even while the loss is kept (for logging);
+    with retain_graph=True the tape stays for a second backward (twice the gradients), then goes with the last."""
+    m = fresh(work)
+    x = inputs(work, 2)
+    base = m.memory_bytes()[0]
+    losses = []
+    for _ in range(3):
+        loss = m(**x).sample.square().sum()
+        assert m.memory_bytes()[0] > base, "the tape is live until the backward"
+        loss.backward()
+        losses.append(loss)
+        assert m.memory_bytes()[0] == base, "the backward freed the tape"
+    out = m(**x)
+    del out
+    assert m.memory_bytes()[0] == base, "outputs dropped without a backward free the tape"
+    m.zero_grad(set_to_none=True)
+    m(**x).sample.sum().backward()
+    once = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad(set_to_none=True)
+    loss = m(**x).sample.sum()
+    loss.backward(retain_graph=True)
+    assert m.memory_bytes()[0] > base, "retain_graph keeps the tape"
+    loss.backward()
+    assert m.memory_bytes()[0] == base
+    for n, p in m.named_parameters():
+        assert bits_equal(p.grad, once[n] + once[n]), n
+    with pytest.raises(RuntimeError, match="second time"):
+        loss.backward()
+
+
+def test_input_gradient_is_a_copy_not_a_view_of_the_gradient_set(work, monkeypatch):
+    """An input's .grad is its own tensor: dropping the parameters' gradients frees the library's gradient set
+    while the input's gradient is kept."""
+    import h3strict.torch as ht
+    freed = []
+    real = ht.lib.h3s_grads_free
+    monkeypatch.setattr(ht.lib, "h3s_grads_free", lambda g: (freed.append(1), real(g)))
+    m = fresh(work)
+    m.requires_grad_(False)
+    m.get_parameter("proj_out.weight").requires_grad_(True)
+    x = inputs(work, 2)
+    x["encoder_hidden_states"].requires_grad_(True)
+    ct = read_safetensors(work / "ct.safetensors")
+    gc.collect()  # the earlier tests' garbage goes first
+    freed.clear()
+    out = m(**x)
+    torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
+    del out
+    m.grads_f32 = {}
+    m.zero_grad(set_to_none=True)
+    gc.collect()
+    assert freed == [1], "the gradient set is freed while the input's gradient lives"
+    assert bits_equal(x["encoder_hidden_states"].grad, read_safetensors(work / "grads.safetensors")[
+        "encoder_hidden_states"])
+
+
+def test_threads_out_of_range_is_refused_and_changes_nothing(work):
+    _lib.lib.h3s_set_num_threads(2)
+    for bad in (0, 1025, 2**31, 2**32 + 1, 100000, True, 2.0, "2"):
+        with pytest.raises(ValueError, match="threads"):
+            StrictTransformer.from_pretrained(work / "m", threads=bad)
+        assert _lib.lib.h3s_get_num_threads() == 2, bad
+    StrictTransformer.from_pretrained(work / "m", threads=1)
+    assert _lib.lib.h3s_get_num_threads() == 1
+    _lib.lib.h3s_set_num_threads(2)
+
+
+def test_paths_are_os_paths(work, tmp_path):
+    """Paths are encoded as the OS encodes them (str, bytes, os.PathLike, non-UTF-8 names); an embedded NUL is
+    refused (C would read up to it and open another file)."""
+    with pytest.raises(ValueError, match="embedded null byte"):
+        StrictTransformer.from_pretrained(str(work / "m") + "\0/no/such/dir")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        load_inputs(str(work / "in2.safetensors") + "\0.bak")
+    with pytest.raises(ValueError, match="embedded null byte"):
+        trajectory(os.fsencode(work / "m") + b"\0x", seeds=(11,), steps=1, batch=2)
+    x = inputs(work, 2)
+    expect = read_safetensors(work / "out.safetensors")["sample"]
+    m = StrictTransformer.from_pretrained(os.fsencode(work / "m"))
+    assert bits_equal(load_inputs(os.fsencode(work / "in2.safetensors"))["hidden_states"], x["hidden_states"])
+    odd = os.fsencode(tmp_path) + b"/m\xff"  # not UTF-8: a str path holds it surrogate-escaped
+    try:
+        os.mkdir(odd)
+    except OSError:
+        pytest.skip("this filesystem refuses non-UTF-8 names")
+    for f in os.listdir(work / "m"):
+        with open(work / "m" / f, "rb") as src, open(odd + b"/" + os.fsencode(f), "wb") as dst:
+            dst.write(src.read())
+    for path in (os.fsdecode(odd), odd):
+        m = StrictTransformer.from_pretrained(path)
+        with torch.no_grad():
+            assert bits_equal(m(**x).sample, expect)
+
+
+def test_failed_from_pretrained_changes_no_process_setting(work):
+    _lib.lib.h3s_set_num_threads(2)
+    operands = _lib.lib.h3s_get_grad_operands()
+    other = "split" if operands == 0 else "bf16"
+    for kw in (dict(grad_operands=other, device="tpu"), dict(threads=1, recompute="bogus"),
+               dict(threads=1, grad_operands=other, exact_grads=1)):
+        with pytest.raises((ValueError, H3StrictError)):
+            StrictTransformer.from_pretrained(work / "m", **kw)
+        assert _lib.lib.h3s_get_num_threads() == 2 and _lib.lib.h3s_get_grad_operands() == operands, kw
+    with pytest.raises(H3StrictError, match="nothing"):
+        StrictTransformer.from_pretrained(work / "nothing", threads=1, grad_operands=other)
+    assert _lib.lib.h3s_get_num_threads() == 2 and _lib.lib.h3s_get_grad_operands() == operands
+
+
+@pytest.mark.parametrize("name", ["timestep", "position_ids"])
+def test_requires_grad_on_an_argument_without_gradient_is_refused(work, name):
+    m = fresh(work)
+    for frozen in (False, True):
+        m.requires_grad_(not frozen)
+        x = inputs(work, 2)
+        x[name].requires_grad_(True)
+        with pytest.raises(ValueError, match=f"{name}: requires grad.*detach"):
+            m(**x)
+    with torch.no_grad():  # no graph: nothing to refuse
+        m(**x)
+
+
+def test_seeded_inputs_and_trajectory_refuse_wrapping_integers(model, work):
+    for kw, exc in ((dict(seed=-1), ValueError), (dict(seed=2**64), ValueError), (dict(seed=2**64 + 7), ValueError),
+                    (dict(seed=True), TypeError), (dict(seed=7.0), TypeError), (dict(batch=0), ValueError),
+                    (dict(batch=2**64 + 1), ValueError), (dict(batch=2.9), TypeError),
+                    (dict(frames=2**64 + 2), ValueError)):
+        with pytest.raises(exc, match=next(iter(kw))):
+            model.seeded_inputs(**kw)
+    assert model.seeded_inputs(seed=2**64 - 1)["hidden_states"].shape[0] == 1
+    for kw, exc in ((dict(seeds=(-1,)), ValueError), (dict(seeds=(2**64,)), ValueError),
+                    (dict(seeds=tuple(range(65))), ValueError), (dict(seeds=(1.5,)), TypeError),
+                    (dict(steps=2**64 + 2), ValueError), (dict(steps=0), ValueError), (dict(batch=2.0), TypeError),
+                    (dict(batch=2**64 + 3), ValueError), (dict(condition_rows=-1), ValueError)):
+        with pytest.raises(exc, match=next(iter(kw))):
+            trajectory(work / "m", **kw)
+
+
+def test_refused_backward_keeps_the_last_gradients(work):
+    m = fresh(work)
+    x = inputs(work, 2)
+    m(**x).sample.sum().backward()
+    good = dict(m.grads_f32)
+    assert len(good) == len(list(m.parameters()))
+    out = m(**x)
+    with pytest.raises(H3StrictError, match="not finite"):
+        out.sample.backward(torch.full_like(out.sample, float("nan")))
+    assert m.grads_f32.keys() == good.keys() and all(m.grads_f32[k] is v for k, v in good.items())
+
+
+@pytest.mark.parametrize("bad,exc,match", [
+    (lambda t: torch._neg_view(t.clone()), ValueError, "a negative-bit view"),
+    (lambda t: t.to_sparse(), TypeError, "layout sparse_coo"),
+    (lambda t: t.to_mkldnn(), TypeError, "layout _mkldnn"),
+])
+def test_odd_layouts_are_refused(model, work, bad, exc, match):
+    x = inputs(work, 2)
+    try:
+        x["hidden_states"] = bad(x["hidden_states"])
+    except RuntimeError:
+        pytest.skip("this torch cannot make that layout")
+    with torch.no_grad(), pytest.raises(exc, match="hidden_states: " + match):
+        model(**x)
+
+
+def test_module_cannot_be_deep_copied_or_pickled(model, work):
+    import copy
+    import io
+    import pickle
+    for f in (copy.deepcopy, pickle.dumps, lambda mm: torch.save(mm, io.BytesIO())):
+        with pytest.raises(TypeError, match="cannot be copied or pickled.*state_dict"):
+            f(model)
+    shallow = copy.copy(model)  # shares the library's model, as a shallow copy of a module shares its parameters
+    with torch.no_grad():
+        assert bits_equal(shallow(**inputs(work, 2)).sample, read_safetensors(work / "out.safetensors")["sample"])
+    from h3strict.torch import _Handle
+    _Handle.__new__(_Handle).__del__()  # a handle made without __init__ (unpickling) frees nothing and says nothing
