@@ -520,15 +520,16 @@ class StrictTransformer(torch.nn.Module):
         # the library's buffer, valid during the call only (clone it to keep it), None for device memory.  An
         # exception aborts the pass and propagates.
         self.node_hook = None
-        slots = []
+        slots, nodes = [], []
         for name, tensor in core.params:
             *path, leaf = name.split(".")
             node = self
-            for part in path:
+            for k, part in enumerate(path):
                 child = node._modules.get(part)
                 if child is None:
                     child = _Node()
                     node.add_module(part, child)
+                    nodes.append((".".join(path[:k + 1]), node._modules, part, child))
                 node = child
             node.register_parameter(leaf, torch.nn.Parameter(tensor, requires_grad=True))
             slots.append((name, node._parameters, leaf))
@@ -536,6 +537,7 @@ class StrictTransformer(torch.nn.Module):
         # what the library reads: each parameter's slot, the Parameter in it and the memory it had at load
         self._param_checks = [(name, params, leaf, p, p.data_ptr(), p.dtype, p.shape)
                               for (name, params, leaf), p in zip(slots, self._param_list)]
+        self._node_checks = nodes  # and each container module in its parent
         cfg = core.config
         self.config = SimpleNamespace(**{f: (tuple(getattr(cfg, f)) if f == "patch_size" else getattr(cfg, f))
                                          for f, _ in cfg._fields_})
@@ -666,6 +668,12 @@ class StrictTransformer(torch.nn.Module):
         """The library computes with the memory each parameter had at load: refuse a pass once a parameter was
         replaced (load_state_dict(assign=True), register_parameter) or given other memory (p.data = ...,
         torch.nn.utils.vector_to_parameters), which the module would show while the library read the old weights."""
+        for path, modules, key, node in self._node_checks:
+            if modules.get(key) is not node:
+                raise RuntimeError(f"h3strict: module {path} was replaced or removed; the library computes with the "
+                                   "weights it loaded, so the module would show weights the model does not use. Load "
+                                   "new weights in place (model.load_state_dict(state_dict) without assign=True); "
+                                   "this model must be loaded again with from_pretrained")
         for name, params, leaf, p, ptr, dtype, shape in self._param_checks:
             q = params.get(leaf)
             if q is not p:

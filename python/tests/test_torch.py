@@ -567,6 +567,10 @@ def test_replaced_parameter_memory_is_refused(work):
     with pytest.raises(RuntimeError, match=r"proj_out\.weight was replaced"):
         m(**x)
     m = fresh(work)
+    m.proj_out = torch.nn.Linear(1, 1)
+    with pytest.raises(RuntimeError, match="module proj_out was replaced"):
+        m(**x)
+    m = fresh(work)
     before = list(m.parameters())
     zeros = {k: torch.zeros_like(v) for k, v in m.state_dict().items()}
     with pytest.raises(RuntimeError, match="assign=True"):
