@@ -84,25 +84,29 @@ typedef struct h3s_tensor {
     int device;
 } h3s_tensor;
 
-/* Allocate a zero-filled host tensor. */
+/* Allocate a zero-filled host tensor (shape: ndim entries, each >= 0; NULL only when ndim is 0). */
 H3S_API h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape);
 /* A borrowed view of existing host memory (no allocation, cannot fail). */
 H3S_API h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
 H3S_API void h3s_tensor_free(h3s_tensor *t);
+/* Elements (the product of the dims) and bytes of a tensor; 0 for NULL. */
 H3S_API int64_t h3s_tensor_numel(const h3s_tensor *t);
 H3S_API size_t h3s_tensor_nbytes(const h3s_tensor *t);
 /* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
- * the same number of elements.  Float -> BF16 rounds to nearest even. */
+ * the same number of elements.  Float -> BF16 rounds to nearest even.  Both are host tensors with data for their
+ * elements and no negative dim (H3S_ERR_INVALID for missing data or device memory, H3S_ERR_SHAPE for a dim). */
 H3S_API h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
 /* Index of the first NaN or +-Inf element of a host F64/F32/BF16/F16 tensor; -1 when every element is finite, the
- * tensor holds no float dtype or lives in device memory (t == NULL too).  The same index on every thread count. */
+ * tensor holds no float dtype, lives in device memory or has no data (t == NULL too): a caller that must know every
+ * element is finite checks those first, as h3s_inputs_validate does.  The same index on every thread count. */
 H3S_API int64_t h3s_tensor_first_nonfinite(const h3s_tensor *t);
 
 /* BF16 helpers: round to nearest even, NaN stays NaN (quiet), +-Inf stays +-Inf. */
 H3S_API uint16_t h3s_bf16_from_f32(float x);
 H3S_API float h3s_bf16_to_f32(uint16_t b);
 
-/* SHA-256 of a byte range as 64 lowercase hex digits + NUL. */
+/* SHA-256 of a byte range as 64 lowercase hex digits + NUL (H3S_ERR_INVALID for NULL data with len > 0 or a NULL
+ * out_hex). */
 H3S_API h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]);
 /* SHA-256 of several byte ranges as one: begin, update (any number of times, any sizes), end.  h3s_sha256_end writes
  * the digest as h3s_sha256_hex does and frees the context, also on failure (then out_hex is untouched). */
@@ -128,7 +132,7 @@ H3S_API int h3s_get_num_threads(void);
 typedef enum h3s_grad_operands { H3S_GRAD_OPERANDS_BF16 = 0, H3S_GRAD_OPERANDS_SPLIT = 1 } h3s_grad_operands;
 H3S_API h3s_status h3s_set_grad_operands(h3s_grad_operands mode);
 H3S_API h3s_grad_operands h3s_get_grad_operands(void);
-/* "bf16" or "split" -> the mode; H3S_ERR_INVALID otherwise. */
+/* "bf16" or "split" -> the mode; H3S_ERR_INVALID otherwise (a NULL name or mode too). */
 H3S_API h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode);
 H3S_API const char *h3s_grad_operands_name(h3s_grad_operands mode);
 

@@ -78,7 +78,8 @@ h3s_status h3s_check_tensor(const char *op, const char *name, const h3s_tensor *
 /* Same, and shape[d] must equal `dims[d]` wherever dims[d] >= 0. */
 h3s_status h3s_check_shape(const char *op, const char *name, const h3s_tensor *t, h3s_dtype dtype, int ndim,
                            const int64_t *dims);
-/* Every entry of an I64 index tensor lies in [0, limit). */
+/* Every entry of an I64 index tensor lies in [0, limit); the tensor is read here, so it must be host memory with data
+ * for its elements and no negative dim (H3S_ERR_INVALID / H3S_ERR_SHAPE otherwise). */
 h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *idx, int64_t limit);
 
 /* Every non-NULL tensor of `ts` lives in one memory space (device 0 = host, 1 = CUDA); a
@@ -88,6 +89,12 @@ h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, cons
                                int *on_device);
 /* The byte ranges of a and b intersect (a NULL tensor, NULL data or 0 bytes never overlaps). */
 int h3s_tensors_overlap(const h3s_tensor *a, const h3s_tensor *b);
+/* An operator's output `out` against ins[0..n) (NULL entries skipped): H3S_ERR_INVALID naming both when their bytes
+ * meet, since an output written while another thread still reads the overlapping input would make the result depend
+ * on the thread count.  Bit i of `alias_ok` lets ins[i] be `out` itself (the same data, dtype and byte count), for an
+ * operator that reads every element it writes before writing it and documents so; a partial overlap is refused. */
+h3s_status h3s_check_disjoint(const char *op, const char *out_name, const h3s_tensor *out, const h3s_tensor *const *ins,
+                              const char *const *in_names, int n, unsigned alias_ok);
 
 /* h3s_tensor_first_nonfinite (the first NaN or Inf of a host tensor) is public (include/h3s.h). */
 

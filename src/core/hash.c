@@ -17,6 +17,7 @@ h3s_status h3s_sha256_hex(const void *data, size_t len, char out_hex[65]) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
     if (!data && len) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL data");
+    if (!out_hex) return h3s_fail(H3S_ERR_INVALID, "sha256: NULL output");
     if (EVP_Digest(len ? data : "", len, digest, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32)
         return h3s_fail(H3S_ERR_INVALID, "sha256: libcrypto EVP_Digest failed");
     to_hex(digest, out_hex);

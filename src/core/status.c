@@ -268,6 +268,7 @@ h3s_status h3s_set_grad_operands(h3s_grad_operands mode) {
 h3s_grad_operands h3s_get_grad_operands(void) { return h3s_grad_mode; }
 
 h3s_status h3s_grad_operands_parse(const char *name, h3s_grad_operands *mode) {
+    if (!mode) return h3s_fail(H3S_ERR_INVALID, "grad operands: NULL output");
     if (name && strcmp(name, "bf16") == 0) {
         *mode = H3S_GRAD_OPERANDS_BF16;
         return H3S_OK;

@@ -31,19 +31,21 @@ uint16_t h3s_bf16_from_f32(float x) { return h3s_bf16_round(x); }
 float h3s_bf16_to_f32(uint16_t b) { return h3s_bf16_value(b); }
 
 int64_t h3s_tensor_numel(const h3s_tensor *t) {
+    if (!t) return 0;
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++)
         n *= t->shape[d];
     return n;
 }
 
-size_t h3s_tensor_nbytes(const h3s_tensor *t) { return (size_t)h3s_tensor_numel(t) * h3s_dtype_size(t->dtype); }
+size_t h3s_tensor_nbytes(const h3s_tensor *t) { return t ? (size_t)h3s_tensor_numel(t) * h3s_dtype_size(t->dtype) : 0; }
 
 h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
     if (!t) return h3s_fail(H3S_ERR_INVALID, "tensor_alloc: NULL tensor");
     if (ndim < 0 || ndim > H3S_MAX_DIMS)
         return h3s_fail(H3S_ERR_SHAPE, "tensor_alloc: %d dims (at most %d)", ndim, H3S_MAX_DIMS);
     if (h3s_dtype_size(dtype) == 0) return h3s_fail(H3S_ERR_DTYPE, "tensor_alloc: unknown dtype");
+    if (ndim > 0 && !shape) return h3s_fail(H3S_ERR_INVALID, "tensor_alloc: NULL shape for %d dims", ndim);
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "tensor_alloc: negative dim %d", d);
@@ -117,8 +119,31 @@ double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i) {
 
 static int is_float(h3s_dtype d) { return d == H3S_F64 || d == H3S_F32 || d == H3S_BF16 || d == H3S_F16; }
 
+/* A host tensor this file may read or write whole: a rank in [0, H3S_MAX_DIMS], no negative dim, an element count
+ * and a byte count that fit, and data unless it holds no element. */
+static h3s_status check_host_tensor(const char *op, const char *name, const h3s_tensor *t) {
+    if (t->ndim < 0 || t->ndim > H3S_MAX_DIMS)
+        return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %d dims (0 to %d)", op, name, t->ndim, H3S_MAX_DIMS);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has a negative dim (shape[%d] = %lld)", op, name, d,
+                            (long long)t->shape[d]);
+        if (t->shape[d] != 0 && n > INT64_MAX / t->shape[d])
+            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has more elements than int64 counts", op, name);
+        n *= t->shape[d];
+    }
+    if (n > 0 && t->device)
+        return h3s_fail(H3S_ERR_INVALID, "%s: %s is in device memory (host tensors only)", op, name);
+    if (n > 0 && !t->data)
+        return h3s_fail(H3S_ERR_INVALID, "%s: %s has %lld elements but no data", op, name, (long long)n);
+    return H3S_OK;
+}
+
 h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst) {
     if (!src || !dst) return h3s_fail(H3S_ERR_INVALID, "tensor_convert: NULL tensor");
+    H3S_TRY(check_host_tensor("tensor_convert", "src", src));
+    H3S_TRY(check_host_tensor("tensor_convert", "dst", dst));
     int64_t n = h3s_tensor_numel(src);
     if (n != h3s_tensor_numel(dst))
         return h3s_fail(H3S_ERR_SHAPE, "tensor_convert: %lld elements into %lld", (long long)n,
@@ -203,6 +228,8 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
     if (!idx) return h3s_fail(H3S_ERR_INVALID, "%s: %s is NULL", op, name);
     if (idx->dtype != H3S_I64)
         return h3s_fail(H3S_ERR_DTYPE, "%s: %s has dtype %s, expected I64", op, name, h3s_dtype_name(idx->dtype));
+    /* read here, on the host: a rank, dims and data it can read */
+    H3S_TRY(check_host_tensor(op, name, idx));
     int64_t n = h3s_tensor_numel(idx);
     const int64_t *v = (const int64_t *)idx->data;
     for (int64_t i = 0; i < n; i++) {
@@ -285,4 +312,24 @@ int h3s_tensors_overlap(const h3s_tensor *a, const h3s_tensor *b) {
     if (na == 0 || nb == 0) return 0;
     const uintptr_t a0 = (uintptr_t)a->data, b0 = (uintptr_t)b->data;
     return a0 < b0 + nb && b0 < a0 + na;
+}
+
+static int same_tensor(const h3s_tensor *a, const h3s_tensor *b) {
+    return a->data == b->data && a->dtype == b->dtype && h3s_tensor_nbytes(a) == h3s_tensor_nbytes(b);
+}
+
+h3s_status h3s_check_disjoint(const char *op, const char *out_name, const h3s_tensor *out, const h3s_tensor *const *ins,
+                              const char *const *in_names, int n, unsigned alias_ok) {
+    for (int i = 0; i < n; i++) {
+        if (!h3s_tensors_overlap(out, ins[i])) continue;
+        if (alias_ok & (1u << i)) {
+            if (same_tensor(out, ins[i])) continue;
+            return h3s_fail(H3S_ERR_INVALID,
+                            "%s: %s overlaps %s without being the same tensor (%s may be %s itself, "
+                            "or apart from it)",
+                            op, out_name, in_names[i], out_name, in_names[i]);
+        }
+        return h3s_fail(H3S_ERR_INVALID, "%s: %s overlaps %s", op, out_name, in_names[i]);
+    }
+    return H3S_OK;
 }
