@@ -10,7 +10,10 @@
  *   - CUDA: float tensors in device memory (device == 1, e.g. a CUDA tensor of another framework, after that
  *     framework's queued work is done); the call returns with the work queued: h3s_device_synchronize waits.
  * Mixing the golden dtype with strict dtypes in one call is an H3S_ERR_DTYPE error.  The caller allocates every
- * output (contiguous, the shape and dtype stated); outputs are overwritten.  Activations are 2-D [M, W] row-major
+ * output (contiguous, the shape and dtype stated); outputs are overwritten.  A host output may overlap no input
+ * and no other output (H3S_ERR_INVALID naming both: elements written while another thread still reads them would
+ * make the result depend on the thread count), except where a function says an output may be an input itself (the
+ * same memory, dtype and size: rope's y, the residual's out).  Activations are 2-D [M, W] row-major
  * (M = B * S packed rows); weights are [out, in] as in the checkpoint.  No operator's result for a row depends on
  * M, on other rows (except attention, which reads its own document) or on the thread count. */
 #ifndef H3S_PUBLIC_OPS_H
@@ -49,7 +52,7 @@ H3S_API h3s_status h3s_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, 
 H3S_API h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta,
                                   h3s_tensor *cos_out, h3s_tensor *sin_out);
 /* Rotate-half rope on the first 6F channels of every head of x [M, heads*D] (M a multiple of S; row m uses table
- * row m % S); channels from 6F on pass through. */
+ * row m % S); channels from 6F on pass through.  y may be x itself (rotated in place, the same bits). */
 H3S_API h3s_status h3s_rope_forward(const h3s_tensor *x, int64_t heads, const h3s_tensor *cos_t,
                                     const h3s_tensor *sin_t, h3s_tensor *y);
 
@@ -66,7 +69,8 @@ typedef struct h3s_attn_mask {
 H3S_API h3s_status h3s_attention_forward(const h3s_tensor *q, const h3s_tensor *k, const h3s_tensor *v, int64_t batch,
                                          int64_t heads, const h3s_attn_mask *mask, h3s_tensor *out, h3s_tensor *stats);
 
-/* out = r + gate[index[m]] * y (gate = chunk gate_chunk of table [R, C*H]); table == NULL: out = r + y. */
+/* out = r + gate[index[m]] * y (gate = chunk gate_chunk of table [R, C*H]); table == NULL: out = r + y.  out may be
+ * r or y itself (the residual stream updated in place, the same bits). */
 H3S_API h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const h3s_tensor *table,
                                         const h3s_tensor *index, int gate_chunk, h3s_tensor *out);
 
@@ -74,7 +78,7 @@ H3S_API h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y
 H3S_API h3s_status h3s_swiglu_forward(const h3s_tensor *u, h3s_tensor *h);
 
 /* silu(temb) in FP32, cast once to BF16 (golden: F64, no cast) -> a [T, E]; table = linear(a, w, b) [T, N]
- * (N = 6*3*H for a block, 2*H for norm_out). */
+ * (N = 6*3*H for a block, 2*H for norm_out).  Like every operator, a failure writes neither a nor table. */
 H3S_API h3s_status h3s_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor *w, const h3s_tensor *b,
                                                 h3s_tensor *a, h3s_tensor *table);
 
@@ -82,7 +86,7 @@ H3S_API h3s_status h3s_adaln_projection_forward(const h3s_tensor *temb, const h3
  * [cos(args), sin(args)]; t [T] F32 (strict) / F64 (golden). */
 H3S_API h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out);
 /* temb = linear_2(silu(linear_1(features))), F32 (strict) / F64 (golden); hidden [T, Eh] receives linear_1's
- * output. */
+ * output (a failure writes neither hidden nor temb). */
 H3S_API h3s_status h3s_timestep_mlp_forward(const h3s_tensor *features, const h3s_tensor *w1, const h3s_tensor *b1,
                                             const h3s_tensor *w2, const h3s_tensor *b2, h3s_tensor *hidden,
                                             h3s_tensor *temb);
@@ -94,7 +98,7 @@ H3S_API h3s_status h3s_final_norm_forward(const h3s_tensor *x, const h3s_tensor 
 
 /* Batched row gather: dst[b*n + i, :] = src[b*Ss + index[i], :] (Ss = src rows / batch), converted to dst's dtype
  * with one rounding.  Scatter: dst[b*Sd + index[i], :] = src[b*n + i, :], other rows untouched, duplicate indices
- * an error (the pack node is three scatters into a zero buffer). */
+ * an error (the pack node is three scatters into a zero buffer).  index: host I64 memory. */
 H3S_API h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 H3S_API h3s_status h3s_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst);
 

@@ -263,6 +263,26 @@ static void test_bad_input(void) {
     s.table.device = 1;
     CHECK_FAILS(H3S_ERR_DEVICE, FWD(&s.temb, &s.w, &s.b, &s.a, &s.table));
     s.table.device = 0;
+    /* an output over an operand or the other output, refused naming both before anything is written: table over w
+     * was refused by the projection only after `a` had been written */
+    void *w0 = h3t_snapshot(&s.w), *temb0 = h3t_snapshot(&s.temb);
+    h3s_tensor table_w = h3s_tensor_view(s.w.data, H3S_BF16, 2, s.table.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&s.temb, &s.w, &s.b, &s.a, &table_w));
+    CHECK(strstr(h3s_last_error(), "adaln_projection_forward: table overlaps w"), "names both: %s", h3s_last_error());
+    CHECK(h3t_all_poison(&s.a), "a refused projection wrote a");
+    h3s_tensor a_temb = h3s_tensor_view(s.temb.data, H3S_BF16, 2, s.a.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&s.temb, &s.w, &s.b, &a_temb, &s.table));
+    CHECK(strstr(h3s_last_error(), "a overlaps temb"), "names both: %s", h3s_last_error());
+    /* T = 2: a over the first 2 rows of s.a, table over the rest of them */
+    h3s_tensor temb2 = h3s_tensor_view(s.temb.data, H3S_F32, 2, (int64_t[2]){2, 8});
+    h3s_tensor a2 = h3s_tensor_view(s.a.data, H3S_BF16, 2, (int64_t[2]){2, 8});
+    h3s_tensor table_a = h3s_tensor_view((uint16_t *)s.a.data + 8, H3S_BF16, 2, (int64_t[2]){2, 12});
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&temb2, &s.w, &s.b, &a2, &table_a));
+    CHECK(strstr(h3s_last_error(), "table overlaps a"), "names both: %s", h3s_last_error());
+    CHECK(!memcmp(s.w.data, w0, h3s_tensor_nbytes(&s.w)) && !memcmp(s.temb.data, temb0, h3s_tensor_nbytes(&s.temb)),
+          "a refused projection wrote over an operand");
+    free(w0);
+    free(temb0);
     if (!h3s_cuda_available()) {
         h3s_tensor *dev[] = {&s.temb, &s.w, &s.b, &s.a, &s.table};
         for (int i = 0; i < 5; i++)

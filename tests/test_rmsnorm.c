@@ -931,6 +931,42 @@ static void check_backward_add(norm_kind kind) {
     case_free(&c);
 }
 
+/* y may overlap no operand (a row of y written while another thread still read x or a modulation row under it made
+ * the bits depend on the thread count; y == x was accepted too): refused naming both, every operand as it was. */
+static void check_overlap_refused(void) {
+    norm_case c, f;
+    case_init(&c, NORM_MOD_BF16, 6, 8, 3, 990);
+    case_init(&f, NORM_FINAL, 2, 8, 8, 991);
+    head_case hc;
+    head_init(&hc, 4, 2, 8, 992);
+    void *x0 = h3t_snapshot(&c.x), *t0 = h3t_snapshot(&c.table), *f0 = h3t_snapshot(&f.table),
+         *h0 = h3t_snapshot(&hc.x);
+    h3s_tensor y_x = h3s_tensor_view(c.x.data, H3S_BF16, 2, c.x.shape); /* y == x */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rmsnorm_forward(&c.x, &c.w, &c.mod, EPS, &y_x));
+    CHECK(strstr(h3s_last_error(), "rmsnorm_forward: y overlaps x"), "names both: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rmsnorm_forward(&c.x, NULL, NULL, EPS, &y_x));         /* a plain norm too */
+    h3s_tensor y_t = h3s_tensor_view((uint16_t *)c.table.data + 8, H3S_BF16, 2, c.x.shape); /* inside the table */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rmsnorm_forward(&c.x, &c.w, &c.mod, EPS, &y_t));
+    CHECK(strstr(h3s_last_error(), "y overlaps table"), "names both: %s", h3s_last_error());
+    h3s_tensor fy_t = h3s_tensor_view(f.table.data, H3S_F32, 2, f.x.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_final_norm_forward(&f.x, &f.w, &f.table, &f.index, EPS, &fy_t));
+    CHECK(strstr(h3s_last_error(), "final_norm_forward: y overlaps table"), "names both: %s", h3s_last_error());
+    h3s_tensor hy_x = h3s_tensor_view(hc.x.data, H3S_BF16, 2, hc.x.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_head_rmsnorm_forward(&hc.x, hc.heads, &hc.w, EPS, &hy_x));
+    CHECK(strstr(h3s_last_error(), "head_rmsnorm_forward: y overlaps x"), "names both: %s", h3s_last_error());
+    CHECK(!memcmp(c.x.data, x0, h3s_tensor_nbytes(&c.x)) && !memcmp(c.table.data, t0, h3s_tensor_nbytes(&c.table)) &&
+              !memcmp(f.table.data, f0, h3s_tensor_nbytes(&f.table)) &&
+              !memcmp(hc.x.data, h0, h3s_tensor_nbytes(&hc.x)),
+          "a refused norm wrote over an operand");
+    free(x0);
+    free(t0);
+    free(f0);
+    free(h0);
+    head_free(&hc);
+    case_free(&c);
+    case_free(&f);
+}
+
 int main(void) {
     /* One thread except where threads are the subject (thread invariance, repeat): OpenMP
      * barriers on an oversubscribed 2-core CI runner cost milliseconds each. */
@@ -954,5 +990,6 @@ int main(void) {
     check_bad_final_norm();
     check_head();
     check_head_rounded();
+    check_overlap_refused();
     return h3t_finish("test_rmsnorm");
 }

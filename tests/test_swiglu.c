@@ -214,6 +214,16 @@ static void check_bad_input(void) {
     h.device = 2; /* neither host (0) nor CUDA (1) */
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &all, h3s_swiglu_forward(&u, &h));
     h.device = 0;
+    /* h over u: rows written while other threads still read them gave bits that depended on the thread count */
+    void *u0 = h3t_snapshot(&u);
+    int64_t hs[2] = {M, F};
+    h3s_tensor h_u = h3s_tensor_view(u.data, H3S_BF16, 2, hs),
+               h_gate = h3s_tensor_view((uint16_t *)u.data + F, H3S_BF16, 2, hs);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(&u, &h_u));
+    CHECK(strstr(h3s_last_error(), "swiglu_forward: h overlaps u"), "names both: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_swiglu_forward(&u, &h_gate));
+    CHECK(!memcmp(u.data, u0, h3s_tensor_nbytes(&u)), "a refused swiglu wrote over u");
+    free(u0);
     h3s_tensor *frees[] = {&u, &dh, &h, &du, &uodd, &u32, &u64, &hbad, &h64, &h32, &dh16, &dh64, &dubad, &du64, &dhbad};
     for (size_t i = 0; i < sizeof frees / sizeof *frees; i++)
         h3s_tensor_free(frees[i]);

@@ -256,6 +256,16 @@ static void test_sinusoid_bad_input(void) {
     o.device = 1;
     CHECK_FAILS(H3S_ERR_DEVICE, h3s_timestep_sinusoid_forward(&t, 8, &o));
     o.device = 0;
+    /* out over t (was computed, reading t while other threads wrote it) */
+    h3s_tensor o_t = h3t_alloc2(H3S_F32, 3, 8);
+    memcpy(o_t.data, t.data, h3s_tensor_nbytes(&t));
+    h3s_tensor t_in = h3s_tensor_view(o_t.data, H3S_F32, 1, t.shape);
+    void *o_t0 = h3t_snapshot(&o_t);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_forward(&t_in, 8, &o_t));
+    CHECK(strstr(h3s_last_error(), "timestep_sinusoid_forward: out overlaps t"), "names both: %s", h3s_last_error());
+    CHECK(!memcmp(o_t.data, o_t0, h3s_tensor_nbytes(&o_t)), "a refused sinusoid wrote over t");
+    free(o_t0);
+    h3s_tensor_free(&o_t);
 
     CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_backward(NULL, &g, &dt));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_backward(&t, NULL, &dt));
@@ -567,6 +577,23 @@ static void test_mlp_bad_input(void) {
     a.temb.device = 1;
     CHECK_FAILS(H3S_ERR_DEVICE, FWD(&a.features, &a.w1, &a.b1, &a.w2, &a.b2, &a.hidden, &a.temb));
     a.temb.device = 0;
+    /* an output over an operand or the other output, refused naming both before anything is written: temb over w2
+     * was refused by linear_2 only after linear_1 had written hidden */
+    void *w1_0 = h3t_snapshot(&a.w1), *w2_0 = h3t_snapshot(&a.w2);
+    h3s_tensor temb_w2 = h3s_tensor_view(a.w2.data, H3S_F32, 2, a.temb.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&a.features, &a.w1, &a.b1, &a.w2, &a.b2, &a.hidden, &temb_w2));
+    CHECK(strstr(h3s_last_error(), "timestep_mlp_forward: temb overlaps w2"), "names both: %s", h3s_last_error());
+    CHECK(h3t_all_poison(&a.hidden), "a refused timestep MLP wrote hidden");
+    h3s_tensor hid_w1 = h3s_tensor_view(a.w1.data, H3S_F32, 2, a.hidden.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&a.features, &a.w1, &a.b1, &a.w2, &a.b2, &hid_w1, &a.temb));
+    CHECK(strstr(h3s_last_error(), "hidden overlaps w1"), "names both: %s", h3s_last_error());
+    h3s_tensor temb_hid = h3s_tensor_view(a.hidden.data, H3S_F32, 2, a.temb.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, FWD(&a.features, &a.w1, &a.b1, &a.w2, &a.b2, &a.hidden, &temb_hid));
+    CHECK(strstr(h3s_last_error(), "temb overlaps hidden"), "names both: %s", h3s_last_error());
+    CHECK(!memcmp(a.w1.data, w1_0, h3s_tensor_nbytes(&a.w1)) && !memcmp(a.w2.data, w2_0, h3s_tensor_nbytes(&a.w2)),
+          "a refused timestep MLP wrote over a weight");
+    free(w1_0);
+    free(w2_0);
 #undef FWD
 #define BWD(f, w1, w2, h, dt, df, dw1, db1, dw2, db2)                                                                  \
     h3s_timestep_mlp_backward(f, w1, w2, h, dt, df, dw1, db1, dw2, db2)

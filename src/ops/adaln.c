@@ -46,22 +46,32 @@ h3s_status h3s_adaln_projection_forward(const h3s_tensor *temb, const h3s_tensor
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 5, &device));
     if (device) return h3s_cuda_adaln_projection_forward(temb, w, b, a, table);
+    /* every output apart from every operand and from the other output (the projection checks table against a, w and
+     * b again) */
+    H3S_TRY(h3s_check_disjoint(op, "a", a, ts, names, 3, 0));
+    H3S_TRY(h3s_check_disjoint(op, "table", table, ts, names, 4, 0));
 
+    /* silu into a temporary, copied to `a` only once the projection has succeeded: a failure leaves both outputs as
+     * they were */
+    h3s_tensor as;
+    H3S_TRY(h3s_tensor_alloc(&as, act, 2, temb->shape));
     const int64_t n = T * E;
     if (golden) {
         const double *tv = (const double *)temb->data;
-        double *av = (double *)a->data;
+        double *av = (double *)as.data;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++)
             av[i] = tv[i] / (1.0 + exp(-tv[i]));
     } else {
         const float *tv = (const float *)temb->data;
-        uint16_t *av = (uint16_t *)a->data;
+        uint16_t *av = (uint16_t *)as.data;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++)
             av[i] = h3s_bf16_round(h3s_det_siluf(tv[i]));
     }
-    h3s_status st = h3s_linear_forward(a, w, b, table);
+    h3s_status st = h3s_linear_forward(&as, w, b, table);
+    if (st == H3S_OK && h3s_tensor_nbytes(&as)) memcpy(a->data, as.data, h3s_tensor_nbytes(&as));
+    h3s_tensor_free(&as);
     if (st != H3S_OK) return h3s_fail_context(st, "%s", op);
     return H3S_OK;
 }

@@ -73,6 +73,13 @@ h3s_status h3s_residual_forward(const h3s_tensor *r, const h3s_tensor *y, const 
     if (index && index->device && !c.on_device)
         return h3s_fail(H3S_ERR_DEVICE, "%s: index is in device memory but the float tensors are on the host", op);
     if (c.on_device) return h3s_cuda_residual_forward(r, y, table, index, gate_chunk, out);
+    {
+        /* out may be r or y itself (below); a partial overlap, or one with the gate table or the index, would let a
+         * thread write what another still reads */
+        const h3s_tensor *ins[4] = {r, y, table, index};
+        const char *in_names[4] = {"r", "y", "table", "index"};
+        H3S_TRY(h3s_check_disjoint(op, "out", out, ins, in_names, 4, 3u));
+    }
 
     const int64_t M = c.M, H = c.H, ld = c.C * H;
     const int64_t *idx = table ? (const int64_t *)index->data : NULL;

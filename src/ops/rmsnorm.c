@@ -117,6 +117,15 @@ static h3s_status check_rmsnorm(const char *op, const h3s_tensor *x, const h3s_t
     return H3S_OK;
 }
 
+/* The forward's y apart from every operand (host tensors): a row of y written while another thread still reads x,
+ * w or a modulation row under it would make the result depend on the thread count. */
+static h3s_status check_y_apart(const char *op, const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod,
+                                const h3s_tensor *y) {
+    const h3s_tensor *ins[4] = {x, w, mod ? mod->table : NULL, mod ? mod->index : NULL};
+    const char *names[4] = {"x", "w", "table", "index"};
+    return h3s_check_disjoint(op, "y", y, ins, names, 4, 0);
+}
+
 /* ---------------------------------------------------------------- strict rows ------- */
 
 /* 1 / sqrt(mean(x^2) + eps) of one BF16 row: FMA chain over k ascending. */
@@ -326,6 +335,7 @@ h3s_status h3s_rmsnorm_forward(const h3s_tensor *x, const h3s_tensor *w, const h
     norm_call c;
     H3S_TRY(check_rmsnorm(op, x, w, mod, eps, 1, y, 0, NULL, NULL, NULL, NULL, &c));
     if (c.on_device) return h3s_cuda_rmsnorm_forward(x, w, mod, eps, y);
+    H3S_TRY(check_y_apart(op, x, w, mod, y));
     return rmsnorm_forward_impl(x, w, mod, eps, y, &c);
 }
 
@@ -382,6 +392,7 @@ h3s_status h3s_final_norm_forward(const h3s_tensor *x, const h3s_tensor *w, cons
     H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     H3S_TRY(check_rmsnorm(op, x, w, &mod, eps, 1, y, 1, NULL, NULL, NULL, NULL, &c));
     if (c.on_device) return h3s_cuda_final_norm_forward(x, w, table, index, eps, y);
+    H3S_TRY(check_y_apart(op, x, w, &mod, y));
     return rmsnorm_forward_impl(x, w, &mod, eps, y, &c);
 }
 
@@ -478,6 +489,7 @@ h3s_status h3s_head_rmsnorm_forward(const h3s_tensor *x, int64_t heads, const h3
     int64_t D;
     H3S_TRY(check_head_rmsnorm(op, x, heads, w, eps, 1, y, NULL, NULL, NULL, &c, &D));
     if (c.on_device) return h3s_cuda_head_rmsnorm_forward(x, heads, w, eps, y);
+    H3S_TRY(check_y_apart(op, x, w, NULL, y));
     const int64_t P = c.M * heads; /* (row, head) pairs; each is one independent D-channel norm */
     if (c.golden) {
         const double *X = (const double *)x->data, *W = (const double *)w->data;

@@ -56,6 +56,9 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
     const char *names[3] = {"position_ids", "cos_out", "sin_out"};
     H3S_TRY(h3s_check_placement(op, ts, names, 3, device));
     if (!*device) {
+        /* an output written over the positions or the other table would depend on the thread count */
+        H3S_TRY(h3s_check_disjoint(op, "cos_out", cos_out, ts, names, 1, 0));
+        H3S_TRY(h3s_check_disjoint(op, "sin_out", sin_out, ts, names, 2, 0));
         int64_t n = 3 * pos->shape[0];
         for (int64_t i = 0; i < n; i++) {
             double p = rope_position(pos, i);
@@ -199,7 +202,11 @@ static h3s_status rope_apply_check(const char *op, const char *in_name, const h3
     g->half = g->R / 2;
     const h3s_tensor *ts[4] = {in, cos_t, sin_t, out};
     const char *names[4] = {in_name, "cos", "sin", out_name};
-    return h3s_check_placement(op, ts, names, 4, device);
+    H3S_TRY(h3s_check_placement(op, ts, names, 4, device));
+    /* out may be in itself (each head reads a pair before writing it); any other overlap, with in or a table, would
+     * let one thread write what another still reads */
+    if (!*device) H3S_TRY(h3s_check_disjoint(op, out_name, out, ts, names, 3, 1u));
+    return H3S_OK;
 }
 
 /* One head of one row: the pairs (i, half + i), i < half, rotated by the table row (c, s);

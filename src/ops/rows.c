@@ -21,7 +21,7 @@ static void convert_row(const void *src, h3s_dtype sd, void *dst, h3s_dtype dd, 
 }
 
 static h3s_status check_rows(const char *op, const h3s_tensor *src, const h3s_tensor *index, int64_t batch,
-                             const h3s_tensor *dst, int64_t packed_rows_total, int scatter) {
+                             const h3s_tensor *dst, int scatter) {
     if (!src || !index || !dst) return h3s_fail(H3S_ERR_INVALID, "%s: NULL tensor", op);
     if (src->ndim != 2 || dst->ndim != 2)
         return h3s_fail(H3S_ERR_SHAPE, "%s: src and dst must be 2-D (got %d and %d dims)", op, src->ndim, dst->ndim);
@@ -31,30 +31,43 @@ static h3s_status check_rows(const char *op, const h3s_tensor *src, const h3s_te
     if ((src->dtype == H3S_F64) != (dst->dtype == H3S_F64))
         return h3s_fail(H3S_ERR_DTYPE, "%s: cannot mix golden F64 with %s", op,
                         h3s_dtype_name(src->dtype == H3S_F64 ? dst->dtype : src->dtype));
+    /* dims and data (every check_tensor rule) before any of them is used */
+    H3S_TRY(h3s_check_tensor(op, "src", src, src->dtype, 2));
+    H3S_TRY(h3s_check_tensor(op, "dst", dst, dst->dtype, 2));
     if (src->shape[1] != dst->shape[1])
         return h3s_fail(H3S_ERR_SHAPE, "%s: src width %lld != dst width %lld", op, (long long)src->shape[1],
                         (long long)dst->shape[1]);
     if (batch <= 0) return h3s_fail(H3S_ERR_INVALID, "%s: batch %lld must be positive", op, (long long)batch);
     if (index->ndim != 1) return h3s_fail(H3S_ERR_SHAPE, "%s: index must be 1-D", op);
     if (index->device) return h3s_fail(H3S_ERR_INVALID, "%s: index tensors must be host tensors", op);
+    H3S_TRY(h3s_check_tensor(op, "index", index, H3S_I64, 1));
     const h3s_tensor *ts[2] = {src, dst};
     const char *names[2] = {"src", "dst"};
     int on_device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 2, &on_device));
     int64_t n = index->shape[0];
-    const h3s_tensor *items = scatter ? src : dst;
+    const h3s_tensor *items = scatter ? src : dst, *packed = scatter ? dst : src;
+    if (n > 0 && batch > INT64_MAX / n)
+        return h3s_fail(H3S_ERR_SHAPE, "%s: batch %lld x index length %lld overflows", op, (long long)batch,
+                        (long long)n);
     if (items->shape[0] != batch * n)
         return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %lld rows, expected batch %lld x index length %lld", op,
                         scatter ? "src" : "dst", (long long)items->shape[0], (long long)batch, (long long)n);
+    const int64_t packed_rows_total = packed->shape[0];
     if (packed_rows_total % batch != 0)
         return h3s_fail(H3S_ERR_SHAPE, "%s: %lld packed rows not divisible by batch %lld", op,
                         (long long)packed_rows_total, (long long)batch);
     H3S_TRY(h3s_check_index(op, "index", index, packed_rows_total / batch));
+    if (!on_device) { /* rows written while other threads read them would make the result depend on the thread count */
+        const h3s_tensor *ins[2] = {src, index};
+        const char *in_names[2] = {"src", "index"};
+        H3S_TRY(h3s_check_disjoint(op, "dst", dst, ins, in_names, 2, 0));
+    }
     return H3S_OK;
 }
 
 h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) {
-    H3S_TRY(check_rows("rows_gather", src, index, batch, dst, src ? src->shape[0] : 0, 0));
+    H3S_TRY(check_rows("rows_gather", src, index, batch, dst, 0));
     if (src->device) return h3s_cuda_rows_gather(src, index, batch, dst);
     int64_t n = index->shape[0], Ss = src->shape[0] / batch, w = src->shape[1];
     size_t ss = h3s_dtype_size(src->dtype), ds = h3s_dtype_size(dst->dtype);
@@ -69,7 +82,7 @@ h3s_status h3s_rows_gather(const h3s_tensor *src, const h3s_tensor *index, int64
 }
 
 h3s_status h3s_rows_scatter(const h3s_tensor *src, const h3s_tensor *index, int64_t batch, h3s_tensor *dst) {
-    H3S_TRY(check_rows("rows_scatter", src, index, batch, dst, dst ? dst->shape[0] : 0, 1));
+    H3S_TRY(check_rows("rows_scatter", src, index, batch, dst, 1));
     int64_t n = index->shape[0], Sd = dst->shape[0] / batch, w = src->shape[1];
     const int64_t *idx = (const int64_t *)index->data;
     /* Duplicate targets would make the result depend on write order: refuse them. */

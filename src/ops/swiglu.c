@@ -47,6 +47,8 @@ h3s_status h3s_swiglu_forward(const h3s_tensor *u, h3s_tensor *h) {
     const char *names[2] = {"u", "h"};
     H3S_TRY(h3s_check_placement(op, ts, names, 2, &on_device));
     if (on_device) return h3s_cuda_swiglu_forward(u, h);
+    /* h written over u while other threads still read it would depend on the thread count */
+    H3S_TRY(h3s_check_disjoint(op, "h", h, ts, names, 1, 0));
     if (golden) {
         const double *U = (const double *)u->data;
         double *O = (double *)h->data;

@@ -96,6 +96,7 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 2, &device));
     if (device) return h3s_cuda_timestep_sinusoid_forward(t, freq_dim, out);
+    H3S_TRY(h3s_check_disjoint(op, "out", out, ts, names, 1, 0)); /* features written over t: thread-dependent */
     H3S_TRY(check_timesteps_finite(op, t));
 
     const int64_t T = t->shape[0], half = freq_dim / 2;
@@ -257,16 +258,28 @@ h3s_status h3s_timestep_mlp_forward(const h3s_tensor *features, const h3s_tensor
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 7, &device));
     if (device) return h3s_cuda_timestep_mlp_forward(features, w1, b1, w2, b2, hidden, temb);
+    /* every output apart from every operand and from the other output */
+    H3S_TRY(h3s_check_disjoint(op, "hidden", hidden, ts, names, 5, 0));
+    H3S_TRY(h3s_check_disjoint(op, "temb", temb, ts, names, 6, 0));
 
-    h3s_tensor act;
+    /* linear_1 into a temporary, copied to `hidden` only once linear_2 has succeeded: a failure leaves both outputs
+     * as they were */
+    h3s_tensor hid, act;
     int64_t act_dims[2] = {d.T, d.Eh};
-    H3S_TRY(h3s_tensor_alloc(&act, dt, 2, act_dims));
-    h3s_status st = h3s_linear_forward(features, w1, b1, hidden);
+    H3S_TRY(h3s_tensor_alloc(&hid, dt, 2, act_dims));
+    h3s_status st = h3s_tensor_alloc(&act, dt, 2, act_dims);
+    if (st != H3S_OK) {
+        h3s_tensor_free(&hid);
+        return st;
+    }
+    st = h3s_linear_forward(features, w1, b1, &hid);
     if (st == H3S_OK) {
-        mlp_silu(hidden, &act);
+        mlp_silu(&hid, &act);
         st = h3s_linear_forward(&act, w2, b2, temb);
     }
+    if (st == H3S_OK && h3s_tensor_nbytes(&hid)) memcpy(hidden->data, hid.data, h3s_tensor_nbytes(&hid));
     h3s_tensor_free(&act);
+    h3s_tensor_free(&hid);
     if (st != H3S_OK) return h3s_fail_context(st, "%s", op);
     return H3S_OK;
 }

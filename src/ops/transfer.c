@@ -10,6 +10,12 @@ h3s_status h3s_tensor_copy(const h3s_tensor *src, h3s_tensor *dst) {
     if (src->dtype != dst->dtype)
         return h3s_fail(H3S_ERR_DTYPE, "tensor_copy: %s into %s (convert with h3s_tensor_convert)",
                         h3s_dtype_name(src->dtype), h3s_dtype_name(dst->dtype));
+    const h3s_tensor *both[2] = {src, dst};
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < both[k]->ndim; d++)
+            if (both[k]->shape[d] < 0)
+                return h3s_fail(H3S_ERR_SHAPE, "tensor_copy: %s has a negative dim (shape[%d] = %lld)",
+                                k ? "dst" : "src", d, (long long)both[k]->shape[d]);
     int64_t n = h3s_tensor_numel(src);
     if (n < 0 || n != h3s_tensor_numel(dst))
         return h3s_fail(H3S_ERR_SHAPE, "tensor_copy: %lld elements into %lld", (long long)n,
