@@ -41,7 +41,8 @@ typedef struct h3s_layout_opts {
 } h3s_layout_opts;
 
 /* The row counts of a layout (patch_h, patch_w: the config's patch_size[1] and [2]), without building its
- * tensors; the options are checked as h3s_inputs_seeded checks them (H3S_ERR_INVALID naming the option). */
+ * tensors: nothing is allocated, so a layout too large to build is counted at once; the options are checked as
+ * h3s_inputs_seeded checks them (H3S_ERR_INVALID naming the option), and the counts are those of the built layout. */
 typedef struct h3s_layout_rows {
     int64_t rows;      /* S, padding included */
     int64_t text;      /* Nt */
@@ -105,8 +106,10 @@ typedef struct h3s_trajectory_totals {
 } h3s_trajectory_totals;
 
 /* Run the dual trajectory on a model's weights.  *report_json (may be NULL) receives the report as JSON text
- * (docs/cli.md, `h3strict trajectory`), freed by the caller with h3s_free.  A differing comparison is not an
- * error: it is counted in the totals. */
+ * (docs/cli.md, `h3strict trajectory`; each seed a JSON integer of all its digits), freed by the caller with
+ * h3s_free.  A differing comparison is not an error: it is counted in the totals.  Before any work the backend must
+ * be known and o->request and o->batch_inputs (when given) must pass h3s_inputs_validate for the weights' config
+ * (their status, the message prefixed "trajectory: the request" / "the batch file"). */
 H3S_API h3s_status h3s_trajectory(const h3s_weights *w, const h3s_trajectory_opts *o, char **report_json,
                                   h3s_trajectory_totals *totals);
 

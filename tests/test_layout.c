@@ -446,12 +446,62 @@ static void test_inputs_random(void) {
     h3s_layout_free(&lt);
 }
 
+/* h3s_layout_count computes the row counts without building the layout: a count far beyond memory is answered at
+ * once (it allocated the whole layout before: 2^36 text tokens ran out of memory, 2^24 took 900 MB), and for every
+ * layout small enough to build the counts are the built layout's. */
+static void test_count(void) {
+    const int64_t huge = (int64_t)1 << 36;
+    h3s_layout_opts big = {huge, 3, 4, 6, 5, 1, 1, 1000};
+    h3s_layout_rows r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(h3s_layout_count(&big, 2, 2, &r));
+    const int64_t rpf = (4 / 2) * (6 / 2), live = huge + 2 * rpf + 3 * rpf + 2 * 5;
+    CHECK(r.text == huge && r.condition == 2 * rpf && r.video == 5 * rpf && r.audio == 10 &&
+              r.rows == (live + 999) / 1000 * 1000 && r.padding == r.rows - live,
+          "count of a 2^36-token layout: rows %lld text %lld video %lld condition %lld audio %lld padding %lld",
+          (long long)r.rows, (long long)r.text, (long long)r.video, (long long)r.condition, (long long)r.audio,
+          (long long)r.padding);
+    /* the build's limits and checks hold for the count too */
+    h3s_layout_rows before = r;
+    big.frames = (int64_t)1 << 45;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_layout_count(&big, 2, 2, &r));
+    big.frames = 3;
+    big.latent_width = 7;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_layout_count(&big, 2, 2, &r));
+    CHECK(strstr(h3s_last_error(), "layout_count") && strstr(h3s_last_error(), "latent_width"),
+          "the count's message names itself and the option: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_layout_count(NULL, 2, 2, &r));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_layout_count(&big, 0, 2, &r));
+    CHECK(memcmp(&r, &before, sizeof r) == 0, "a failed count wrote its output");
+    /* the count agrees with the build, option by option */
+    int agree = 1, cases = 0;
+    for (int kf = 0; kf < 4; kf++)
+        for (int64_t pad = 0; pad <= 64; pad += 7)
+            for (int64_t frames = 1; frames <= 6; frames += 5)
+                for (int64_t hw = 2; hw <= 6; hw += 2) {
+                    h3s_layout_opts o = {3 + pad % 5, frames, hw, 8 - hw, 1 + frames % 3, kf & 1, kf >> 1, pad};
+                    h3s_layout l;
+                    h3s_layout_rows c;
+                    if (h3s_layout_build(&o, 2, 2, &l) != H3S_OK || h3s_layout_count(&o, 2, 2, &c) != H3S_OK) {
+                        agree = 0;
+                        continue;
+                    }
+                    agree &= c.rows == l.S && c.text == l.Nt && c.video == l.Nv && c.condition == l.n_condition &&
+                             c.audio == l.Na && c.padding == l.n_pad && c.rows == l.token_tags.shape[0] &&
+                             c.video == l.video_indices.shape[0] && c.audio == l.audio_indices.shape[0];
+                    cases++;
+                    h3s_layout_free(&l);
+                }
+    CHECK(agree && cases == 4 * 10 * 2 * 3, "h3s_layout_count == h3s_layout_build on %d layouts", cases);
+}
+
 int main(void) {
     test_t2va_positions();
     test_fl2va();
     test_temporal();
     test_padding();
     test_bad_options();
+    test_count();
     test_row_timesteps();
     test_inputs_random();
     return h3t_finish("test_layout");

@@ -235,10 +235,20 @@ int64_t h3s_layout_condition_rows(const h3s_inputs *in) {
     return n;
 }
 
-h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout *out) {
-    const char *op = "layout_build";
+/* The row counts of a layout, from its options alone (checked here, H3S_ERR_INVALID naming the option): what
+ * h3s_layout_build allocates and h3s_layout_count reports, computed once for both. */
+typedef struct layout_counts {
+    int64_t hp, wp;           /* patch rows and columns of a frame */
+    int64_t rpf;              /* rows per frame: hp * wp */
+    int64_t n_cond, n_target; /* keyframe condition rows, target video rows */
+    int64_t Nv, Na, Nt;       /* video (condition + target), audio and text rows */
+    int64_t S_live, S;        /* live rows; rows with the padding */
+    int nkey;                 /* condition frames */
+} layout_counts;
+
+static h3s_status count_layout(const char *op, const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w,
+                               layout_counts *k) {
     if (!o) return h3s_fail(H3S_ERR_INVALID, "%s: options are NULL", op);
-    if (!out) return h3s_fail(H3S_ERR_INVALID, "%s: output layout is NULL", op);
     if (patch_h <= 0 || patch_w <= 0)
         return h3s_fail(H3S_ERR_INVALID, "%s: patch %lldx%lld must be positive", op, (long long)patch_h,
                         (long long)patch_w);
@@ -265,20 +275,37 @@ h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t p
         return h3s_fail(H3S_ERR_INVALID, "%s: pad_to = %lld must be 0 (no padding) or positive", op,
                         (long long)o->pad_to);
 
-    const int64_t hp = o->latent_height / patch_h, wp = o->latent_width / patch_w;
-    const int nkey = o->keyframe_first + o->keyframe_last;
-    int64_t rpf, n_cond, n_target, Nv, Na, Nt = o->text_tokens, S, hw;
-    if (!mul_ok(hp, wp, &rpf) || !mul_ok(o->latent_height, o->latent_width, &hw) || !mul_ok(rpf, nkey, &n_cond) ||
-        !mul_ok(rpf, o->frames, &n_target) || !add_ok(n_cond, n_target, &Nv) ||
-        !mul_ok(o->audio_latents, H3S_AUDIO_CHANNELS, &Na) || !add_ok(Nt, Nv, &S) || !add_ok(S, Na, &S))
+    memset(k, 0, sizeof *k);
+    k->hp = o->latent_height / patch_h;
+    k->wp = o->latent_width / patch_w;
+    k->nkey = o->keyframe_first + o->keyframe_last;
+    k->Nt = o->text_tokens;
+    int64_t hw, S;
+    if (!mul_ok(k->hp, k->wp, &k->rpf) || !mul_ok(o->latent_height, o->latent_width, &hw) ||
+        !mul_ok(k->rpf, k->nkey, &k->n_cond) || !mul_ok(k->rpf, o->frames, &k->n_target) ||
+        !add_ok(k->n_cond, k->n_target, &k->Nv) || !mul_ok(o->audio_latents, H3S_AUDIO_CHANNELS, &k->Na) ||
+        !add_ok(k->Nt, k->Nv, &S) || !add_ok(S, k->Na, &S))
         return h3s_fail(H3S_ERR_INVALID, "%s: the packed sequence is too long (more than %lld rows)", op,
                         (long long)H3S_LAYOUT_MAX_ROWS);
-    const int64_t S_live = S;
+    k->S_live = S;
     if (o->pad_to > 0 && S % o->pad_to != 0) {
         int64_t extra = o->pad_to - S % o->pad_to;
         if (!add_ok(S, extra, &S))
             return h3s_fail(H3S_ERR_INVALID, "%s: padding to a multiple of %lld overflows", op, (long long)o->pad_to);
     }
+    k->S = S;
+    return H3S_OK;
+}
+
+h3s_status h3s_layout_build(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout *out) {
+    const char *op = "layout_build";
+    if (!o) return h3s_fail(H3S_ERR_INVALID, "%s: options are NULL", op);
+    if (!out) return h3s_fail(H3S_ERR_INVALID, "%s: output layout is NULL", op);
+    layout_counts lc;
+    H3S_TRY(count_layout(op, o, patch_h, patch_w, &lc));
+    const int64_t hp = lc.hp, wp = lc.wp, rpf = lc.rpf, n_cond = lc.n_cond, n_target = lc.n_target, Nv = lc.Nv,
+                  Na = lc.Na, Nt = lc.Nt, S_live = lc.S_live, S = lc.S;
+    const int nkey = lc.nkey;
 
     h3s_layout l;
     memset(&l, 0, sizeof l);
@@ -644,10 +671,10 @@ h3s_status h3s_inputs_seeded(const h3s_config *c, const h3s_layout_opts *lo, int
 
 h3s_status h3s_layout_count(const h3s_layout_opts *o, int64_t patch_h, int64_t patch_w, h3s_layout_rows *out) {
     if (!out) return h3s_fail(H3S_ERR_INVALID, "layout_count: output is NULL");
-    h3s_layout lay;
-    H3S_TRY(h3s_layout_build(o, patch_h, patch_w, &lay));
-    h3s_layout_rows r = {lay.S, lay.Nt, lay.Nv, lay.n_condition, lay.Na, lay.n_pad};
-    h3s_layout_free(&lay);
+    /* the counts h3s_layout_build would allocate, without allocating them: any layout it accepts is counted at once */
+    layout_counts k;
+    H3S_TRY(count_layout("layout_count", o, patch_h, patch_w, &k));
+    h3s_layout_rows r = {k.S, k.Nt, k.Nv, k.n_cond, k.Na, k.S - k.S_live};
     *out = r;
     return H3S_OK;
 }

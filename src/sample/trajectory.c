@@ -241,18 +241,31 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     if (o->nseeds <= 0 || !o->seeds) return h3s_fail(H3S_ERR_INVALID, "trajectory: no seeds");
     if (o->steps <= 0) return h3s_fail(H3S_ERR_INVALID, "trajectory: --steps must be positive");
     if (o->batch < 2) return h3s_fail(H3S_ERR_INVALID, "trajectory: --batch must be at least 2 (item 0 + others)");
+    if (o->backend != H3S_BACKEND_CPU && o->backend != H3S_BACKEND_GOLDEN && o->backend != H3S_BACKEND_CUDA)
+        return h3s_fail(H3S_ERR_INVALID, "trajectory: unknown backend %d", (int)o->backend);
     memset(totals, 0, sizeof *totals);
     const h3s_config *c = h3s_weights_config(w);
     if (o->request && o->request->attention_mask.data)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "trajectory: a request with an attention_mask is not supported yet");
-    if (o->shift_video < 0 || o->shift_audio < 0 || !(o->shift_video < 1e6f) || !(o->shift_audio < 1e6f))
-        return h3s_fail(H3S_ERR_INVALID, "trajectory: shifts must be positive (0 = the pipeline's)");
-    float shift_v = o->shift_video > 0 ? o->shift_video : 12.0f, shift_a = o->shift_audio > 0 ? o->shift_audio : 3.0f;
-    h3s_layout lay;
     if (o->batch_inputs && !o->request)
         return h3s_fail(H3S_ERR_INVALID, "trajectory: a batch file needs a request file");
     if (o->batch_inputs && o->batch_inputs->attention_mask.data)
         return h3s_fail(H3S_ERR_UNSUPPORTED, "trajectory: a batch file with an attention_mask is not supported yet");
+    /* The request and the batch file are read whole below (their latents copied into the lanes' tensors, shaped by
+     * the model): both must be valid inputs of this model, every tensor, before any work. */
+    const h3s_inputs *files[2] = {o->request, o->batch_inputs};
+    static const char *file_names[2] = {"the request", "the batch file"};
+    for (int k = 0; k < 2; k++) {
+        int64_t items = 0;
+        if (files[k]) {
+            h3s_status vst = h3s_inputs_validate(c, files[k], &items);
+            if (vst != H3S_OK) return h3s_fail_context(vst, "trajectory: %s", file_names[k]);
+        }
+    }
+    if (o->shift_video < 0 || o->shift_audio < 0 || !(o->shift_video < 1e6f) || !(o->shift_audio < 1e6f))
+        return h3s_fail(H3S_ERR_INVALID, "trajectory: shifts must be positive (0 = the pipeline's)");
+    float shift_v = o->shift_video > 0 ? o->shift_video : 12.0f, shift_a = o->shift_audio > 0 ? o->shift_audio : 3.0f;
+    h3s_layout lay;
     if (o->request)
         H3S_TRY(h3s_layout_from_inputs(o->request, o->condition_rows, &lay));
     else
@@ -293,7 +306,10 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     int64_t nruns = o->request ? 1 : o->nseeds;
     for (int64_t s = 0; st == H3S_OK && s < nruns; s++) {
         cJSON *so = cJSON_CreateObject();
-        cJSON_AddNumberToObject(so, "seed", (double)o->seeds[s]);
+        /* a JSON integer of all its digits (a double would round a seed above 2^53) */
+        char seed_text[24];
+        snprintf(seed_text, sizeof seed_text, "%llu", (unsigned long long)o->seeds[s]);
+        cJSON_AddRawToObject(so, "seed", seed_text);
         cJSON_AddItemToArray(seeds, so);
         h3s_trajectory_totals before = *totals;
         st = run_seed(m, o, &lay, o->seeds[s], sig_v, sig_a, nsteps, so, totals);
