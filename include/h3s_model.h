@@ -135,7 +135,10 @@ H3S_API h3s_status h3s_inputs_read(const char *path, h3s_inputs *out);
 /* Release the tensors an h3s_inputs owns (those with owns_data set); the struct is zeroed.  NULL is fine. */
 H3S_API void h3s_inputs_free(h3s_inputs *in);
 
-/* Check every shape, dtype and index of `in` against the config (what every forward checks first); B out. */
+/* Check every shape, dtype and index of `in` against the config (what every forward checks first); B out.  Every
+ * tensor is host memory (a device tensor is H3S_ERR_INVALID: the host reads every index and value before any
+ * work), has no negative dim (H3S_ERR_SHAPE) and has data for its elements (NULL data is H3S_ERR_INVALID unless it
+ * holds none); every float value is finite.  H3S_ERR_INVALID for a NULL argument. */
 H3S_API h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_t *batch);
 
 /* ------------------------------------------------------------------ node hooks
@@ -154,13 +157,15 @@ typedef struct h3s_model h3s_model;
 
 /* Load a model directory (as h3s_weights_load) and make it resident on a backend: CPU weights stay mapped from
  * the files (or are copied with H3S_LOAD_OWN_WEIGHTS), golden weights are F64 copies, CUDA weights are uploaded
- * once.  The model owns everything it loaded. */
+ * once.  The model owns everything it loaded.  An unknown backend kind is H3S_ERR_INVALID (h3s_model_create too). */
 H3S_API h3s_status h3s_model_load(const char *dir, h3s_backend_kind kind, unsigned flags, h3s_model **out);
 /* A model over weights the caller keeps: on the CPU backend the model borrows the weights' memory, so `w` must
  * outlive the model; other backends copy. */
 H3S_API h3s_status h3s_model_create(const h3s_weights *w, h3s_backend_kind kind, h3s_model **out);
 H3S_API void h3s_model_free(h3s_model *m);
+/* The model's config (borrowed, valid while m lives); NULL for NULL. */
 H3S_API const h3s_config *h3s_model_config(const h3s_model *m);
+/* The model's backend; (h3s_backend_kind)-1, no backend, for NULL. */
 H3S_API h3s_backend_kind h3s_model_backend(const h3s_model *m);
 /* The resident parameters in canonical order: count, and a borrowed view of the i-th (host memory, or device
  * memory when view->device is 1), with its checkpoint name, shape and dtype.  The memory is the one every pass
@@ -214,7 +219,8 @@ H3S_API int64_t h3s_model_peak_bytes(const h3s_model *m);
 H3S_API void h3s_model_reset_peak_bytes(h3s_model *m);
 
 /* Forward.  sample [B, Nv, video_width] and audio_sample [B, Na, audio_in_channels] are allocated by the call as
- * host tensors (F32 strict, F64 golden) owned by the caller.  hook may be NULL.  When tape != NULL the
+ * host tensors (F32 strict, F64 golden) owned by the caller; on failure (a hook's status included) both structs are
+ * left as they were.  hook may be NULL.  When tape != NULL the
  * activations are kept for h3s_model_backward (the caller frees *tape); the inputs are copied where needed, so
  * they may be released after the call. */
 H3S_API h3s_status h3s_model_forward(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
@@ -289,11 +295,12 @@ H3S_API h3s_status h3s_model_set_grad_dtype(h3s_model *m, h3s_dtype dtype);
 /* H3S_F32 or H3S_BF16 as set (H3S_F64 for the golden model). */
 H3S_API h3s_dtype h3s_model_grad_dtype(const h3s_model *m);
 
-/* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite), every
- * parameter gradient.  On a CUDA model a cotangent may also be a device tensor of the gradient dtype (F32), checked
- * for NaN and infinities on the device; it is copied in the library's stream order, so work of the caller's that
- * writes it must be complete before the call (torch.cuda.synchronize()).  The tape is not consumed: it may be used
- * again, then freed. */
+/* Backward from the cotangents (host tensors shaped like sample / audio_sample; F32, BF16 or F64; finite; with
+ * data), every parameter gradient into *out, which is written only on success (a failure, a hook's status
+ * included, leaves it as it was; it is not freed first, so release an earlier result with h3s_grads_free).  On a CUDA
+ * model a cotangent may also be a device tensor of the gradient dtype (F32), checked for NaN and infinities on the
+ * device; it is copied in the library's stream order, so work of the caller's that writes it must be complete before
+ * the call (torch.cuda.synchronize()).  The tape is not consumed: it may be used again, then freed. */
 H3S_API h3s_status h3s_model_backward(h3s_model *m, h3s_tape *tape, const h3s_tensor *d_sample,
                                       const h3s_tensor *d_audio_sample, h3s_node_hook hook, void *hook_ctx,
                                       h3s_grads *out);

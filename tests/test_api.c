@@ -13,6 +13,7 @@
 #include "h3s_dist.h"
 #include "h3s_io.h"
 #include "h3s_model.h"
+#include "h3s_ops.h"
 #include "h3s_replay.h"
 #include "h3s_sample.h"
 
@@ -32,6 +33,7 @@ static int item0_equal(const h3s_tensor *batched, const h3s_tensor *alone) {
 typedef struct hook_log {
     int forward_nodes, backward_nodes, saw_attention, saw_param_grad, fail_at;
     int64_t param_grads;
+    const char *fail_name; /* the hook fails at the node of this name (forward or backward) */
 } hook_log;
 
 static h3s_status hook(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item) {
@@ -46,7 +48,225 @@ static h3s_status hook(void *ctx, const char *name, h3s_tensor *out, int batched
     }
     if (!strcmp(name, "block.0.attention") && out->data) l->saw_attention = 1;
     if (l->fail_at && l->forward_nodes == l->fail_at) return H3S_ERR_MISMATCH;
+    if (l->fail_name && !strcmp(name, l->fail_name)) return h3s_set_error(H3S_ERR_MISMATCH, "hook: stop at %s", name);
     return H3S_OK;
+}
+
+/* The last error message names every one of the (up to three) words. */
+static int message_names(const char *a, const char *b, const char *c) {
+    const char *e = h3s_last_error();
+    return strstr(e, a) && (!b || strstr(e, b)) && (!c || strstr(e, c));
+}
+
+/* Arguments the library dereferenced unchecked (a crash) or accepted: now H3S_ERR_INVALID, nothing written, and the
+ * documented values of the getters for NULL. */
+static void check_null_arguments(void) {
+    char hex[65];
+    memset(hex, 'x', sizeof hex);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_sha256_hex("abc", 3, NULL));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_sha256_hex(NULL, 3, hex));
+    CHECK(hex[0] == 'x', "sha256: nothing written on failure");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_grad_operands_parse("bf16", NULL));
+    h3s_grad_operands mode = H3S_GRAD_OPERANDS_SPLIT;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_grad_operands_parse(NULL, &mode));
+    CHECK(mode == H3S_GRAD_OPERANDS_SPLIT, "grad_operands_parse: nothing written on failure");
+    h3s_tensor t, keep;
+    memset(&t, 0x5a, sizeof t);
+    keep = t;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_tensor_alloc(&t, H3S_F32, 2, NULL));
+    CHECK(!memcmp(&t, &keep, sizeof t), "tensor_alloc: nothing written on failure");
+    CHECK_OK(h3s_tensor_alloc(&t, H3S_F32, 0, NULL)); /* a scalar needs no shape */
+    CHECK(h3s_tensor_numel(&t) == 1, "a 0-dim tensor holds one element");
+    h3s_tensor_free(&t);
+    /* convert: missing data, device memory and negative dims are refused before a byte is moved */
+    int64_t four = 4, neg[2] = {-2, -2};
+    float out[4] = {1, 2, 3, 4}, in[4] = {5, 6, 7, 8};
+    h3s_tensor src = h3s_tensor_view(NULL, H3S_F32, 1, &four), dst = h3s_tensor_view(out, H3S_F32, 1, &four);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_tensor_convert(&src, &dst));
+    CHECK(message_names("src", "no data", NULL), "convert names the missing data: %s", h3s_last_error());
+    src = h3s_tensor_view(in, H3S_F32, 1, &four);
+    src.device = 1;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_tensor_convert(&src, &dst));
+    src = h3s_tensor_view(in, H3S_F32, 2, neg); /* (-2) x (-2) = 4 elements */
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_convert(&src, &dst));
+    h3s_tensor nodst = h3s_tensor_view(NULL, H3S_BF16, 1, &four);
+    src = h3s_tensor_view(in, H3S_F32, 1, &four);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_tensor_convert(&src, &nodst));
+    CHECK(out[0] == 1 && out[3] == 4, "convert: nothing written on failure");
+    CHECK(h3s_tensor_numel(NULL) == 0 && h3s_tensor_nbytes(NULL) == 0, "numel and nbytes of NULL are 0");
+    /* getters of a NULL model: the documented values */
+    CHECK(h3s_model_config(NULL) == NULL, "h3s_model_config(NULL) is NULL");
+    CHECK(h3s_model_backend(NULL) == (h3s_backend_kind)-1, "h3s_model_backend(NULL) is -1");
+}
+
+/* Inputs the forward dereferenced or trusted: NULL data, device memory (never scanned for NaN), negative dims (-1 was
+ * also check_i64_input's "any length"); refused by h3s_inputs_validate, hence by every forward and backward. */
+static void check_inputs_refused(h3s_model *m, const h3s_inputs *in1, h3s_tape *tape1, const h3s_tensor *ct_s,
+                                 const h3s_tensor *ct_a) {
+    const h3s_config *c = h3s_model_config(m);
+    int64_t B = -7;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_validate(c, NULL, &B));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_validate(c, in1, NULL));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_validate(NULL, in1, &B));
+    CHECK(B == -7, "inputs_validate: B written on failure");
+    h3s_tensor s_keep, a_keep;
+    memset(&s_keep, 0x33, sizeof s_keep);
+    memset(&a_keep, 0x44, sizeof a_keep);
+    h3s_tensor s_x = s_keep, a_x = a_keep;
+    h3s_inputs bad = *in1; /* views of in1's tensors: never freed */
+#define REFUSED(want, field, msg)                                                                                      \
+    do {                                                                                                               \
+        CHECK_FAILS(want, h3s_inputs_validate(c, &bad, &B));                                                           \
+        CHECK(message_names(#field, msg, NULL), "validate names " #field ": %s", h3s_last_error());                    \
+        CHECK_FAILS(want, h3s_model_forward(m, &bad, NULL, NULL, NULL, &s_x, &a_x));                                   \
+        CHECK(!memcmp(&s_x, &s_keep, sizeof s_x) && !memcmp(&a_x, &a_keep, sizeof a_x), "forward wrote an output");    \
+        bad = *in1;                                                                                                    \
+    } while (0)
+    bad.hidden_states.data = NULL;
+    REFUSED(H3S_ERR_INVALID, hidden_states, "no data");
+    bad.encoder_hidden_states.data = NULL;
+    REFUSED(H3S_ERR_INVALID, encoder_hidden_states, "no data");
+    bad.timestep.data = NULL;
+    REFUSED(H3S_ERR_INVALID, timestep, "no data");
+    bad.position_ids.data = NULL;
+    REFUSED(H3S_ERR_INVALID, position_ids, "no data");
+    bad.token_tags.data = NULL;
+    REFUSED(H3S_ERR_INVALID, token_tags, "no data");
+    bad.text_indices.data = NULL;
+    REFUSED(H3S_ERR_INVALID, text_indices, "no data");
+    /* a device tensor is not read on the host: refused, not passed unscanned (here with a NaN in it) */
+    h3s_tensor nan_hs;
+    CHECK_OK(h3s_tensor_alloc(&nan_hs, in1->hidden_states.dtype, in1->hidden_states.ndim, in1->hidden_states.shape));
+    memcpy(nan_hs.data, in1->hidden_states.data, h3s_tensor_nbytes(&nan_hs));
+    ((float *)nan_hs.data)[3] = NAN;
+    bad.hidden_states = nan_hs;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_inputs_validate(c, &bad, &B)); /* on the host: the NaN */
+    bad.hidden_states.device = 1;
+    REFUSED(H3S_ERR_INVALID, hidden_states, "device memory");
+    h3s_tensor_free(&nan_hs);
+    bad.audio_hidden_states.device = 1;
+    REFUSED(H3S_ERR_INVALID, audio_hidden_states, "device memory");
+    /* negative dims: shape[1] = -1 was the "any length" of the index lists */
+    bad.hidden_states.shape[1] = -1;
+    REFUSED(H3S_ERR_SHAPE, hidden_states, "negative");
+    bad.audio_hidden_states.shape[1] = -1;
+    REFUSED(H3S_ERR_SHAPE, audio_hidden_states, "negative");
+    bad.encoder_hidden_states.shape[0] = -1;
+    REFUSED(H3S_ERR_SHAPE, encoder_hidden_states, "negative");
+#undef REFUSED
+    CHECK_OK(h3s_inputs_validate(c, in1, &B));
+    /* a cotangent without data */
+    h3s_grads g;
+    memset(&g, 0x5a, sizeof g);
+    h3s_grads g_keep = g;
+    h3s_tensor ct_none = *ct_s;
+    ct_none.data = NULL;
+    ct_none.owns_data = 0;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(m, tape1, &ct_none, ct_a, NULL, NULL, &g));
+    CHECK(message_names("cotangent", "sample", "no data"), "backward names the cotangent: %s", h3s_last_error());
+    CHECK(!memcmp(&g, &g_keep, sizeof g), "a refused backward wrote its output");
+}
+
+/* Row gather / scatter, rope and the residual: every tensor checked before use (NULL data and negative dims crashed
+ * the row operators), and no output may overlap an input -- except where documented: rope's y may be x itself and
+ * the residual's out r or y itself, with the bits of a separate output. */
+static void check_operator_args(void) {
+    /* rows: src [B * 3, 4] -> dst [B * 2, 4], index {2, 0}, B = 2 */
+    int64_t ss[2] = {6, 4}, ds[2] = {4, 4}, two = 2;
+    h3s_tensor src, dst, idx;
+    CHECK_OK(h3s_tensor_alloc(&src, H3S_F32, 2, ss));
+    CHECK_OK(h3s_tensor_alloc(&dst, H3S_F32, 2, ds));
+    CHECK_OK(h3s_tensor_alloc(&idx, H3S_I64, 1, &two));
+    for (int i = 0; i < 24; i++)
+        ((float *)src.data)[i] = (float)i;
+    ((int64_t *)idx.data)[0] = 2;
+    CHECK_OK(h3s_rows_gather(&src, &idx, 2, &dst));
+    CHECK(((float *)dst.data)[0] == 8.0f && ((float *)dst.data)[12] == 12.0f, "rows_gather picks rows 2, 0 of each");
+    memset(dst.data, 0x7f, h3s_tensor_nbytes(&dst));
+    h3s_tensor bsrc = src, bidx = idx, bdst = dst;
+    bsrc.data = NULL;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_gather(&bsrc, &idx, 2, &dst));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_scatter(&dst, &idx, 2, &bsrc));
+    bidx.data = NULL;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_gather(&src, &bidx, 2, &dst));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_scatter(&dst, &bidx, 2, &src));
+    bsrc = src;
+    bsrc.shape[1] = -4;
+    bdst.shape[1] = -4;
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_rows_gather(&bsrc, &idx, 2, &bdst));
+    CHECK(message_names("negative", NULL, NULL), "rows names the negative dim: %s", h3s_last_error());
+    bidx.data = idx.data;
+    bidx.shape[0] = -2;
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_rows_gather(&src, &bidx, 2, &dst));
+    h3s_tensor over = h3s_tensor_view((float *)src.data + 4, H3S_F32, 2, ds); /* dst over rows 1..4 of src */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_gather(&src, &idx, 2, &over));
+    CHECK(message_names("dst overlaps src", NULL, NULL), "rows names both: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rows_scatter(&over, &idx, 2, &src));
+    CHECK(message_names("dst overlaps src", NULL, NULL), "rows names both: %s", h3s_last_error());
+    int untouched = 1;
+    for (int i = 0; i < 24; i++)
+        untouched &= ((float *)src.data)[i] == (float)i;
+    for (int i = 0; i < 16; i++)
+        untouched &= ((uint32_t *)dst.data)[i] == 0x7f7f7f7fu;
+    CHECK(untouched, "a refused row operator wrote its output");
+
+    /* rope: x [4, 2 heads x 8] BF16 (rows 0..3 of a 5-row buffer), tables of 2 positions, F = 1 */
+    const int64_t M = 4, W = 16, heads = 2, S = 2;
+    int64_t xs[2] = {M + 1, W}, x4[2] = {M, W}, ps[2] = {S, 3}, ts[2] = {S, 6};
+    h3s_tensor buf, pos, cs, sn, y, y2;
+    CHECK_OK(h3s_tensor_alloc(&buf, H3S_BF16, 2, xs));
+    CHECK_OK(h3s_tensor_alloc(&pos, H3S_F64, 2, ps));
+    CHECK_OK(h3s_tensor_alloc(&cs, H3S_F32, 2, ts));
+    CHECK_OK(h3s_tensor_alloc(&sn, H3S_F32, 2, ts));
+    CHECK_OK(h3s_tensor_alloc(&y, H3S_BF16, 2, x4));
+    CHECK_OK(h3s_tensor_alloc(&y2, H3S_BF16, 2, x4));
+    for (int i = 0; i < (M + 1) * W; i++)
+        ((uint16_t *)buf.data)[i] = h3s_bf16_from_f32((float)((i * 7) % 13) / 4.0f - 1.5f);
+    for (int i = 0; i < S * 3; i++)
+        ((double *)pos.data)[i] = (double)(i + 1);
+    h3s_tensor x = h3s_tensor_view(buf.data, H3S_BF16, 2, x4);
+    CHECK_OK(h3s_rope_table(&pos, 1, 10000.0, &cs, &sn));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, 1, 10000.0, &cs, &cs));
+    CHECK(message_names("sin_out overlaps cos_out", NULL, NULL), "rope_table names both: %s", h3s_last_error());
+    h3s_tensor over_pos = h3s_tensor_view(pos.data, H3S_F32, 2, ts); /* 48 bytes over the positions' 48 */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, 1, 10000.0, &over_pos, &sn));
+    CHECK(message_names("cos_out overlaps position_ids", NULL, NULL), "rope_table names both: %s", h3s_last_error());
+    CHECK_OK(h3s_rope_forward(&x, heads, &cs, &sn, &y));
+    memcpy(y2.data, x.data, h3s_tensor_nbytes(&y2));
+    CHECK_OK(h3s_rope_forward(&y2, heads, &cs, &sn, &y2)); /* documented: y may be x itself */
+    CHECK(!memcmp(y2.data, y.data, h3s_tensor_nbytes(&y)), "rope in place: the bits of a separate output");
+    h3s_tensor shifted = h3s_tensor_view((uint16_t *)buf.data + W, H3S_BF16, 2, x4); /* rows 1..4: partial overlap */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_forward(&x, heads, &cs, &sn, &shifted));
+    CHECK(message_names("y overlaps x", NULL, NULL), "rope names both: %s", h3s_last_error());
+    /* a cos table inside a larger buffer, y starting inside the table */
+    int64_t tbn = S * 6 + 32;
+    h3s_tensor tbuf;
+    CHECK_OK(h3s_tensor_alloc(&tbuf, H3S_F32, 1, &tbn));
+    memcpy(tbuf.data, cs.data, h3s_tensor_nbytes(&cs));
+    h3s_tensor cs_in = h3s_tensor_view(tbuf.data, H3S_F32, 2, ts);
+    h3s_tensor y_over = h3s_tensor_view((float *)tbuf.data + 6, H3S_BF16, 2, x4);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_forward(&x, heads, &cs_in, &sn, &y_over));
+    CHECK(message_names("y overlaps cos", NULL, NULL), "rope names both: %s", h3s_last_error());
+    h3s_tensor_free(&tbuf);
+
+    /* residual: out = r + y, BF16 [4, 16], no gate */
+    h3s_tensor r = h3s_tensor_view(buf.data, H3S_BF16, 2, x4), out, r2, yy2;
+    CHECK_OK(h3s_tensor_alloc(&out, H3S_BF16, 2, x4));
+    CHECK_OK(h3s_tensor_alloc(&r2, H3S_BF16, 2, x4));
+    CHECK_OK(h3s_tensor_alloc(&yy2, H3S_BF16, 2, x4));
+    CHECK_OK(h3s_residual_forward(&r, &y, NULL, NULL, 0, &out));
+    memcpy(r2.data, r.data, h3s_tensor_nbytes(&r2));
+    CHECK_OK(h3s_residual_forward(&r2, &y, NULL, NULL, 0, &r2)); /* documented: out may be r */
+    memcpy(yy2.data, y.data, h3s_tensor_nbytes(&yy2));
+    CHECK_OK(h3s_residual_forward(&r, &yy2, NULL, NULL, 0, &yy2)); /* or y */
+    CHECK(!memcmp(r2.data, out.data, h3s_tensor_nbytes(&out)) && !memcmp(yy2.data, out.data, h3s_tensor_nbytes(&out)),
+          "residual in place: the bits of a separate output");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_residual_forward(&r, &y, NULL, NULL, 0, &shifted));
+    CHECK(message_names("out overlaps r", NULL, NULL), "residual names both: %s", h3s_last_error());
+
+    h3s_tensor *frees[] = {&src, &dst, &idx, &buf, &pos, &cs, &sn, &y, &y2, &out, &r2, &yy2};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+        h3s_tensor_free(frees[i]);
 }
 
 /* Init progress: calls counted, the last (done, total) kept. */
@@ -75,6 +295,8 @@ int main(void) {
     snprintf(snap_tr, sizeof snap_tr, "%s/snap/transformer", dir);
 
     CHECK(!strcmp(h3s_version(), H3S_VERSION_STRING), "version %s", h3s_version());
+    check_null_arguments();
+    check_operator_args();
 
     /* backends */
     h3s_backend_kind kind;
@@ -186,6 +408,16 @@ int main(void) {
     h3s_tensor s_x = {0}, a_x = {0};
     CHECK(h3s_model_forward(m, &in1, hook, &stop, NULL, &s_x, &a_x) == H3S_ERR_MISMATCH, "hook status returned");
     CHECK(s_x.data == NULL && a_x.data == NULL, "no output after an aborted pass");
+    { /* ... and leaves the caller's structs as they were, here holding an earlier result (they were zeroed) */
+        hook_log at_out = {0};
+        at_out.fail_name = "proj_out";
+        h3s_tensor s_held = s1, a_held = a1;
+        h3s_tape *t_held = (h3s_tape *)&at_out;
+        CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_forward(m, &in1, hook, &at_out, &t_held, &s_held, &a_held));
+        CHECK(message_names("stop at proj_out", NULL, NULL), "the hook's message: %s", h3s_last_error());
+        CHECK(!memcmp(&s_held, &s1, sizeof s1) && !memcmp(&a_held, &a1, sizeof a1) && t_held == (h3s_tape *)&at_out,
+              "a pass stopped at proj_out replaced the caller's sample, audio_sample or tape");
+    }
 
     /* bad input: a wrong dtype is refused, nothing written */
     h3s_inputs wrong = in1;
@@ -242,6 +474,19 @@ int main(void) {
         h3s_grads none;
         memset(&none, 0, sizeof none);
         CHECK_FAILS(H3S_ERR_DEVICE, h3s_model_backward(m, tape1, &dev_ct, &ct_a, NULL, NULL, &none));
+    }
+    check_inputs_refused(m, &in1, tape1, &ct_s, &ct_a);
+    { /* a backward stopped by its hook leaves the caller's h3s_grads as it was (it was zeroed) */
+        hook_log at_grad = {0};
+        at_grad.fail_name = "proj_out.grad";
+        h3s_grads held;
+        memset(&held, 0x5a, sizeof held);
+        h3s_grads held_keep = held;
+        CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_backward(m, tape1, &ct_s, &ct_a, hook, &at_grad, &held));
+        CHECK(!memcmp(&held, &held_keep, sizeof held), "a backward stopped at proj_out.grad wrote *out");
+        at_grad.fail_name = "param.proj_in.weight"; /* a parameter's node: every gradient has been computed */
+        CHECK_FAILS(H3S_ERR_MISMATCH, h3s_model_backward_select(m, tape1, &ct_s, &ct_a, NULL, hook, &at_grad, &held));
+        CHECK(!memcmp(&held, &held_keep, sizeof held), "a backward stopped at its last node wrote *out");
     }
     h3s_grads all, some, again;
     hook_log blog = {0};
@@ -384,6 +629,64 @@ int main(void) {
         h3s_free(json);
         o.batch = 1;
         CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
+
+        /* a seed above 2^53 is written with all its digits (a JSON number: a double printed 9.00719925474099e+15) */
+        uint64_t big_seed[1] = {9007199254740993ULL};
+        o.seeds = big_seed;
+        o.steps = 1;
+        o.batch = 2;
+        o.with_grad = 0;
+        json = NULL;
+        CHECK_OK(h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json && strstr(json, "\"seed\":\t9007199254740993,"), "the seed as written: %.300s",
+              json ? strstr(json, "\"seeds\"") : "(no report)");
+        h3s_free(json);
+        json = NULL;
+
+        /* an unknown backend is refused by everything that makes a model from it */
+        const h3s_backend_kind nope = (h3s_backend_kind)7;
+        h3s_model *nm = NULL;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_create(w, nope, &nm));
+        CHECK(nm == NULL && message_names("unknown backend 7", NULL, NULL), "model_create: %s", h3s_last_error());
+        o.backend = nope;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json == NULL, "no report on failure");
+        o.backend = H3S_BACKEND_CPU;
+
+        /* the user's request and batch file are validated against the model before any work: float tensors of
+         * another width were copied into the lanes' tensors (a heap overflow) */
+        h3s_inputs req, more;
+        CHECK_OK(h3s_inputs_seeded(c, &LAYOUT, 2, 13, 0.0f, 0.0f, &req));
+        CHECK_OK(h3s_inputs_seeded(c, &LAYOUT, 2, 14, 0.0f, 0.0f, &more));
+        int64_t narrow_shape[3] = {2, req.hidden_states.shape[1], req.hidden_states.shape[2] - 4};
+        h3s_tensor narrow, wide_hs = req.hidden_states, wide_enc = more.encoder_hidden_states;
+        CHECK_OK(h3s_tensor_alloc(&narrow, H3S_F32, 3, narrow_shape));
+        o.request = &req;
+        o.batch = 4;
+        req.hidden_states = narrow;
+        CHECK_FAILS(H3S_ERR_SHAPE, h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json == NULL && message_names("the request", "hidden_states", NULL), "request refused: %s",
+              h3s_last_error());
+        req.hidden_states = wide_hs;
+        o.batch_inputs = &more;
+        int64_t enc_shape[3] = {2, more.encoder_hidden_states.shape[1], more.encoder_hidden_states.shape[2] + 8};
+        h3s_tensor enc_wide;
+        CHECK_OK(h3s_tensor_alloc(&enc_wide, H3S_F32, 3, enc_shape));
+        more.encoder_hidden_states = enc_wide;
+        CHECK_FAILS(H3S_ERR_SHAPE, h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json == NULL && message_names("the batch file", "encoder_hidden_states", NULL), "batch file refused: %s",
+              h3s_last_error());
+        more.encoder_hidden_states = wide_enc;
+        void *more_audio = more.audio_hidden_states.data;
+        more.audio_hidden_states.data = NULL;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json == NULL && message_names("the batch file", "audio_hidden_states", "no data"),
+              "batch file refused: %s", h3s_last_error());
+        more.audio_hidden_states.data = more_audio;
+        h3s_tensor_free(&narrow);
+        h3s_tensor_free(&enc_wide);
+        h3s_inputs_free(&req);
+        h3s_inputs_free(&more);
         h3s_weights_free(w);
     }
 
@@ -576,6 +879,10 @@ int main(void) {
         rj = NULL;
         CHECK_FAILS(H3S_ERR_INVALID, h3s_replay_report(NULL, &in, &ro, &rj));
         CHECK(rj == NULL, "no report on failure");
+        ro.plant_node = NULL;
+        ro.backend = (h3s_backend_kind)7; /* ran as a backend named "?" */
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_replay_report(rw, &in, &ro, &rj));
+        CHECK(rj == NULL, "no report for an unknown backend");
         h3s_weights_free(rw);
         h3s_inputs_free(&in);
 

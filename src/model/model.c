@@ -341,8 +341,8 @@ static void arena_drop(arena *a, h3s_tensor *t) {
 
 /* ------------------------------------------------------------------ model ------------- */
 
-const h3s_config *h3s_model_config(const h3s_model *m) { return &m->cfg; }
-h3s_backend_kind h3s_model_backend(const h3s_model *m) { return m->kind; }
+const h3s_config *h3s_model_config(const h3s_model *m) { return m ? &m->cfg : NULL; }
+h3s_backend_kind h3s_model_backend(const h3s_model *m) { return m ? m->kind : (h3s_backend_kind)-1; }
 
 static void parallel_release(h3s_model *m);
 
@@ -431,6 +431,8 @@ static h3s_status resolve_block_params(h3s_model *m) {
 
 h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
+    if (kind != H3S_BACKEND_CPU && kind != H3S_BACKEND_GOLDEN && kind != H3S_BACKEND_CUDA)
+        return h3s_fail(H3S_ERR_INVALID, "model_create: unknown backend %d", (int)kind);
     if (kind == H3S_BACKEND_CUDA && !h3s_cuda_available()) return h3s_fail_context(H3S_ERR_DEVICE, "--device cuda");
     h3s_model *m = h3s_calloc(1, sizeof *m);
     if (!m) return H3S_ERR_NOMEM;
@@ -780,21 +782,45 @@ void h3s_inputs_free(h3s_inputs *in) {
     memset(in, 0, sizeof *in);
 }
 
+/* Rank, dims and data of an input tensor the host reads whole: host memory (the inputs are validated on the host
+ * before any work, so a device tensor is refused rather than copied: docs/api.md), no negative dim, an element count
+ * that fits, and data for its elements. */
+static h3s_status check_input_memory(const char *name, const h3s_tensor *t) {
+    if (t->device)
+        return h3s_fail(H3S_ERR_INVALID, "inputs: %s is in device memory (device %d); inputs are host tensors", name,
+                        t->device);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return h3s_fail(H3S_ERR_SHAPE, "inputs: %s has a negative dim (shape[%d] = %lld)", name, d,
+                            (long long)t->shape[d]);
+        if (t->shape[d] != 0 && n > (INT64_MAX / 8) / t->shape[d])
+            return h3s_fail(H3S_ERR_SHAPE, "inputs: %s has more elements than memory holds", name);
+        n *= t->shape[d];
+    }
+    if (n > 0 && !t->data)
+        return h3s_fail(H3S_ERR_INVALID, "inputs: %s has %lld elements but no data", name, (long long)n);
+    return H3S_OK;
+}
+
 static h3s_status check_float_input(const char *name, const h3s_tensor *t, int ndim, int allow_f64) {
     if (t->ndim != ndim) return h3s_fail(H3S_ERR_SHAPE, "inputs: %s has %d dims, expected %d", name, t->ndim, ndim);
     if (!(t->dtype == H3S_F32 || t->dtype == H3S_BF16 || (allow_f64 && t->dtype == H3S_F64)))
         return h3s_fail(H3S_ERR_DTYPE, "inputs: %s has dtype %s, expected F32 or BF16%s", name,
                         h3s_dtype_name(t->dtype), allow_f64 ? " or F64" : "");
+    H3S_TRY(check_input_memory(name, t)); /* so that the scan below sees every element */
     int64_t bad = h3s_tensor_first_nonfinite(t);
     if (bad >= 0) return h3s_fail(H3S_ERR_INVALID, "inputs: %s[%lld] is not finite", name, (long long)bad);
     return H3S_OK;
 }
 
+/* A 1-D I64 input of exactly `len` entries, each in [lo, hi]. */
 static h3s_status check_i64_input(const char *name, const h3s_tensor *t, int64_t len, int64_t lo, int64_t hi) {
     if (t->dtype != H3S_I64)
         return h3s_fail(H3S_ERR_DTYPE, "inputs: %s has dtype %s, expected I64", name, h3s_dtype_name(t->dtype));
-    if (t->ndim != 1 || (len >= 0 && t->shape[0] != len))
+    if (t->ndim != 1 || t->shape[0] != len)
         return h3s_fail(H3S_ERR_SHAPE, "inputs: %s must be 1-D of length %lld", name, (long long)len);
+    H3S_TRY(check_input_memory(name, t));
     const int64_t *v = t->data;
     for (int64_t i = 0; i < t->shape[0]; i++)
         if (v[i] < lo || v[i] > hi)
@@ -804,6 +830,7 @@ static h3s_status check_i64_input(const char *name, const h3s_tensor *t, int64_t
 }
 
 h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_t *batch) {
+    if (!c || !in || !batch) return h3s_fail(H3S_ERR_INVALID, "inputs_validate: NULL argument");
     H3S_TRY(check_float_input("hidden_states", &in->hidden_states, 3, 0));
     H3S_TRY(check_float_input("audio_hidden_states", &in->audio_hidden_states, 3, 0));
     H3S_TRY(check_float_input("encoder_hidden_states", &in->encoder_hidden_states, 3, 0));
@@ -884,6 +911,7 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
         int ok2 = am->ndim == 2 && am->shape[0] == B && am->shape[1] == S;
         int ok4 = am->ndim == 4 && am->shape[0] == B && am->shape[1] == 1 && am->shape[2] == 1 && am->shape[3] == S;
         if (!ok2 && !ok4) return h3s_fail(H3S_ERR_SHAPE, "inputs: attention_mask must be [B, S] or [B, 1, 1, S]");
+        H3S_TRY(check_input_memory("attention_mask", am));
         const uint8_t *mv = am->data;
         for (int64_t i = 0; i < B * S; i++)
             if (mv[i] > 1)
@@ -2036,19 +2064,24 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
         return H3S_ERR_NOMEM;
     }
     run_ctx r = {tp, hook, hook_ctx};
-    if (!into) {
-        memset(sample, 0, sizeof *sample);
-        memset(audio_sample, 0, sizeof *audio_sample);
-    }
-    h3s_status st = model_forward(&r, in, into, sample, audio_sample);
+    /* h3s_model_forward: the outputs are built here and handed to the caller only on success (a failing pass, a hook's
+     * refusal included, leaves the caller's structs as they were); h3s_model_forward_into writes the caller's own
+     * tensors, whose contents are unspecified after an error */
+    h3s_tensor s_new, a_new;
+    memset(&s_new, 0, sizeof s_new);
+    memset(&a_new, 0, sizeof a_new);
+    h3s_tensor *s_out = into ? sample : &s_new, *a_out = into ? audio_sample : &a_new;
+    h3s_status st = model_forward(&r, in, into, s_out, a_out);
     if (st == H3S_OK && m->device) st = h3s_cuda_sync();
     if (st != H3S_OK) {
-        if (!into) {
-            h3s_tensor_free(sample);
-            h3s_tensor_free(audio_sample);
-        }
+        h3s_tensor_free(&s_new);
+        h3s_tensor_free(&a_new);
         h3s_tape_free(tp);
         return st;
+    }
+    if (!into) {
+        *sample = s_new;
+        *audio_sample = a_new;
     }
     if (tape)
         *tape = tp;
@@ -2659,6 +2692,9 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         if (t->ndim != 3 || t->shape[0] != want[k][0] || t->shape[1] != want[k][1] || t->shape[2] != want[k][2])
             return h3s_fail(H3S_ERR_SHAPE, "cotangent: %s must be [%lld, %lld, %lld]", ct_names[k],
                             (long long)want[k][0], (long long)want[k][1], (long long)want[k][2]);
+        if (!t->data && h3s_tensor_numel(t) > 0)
+            return h3s_fail(H3S_ERR_INVALID, "cotangent: %s has %lld elements but no data", ct_names[k],
+                            (long long)h3s_tensor_numel(t));
         /* a NaN or Inf here would spread to every gradient while the call reports success */
         int64_t bad = -1;
         if (t->device) { /* a device cotangent (CUDA model): F32 in the gradient dtype, checked on the device */
@@ -2675,7 +2711,10 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         if (bad >= 0)
             return h3s_fail(H3S_ERR_INVALID, "cotangent: %s[%lld] is not finite", ct_names[k], (long long)bad);
     }
-    memset(out, 0, sizeof *out);
+    /* the gradients are built in `res` and handed to the caller only on success: a failure (a hook's refusal
+     * included) leaves *out as it was */
+    h3s_grads res;
+    memset(&res, 0, sizeof res);
     grad_ctx g;
     memset(&g, 0, sizeof g);
     g.r = (run_ctx){tape, hook, hook_ctx};
@@ -2717,7 +2756,7 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     if (st == H3S_OK) st = model_backward(&g, d_sample, d_audio_sample);
     /* with device gradients the input gradients stay in device memory too (copied before the stream is waited for,
      * so they are ready when the call returns); otherwise they come to the host */
-    if (dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 1, out);
+    if (dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 1, &res);
     /* every use of the temporaries is queued: release them in stream order now, so that the host's releases overlap
      * the device's work instead of following the wait */
     if (dev_block && st == H3S_OK) arena_free(&tape->ar);
@@ -2725,29 +2764,29 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
         m->pending = 1; /* h3s_model_finish (or the model's next pass) waits and reads the index checks */
     else if (st == H3S_OK && m->device)
         st = h3s_cuda_sync();
-    if (!dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 0, out);
+    if (!dev_block && st == H3S_OK) st = hand_input_grads(&g, tape, 0, &res);
     if (st == H3S_OK) {
-        out->count = m->nparams;
-        out->names = h3s_calloc((size_t)m->nparams, sizeof *out->names);
-        out->params = h3s_calloc((size_t)m->nparams, sizeof *out->params);
-        if (!out->names || !out->params) st = H3S_ERR_NOMEM;
+        res.count = m->nparams;
+        res.names = h3s_calloc((size_t)m->nparams, sizeof *res.names);
+        res.params = h3s_calloc((size_t)m->nparams, sizeof *res.params);
+        if (!res.names || !res.params) st = H3S_ERR_NOMEM;
         for (int64_t i = 0; st == H3S_OK && i < m->nparams; i++) {
-            memcpy(out->names[i], m->specs[i].name, sizeof out->names[i]);
+            memcpy(res.names[i], m->specs[i].name, sizeof res.names[i]);
             if (want_params && !want_params[i]) {
-                out->params[i].dtype = grad_in_bf16(m, i) ? H3S_BF16 : m->grad; /* no data: not requested */
-                out->params[i].ndim = m->specs[i].ndim;
-                memcpy(out->params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
+                res.params[i].dtype = grad_in_bf16(m, i) ? H3S_BF16 : m->grad; /* no data: not requested */
+                res.params[i].ndim = m->specs[i].ndim;
+                memcpy(res.params[i].shape, m->specs[i].shape, sizeof m->specs[i].shape);
                 continue;
             }
             if (g.pg[i].device && !m->device_grads) {
-                st = to_host(&g.pg[i], &out->params[i]);
+                st = to_host(&g.pg[i], &res.params[i]);
                 meter_sub(m->meter, &g.pg[i]);
                 backend_free(m, &g.pg[i]);
             } else {
                 /* host memory already, or device memory the caller asked for (h3s_model_set_device_grads):
                  * handed over, not copied (no second copy of every gradient) */
                 meter_sub(m->meter, &g.pg[i]);
-                out->params[i] = g.pg[i];
+                res.params[i] = g.pg[i];
                 memset(&g.pg[i], 0, sizeof g.pg[i]);
             }
         }
@@ -2761,13 +2800,17 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     /* the block goes with the gradients it holds, or back to the pool */
     meter_sub(m->meter, &block);
     if (st == H3S_OK)
-        out->block = block;
+        res.block = block;
     else if (block.data)
         h3s_cuda_tensor_free(&block);
     arena_free(&tape->ar);
     tape->ar = fwd;
-    if (st != H3S_OK) h3s_grads_free(out);
-    return st;
+    if (st != H3S_OK) {
+        h3s_grads_free(&res);
+        return st;
+    }
+    *out = res;
+    return H3S_OK;
 }
 
 /* ------------------------------------------------------------------ parallel execution */
