@@ -5,6 +5,7 @@ nothing written.  The CLI is $H3S_CLI, else `h3strict` on PATH (the package inst
 
 import ctypes
 import gc
+import inspect
 import json
 import os
 import struct
@@ -573,11 +574,12 @@ def test_replaced_parameter_memory_is_refused(work):
     m = fresh(work)
     before = list(m.parameters())
     zeros = {k: torch.zeros_like(v) for k, v in m.state_dict().items()}
-    with pytest.raises(RuntimeError, match="assign=True"):
-        m.load_state_dict(zeros, assign=True)
-    wrapper = torch.nn.ModuleDict({"transformer": m})
-    with pytest.raises(RuntimeError, match="assign=True"):
-        wrapper.load_state_dict({"transformer." + k: v for k, v in zeros.items()}, assign=True)
+    if "assign" in inspect.signature(torch.nn.Module.load_state_dict).parameters:  # torch >= 2.1
+        with pytest.raises(RuntimeError, match="assign=True"):
+            m.load_state_dict(zeros, assign=True)
+        wrapper = torch.nn.ModuleDict({"transformer": m})
+        with pytest.raises(RuntimeError, match="assign=True"):
+            wrapper.load_state_dict({"transformer." + k: v for k, v in zeros.items()}, assign=True)
     assert all(a is b for a, b in zip(m.parameters(), before)), "no parameter was replaced"
     with torch.no_grad():
         assert bits_equal(m(**x).sample, expect["sample"]), "the weights are the loaded ones"
