@@ -18,6 +18,11 @@ run "$CLI" init --preset tiny --seed 5 --out "$m" || bad "init"
 run "$CLI" inputs --model "$m" --seed 11 --keyframes first --out "$dir/req11.safetensors" || bad "inputs 11"
 run "$CLI" inputs --model "$m" --seed 12 --keyframes first --out "$dir/req12.safetensors" || bad "inputs 12"
 run "$CLI" trajectory --model "$m" --seeds 11 --steps 2 --batch 3 --out "$dir/seeded.json" --quiet || bad "seeded run"
+# a seed above 2^53 is recorded with all its digits (a double would read 9007199254740992)
+run "$CLI" trajectory --model "$m" --seeds 9007199254740993 --steps 1 --batch 2 --no-grad --out "$dir/big.json" \
+    --quiet || bad "big seed run"
+"$PY" -c 'import json, sys; s = json.load(open(sys.argv[1]))["seeds"][0]["seed"]; sys.exit(s != 9007199254740993)' \
+    "$dir/big.json" || bad "the seed above 2^53 was not recorded exactly"
 run "$CLI" trajectory --model "$m" --inputs "$dir/req11.safetensors" --seeds 11 --steps 2 --batch 3 \
     --out "$dir/req11.json" --quiet || bad "trajectory --inputs exited $?: $(cat "$dir/err.txt")"
 grep -q '^strict: 0/8 comparisons differ (1 seeds x 2 steps x 4)$' "$dir/out.txt" || bad "summary: $(cat "$dir/out.txt")"

@@ -1495,6 +1495,20 @@ static int cmd_trajectory(int argc, char **argv) {
     if (st != H3S_OK && g_comm) return fail_parallel_pass(st);
     if (st == H3S_OK) st = parse_report(report_text, "trajectory", &report);
     h3s_free(report_text);
+    if (st == H3S_OK) { /* the seeds as the library wrote them, all their digits (cJSON read them as doubles) */
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(report, "seeds");
+        int64_t i = 0;
+        for (cJSON *so = runs ? runs->child : NULL; so && i < to.nseeds; so = so->next, i++) {
+            char text[24];
+            snprintf(text, sizeof text, "%llu", (unsigned long long)to.seeds[i]);
+            cJSON *raw = cJSON_CreateRaw(text);
+            if (!raw || !cJSON_ReplaceItemInObjectCaseSensitive(so, "seed", raw)) {
+                cJSON_Delete(raw);
+                st = h3s_set_error(H3S_ERR_NOMEM, "trajectory: out of memory writing the seeds");
+                break;
+            }
+        }
+    }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
         cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
