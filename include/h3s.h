@@ -114,7 +114,8 @@ typedef struct h3s_sha256_ctx h3s_sha256_ctx;
 H3S_API h3s_status h3s_sha256_begin(h3s_sha256_ctx **ctx);
 H3S_API h3s_status h3s_sha256_update(h3s_sha256_ctx *ctx, const void *data, size_t len);
 H3S_API h3s_status h3s_sha256_end(h3s_sha256_ctx *ctx, char out_hex[65]);
-/* SHA-256 of a whole file's bytes, read in bounded pieces (H3S_ERR_IO when it cannot be opened or read). */
+/* SHA-256 of a whole file's bytes, read in bounded pieces (H3S_ERR_IO when it cannot be opened or read, or is not a
+ * regular file: a FIFO or device is refused without blocking). */
 H3S_API h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]);
 
 /* Number of OpenMP threads the library uses (0 = OpenMP default).  Results never depend on it. */

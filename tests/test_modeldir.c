@@ -485,6 +485,14 @@ static void test_snapshot_and_verify(const char *m1) {
     char hex[65], chex[65], text[512];
     CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_WEIGHTS_FILE), hex));
     CHECK_OK(h3s_file_sha256_hex(pjoin(m1, H3S_MODEL_CONFIG_FILE), chex));
+    /* a FIFO or a directory is refused at once (a FIFO would otherwise wait for a writer) */
+    PATHVAR(fifo, root, "fifo");
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
+    char unused[65];
+    CHECK_FAILS(H3S_ERR_IO, h3s_file_sha256_hex(fifo, unused));
+    CHECK(strstr(h3s_last_error(), "not a regular file"), "names the FIFO: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_IO, h3s_file_sha256_hex(root, unused));
+    unlink(fifo);
     snprintf(text, sizeof text, "{\"transformer/%s\": \"%s\", \"transformer/%s\": \"%s\"}", H3S_MODEL_CONFIG_FILE, chex,
              H3S_MODEL_WEIGHTS_FILE, hex);
     PATHVAR(man2, root, "manifest2.json");

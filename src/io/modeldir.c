@@ -59,8 +59,14 @@ static void tb_printf(h3s_strbuf *b, const char *fmt, ...) {
 
 h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]) {
     if (!path || !out_hex) return h3s_fail(H3S_ERR_INVALID, "file_sha256: NULL argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* without blocking, and only a regular file: a FIFO put in a file's place must not hang the hash */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return h3s_fail(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return h3s_fail(H3S_ERR_IO, "%s is not a regular file", path);
+    }
     enum { CHUNK = 1 << 20 };
     unsigned char *buf = h3s_malloc(CHUNK, 1);
     h3s_sha256_ctx *ctx = NULL;
