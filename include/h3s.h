@@ -118,7 +118,8 @@ H3S_API h3s_status h3s_sha256_end(h3s_sha256_ctx *ctx, char out_hex[65]);
  * regular file: a FIFO or device is refused without blocking). */
 H3S_API h3s_status h3s_file_sha256_hex(const char *path, char out_hex[65]);
 
-/* Number of OpenMP threads the library uses (0 = OpenMP default).  Results never depend on it. */
+/* Number of OpenMP threads the library uses (0 = OpenMP default, also after another count was set).  Results never
+ * depend on it. */
 H3S_API void h3s_set_num_threads(int n);
 H3S_API int h3s_get_num_threads(void);
 

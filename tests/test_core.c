@@ -165,7 +165,17 @@ static void test_convert_fast_paths(void) {
     h3s_tensor_free(&f32), h3s_tensor_free(&f32b), h3s_tensor_free(&bf), h3s_tensor_free(&bfb), h3s_tensor_free(&f64);
 }
 
+/* h3s_set_num_threads(0) goes back to OpenMP's own count, whatever was set before */
+static void test_threads_default(void) {
+    const int def = h3s_get_num_threads();
+    h3s_set_num_threads(def + 3);
+    CHECK(h3s_get_num_threads() == def + 3, "set: %d", h3s_get_num_threads());
+    h3s_set_num_threads(0);
+    CHECK(h3s_get_num_threads() == def, "0 restores the default %d: %d", def, h3s_get_num_threads());
+}
+
 int main(void) {
+    test_threads_default();
     test_bf16();
     test_convert_fast_paths();
     test_detmath();

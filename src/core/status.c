@@ -248,10 +248,13 @@ void *h3s_calloc(size_t count, size_t size) {
 }
 
 static int h3s_threads_requested = 0;
+static int h3s_threads_default = 0; /* OpenMP's own count, read before the library first sets one */
 
 void h3s_set_num_threads(int n) {
+    if (h3s_threads_default <= 0) h3s_threads_default = omp_get_max_threads();
     h3s_threads_requested = n > 0 ? n : 0;
-    if (n > 0) omp_set_num_threads(n);
+    /* 0 goes back to OpenMP's default (it kept the last count set before) */
+    omp_set_num_threads(n > 0 ? n : h3s_threads_default);
 }
 
 int h3s_get_num_threads(void) { return h3s_threads_requested > 0 ? h3s_threads_requested : omp_get_max_threads(); }
