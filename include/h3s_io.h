@@ -80,6 +80,11 @@ H3S_API h3s_status h3s_inputs_write(const char *path, const h3s_inputs *in, cons
 H3S_API h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs,
                                        const char *const *dirs, int ndirs);
 
+/* Read a whole small file (at most `limit` bytes, else H3S_ERR_FORMAT) as the library reads its JSON inputs: opened
+ * without blocking, and only a regular file (a FIFO or a device is refused at once, H3S_ERR_IO); the buffer is sized
+ * by the file.  *out is NUL-terminated (*len bytes before the NUL), the caller's (h3s_free); untouched on failure. */
+H3S_API h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, size_t *len);
+
 /* Write len bytes to path atomically (temporary file, fsync, rename). */
 H3S_API h3s_status h3s_io_write_file_atomic(const char *path, const void *data, size_t len);
 

@@ -6,7 +6,6 @@
  * rename): a failed command leaves no partial output behind.  Progress lines go to standard
  * error only (progress.h); results go to standard output. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +14,6 @@
 #include <fnmatch.h>
 #include <math.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -1639,62 +1637,6 @@ static int cmd_replay(int argc, char **argv) {
 /* Largest report plot reads. */
 #define REPORT_LIMIT_BYTES ((size_t)1 << 30)
 
-/* A whole (small) file into memory, as the library reads its inputs (docs/RELIABILITY.md): opened without
- * blocking, and refused at once unless it is a regular file (a FIFO would wait for a writer, a device such as
- * /dev/zero never ends); the buffer is sized by the file, and a file over the limit is refused. */
-static h3s_status read_small_file(const char *path, char **text, size_t *len) {
-    const size_t limit = REPORT_LIMIT_BYTES;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return h3s_set_error(H3S_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        h3s_status st = h3s_set_error(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-        close(fd);
-        return st;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return h3s_set_error(H3S_ERR_IO, "%s is not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > (uint64_t)limit) {
-        close(fd);
-        return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
-    }
-    /* sized by the file; grown (up to the limit and one byte more) if the file grows while it is read */
-    size_t cap = (size_t)sb.st_size + 1, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf && n <= limit) {
-        if (n == cap) {
-            size_t grown = cap <= limit / 2 ? cap * 2 : limit + 1;
-            char *bigger = realloc(buf, grown + 1);
-            if (!bigger) free(buf);
-            buf = bigger;
-            cap = grown;
-            if (!buf) break;
-        }
-        ssize_t got = read(fd, buf + n, cap - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            h3s_status st = h3s_set_error(H3S_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-            free(buf);
-            close(fd);
-            return st;
-        }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    close(fd);
-    if (!buf) return h3s_set_error(H3S_ERR_NOMEM, "out of memory reading %s", path);
-    if (n > limit) {
-        free(buf);
-        return h3s_set_error(H3S_ERR_FORMAT, "%s: a report larger than 1 GiB", path);
-    }
-    buf[n] = '\0';
-    *text = buf;
-    *len = n;
-    return H3S_OK;
-}
-
 static int cmd_plot(int argc, char **argv) {
     opt o[] = {{"--report", "REPORT.json", 1, "a replay or trajectory report (also the first argument)", NULL},
                {"--out", "FIG.png", 1, "figure to write: .png, .svg or .pdf", NULL}};
@@ -1723,12 +1665,12 @@ static int cmd_plot(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     cJSON *doc = NULL;
-    h3s_status st = read_small_file(report, &text, &len);
+    h3s_status st = h3s_io_read_small_file(report, REPORT_LIMIT_BYTES, &text, &len);
     /* strict JSON, as the library reads every JSON file; then cJSON sees exactly what was checked */
     if (st == H3S_OK) st = h3s_json_check(text, len, report);
     if (st == H3S_OK && !(doc = cJSON_ParseWithLength(text, len)))
         st = h3s_set_error(H3S_ERR_NOMEM, "%s: out of memory reading the report", report);
-    free(text);
+    h3s_free(text);
     const char *kind = NULL;
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "drawing %s", out);

@@ -45,9 +45,7 @@ void h3s_st_writer_abort(h3s_st_writer *w); /* NULL is fine */
 /* h3s_io_check_output (the checks an output path passes before a command computes anything) is public
  * (include/h3s_io.h). */
 
-/* Read a whole small file (at most `limit` bytes, else H3S_ERR_FORMAT); only a regular file is read (a FIFO or
- * device is refused without blocking).  *out is NUL-terminated and malloc'd. */
-h3s_status h3s_io_read_small_file(const char *path, size_t limit, char **out, size_t *len);
+/* h3s_io_read_small_file (a whole small file into memory) is public: include/h3s_io.h. */
 
 /* Shared helpers for the io layer's other atomic writers (modeldir: config.json, manifests). */
 /* Create a new empty file next to `path` (".<base>.tmp-<pid>-<n>", of the base name at most its first
