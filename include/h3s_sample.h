@@ -21,6 +21,11 @@ extern "C" {
 /* sigmas = unique_consecutive(s*b / (1 + (s-1)*b)) in F32 with b = linspace(1, 0, n) in F32 (n grid points incl.
  * the terminal 0); the count is returned.  sigmas_out has room for n.  n >= 2, shift > 0 and finite. */
 H3S_API h3s_status h3s_schedule_sigmas(int64_t n, float shift, float *sigmas_out, int64_t *count_out);
+/* A schedule a trajectory can run: h3s_schedule_sigmas(steps + 1, shift) succeeds (steps >= 1) and no sigma rounds
+ * above 1, which would be a negative timestep.  A shift below 0.5 can round so at the first point (1 + (shift - 1)
+ * is not shift in float); from 0.5 up the first sigma is exactly 1.  The error names the sigma and its value.
+ * h3s_trajectory makes this check on both shifts before any work. */
+H3S_API h3s_status h3s_schedule_check(int64_t steps, float shift);
 /* timesteps[i] = 1 - sigmas[i] (F32) for i < count - 1 (t = 1 is clean). */
 H3S_API h3s_status h3s_schedule_timesteps(const float *sigmas, int64_t count, float *timesteps_out);
 /* One Euler step on F32 rows: x0 = x + (1 - t) * v; r = sigma_next / sigma; x_next = r*x + (1 - r)*x0, all F32 in

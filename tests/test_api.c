@@ -600,6 +600,15 @@ int main(void) {
     CHECK_OK(h3s_schedule_timesteps(sig, count, ts));
     CHECK(ts[0] == 0.0f && ts[1] == 1.0f - sig[1], "timesteps = 1 - sigmas");
     CHECK_FAILS(H3S_ERR_INVALID, h3s_schedule_sigmas(1, H3S_VIDEO_SHIFT, sig, &count));
+    /* a schedule a trajectory can run: the pipeline's shifts pass; 0.001 rounds sigma 0 to 1.00001287 (float: 1 +
+     * (0.001 - 1) is not 0.001), a negative timestep, and is refused naming the sigma */
+    CHECK_OK(h3s_schedule_check(2, H3S_VIDEO_SHIFT));
+    CHECK_OK(h3s_schedule_check(48, H3S_AUDIO_SHIFT));
+    CHECK_OK(h3s_schedule_check(2, 0.5f));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_schedule_check(2, 0.001f));
+    CHECK(message_names("rounds sigma 0 to 1.00001287, above 1", NULL, NULL), "schedule_check: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_schedule_check(0, H3S_VIDEO_SHIFT));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_schedule_check(2, 0.0f));
     float x[2] = {1.0f, -2.0f}, v[2] = {0.5f, 0.25f}, xn[2];
     h3s_euler_step(x, v, 2, ts[1], sig[1], sig[2], xn);
     CHECK(xn[0] != x[0] && xn[1] != x[1], "an Euler step moves the latents");
@@ -652,6 +661,13 @@ int main(void) {
         CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
         CHECK(json == NULL, "no report on failure");
         o.backend = H3S_BACKEND_CPU;
+
+        /* a shift whose schedule rounds a sigma above 1 is refused before any work, naming the modality */
+        o.shift_audio = 0.001f;
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_trajectory(w, &o, &json, &tot));
+        CHECK(json == NULL && message_names("trajectory: audio shift 0.001: with 1 steps", "above 1", NULL),
+              "trajectory: %s", h3s_last_error());
+        o.shift_audio = 0.0f;
 
         /* the user's request and batch file are validated against the model before any work: float tensors of
          * another width were copied into the lanes' tensors (a heap overflow) */

@@ -1270,26 +1270,11 @@ static void progress_passes(void *ctx, const char *line) {
     pc->done++;
 }
 
-/* A shift whose sigma schedule (steps + 1 points, in float as the scheduler computes it) rounds a sigma above 1
- * would give a negative timestep, which the layout refuses once the run has started: refused here, before any work,
- * naming the shift.  A shift below 0.5 can round so at the first point (1 + (shift - 1) is not shift); from 0.5 up
- * the first sigma is exactly 1. */
+/* A shift whose sigma schedule rounds a sigma above 1 (h3s_schedule_check) is refused here, before the weights
+ * load, naming the option as typed; the library refuses it too, before any work. */
 static int check_schedule(const char *name, const char *typed, float shift, int64_t steps) {
-    float *sig = malloc((size_t)(steps + 1) * sizeof *sig);
-    if (!sig) return fail_line("%s: out of memory for %lld sigmas", name, (long long)(steps + 1)), -1;
-    int64_t count = 0;
-    h3s_status st = h3s_schedule_sigmas(steps + 1, shift, sig, &count);
-    int64_t above = -1;
-    for (int64_t i = 0; st == H3S_OK && i < count && above < 0; i++)
-        if (!(sig[i] <= 1.0f)) above = i;
-    double bad = above >= 0 ? (double)sig[above] : 0;
-    free(sig);
-    if (st != H3S_OK) return fail_line("%s %s: %s", name, typed, h3s_last_error()), -1;
-    if (above < 0) return 0;
-    return fail_line("%s %s: with %lld steps its sigma schedule rounds sigma %lld to %.9g, above 1 (a negative "
-                     "timestep); a shift of 0.5 or more starts at exactly 1",
-                     name, typed, (long long)steps, (long long)above, bad),
-           -1;
+    if (h3s_schedule_check(steps, shift) == H3S_OK) return 0;
+    return fail_line("%s %s: %s", name, typed, h3s_last_error()), -1;
 }
 
 /* Most requests one trajectory samples (docs/cli.md). */

@@ -53,6 +53,28 @@ h3s_status h3s_schedule_sigmas(int64_t n, float shift, float *sigmas_out, int64_
     return H3S_OK;
 }
 
+h3s_status h3s_schedule_check(int64_t steps, float shift) {
+    if (steps < 1) return h3s_fail(H3S_ERR_INVALID, "schedule_check: %lld steps, need at least 1", (long long)steps);
+    if (steps >= ((int64_t)1 << 24))
+        return h3s_fail(H3S_ERR_INVALID, "schedule_check: %lld steps exceeds 2^24 - 1 (float32 indices)",
+                        (long long)steps);
+    float *sig = h3s_malloc((size_t)(steps + 1), sizeof(float));
+    if (!sig) return H3S_ERR_NOMEM;
+    int64_t count = 0;
+    h3s_status st = h3s_schedule_sigmas(steps + 1, shift, sig, &count);
+    int64_t above = -1;
+    for (int64_t i = 0; st == H3S_OK && i < count && above < 0; i++)
+        if (!(sig[i] <= 1.0f)) above = i;
+    double bad = above >= 0 ? (double)sig[above] : 0;
+    free(sig);
+    if (st != H3S_OK) return st;
+    if (above < 0) return H3S_OK;
+    return h3s_fail(H3S_ERR_INVALID,
+                    "with %lld steps its sigma schedule rounds sigma %lld to %.9g, above 1 (a negative timestep); a "
+                    "shift of 0.5 or more starts at exactly 1",
+                    (long long)steps, (long long)above, bad);
+}
+
 h3s_status h3s_schedule_timesteps(const float *sigmas, int64_t count, float *timesteps_out) {
     if (!sigmas) return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: sigmas is NULL");
     if (!timesteps_out) return h3s_fail(H3S_ERR_INVALID, "schedule_timesteps: timesteps_out is NULL");

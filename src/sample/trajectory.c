@@ -264,7 +264,12 @@ h3s_status h3s_trajectory_run(const h3s_weights *w, const h3s_trajectory_opts *o
     }
     if (o->shift_video < 0 || o->shift_audio < 0 || !(o->shift_video < 1e6f) || !(o->shift_audio < 1e6f))
         return h3s_fail(H3S_ERR_INVALID, "trajectory: shifts must be positive (0 = the pipeline's)");
-    float shift_v = o->shift_video > 0 ? o->shift_video : 12.0f, shift_a = o->shift_audio > 0 ? o->shift_audio : 3.0f;
+    float shift_v = o->shift_video > 0 ? o->shift_video : H3S_VIDEO_SHIFT;
+    float shift_a = o->shift_audio > 0 ? o->shift_audio : H3S_AUDIO_SHIFT;
+    h3s_status sst = h3s_schedule_check(o->steps, shift_v);
+    if (sst != H3S_OK) return h3s_fail_context(sst, "trajectory: video shift %g", (double)shift_v);
+    sst = h3s_schedule_check(o->steps, shift_a);
+    if (sst != H3S_OK) return h3s_fail_context(sst, "trajectory: audio shift %g", (double)shift_a);
     h3s_layout lay;
     if (o->request)
         H3S_TRY(h3s_layout_from_inputs(o->request, o->condition_rows, &lay));
