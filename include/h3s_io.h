@@ -88,6 +88,17 @@ H3S_API h3s_status h3s_io_read_small_file(const char *path, size_t limit, char *
 /* Write len bytes to path atomically (temporary file, fsync, rename). */
 H3S_API h3s_status h3s_io_write_file_atomic(const char *path, const void *data, size_t len);
 
+/* The same atomic write for a caller that writes the file itself through a descriptor (a stream, a library that
+ * takes a FILE *).  h3s_io_temp_open creates a new empty file next to path (".<base>.tmp-<pid>-<n>", made
+ * exclusively, of the base name at most its first 100 bytes), open for reading and writing in *fd; *tmp is its name.
+ * It fails, creating nothing, when the path names no file or something other than a regular file is at it.
+ * Then exactly one of: h3s_io_temp_commit (fsync, close, the same check of what is at path, rename onto path, fsync
+ * of the directory; on any failure the temporary file is removed and path is untouched) or h3s_io_temp_discard
+ * (close and remove).  Both free *tmp and close fd. */
+H3S_API h3s_status h3s_io_temp_open(const char *path, int *fd, char **tmp);
+H3S_API h3s_status h3s_io_temp_commit(int fd, char *tmp, const char *path);
+H3S_API void h3s_io_temp_discard(int fd, char *tmp);
+
 /* Check that text[0..len) is strict JSON (RFC 8259), as every JSON file the library reads must be: exactly one value
  * with nothing but JSON whitespace around it, no control byte or NUL in a string, valid UTF-8, numbers in the JSON
  * grammar, no object naming a member twice.  Failure: H3S_ERR_FORMAT, "<what>: <problem>" naming the byte offset

@@ -734,6 +734,48 @@ int main(void) {
         CHECK(!strcmp(whole, of_file), "sha256 of the file %s, of the bytes %s", of_file, whole);
         CHECK_FAILS(H3S_ERR_INVALID, h3s_io_write_file_atomic(dir, text, 1)); /* a directory is never replaced */
 
+        /* the same atomic write through a descriptor: the file reads back before the commit, the output keeps its old
+         * bytes until the rename, a discard leaves nothing, and a directory put at the path meanwhile is kept */
+        {
+            char dpath[700], dtmp_copy[700];
+            snprintf(dpath, sizeof dpath, "%s/through_fd.txt", dir);
+            CHECK_OK(h3s_io_write_file_atomic(dpath, "old", 3));
+            int fd = -1;
+            char *tmp = NULL;
+            CHECK_OK(h3s_io_temp_open(dpath, &fd, &tmp));
+            char back[4] = "";
+            CHECK(fd >= 0 && tmp && write(fd, "new", 3) == 3 && pread(fd, back, 3, 0) == 3 && !memcmp(back, "new", 3),
+                  "temp_open: a file open for reading and writing");
+            CHECK(tmp && strstr(tmp, "/.through_fd.txt.tmp-"), "temporary name %s", tmp ? tmp : "(null)");
+            char *got = NULL;
+            size_t got_len = 0;
+            CHECK_OK(h3s_io_read_small_file(dpath, 16, &got, &got_len));
+            CHECK(got && got_len == 3 && !memcmp(got, "old", 3), "the output is untouched before the commit");
+            h3s_free(got);
+            got = NULL;
+            CHECK_OK(h3s_io_temp_commit(fd, tmp, dpath));
+            CHECK_OK(h3s_io_read_small_file(dpath, 16, &got, &got_len));
+            CHECK(got && got_len == 3 && !memcmp(got, "new", 3), "the commit renames the file onto the output");
+            h3s_free(got);
+            CHECK_OK(h3s_io_temp_open(dpath, &fd, &tmp));
+            snprintf(dtmp_copy, sizeof dtmp_copy, "%s", tmp);
+            h3s_io_temp_discard(fd, tmp);
+            CHECK(access(dtmp_copy, F_OK) != 0, "a discarded temporary file is removed");
+            char dsub[700];
+            snprintf(dsub, sizeof dsub, "%s/then_a_dir", dir);
+            CHECK_OK(h3s_io_temp_open(dsub, &fd, &tmp));
+            snprintf(dtmp_copy, sizeof dtmp_copy, "%s", tmp);
+            CHECK(mkdir(dsub, 0700) == 0, "mkdir %s", dsub);
+            CHECK_FAILS(H3S_ERR_INVALID, h3s_io_temp_commit(fd, tmp, dsub));
+            struct stat dsb;
+            CHECK(stat(dsub, &dsb) == 0 && S_ISDIR(dsb.st_mode) && access(dtmp_copy, F_OK) != 0,
+                  "a failed commit keeps what is at the path and removes the temporary file");
+            rmdir(dsub);
+            CHECK_FAILS(H3S_ERR_INVALID, h3s_io_temp_open(dir, &fd, &tmp)); /* a directory is never replaced */
+            CHECK_FAILS(H3S_ERR_INVALID, h3s_io_temp_open(NULL, &fd, &tmp));
+            unlink(dpath);
+        }
+
         /* output checks: an input is never an output, nothing is written inside a model directory */
         const char *ins[2] = {NULL, path}, *dirs[1] = {model_dir};
         char in_model[600], fresh[600];

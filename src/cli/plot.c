@@ -11,7 +11,6 @@
 #include "plot.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,60 +30,6 @@ static char g_plplot_error[512];
 static int plplot_exit_handler(PLCHAR_VECTOR msg) {
     snprintf(g_plplot_error, sizeof g_plplot_error, "%s", msg ? msg : "PLplot error");
     return 0;
-}
-
-/* Bytes of the output's name kept in its temporary name (the rest is cut at a UTF-8 boundary), so that the
- * temporary name stays within a file system's 255-byte limit however long the output's name is. */
-#define TEMP_BASE_MAX 100
-
-/* A new empty file next to `path` (".<base>.tmp-<pid>-<n>", created exclusively), open for reading and writing in *fd.
- * PLplot never sees its name (the figure goes through a stream on *fd, see figure_sink), so a '%' in the name or the
- * directory means nothing to it.  The output itself was checked before (h3s_io_check_output).  *tmp is malloc'd. */
-static h3s_status create_temp(const char *path, int *fd_out, char **tmp) {
-    static unsigned long counter;
-    const char *slash = strrchr(path, '/');
-    size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-    const char *base = path + dir_len;
-    size_t base_len = strlen(base);
-    if (base_len > TEMP_BASE_MAX) {
-        base_len = TEMP_BASE_MAX;
-        while (base_len > 0 && ((unsigned char)base[base_len] & 0xC0) == 0x80) /* not inside a UTF-8 sequence */
-            base_len--;
-    }
-    size_t cap = dir_len + base_len + 64;
-    char *name = malloc(cap);
-    if (!name) return h3s_set_error(H3S_ERR_NOMEM, "out of memory");
-    for (int attempt = 0; attempt < 1000; attempt++) {
-        snprintf(name, cap, "%.*s.%.*s.tmp-%ld-%lu", (int)dir_len, path, (int)base_len, base, (long)getpid(),
-                 counter++);
-        int fd = open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd >= 0) {
-            *fd_out = fd;
-            *tmp = name;
-            return H3S_OK;
-        }
-        if (errno != EEXIST) {
-            h3s_status st =
-                h3s_set_error(H3S_ERR_IO, "cannot create a temporary file for %s: %s", path, strerror(errno));
-            free(name);
-            return st;
-        }
-    }
-    free(name);
-    return h3s_set_error(H3S_ERR_IO, "cannot create a temporary file for %s: every name is taken", path);
-}
-
-/* fsync the directory holding `path`, for the rename's durability (best effort: some file systems refuse it). */
-static void sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
 }
 
 /* The stream PLplot writes the figure to (plsfile): every write goes to the temporary file's descriptor, and the
@@ -399,14 +344,14 @@ h3s_status plot_report(const cJSON *doc, const char *report, const char *out, co
 #ifdef H3S_HAVE_PLPLOT
     char *tmp = NULL;
     figure_sink sink = {-1, 0, 0};
-    h3s_status made = create_temp(out, &sink.fd, &tmp);
+    /* PLplot never sees the temporary file's name (the figure goes through a stream on its descriptor), so a '%' in
+     * the name or the directory means nothing to it */
+    h3s_status made = h3s_io_temp_open(out, &sink.fd, &tmp);
     if (made != H3S_OK) return made;
     cookie_io_functions_t io = {NULL, sink_write, NULL, sink_close};
     FILE *stream = fopencookie(&sink, "w", io);
     if (!stream) {
-        close(sink.fd);
-        unlink(tmp);
-        free(tmp);
+        h3s_io_temp_discard(sink.fd, tmp);
         return h3s_set_error(H3S_ERR_NOMEM, "out of memory opening the figure's stream");
     }
     g_plplot_error[0] = 0;
@@ -418,30 +363,25 @@ h3s_status plot_report(const cJSON *doc, const char *report, const char *out, co
     if (st == H3S_OK && sink.write_errno)
         st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: %s; nothing replaced", out,
                            strerror(sink.write_errno));
-    /* the figure must be whole on the disk before it takes the output's name */
+    /* the figure must be whole before it takes the output's name */
     struct stat sb;
     memset(&sb, 0, sizeof sb);
     const char *incomplete = NULL;
-    if (st == H3S_OK && fsync(sink.fd) != 0)
-        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: fsync: %s; nothing replaced", out, strerror(errno));
     if (st == H3S_OK && fstat(sink.fd, &sb) != 0)
         st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: fstat: %s; nothing replaced", out, strerror(errno));
     if (st == H3S_OK && (incomplete = figure_incomplete(sink.fd, sb.st_size, device_for(out))) != NULL)
         st = h3s_set_error(H3S_ERR_IO, "the figure written for %s is incomplete (%s); nothing replaced", out,
                            incomplete);
-    if (close(sink.fd) != 0 && st == H3S_OK)
-        st = h3s_set_error(H3S_ERR_IO, "cannot write the figure %s: close: %s; nothing replaced", out, strerror(errno));
-    /* what is at the output now is checked again just before the rename (only a regular file is replaced) */
+    /* the output is checked again before the rename: nothing put there meanwhile (only a regular file is replaced,
+     * never the report) */
     const char *inputs[1] = {report};
     if (st == H3S_OK) st = h3s_io_check_output(out, inputs, 1, NULL, 0);
-    if (st == H3S_OK && rename(tmp, out) != 0)
-        st = h3s_set_error(H3S_ERR_IO, "cannot rename the figure to %s: %s", out, strerror(errno));
-    if (st == H3S_OK)
-        sync_parent_dir(out);
-    else
-        unlink(tmp);
-    free(tmp);
-    return st;
+    if (st != H3S_OK) {
+        h3s_io_temp_discard(sink.fd, tmp);
+        return st;
+    }
+    /* fsync, close, rename, fsync of the directory; the temporary file removed on failure */
+    return h3s_io_temp_commit(sink.fd, tmp, out);
 #else
     (void)out;
     return h3s_set_error(H3S_ERR_UNSUPPORTED,

@@ -717,7 +717,7 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
         unsigned long long n = (unsigned long long)atomic_fetch_add(&counter, 1);
         snprintf(tmp, cap, "%.*s.%.*s.tmp-%ld-%llu", (int)dir_len, path, h3s_io_temp_base_len(base), base,
                  (long)getpid(), n);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
             *fd_out = fd;
             *tmp_out = tmp;
@@ -766,6 +766,25 @@ static h3s_status finish_temp(int fd, char *tmp, const char *path) {
     return st;
 }
 
+h3s_status h3s_io_temp_open(const char *path, int *fd, char **tmp) {
+    if (!path || !fd || !tmp) return h3s_fail(H3S_ERR_INVALID, "temp_open: NULL argument");
+    return h3s_io_create_temp(path, fd, tmp);
+}
+
+h3s_status h3s_io_temp_commit(int fd, char *tmp, const char *path) {
+    if (!tmp || !path) {
+        h3s_io_temp_discard(fd, tmp);
+        return h3s_fail(H3S_ERR_INVALID, "temp_commit: NULL argument");
+    }
+    return finish_temp(fd, tmp, path);
+}
+
+void h3s_io_temp_discard(int fd, char *tmp) {
+    if (fd >= 0) close(fd);
+    if (tmp) unlink(tmp);
+    free(tmp);
+}
+
 h3s_status h3s_io_write_file_atomic(const char *path, const void *data, size_t len) {
     if (!path || (!data && len)) return h3s_fail(H3S_ERR_INVALID, "write_file: NULL argument");
     int fd;
@@ -773,9 +792,7 @@ h3s_status h3s_io_write_file_atomic(const char *path, const void *data, size_t l
     H3S_TRY(h3s_io_create_temp(path, &fd, &tmp));
     h3s_status st = write_all(fd, data, len, path);
     if (st != H3S_OK) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
+        h3s_io_temp_discard(fd, tmp);
         return st;
     }
     return finish_temp(fd, tmp, path);
