@@ -724,6 +724,9 @@ def test_seeded_inputs_and_trajectory_refuse_wrapping_integers(model, work):
                     (dict(batch=2**64 + 3), ValueError), (dict(condition_rows=-1), ValueError)):
         with pytest.raises(exc, match=next(iter(kw))):
             trajectory(work / "m", **kw)
+    # a shift whose float sigma schedule rounds sigma 0 above 1 (a negative timestep) is refused before any work
+    with pytest.raises(H3StrictError, match="audio shift 0.001: with 1 steps .* above 1"):
+        trajectory(work / "m", seeds=(11,), steps=1, batch=2, with_grad=False, shift_audio=0.001)
 
 
 def test_refused_backward_keeps_the_last_gradients(work):
