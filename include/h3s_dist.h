@@ -46,7 +46,8 @@ H3S_API h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv
  * names that rank.  A communication failure is H3S_ERR_DEVICE. */
 H3S_API h3s_status h3s_comm_agree(h3s_comm *c, h3s_status local, int *failed_rank);
 /* End every rank of the communicator now with exit code `code` (MPI_Abort): for a failure inside a collective
- * pass, after which the other ranks could wait forever. */
+ * pass, after which the other ranks could wait forever.  An NCCL communicator is aborted (ncclCommAbort) and this
+ * process exits with `code`; under mpirun, a rank that exits without finalising MPI makes mpirun end the others. */
 H3S_API void h3s_comm_abort(h3s_comm *c, int code);
 
 /* Run the model's passes over `comm` as sp sequence-parallel ranks x tp tensor-parallel ranks (sp * tp must equal
@@ -55,12 +56,22 @@ H3S_API void h3s_comm_abort(h3s_comm *c, int code);
  * columns of its tensor slice (it copies its slices of the block weights here), and every rank returns the same,
  * complete outputs and gradients, byte-identical to the model without a communicator.  Strict CPU models only;
  * tp may not exceed the heads or the hidden, FFN or time-embedding width.
- * comm == NULL returns the model to single-process execution.  The communicator must outlive its use. */
+ * comm == NULL returns the model to single-process execution.  The communicator must outlive its use.  A collective
+ * call: its local steps are agreed (h3s_comm_agree) before each exchange, so a rank that fails alone makes every
+ * rank fail with its message.  A tape made before a change of the set-up is refused by h3s_model_backward (run the
+ * forward again). */
 H3S_API h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp);
+
+/* Whether a model of config c can run on sp x tp ranks: tp at most the heads and the hidden, FFN and
+ * time-embedding widths, and, when packed_rows > 0, at least sp packed rows (B * S) in a pass to cut into sp
+ * non-empty slices.  H3S_ERR_INVALID (tp) or H3S_ERR_SHAPE (rows) naming the limit.  A caller checks it, agreed,
+ * before a pass whose failure would otherwise come from inside the collective pass. */
+H3S_API h3s_status h3s_parallel_check(const h3s_config *c, int sp, int tp, int64_t packed_rows);
 
 /* The same for every strict CPU model created from now on in this process (h3s_model_create, h3s_model_load, and
  * the models that h3s_trajectory and the replay create), as the thread count is process-wide.  Models of other
- * backends run whole on every rank.  comm == NULL ends it. */
+ * backends run whole on every rank.  comm == NULL ends it.  Creating a strict CPU model is then collective: every
+ * rank's status is agreed before the set-up, so one rank's failure (a bad path, memory) is every rank's. */
 H3S_API h3s_status h3s_set_parallel(h3s_comm *comm, int sp, int tp);
 
 #ifdef __cplusplus

@@ -19,7 +19,8 @@ command -v python3 >/dev/null || { echo "SKIP: python3 is needed to compare the 
 export H3S_PROGRESS_AFTER=600 OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # under the sanitizers: ASan's checks stay, LeakSanitizer cannot attribute Open MPI's unloaded components (test_sp)
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-mpi() { "$MPIEXEC" --oversubscribe "$@"; }
+# a bound on every run: a rank left waiting in a collective fails the test instead of hanging it
+mpi() { timeout 300 "$MPIEXEC" --oversubscribe "$@"; }
 
 # tensors of two safetensors files (metadata aside), or two JSON reports less command and provenance
 cat >"$dir/same.py" <<'PY'
@@ -105,6 +106,12 @@ if [ "$(cat rc.1)" = 3 ] && [ "$(cat rc.0)" = 3 ]; then ok; else bad "a bad inpu
 fail_case "bad file on rank 0" '^h3strict forward: rank 0: bad.safetensors: ' bad.safetensors in.safetensors --sp 2
 fail_case "other inputs on rank 1" "^h3strict forward: rank 1: inputs file differs from rank 0's" in.safetensors \
     other.safetensors --sp 2
+# under --tp the model's set-up is collective (its weight slices go all-to-all): a rank whose file is bad must not
+# leave the other waiting there
+fail_case "bad file on rank 1, --tp 2" '^h3strict forward: rank 1: bad.safetensors: .*' in.safetensors bad.safetensors \
+    --tp 2
+fail_case "bad file on rank 0, --sp 2 --tp 1 x 2 ranks" '^h3strict forward: rank 0: bad.safetensors: ' bad.safetensors \
+    in.safetensors --tp 2
 fail_case "world of 2, --sp 3" '^h3strict forward: mpirun started 2 ranks but --sp 3 x --tp 1 = 3' in.safetensors \
     in.safetensors --sp 3
 
@@ -115,6 +122,36 @@ rc=$?
 if [ $rc -eq 2 ] && [ "$(grep -c '^h3strict' err.txt)" -eq 1 ] && grep -q 'tp 4 exceeds the heads (3)' err.txt; then ok
 else bad "--tp 4 on 3 heads exited $rc: $(cat err.txt)"; fi
 [ -e o.safetensors ] && bad "--tp 4 on 3 heads wrote an output"
+# more ranks than packed rows: refused on every rank before the pass (exit 3), one line, no output
+"$CLI" inputs --model tiny --seed 7 --text 1 --frames 1 --latent-height 2 --latent-width 2 --audio-latents 1 \
+    --out small.safetensors >/dev/null || exit 1
+rm -f o.safetensors
+mpi -np 5 "$CLI" forward --model tiny --inputs small.safetensors --out o.safetensors --sp 5 --quiet >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 3 ] && [ "$(grep -c '^h3strict' err.txt)" -eq 1 ] && grep -q '4 packed rows cannot be cut into 5' err.txt; then
+    ok
+else bad "--sp 5 on 4 rows exited $rc: $(cat err.txt)"; fi
+[ -e o.safetensors ] && bad "--sp 5 on 4 rows wrote an output"
+# the same for the passes a trajectory runs (tensor parallel over 4 ranks, 3 heads): one line, exit 2
+mpi -np 4 "$CLI" trajectory --model tiny --seeds 11 --steps 1 --batch 2 --no-grad --tp 4 --out t.json --quiet \
+    >out.txt 2>err.txt
+rc=$?
+if [ $rc -eq 2 ] && [ "$(grep -c '^h3strict' err.txt)" -eq 1 ] && grep -q 'tp 4 exceeds the heads (3)' err.txt; then ok
+else bad "trajectory --tp 4 on 3 heads exited $rc: $(cat err.txt)"; fi
+[ -e t.json ] && bad "trajectory --tp 4 on 3 heads wrote a report"
+
+# the memory guard is judged on each rank (its own memory) and agreed: a rank that refuses makes every rank refuse,
+# one line, exit 2, instead of leaving the others waiting
+rm -f rc.* g.safetensors
+mpi -np 1 sh -c '"$@"; echo $? > rc.$OMPI_COMM_WORLD_RANK' sh "$CLI" grad --model tiny --inputs in.safetensors \
+    --cotangent ct_in.safetensors --out g.safetensors --sp 2 --quiet : -np 1 sh -c \
+    'H3S_MEMORY_LIMIT=1000 "$@"; echo $? > rc.$OMPI_COMM_WORLD_RANK' sh "$CLI" grad --model tiny \
+    --inputs in.safetensors --cotangent ct_in.safetensors --out g.safetensors --sp 2 --quiet >out.txt 2>err.txt
+if [ "$(cat rc.0 2>/dev/null)" = 2 ] && [ "$(cat rc.1 2>/dev/null)" = 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] &&
+    grep -q '^h3strict grad: rank 1: this grad needs about .* more than the 1000 bytes of memory' err.txt; then ok
+else bad "memory refused on rank 1: exits $(cat rc.0 2>/dev/null)/$(cat rc.1 2>/dev/null): $(cat err.txt)"; fi
+[ -e g.safetensors ] && bad "the refused grad wrote an output"
+
 # a parallel run on the CUDA backend is refused (exit 4) before anything starts
 "$CLI" forward --model tiny --inputs in.safetensors --out o.safetensors --sp 2 --device cuda >out.txt 2>err.txt
 rc=$?

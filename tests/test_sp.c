@@ -220,7 +220,46 @@ static int worker(void) {
         CHECK(s.data == NULL && a.data == NULL, "a failed parallel forward returned outputs");
         CHECK_OK(h3s_model_set_sp_slices(m, bad, n - 1));
         CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward(m, &q.in, NULL, NULL, NULL, &s, &a));
+        CHECK_OK(h3s_model_set_sp_slices(m, NULL, 0));
+
+        /* a tape from before a change of the parallel set-up is refused (its plan pointed into the communicators
+         * the change freed: a use after free), even when the change sets the same cut again */
+        h3s_tape *tape = NULL;
+        CHECK_OK(h3s_model_forward(m, &q.in, NULL, NULL, &tape, &s, &a));
+        h3s_tensor ds, da;
+        CHECK_OK(h3s_cotangent_random(s.shape[0], s.shape[1], s.shape[2], a.shape[1], a.shape[2], 99, &ds, &da));
+        CHECK_OK(h3s_model_set_parallel(m, comm, n, 1));
+        h3s_grads gr;
+        memset(&gr, 0, sizeof gr);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(m, tape, &ds, &da, NULL, NULL, &gr));
+        CHECK(strstr(h3s_last_error(), "parallel setup changed"), "stale tape: %s", h3s_last_error());
+        CHECK_OK(h3s_model_set_parallel(m, NULL, 1, 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_model_backward(m, tape, &ds, &da, NULL, NULL, &gr));
+        h3s_tape_free(tape);
+        h3s_tensor_free(&ds);
+        h3s_tensor_free(&da);
+        h3s_tensor_free(&s);
+        h3s_tensor_free(&a);
         request_free(&q);
+    }
+
+    /* the cut's limits, checked before a pass (h3s_parallel_check) */
+    CHECK_OK(h3s_parallel_check(&tiny, n, 1, n));
+    CHECK_OK(h3s_parallel_check(&tiny, n, 1, 0));
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_parallel_check(&tiny, n + 1, 1, n));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_parallel_check(&tiny, 1, (int)tiny.num_attention_heads + 1, 100));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_parallel_check(NULL, 1, 1, 1));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_parallel_check(&tiny, 0, 1, 1));
+
+    /* NULL buffers with bytes to move are refused before MPI sees them (a segfault inside MPI before) */
+    {
+        size_t counts[4] = {8, 8, 8, 8}, displs[4] = {0, 8, 16, 24};
+        char buf[32];
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_allgatherv(comm, NULL, buf, counts, displs));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_allgatherv(comm, buf, NULL, counts, displs));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_alltoallv(comm, NULL, counts, displs, buf, counts, displs));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_alltoallv(comm, buf, counts, displs, NULL, counts, displs));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_comm_bcast(comm, NULL, 8, 0));
     }
     h3s_model_free(m);
     h3s_model_free(g);

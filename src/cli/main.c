@@ -564,7 +564,8 @@ static memory_estimate estimate_backward_memory(const h3s_config *c, int64_t bat
 
 /* Refused before anything runs when the host part exceeds the memory, unless --force: the activations (unless they
  * live on the device) and the parameter gradients; the FP64 golden keeps F64 activations (4x BF16), an F64 copy of
- * the weights and F64 gradients. */
+ * the weights and F64 gradients.  Each rank of a parallel run judges its own memory and the verdict is agreed (a
+ * refusal is every rank's, printed once).  Returns 0, or -1 after printing the refusal. */
 static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_backend_kind kind, int64_t batch,
                                  int64_t S, int64_t Nt, int golden, int force) {
     const h3s_config *c = h3s_weights_config(w);
@@ -576,14 +577,18 @@ static int backward_memory_guard(const char *what, const h3s_weights *w, h3s_bac
     double strict = (kind == H3S_BACKEND_CUDA ? 0 : e.activations) + e.params;
     double bytes = golden ? e.activations * 4 + params * 16 : strict;
     double mem = physical_memory_bytes();
-    if (force || mem <= 0 || bytes <= mem) return 0;
-    char need[32], have[32];
-    format_bytes(bytes, need, sizeof need);
-    format_bytes(mem, have, sizeof have);
-    return fail_line("%s needs about %s (activations kept for the backward and F32 parameter gradients), more than "
-                     "the %s of memory; nothing run (--force runs it anyway)",
-                     what, need, have),
-           -1;
+    h3s_status st = H3S_OK;
+    if (!force && mem > 0 && bytes > mem) {
+        char need[32], have[32];
+        format_bytes(bytes, need, sizeof need);
+        format_bytes(mem, have, sizeof have);
+        st = h3s_set_error(H3S_ERR_INVALID,
+                           "%s needs about %s (activations kept for the backward and F32 parameter gradients), more "
+                           "than the %s of memory; nothing run (--force runs it anyway)",
+                           what, need, have);
+    }
+    if (agree(st) == H3S_OK) return 0;
+    return fail_line("%s", h3s_last_error()), -1;
 }
 
 /* The host's peak resident set of this process so far (getrusage; Linux reports KiB), 0 when unknown. */
@@ -866,9 +871,23 @@ static h3s_status load_all(const char *model, const char *inputs, h3s_backend_ki
     if (st == H3S_OK) provenance_add_backend(&l->prov, kind);
     if (st == H3S_OK) st = provenance_add_model(&l->prov, model, h3s_weights_config(l->w));
     if (st == H3S_OK) st = provenance_add_file(&l->prov, "inputs_sha256", inputs);
-    if (st == H3S_OK) progress_stage(PHASE_RUN, "preparing the %s backend", h3s_backend_name(kind));
-    if (st == H3S_OK) st = h3s_model_create(l->w, kind, &l->model);
     return st;
+}
+
+/* After load_all, agreed: the same inputs on every rank, a cut the inputs allow (h3s_parallel_check: a pass refusing
+ * it would fail inside its collectives, on every rank at once), then the model, whose creation is collective in a
+ * parallel run (every rank's status agreed before the set-up). */
+static h3s_status prepare_model(loaded *l, const char *const *paths, const char *const *whats, int n,
+                                h3s_backend_kind kind) {
+    h3s_status st = same_inputs(l->w, paths, whats, n);
+    if (st != H3S_OK) return st;
+    /* from here a refusal is of the command line (the cut), not of the files */
+    progress_stage(PHASE_RUN, "preparing the %s backend", h3s_backend_name(kind));
+    if (g_comm)
+        st = agree(h3s_parallel_check(h3s_weights_config(l->w), g_sp, g_tp,
+                                      l->in.hidden_states.shape[0] * l->in.token_tags.shape[0]));
+    if (st != H3S_OK) return st;
+    return h3s_model_create(l->w, kind, &l->model);
 }
 
 static int cmd_forward(int argc, char **argv) {
@@ -892,7 +911,7 @@ static int cmd_forward(int argc, char **argv) {
     loaded l;
     h3s_status st = agree(load_all(model, inputs, kind, &l));
     const char *paths[1] = {inputs}, *whats[1] = {"inputs file"};
-    if (st == H3S_OK) st = same_inputs(l.w, paths, whats, 1);
+    if (st == H3S_OK) st = prepare_model(&l, paths, whats, 1, kind);
     h3s_tensor sample = {0}, audio = {0};
     if (st != H3S_OK) {
         loaded_free(&l);
@@ -1075,6 +1094,8 @@ static int cmd_grad(int argc, char **argv) {
     double want_elems = 0;
     memory_estimate est = {0, 0};
     h3s_status st = agree(load_all(model, inputs, kind, &l));
+    const char *paths[2] = {inputs, ct}, *whats[2] = {"inputs file", "cotangent file"};
+    if (st == H3S_OK) st = prepare_model(&l, paths, whats, 2, kind);
     if (st == H3S_OK && parse_param_grads(get(o, n, "--param-grads"), l.model, &want, &nwant, &want_elems)) {
         loaded_free(&l);
         return EXIT_USAGE;
@@ -1084,14 +1105,21 @@ static int cmd_grad(int argc, char **argv) {
                                        l.in.text_indices.shape[0], recompute == H3S_RECOMPUTE_BLOCKS,
                                        kind == H3S_BACKEND_CUDA, want_elems);
         double host = (kind == H3S_BACKEND_CUDA ? 0 : est.activations) + est.params, mem = physical_memory_bytes();
+        h3s_status guard = H3S_OK;
         if (get(o, n, "--force") == NULL && mem > 0 && host > mem) {
             char need_s[32], have[32];
             format_bytes(host, need_s, sizeof need_s);
             format_bytes(mem, have, sizeof have);
-            fail_line("this grad needs about %s (%s and F32 parameter gradients), more than the %s of memory; nothing "
-                      "run (--force runs it anyway%s)",
-                      need_s, recompute ? "block inputs, one block's activations" : "activations kept for the backward",
-                      have, recompute ? "" : "; --recompute blocks or --param-grads none need less");
+            guard = h3s_set_error(
+                H3S_ERR_INVALID,
+                "this grad needs about %s (%s and F32 parameter gradients), more than the %s of memory; nothing "
+                "run (--force runs it anyway%s)",
+                need_s, recompute ? "block inputs, one block's activations" : "activations kept for the backward", have,
+                recompute ? "" : "; --recompute blocks or --param-grads none need less");
+        }
+        /* each rank judges its own memory: a refusal is every rank's, printed once */
+        if (agree(guard) != H3S_OK) {
+            fail_line("%s", h3s_last_error());
             free(want);
             loaded_free(&l);
             return EXIT_USAGE;
@@ -1101,8 +1129,6 @@ static int cmd_grad(int argc, char **argv) {
     if (st == H3S_OK) progress_stage(PHASE_READ, "reading %s", ct);
     if (st == H3S_OK) st = agree(read_cotangent(ct, &l.in, inputs, &ctf, &ds, &da));
     if (st == H3S_OK) st = agree(provenance_add_file(&l.prov, "cotangent_sha256", ct));
-    const char *paths[2] = {inputs, ct}, *whats[2] = {"inputs file", "cotangent file"};
-    if (st == H3S_OK) st = same_inputs(l.w, paths, whats, 2);
     if (st == H3S_OK) add_parallel_provenance(&l.prov);
     h3s_tensor sample = {0}, audio = {0};
     h3s_tape *tape = NULL;
@@ -1425,18 +1451,30 @@ static int cmd_trajectory(int argc, char **argv) {
         return fail_status(st);
     }
     h3s_layout_opts seeded_layout = {6, 2, 4, 6, 4, 1, 0, 0};
+    int64_t S = 0, Nt = 0;
+    h3s_layout_rows lay;
+    if (req_path) {
+        S = req.token_tags.shape[0];
+        Nt = req.text_indices.shape[0];
+    } else if (h3s_layout_count(&seeded_layout, h3s_weights_config(w)->patch_size[1],
+                                h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
+        S = lay.rows;
+        Nt = lay.text;
+    }
+    /* the cut, before the passes (the rollout's pass has the fewest rows: one request, S) */
+    if (g_comm) {
+        progress_stage(PHASE_RUN, "checking the cut over --sp %d x --tp %d ranks", g_sp, g_tp);
+        st = agree(h3s_parallel_check(h3s_weights_config(w), g_sp, g_tp, S));
+    }
+    if (st != H3S_OK) {
+        free(seeds);
+        h3s_st_close(req_file);
+        h3s_st_close(batch_file);
+        h3s_weights_free(w);
+        return fail_status(st);
+    }
     if (get(o, n, "--no-grad") == NULL) {
         /* the training batch's backward is the peak */
-        int64_t S = 0, Nt = 0;
-        h3s_layout_rows lay;
-        if (req_path) {
-            S = req.token_tags.shape[0];
-            Nt = req.text_indices.shape[0];
-        } else if (h3s_layout_count(&seeded_layout, h3s_weights_config(w)->patch_size[1],
-                                    h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
-            S = lay.rows;
-            Nt = lay.text;
-        }
         if (backward_memory_guard("this trajectory", w, kind, batch, S, Nt, 0, get(o, n, "--force") != NULL)) {
             free(seeds);
             h3s_st_close(req_file);
@@ -1572,6 +1610,11 @@ static int cmd_replay(int argc, char **argv) {
     if (st == H3S_OK) st = same_inputs(w, paths, whats, 1);
     add_parallel_provenance(&prov);
     int with_golden = get(o, n, "--no-golden") == NULL;
+    /* the cut, before the passes (a request alone has the fewest rows, S) */
+    if (st == H3S_OK && g_comm) {
+        progress_stage(PHASE_RUN, "checking the cut over --sp %d x --tp %d ranks", g_sp, g_tp);
+        st = agree(h3s_parallel_check(h3s_weights_config(w), g_sp, g_tp, in.token_tags.shape[0]));
+    }
     if (st == H3S_OK && backward_memory_guard("this replay", w, kind, batch, in.token_tags.shape[0],
                                               in.text_indices.shape[0], with_golden, get(o, n, "--force") != NULL)) {
         h3s_st_close(f);

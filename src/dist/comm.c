@@ -25,6 +25,9 @@ void h3s_comm_free(h3s_comm *c) {
 h3s_status h3s_comm_allgatherv(h3s_comm *c, const void *send, void *recv, const size_t *counts, const size_t *displs) {
     H3S_TRY(usable(c, "allgatherv"));
     if (!counts || !displs) return h3s_fail(H3S_ERR_INVALID, "comm_allgatherv: NULL counts");
+    if (!send && counts[c->rank]) return h3s_fail(H3S_ERR_INVALID, "comm_allgatherv: NULL send buffer");
+    for (int r = 0; !recv && r < c->size; r++)
+        if (counts[r]) return h3s_fail(H3S_ERR_INVALID, "comm_allgatherv: NULL receive buffer");
     return c->ops->allgatherv(c, send, recv, counts, displs);
 }
 
@@ -32,24 +35,31 @@ h3s_status h3s_comm_alltoallv(h3s_comm *c, const void *send, const size_t *scoun
                               const size_t *rcounts, const size_t *rdispls) {
     H3S_TRY(usable(c, "alltoallv"));
     if (!scounts || !sdispls || !rcounts || !rdispls) return h3s_fail(H3S_ERR_INVALID, "comm_alltoallv: NULL counts");
+    for (int r = 0; r < c->size; r++)
+        if ((!send && scounts[r]) || (!recv && rcounts[r]))
+            return h3s_fail(H3S_ERR_INVALID, "comm_alltoallv: NULL %s buffer",
+                            !send && scounts[r] ? "send" : "receive");
     return c->ops->alltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls);
 }
 
 h3s_status h3s_comm_send(h3s_comm *c, const void *buf, size_t nbytes, int to) {
     H3S_TRY(usable(c, "send"));
     H3S_TRY(peer(c, to, "send"));
+    if (!buf && nbytes) return h3s_fail(H3S_ERR_INVALID, "comm_send: NULL buffer");
     return c->ops->send(c, buf, nbytes, to);
 }
 
 h3s_status h3s_comm_recv(h3s_comm *c, void *buf, size_t nbytes, int from) {
     H3S_TRY(usable(c, "recv"));
     H3S_TRY(peer(c, from, "recv"));
+    if (!buf && nbytes) return h3s_fail(H3S_ERR_INVALID, "comm_recv: NULL buffer");
     return c->ops->recv(c, buf, nbytes, from);
 }
 
 h3s_status h3s_comm_bcast(h3s_comm *c, void *buf, size_t nbytes, int root) {
     H3S_TRY(usable(c, "bcast"));
     H3S_TRY(peer(c, root, "bcast"));
+    if (!buf && nbytes) return h3s_fail(H3S_ERR_INVALID, "comm_bcast: NULL buffer");
     return c->ops->bcast(c, buf, nbytes, root);
 }
 

@@ -7,6 +7,8 @@
 
 #ifdef H3S_WITH_NCCL
 #include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_ops.h"
@@ -106,14 +108,22 @@ static h3s_status nccl_split(h3s_comm *c, int color, int key, h3s_comm **out) {
     return st;
 }
 
+/* NCCL's abort ends the communicator, not the process: the handle forgets it (h3s_comm_free must not destroy it
+ * again) and the process ends with `code`, as h3s_comm_abort promises.  Under mpirun a rank that exits without
+ * finalising MPI makes mpirun end the others. */
 static void nccl_abort(h3s_comm *c, int code) {
-    (void)code;
-    if (c->impl) ncclCommAbort(ncomm(c));
+    nccl_impl *impl = c->impl;
+    if (impl && impl->comm) {
+        ncclCommAbort(impl->comm);
+        impl->comm = NULL;
+    }
+    fflush(NULL);
+    exit(code);
 }
 
 static void nccl_release(h3s_comm *c) {
     nccl_impl *impl = c->impl;
-    if (impl) ncclCommDestroy(impl->comm);
+    if (impl && impl->comm) ncclCommDestroy(impl->comm);
     free(impl);
     c->impl = NULL;
 }

@@ -127,6 +127,7 @@ struct h3s_model {
     int own_spc, own_tpc;
     struct tp_geom *tpg; /* tensor parallel: this rank's ranges and weight slices (NULL when tp == 1) */
     int64_t *sp_sizes;   /* h3s_model_set_sp_slices: explicit slice sizes, or NULL for the even split */
+    uint64_t par_gen;    /* counts h3s_model_set_parallel's changes: a tape from before one is refused */
     int64_t sp_nsizes;
     h3s_recompute recompute; /* h3s_model_set_recompute: what the next forwards keep for their backward */
     int device_grads;        /* h3s_model_set_device_grads: parameter gradients handed over in device memory */
@@ -429,7 +430,8 @@ static h3s_status resolve_block_params(h3s_model *m) {
     return H3S_OK;
 }
 
-h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
+/* The model on this process (everything but the parallel set-up). */
+static h3s_status model_create_local(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
     if (!wts || !out) return h3s_fail(H3S_ERR_INVALID, "model_create: NULL argument");
     if (kind != H3S_BACKEND_CPU && kind != H3S_BACKEND_GOLDEN && kind != H3S_BACKEND_CUDA)
         return h3s_fail(H3S_ERR_INVALID, "model_create: unknown backend %d", (int)kind);
@@ -488,12 +490,22 @@ h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_m
         m->w[i].shape[0] = src->shape[0];
         if (src->ndim == 2) m->w[i].shape[1] = src->shape[1];
     }
+    *out = m;
+    return H3S_OK;
+}
+
+h3s_status h3s_model_create(const h3s_weights *wts, h3s_backend_kind kind, h3s_model **out) {
+    h3s_model *m = NULL;
+    h3s_status st = model_create_local(wts, kind, &m);
     if (g_default_comm && kind == H3S_BACKEND_CPU) {
-        st = h3s_model_set_parallel(m, g_default_comm, g_default_sp, g_default_tp);
-        if (st != H3S_OK) {
-            h3s_model_free(m);
-            return st;
-        }
+        /* the set-up is collective: every rank's model first, agreed, so that a rank failing alone (a bad path,
+         * memory) makes every rank fail with its message instead of leaving the others waiting in it */
+        st = h3s_comm_agree(g_default_comm, st, NULL);
+        if (st == H3S_OK) st = h3s_model_set_parallel(m, g_default_comm, g_default_sp, g_default_tp);
+    }
+    if (st != H3S_OK) {
+        h3s_model_free(m);
+        return st;
     }
     *out = m;
     return H3S_OK;
@@ -507,9 +519,13 @@ h3s_status h3s_model_load(const char *dir, h3s_backend_kind kind, unsigned flags
     /* before the files are read: a missing backend is the first thing to say */
     H3S_TRY(h3s_backend_check(kind));
     h3s_weights *w = NULL;
-    H3S_TRY(h3s_weights_load(dir, &w));
     h3s_model *m = NULL;
-    h3s_status st = h3s_model_create(w, kind, &m);
+    const int agreed = g_default_comm && kind == H3S_BACKEND_CPU; /* h3s_model_create is collective then */
+    h3s_status st = h3s_weights_load(dir, &w);
+    if (st == H3S_OK)
+        st = h3s_model_create(w, kind, &m);
+    else if (agreed)
+        st = h3s_comm_agree(g_default_comm, st, NULL); /* the create's first step on the other ranks */
     if (st != H3S_OK) {
         h3s_weights_free(w);
         return st;
@@ -525,9 +541,11 @@ h3s_status h3s_model_load(const char *dir, h3s_backend_kind kind, unsigned flags
             m->w[i] = copy;
         }
         h3s_weights_free(w);
+        if (st != H3S_OK) st = h3s_fail_context(st, "model_load: copying the weights");
+        if (agreed) st = h3s_comm_agree(g_default_comm, st, NULL); /* no rank goes on alone */
         if (st != H3S_OK) {
             h3s_model_free(m);
-            return h3s_fail_context(st, "model_load: copying the weights");
+            return st;
         }
     } else {
         m->own_weights = w; /* m->w are views of its mappings */
@@ -973,6 +991,7 @@ struct h3s_tape {
     /* sequence parallel: this rank's slice of the packed rows, its rope tables and AdaLN rows (h3s_model_set_parallel)
      */
     int sp, tpar;
+    uint64_t par_gen; /* the model's par_gen at the forward: its plan points into that setup's communicators */
     h3s_sp_plan plan;
     h3s_tensor cos_l, sin_l, adaln_l;
     /* H3S_RECOMPUTE_BLOCKS: every block (and refiner block) kept only its input, a->x_in; the backward runs the
@@ -1143,6 +1162,7 @@ typedef struct tp_block {
 
 typedef struct tp_geom {
     h3s_comm *c;
+    h3s_comm *world; /* the model's whole communicator: set-up steps agree over it before each collective */
     int n, rank;
     int64_t *heads, *hid, *ffn, *ada, *emb; /* n + 1 bounds each: heads, H columns, F columns, 18H columns, E columns */
     tp_block *blocks;
@@ -1215,11 +1235,11 @@ static h3s_status tp_col_slice(const tp_geom *g, const h3s_tensor *local, const 
     for (int r = 0; r < n; r++)
         total += (rb[r + 1] - rb[r]) * runit * (two ? 2 : 1);
     int64_t shape[2] = {total, cl};
-    H3S_TRY(h3s_tensor_alloc(out, local->dtype, 2, shape));
-    size_t *v = h3s_calloc((size_t)n * 4, sizeof *v);
+    h3s_status st = h3s_tensor_alloc(out, local->dtype, 2, shape);
+    size_t *v = st == H3S_OK ? h3s_calloc((size_t)n * 4, sizeof *v) : NULL;
     char *sendb = v ? h3s_malloc((size_t)(myrows * K > 0 ? myrows * K : 1), es) : NULL;
     char *recvb = sendb ? h3s_malloc((size_t)(total * cl > 0 ? total * cl : 1), es) : NULL;
-    h3s_status st = recvb ? H3S_OK : H3S_ERR_NOMEM;
+    if (st == H3S_OK && !recvb) st = H3S_ERR_NOMEM;
     size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, so = 0, ro = 0;
     for (int j = 0; st == H3S_OK && j < n; j++) {
         int64_t c0 = cb[j] * cunit, w = (cb[j + 1] - cb[j]) * cunit;
@@ -1233,6 +1253,8 @@ static h3s_status tp_col_slice(const tp_geom *g, const h3s_tensor *local, const 
         rd[j] = ro;
         ro += rc[j];
     }
+    /* a rank that could not allocate must not leave the others waiting in the all-to-all */
+    st = h3s_comm_agree(g->world, st, NULL);
     if (st == H3S_OK) st = h3s_comm_alltoallv(g->c, sendb, sc, sd, recvb, rc, rd);
     for (int r = 0; st == H3S_OK && r < n; r++) {
         int64_t rows = (rb[r + 1] - rb[r]) * runit, row0 = rb[r] * runit;
@@ -2057,6 +2079,7 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node
     memcpy(tp->in_shape_t, in->encoder_hidden_states.shape, sizeof tp->in_shape_t);
     tp->sp = m->spc != NULL;
     tp->tpar = m->tpg != NULL;
+    tp->par_gen = m->par_gen;
     tp->refiner = h3s_calloc((size_t)(m->cfg.num_refiner_layers + 1), sizeof *tp->refiner);
     tp->blocks = h3s_calloc((size_t)(m->cfg.num_layers + 1), sizeof *tp->blocks);
     if (!tp->refiner || !tp->blocks) {
@@ -2679,6 +2702,9 @@ h3s_status h3s_model_backward_select(h3s_model *m, h3s_tape *tape, const h3s_ten
     if (!m || !tape || !d_sample || !d_audio_sample || !out)
         return h3s_fail(H3S_ERR_INVALID, "model_backward: NULL argument");
     if (tape->m != m) return h3s_fail(H3S_ERR_INVALID, "model_backward: the tape belongs to another model");
+    if (tape->par_gen != m->par_gen)
+        return h3s_fail(H3S_ERR_INVALID, "model_backward: the model's parallel setup changed (h3s_model_set_parallel) "
+                                         "after this tape's forward; run the forward again");
     H3S_TRY(finish_pending(m, "model_backward"));
     int64_t Wv = h3s_config_video_width(&m->cfg), Wa = m->cfg.audio_in_channels;
     const h3s_tensor *cts[2] = {d_sample, d_audio_sample};
@@ -2827,48 +2853,55 @@ static void parallel_release(h3s_model *m) {
     m->sp = m->tp = 1;
 }
 
-/* This rank's ranges and weight slices (tensor parallel). */
+/* This rank's ranges and weight slices (tensor parallel).  Every rank of the model's communicator runs the same
+ * steps; the local ones (the limits, the row slices' copies) are agreed over it before the all-to-alls of the
+ * column slices, so that a rank failing alone (memory) makes every rank fail with its message instead of leaving
+ * them waiting. */
 static h3s_status tp_setup(h3s_model *m) {
     const h3s_config *c = &m->cfg;
     int n = m->tpc->size;
     int64_t H = c->hidden_size, heads = c->num_attention_heads, F = c->ffn_dim, E = c->time_embed_dim;
     int64_t D = c->attention_head_dim;
-    if (heads < n || H < n || F < n || E < n)
-        return h3s_fail(H3S_ERR_INVALID,
-                        "tensor parallel: --tp %d exceeds the heads (%lld), hidden width (%lld), FFN width (%lld) or "
-                        "time-embedding width (%lld) it splits",
-                        n, (long long)heads, (long long)H, (long long)F, (long long)E);
+    H3S_TRY(h3s_comm_agree(m->comm, h3s_parallel_check(c, m->sp, n, 0), NULL));
     tp_geom *g = h3s_calloc(1, sizeof *g);
-    if (!g) return H3S_ERR_NOMEM;
+    h3s_status st = g ? H3S_OK : H3S_ERR_NOMEM;
     m->tpg = g;
-    g->c = m->tpc;
-    g->n = n;
-    g->rank = m->tpc->rank;
-    g->heads = split_bounds(heads, n);
-    g->hid = split_bounds(H, n);
-    g->ffn = split_bounds(F, n);
-    g->ada = split_bounds(18 * H, n);
-    g->emb = split_bounds(E, n);
-    g->blocks = h3s_calloc((size_t)c->num_layers + 1, sizeof *g->blocks);
-    if (!g->heads || !g->hid || !g->ffn || !g->ada || !g->emb || !g->blocks) return H3S_ERR_NOMEM;
-    const int r = g->rank;
-    int64_t h0 = g->heads[r] * D, h1 = g->heads[r + 1] * D, c0 = g->hid[r], c1 = g->hid[r + 1];
-    int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1];
-    for (int64_t i = 0; i < c->num_layers; i++) {
+    if (g) {
+        g->c = m->tpc;
+        g->world = m->comm;
+        g->n = n;
+        g->rank = m->tpc->rank;
+        g->heads = split_bounds(heads, n);
+        g->hid = split_bounds(H, n);
+        g->ffn = split_bounds(F, n);
+        g->ada = split_bounds(18 * H, n);
+        g->emb = split_bounds(E, n);
+        g->blocks = h3s_calloc((size_t)c->num_layers + 1, sizeof *g->blocks);
+        if (!g->heads || !g->hid || !g->ffn || !g->ada || !g->emb || !g->blocks) st = H3S_ERR_NOMEM;
+    }
+    const int r = g ? g->rank : 0;
+    for (int64_t i = 0; st == H3S_OK && i < c->num_layers; i++) {
         tp_block *b = &g->blocks[i];
         const block_params *bp = &m->bp[i]; /* every index resolved (and checked) when the model was created */
         const h3s_tensor *wq = &m->w[bp->to[0]], *wk = &m->w[bp->to[1]], *wv = &m->w[bp->to[2]];
         const h3s_tensor *wo = &m->w[bp->to_out], *w0 = &m->w[bp->ff_in], *w2 = &m->w[bp->ff_out];
         const h3s_tensor *wa = &m->w[bp->adaln_w], *ba = &m->w[bp->adaln_b];
-        H3S_TRY(copy_rows(wq, h0, h1, 0, 0, &b->wq));
-        H3S_TRY(copy_rows(wk, h0, h1, 0, 0, &b->wk));
-        H3S_TRY(copy_rows(wv, h0, h1, 0, 0, &b->wv));
-        H3S_TRY(copy_rows(wo, c0, c1, 0, 0, &b->wo));
-        H3S_TRY(copy_rows(w0, f0, f1, F + f0, F + f1, &b->w0));
-        H3S_TRY(copy_rows(w2, c0, c1, 0, 0, &b->w2));
-        H3S_TRY(copy_rows(wa, a0, a1, 0, 0, &b->ada));
-        H3S_TRY(copy_rows(ba, a0, a1, 0, 0, &b->ada_b));
-        /* the column slices, from every rank's rows: this rank reads only its own rows of the checkpoint */
+        int64_t h0 = g->heads[r] * D, h1 = g->heads[r + 1] * D, c0 = g->hid[r], c1 = g->hid[r + 1];
+        int64_t f0 = g->ffn[r], f1 = g->ffn[r + 1], a0 = g->ada[r], a1 = g->ada[r + 1];
+        st = copy_rows(wq, h0, h1, 0, 0, &b->wq);
+        if (st == H3S_OK) st = copy_rows(wk, h0, h1, 0, 0, &b->wk);
+        if (st == H3S_OK) st = copy_rows(wv, h0, h1, 0, 0, &b->wv);
+        if (st == H3S_OK) st = copy_rows(wo, c0, c1, 0, 0, &b->wo);
+        if (st == H3S_OK) st = copy_rows(w0, f0, f1, F + f0, F + f1, &b->w0);
+        if (st == H3S_OK) st = copy_rows(w2, c0, c1, 0, 0, &b->w2);
+        if (st == H3S_OK) st = copy_rows(wa, a0, a1, 0, 0, &b->ada);
+        if (st == H3S_OK) st = copy_rows(ba, a0, a1, 0, 0, &b->ada_b);
+    }
+    H3S_TRY(h3s_comm_agree(m->comm, st, NULL));
+    /* the column slices, from every rank's rows: this rank reads only its own rows of the checkpoint (each
+     * tp_col_slice agrees on its allocations before its all-to-all) */
+    for (int64_t i = 0; i < c->num_layers; i++) {
+        tp_block *b = &g->blocks[i];
         H3S_TRY(tp_col_slice(g, &b->wq, g->heads, D, 0, 0, g->hid, 1, &b->wq_c));
         H3S_TRY(tp_col_slice(g, &b->wk, g->heads, D, 0, 0, g->hid, 1, &b->wk_c));
         H3S_TRY(tp_col_slice(g, &b->wv, g->heads, D, 0, 0, g->hid, 1, &b->wv_c));
@@ -2880,9 +2913,28 @@ static h3s_status tp_setup(h3s_model *m) {
     return H3S_OK;
 }
 
+h3s_status h3s_parallel_check(const h3s_config *c, int sp, int tp, int64_t packed_rows) {
+    if (!c) return h3s_fail(H3S_ERR_INVALID, "parallel_check: NULL config");
+    if (sp < 1 || tp < 1)
+        return h3s_fail(H3S_ERR_INVALID, "parallel_check: --sp %d and --tp %d must be at least 1", sp, tp);
+    if (packed_rows < 0) return h3s_fail(H3S_ERR_INVALID, "parallel_check: %lld packed rows", (long long)packed_rows);
+    int64_t H = c->hidden_size, heads = c->num_attention_heads, F = c->ffn_dim, E = c->time_embed_dim;
+    if (heads < tp || H < tp || F < tp || E < tp)
+        return h3s_fail(H3S_ERR_INVALID,
+                        "tensor parallel: --tp %d exceeds the heads (%lld), hidden width (%lld), FFN width (%lld) or "
+                        "time-embedding width (%lld) it splits",
+                        tp, (long long)heads, (long long)H, (long long)F, (long long)E);
+    if (packed_rows > 0 && packed_rows < sp)
+        return h3s_fail(H3S_ERR_SHAPE,
+                        "sequence parallel: %lld packed rows cannot be cut into %d non-empty slices (--sp %d)",
+                        (long long)packed_rows, sp, sp);
+    return H3S_OK;
+}
+
 h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) {
     if (!m) return h3s_fail(H3S_ERR_INVALID, "model_set_parallel: NULL model");
     if (!comm) {
+        if (m->comm) m->par_gen++;
         parallel_release(m);
         return H3S_OK;
     }
@@ -2903,6 +2955,7 @@ h3s_status h3s_model_set_parallel(h3s_model *m, h3s_comm *comm, int sp, int tp) 
                         h3s_backend_name(m->kind));
     if (!m->w) return H3S_OK; /* h3s_set_parallel's check of the arguments alone */
     parallel_release(m);
+    m->par_gen++;
     /* rank = sequence-parallel rank * tp + tensor-parallel rank: a tensor-parallel group holds the same rows */
     int sp_rank = comm->rank / tp, tp_rank = comm->rank % tp;
     h3s_status st = H3S_OK;
