@@ -21,7 +21,7 @@ h3s_status h3s_sp_plan_make(h3s_comm *comm, int64_t M, const int64_t *sizes, h3s
     p->lo[0] = 0;
     for (int r = 0; r < n; r++) {
         int64_t rows = sizes ? sizes[r] : M / n + (r < M % n ? 1 : 0);
-        if (rows < 1 || p->lo[r] + rows > M) {
+        if (rows < 1 || rows > M - p->lo[r]) { /* no sum that could overflow */
             h3s_sp_plan_free(p);
             return h3s_fail(H3S_ERR_SHAPE, "sequence parallel: slice %d of %lld rows does not fit %lld rows", r,
                             (long long)rows, (long long)M);
