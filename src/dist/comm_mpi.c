@@ -183,7 +183,14 @@ static h3s_status mpi_agree(h3s_comm *c, h3s_status local, int *failed_rank) {
     mine.status = (int32_t)local;
     if (local != H3S_OK) snprintf(mine.msg, sizeof mine.msg, "%s", h3s_last_error());
     agree_rec *all = h3s_malloc((size_t)c->size, sizeof *all);
-    if (!all) return H3S_ERR_NOMEM;
+    if (!all) {
+        /* returning would leave the other ranks waiting in the gather for ever: end them all, saying why */
+        fprintf(stderr, "h3strict: rank %d: out of memory agreeing on a status over %d ranks; ending every rank\n",
+                c->rank, c->size);
+        fflush(stderr);
+        MPI_Abort(comm_of(c), 4);
+        return H3S_ERR_NOMEM;
+    }
     int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, comm_of(c));
     if (rc != MPI_SUCCESS) {
         free(all);
