@@ -1443,26 +1443,19 @@ static int cmd_trajectory(int argc, char **argv) {
         h3s_weights_free(w);
         return EXIT_USAGE;
     }
-    if (st != H3S_OK) {
-        free(seeds);
-        h3s_st_close(req_file);
-        h3s_st_close(batch_file);
-        h3s_weights_free(w);
-        return fail_status(st);
-    }
     h3s_layout_opts seeded_layout = {6, 2, 4, 6, 4, 1, 0, 0};
     int64_t S = 0, Nt = 0;
     h3s_layout_rows lay;
-    if (req_path) {
+    if (st == H3S_OK && req_path) {
         S = req.token_tags.shape[0];
         Nt = req.text_indices.shape[0];
-    } else if (h3s_layout_count(&seeded_layout, h3s_weights_config(w)->patch_size[1],
-                                h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
+    } else if (st == H3S_OK && h3s_layout_count(&seeded_layout, h3s_weights_config(w)->patch_size[1],
+                                                h3s_weights_config(w)->patch_size[2], &lay) == H3S_OK) {
         S = lay.rows;
         Nt = lay.text;
     }
     /* the cut, before the passes (the rollout's pass has the fewest rows: one request, S) */
-    if (g_comm) {
+    if (st == H3S_OK && g_comm) {
         progress_stage(PHASE_RUN, "checking the cut over --sp %d x --tp %d ranks", g_sp, g_tp);
         st = agree(h3s_parallel_check(h3s_weights_config(w), g_sp, g_tp, S));
     }
