@@ -153,6 +153,21 @@ static void check_inputs_refused(h3s_model *m, const h3s_inputs *in1, h3s_tape *
     REFUSED(H3S_ERR_SHAPE, audio_hidden_states, "negative");
     bad.encoder_hidden_states.shape[0] = -1;
     REFUSED(H3S_ERR_SHAPE, encoder_hidden_states, "negative");
+    /* positions: refused on the host for either backend when the f32 cast overflows or the angle bound is passed
+     * (the device rope table would otherwise compute Inf or NaN angles) */
+    h3s_tensor pos64;
+    CHECK_OK(h3s_tensor_alloc(&pos64, H3S_F64, 2, in1->position_ids.shape));
+    for (int64_t i = 0; i < h3s_tensor_numel(&pos64); i++)
+        ((double *)pos64.data)[i] = in1->position_ids.dtype == H3S_F64 ? ((const double *)in1->position_ids.data)[i]
+                                                                       : ((const float *)in1->position_ids.data)[i];
+    bad.position_ids = pos64;
+    CHECK_OK(h3s_inputs_validate(c, &bad, &B));
+    ((double *)pos64.data)[4] = 1e39; /* finite in F64, Inf in f32 */
+    REFUSED(H3S_ERR_INVALID, position_ids, "f32");
+    bad.position_ids = pos64;
+    ((double *)pos64.data)[4] = -2e6; /* beyond the accurate range of the deterministic sin/cos */
+    REFUSED(H3S_ERR_INVALID, position_ids, "exceeds");
+    h3s_tensor_free(&pos64);
 #undef REFUSED
     CHECK_OK(h3s_inputs_validate(c, in1, &B));
     /* a cotangent without data */

@@ -146,6 +146,11 @@ static void test_validation(void) {
     CHECK_FAILS(H3S_ERR_INVALID, parse(edited("qk_norm_eps", "\"qk_norm_eps\": -1e-5,"), &c));
     CHECK(strstr(h3s_last_error(), "qk_norm_eps"), "qk eps: %s", h3s_last_error());
     CHECK_FAILS(H3S_ERR_INVALID, parse(edited("rope_theta", "\"rope_theta\": 0,"), &c));
+    /* below 1 an inv_freq exceeds 1 and the angles outgrow the position bound (NaN tables) */
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("rope_theta", "\"rope_theta\": 0.5,"), &c));
+    CHECK(strstr(h3s_last_error(), ">= 1"), "theta < 1: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("rope_theta", "\"rope_theta\": 1e300,"), &c)); /* inf in f32 */
+    CHECK_OK(parse(edited("rope_theta", "\"rope_theta\": 1,"), &c));
     CHECK_FAILS(H3S_ERR_INVALID, parse(edited("hidden_size", "\"hidden_size\": 1e300,"), &c));
     CHECK(strstr(h3s_last_error(), "hidden_size"), "huge: %s", h3s_last_error());
     /* zero refiner layers is a valid model */

@@ -483,6 +483,7 @@ static void test_bad_table(void) {
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, F, -1e4, &c, &s));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, F, NAN, &c, &s));
     CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, F, 1e300, &c, &s));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pos, F, 0.5, &c, &s)); /* inv_freq > 1: angles beyond the bound */
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_table(&pos2, F, 1e4, &c, &s));
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_table(&pos, F, 1e4, &bad_w, &s));
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_rope_table(&pos, F, 1e4, &c, &bad_rows));

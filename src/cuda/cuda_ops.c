@@ -350,8 +350,8 @@ h3s_status h3s_cuda_rope_table(const h3s_tensor *position_ids, int64_t rope_freq
     if (!position_ids) return h3s_fail(H3S_ERR_INVALID, "%s: position_ids is NULL", op);
     if (rope_freq_dim < 1 || rope_freq_dim > (1 << 20))
         return h3s_fail(H3S_ERR_INVALID, "%s: rope_freq_dim = %lld is outside [1, 2^20]", op, (long long)rope_freq_dim);
-    if (!(theta > 0) || !isfinite(theta) || !((float)theta > 0) || !isfinite((float)theta))
-        return h3s_fail(H3S_ERR_INVALID, "%s: theta = %g must be finite and > 0 (also in f32)", op, theta);
+    if (!(theta >= 1) || !isfinite((float)theta))
+        return h3s_fail(H3S_ERR_INVALID, "%s: theta = %g must be >= 1 and finite in f32", op, theta);
     const h3s_dtype pdt = position_ids->dtype;
     if (pdt != H3S_F64 && pdt != H3S_F32)
         return h3s_fail(H3S_ERR_DTYPE, "%s: position_ids has dtype %s, expected F64 or F32", op, h3s_dtype_name(pdt));

@@ -107,8 +107,10 @@ h3s_status h3s_config_validate(const h3s_config *c) {
             return h3s_fail(H3S_ERR_INVALID, "config: in_channels * patch_size = video row width exceeds %lld",
                             (long long)M);
     }
-    if (!isfinite(c->rope_theta) || !(c->rope_theta > 0.0))
-        return h3s_fail(H3S_ERR_INVALID, "config: rope_theta = %g must be finite and > 0", c->rope_theta);
+    /* theta >= 1 keeps every inv_freq = theta^(-2j/2F) <= 1, so no rope angle exceeds its position (which the inputs
+     * bound); the strict table uses theta rounded to f32, which must stay finite. */
+    if (!(c->rope_theta >= 1.0) || !isfinite((float)c->rope_theta))
+        return h3s_fail(H3S_ERR_INVALID, "config: rope_theta = %g must be >= 1 and finite in f32", c->rope_theta);
     H3S_TRY(check_eps("norm_eps", c->norm_eps));
     H3S_TRY(check_eps("qk_norm_eps", c->qk_norm_eps));
     H3S_TRY(check_eps("final_norm_eps", c->final_norm_eps));

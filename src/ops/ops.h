@@ -176,4 +176,10 @@ h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *ou
 /* out = (a + b) + c: the bits of two h3s_grad_add in that order, in one pass; out may alias any input. */
 h3s_status h3s_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out);
 
+/* ---------------------------------------------------------------- transfer -----------
+ * A host copy of a tensor (device or host) in a new allocation `host` (free with h3s_tensor_free): for operators
+ * whose arguments must be checked value by value on the host before a device kernel reads them (positions,
+ * timesteps).  Waits for the copy. */
+h3s_status h3s_tensor_host_copy(const h3s_tensor *src, h3s_tensor *host);
+
 #endif

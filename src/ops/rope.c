@@ -22,6 +22,23 @@ static double rope_position(const h3s_tensor *pos, int64_t i) {
     return pos->dtype == H3S_F64 ? ((const double *)pos->data)[i] : (double)((const float *)pos->data)[i];
 }
 
+/* Every position of a host [S, 3] tensor: finite after the f32 cast the model applies, and at most
+ * H3S_DET_TRIG_MAX in magnitude (theta >= 1 gives inv_freq <= 1, so |angle| <= |position|: every angle stays where
+ * the deterministic sin/cos are accurate). */
+static h3s_status check_positions(const char *op, const h3s_tensor *pos) {
+    int64_t n = 3 * pos->shape[0];
+    for (int64_t i = 0; i < n; i++) {
+        double p = rope_position(pos, i);
+        if (!isfinite(p) || !isfinite((float)p))
+            return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g is not finite in f32", op,
+                            (long long)(i / 3), (long long)(i % 3), p);
+        if (fabs((double)(float)p) > H3S_DET_TRIG_MAX)
+            return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g exceeds %g in magnitude", op,
+                            (long long)(i / 3), (long long)(i % 3), p, H3S_DET_TRIG_MAX);
+    }
+    return H3S_OK;
+}
+
 static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double theta, const h3s_tensor *cos_out,
                                    const h3s_tensor *sin_out, int *golden, int *device) {
     static const char *op = "rope_table";
@@ -31,9 +48,10 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
     if (F <= 0 || F > ROPE_MAX_FREQ_DIM)
         return h3s_fail(H3S_ERR_INVALID, "%s: rope_freq_dim = %lld is outside [1, %d]", op, (long long)F,
                         ROPE_MAX_FREQ_DIM);
-    /* The strict path uses theta as the provider does, rounded to f32: it must stay finite there. */
-    if (!(theta > 0) || !isfinite((float)theta) || !((float)theta > 0))
-        return h3s_fail(H3S_ERR_INVALID, "%s: theta = %g must be finite and > 0 (also in f32)", op, theta);
+    /* The strict path uses theta as the provider does, rounded to f32: it must stay finite there.  theta >= 1 keeps
+     * every inv_freq <= 1, so no angle exceeds its position (bounded below). */
+    if (!(theta >= 1) || !isfinite((float)theta))
+        return h3s_fail(H3S_ERR_INVALID, "%s: theta = %g must be >= 1 and finite in f32", op, theta);
     if (cos_out->dtype != H3S_F32 && cos_out->dtype != H3S_F64)
         return h3s_fail(H3S_ERR_DTYPE, "%s: cos_out has dtype %s, expected F32 (strict) or F64 (golden)", op,
                         h3s_dtype_name(cos_out->dtype));
@@ -59,21 +77,14 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
         /* an output written over the positions or the other table would depend on the thread count */
         H3S_TRY(h3s_check_disjoint(op, "cos_out", cos_out, ts, names, 1, 0));
         H3S_TRY(h3s_check_disjoint(op, "sin_out", sin_out, ts, names, 2, 0));
-        int64_t n = 3 * pos->shape[0];
-        for (int64_t i = 0; i < n; i++) {
-            double p = rope_position(pos, i);
-            /* The model casts positions to f32: a value that overflows there is a broken layout. */
-            if (!isfinite(p) || !isfinite((float)p))
-                return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g is not finite in f32", op,
-                                (long long)(i / 3), (long long)(i % 3), p);
-            /* inv_freq <= 1, so |angle| <= |position|: keep every angle where the
-             * deterministic sin/cos are accurate */
-            if (fabs((double)(float)p) > H3S_DET_TRIG_MAX)
-                return h3s_fail(H3S_ERR_INVALID, "%s: position_ids[%lld, %lld] = %g exceeds %g in magnitude", op,
-                                (long long)(i / 3), (long long)(i % 3), p, H3S_DET_TRIG_MAX);
-        }
+        return check_positions(op, pos);
     }
-    return H3S_OK;
+    /* device positions: the same checks on a host copy (S x 3 values) before the kernel reads them */
+    h3s_tensor host;
+    H3S_TRY(h3s_tensor_host_copy(pos, &host));
+    h3s_status st = check_positions(op, &host);
+    h3s_tensor_free(&host);
+    return st;
 }
 
 h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,

@@ -58,7 +58,15 @@ static h3s_status check_freq_dim(const char *op, int64_t freq_dim) {
     return H3S_OK;
 }
 
+/* t in device memory is checked on a host copy (T values) before a kernel reads it. */
 static h3s_status check_timesteps_finite(const char *op, const h3s_tensor *t) {
+    if (t->device) {
+        h3s_tensor host;
+        H3S_TRY(h3s_tensor_host_copy(t, &host));
+        h3s_status st = check_timesteps_finite(op, &host);
+        h3s_tensor_free(&host);
+        return st;
+    }
     int64_t T = t->shape[0];
     for (int64_t i = 0; i < T; i++) {
         double v = h3s_tensor_get_f64(t, i);
@@ -95,9 +103,9 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
     const char *names[2] = {"t", "out"};
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 2, &device));
+    H3S_TRY(check_timesteps_finite(op, t));
     if (device) return h3s_cuda_timestep_sinusoid_forward(t, freq_dim, out);
     H3S_TRY(h3s_check_disjoint(op, "out", out, ts, names, 1, 0)); /* features written over t: thread-dependent */
-    H3S_TRY(check_timesteps_finite(op, t));
 
     const int64_t T = t->shape[0], half = freq_dim / 2;
     if (dt == H3S_F64) {
@@ -145,8 +153,8 @@ h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor 
     const char *names[3] = {"t", "dout", "dt"};
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 3, &device));
-    if (device) return h3s_cuda_timestep_sinusoid_backward(t, dout, dt_out);
     H3S_TRY(check_timesteps_finite(op, t));
+    if (device) return h3s_cuda_timestep_sinusoid_backward(t, dout, dt_out);
 
     /* out = [cos(t f_k), sin(t f_k)]  =>  dt = sum_k (-dcos_k sin(t f_k) + dsin_k cos(t f_k)) f_k,
      * one accumulator per row, k ascending. */

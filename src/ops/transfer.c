@@ -29,6 +29,21 @@ h3s_status h3s_tensor_copy(const h3s_tensor *src, h3s_tensor *dst) {
     return H3S_OK;
 }
 
+h3s_status h3s_tensor_host_copy(const h3s_tensor *src, h3s_tensor *host) {
+    if (!src || !host) return h3s_fail(H3S_ERR_INVALID, "tensor_host_copy: NULL tensor");
+    if (src->ndim < 0 || src->ndim > H3S_MAX_DIMS)
+        return h3s_fail(H3S_ERR_SHAPE, "tensor_host_copy: %d dims (0 to %d)", src->ndim, H3S_MAX_DIMS);
+    h3s_tensor t;
+    H3S_TRY(h3s_tensor_alloc(&t, src->dtype, src->ndim, src->shape));
+    h3s_status st = h3s_tensor_copy(src, &t);
+    if (st != H3S_OK) {
+        h3s_tensor_free(&t);
+        return st;
+    }
+    *host = t;
+    return H3S_OK;
+}
+
 h3s_status h3s_device_synchronize(void) { return h3s_cuda_sync(); }
 
 h3s_status h3s_device_stream(void **stream) {

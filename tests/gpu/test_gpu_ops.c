@@ -556,6 +556,20 @@ static void test_rope(void) {
     CHECK_OK(h3s_rope_forward(&xd, heads, &cd, &sd, &xd));
     CHECK_OK(h3s_rope_backward(heads, &cd, &sd, &dyd, &dyd));
     CHECK(gequal(&xd, &y) && gequal(&dyd, &dx), "rope in place gives the same bits");
+    /* device positions are checked as host ones are: Inf in f32, beyond the angle bound, NaN; theta < 1 */
+    const double bad_pos[3] = {1e39, -2e6, NAN};
+    for (int k = 0; k < 3; k++) {
+        h3s_tensor pb = h3t_alloc2(H3S_F64, S, 3);
+        memcpy(pb.data, pos.data, h3s_tensor_nbytes(&pos));
+        ((double *)pb.data)[3 * (S - 1) + 1] = bad_pos[k];
+        h3s_tensor pbd = gup(&pb);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&pbd, F, 10000.0, &cd, &sd));
+        CHECK(strstr(h3s_last_error(), "position_ids"), "device position %g: %s", bad_pos[k], h3s_last_error());
+        h3s_tensor_free(&pb);
+        free_all(&pbd, 1, 1);
+    }
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_rope_table(&posd, F, 0.5, &cd, &sd));
+    CHECK(gequal(&cd, &c) && gequal(&sd, &s_), "a refused device rope_table wrote its tables");
     h3s_tensor all[] = {pos, c, s_, c64, s64, cc, sc, x, dy, y, dx, cg, sg, x64, dy64, y64, dx64, yc, dxc};
     free_all(all, 19, 0);
     h3s_tensor alld[] = {posd, cd, sd, xd, dyd, yd, dxd};
@@ -1154,6 +1168,19 @@ static void test_timestep(void) {
     CHECK_OK(h3s_timestep_sinusoid_backward(&t, &g, &dtc));
     report_err("timestep sinusoid", h3t_rel_l2(&o, &o64), h3t_rel_l2(&oc, &o64), 1e-5);
     report_err("timestep sinusoid dt", h3t_rel_l2(&dt, &dt64), h3t_rel_l2(&dtc, &dt64), 1e-4);
+    /* a NaN or out-of-range device timestep is refused as a host one is, before a kernel reads it */
+    const float bad_t[2] = {NAN, 3e6f};
+    for (int k = 0; k < 2; k++) {
+        h3s_tensor tb = h3t_alloc1(H3S_F32, T);
+        memcpy(tb.data, t.data, h3s_tensor_nbytes(&t));
+        ((float *)tb.data)[T - 1] = bad_t[k];
+        h3s_tensor tbd = gup(&tb);
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_forward(&tbd, fd, &od));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_timestep_sinusoid_backward(&tbd, &gd, &dtd));
+        h3s_tensor_free(&tb);
+        free_all(&tbd, 1, 1);
+    }
+    CHECK(gequal(&od, &o) && gequal(&dtd, &dt), "a refused device sinusoid wrote its output");
 
     /* MLP on the sinusoid features */
     h3s_tensor w1 = hrand(H3S_F32, Eh, fd, 112, 0.1f), b1 = hrand(H3S_F32, Eh, 0, 113, 0.1f);
