@@ -89,13 +89,17 @@ H3S_API h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, co
 /* A borrowed view of existing host memory (no allocation, cannot fail). */
 H3S_API h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
 H3S_API void h3s_tensor_free(h3s_tensor *t);
-/* Elements (the product of the dims) and bytes of a tensor; 0 for NULL. */
+/* Elements (the product of the dims) and bytes of a tensor; 0 for NULL.  For a tensor whose extent cannot be
+ * computed (a rank outside [0, H3S_MAX_DIMS], a negative dim, a count beyond int64 or bytes beyond size_t), numel is
+ * -1 and nbytes 0: every operator refuses such a tensor with H3S_ERR_SHAPE. */
 H3S_API int64_t h3s_tensor_numel(const h3s_tensor *t);
 H3S_API size_t h3s_tensor_nbytes(const h3s_tensor *t);
 /* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
  * the same number of elements.  Float -> BF16 rounds to nearest even.  Both are host tensors with data for their
  * elements and no negative dim (H3S_ERR_INVALID for missing data or device memory, H3S_ERR_SHAPE for a dim). */
 H3S_API h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
+/* (src and dst may share memory only for the same dtype, a plain move; between dtypes an overlap is
+ * H3S_ERR_INVALID.) */
 /* Index of the first NaN or +-Inf element of a host F64/F32/BF16/F16 tensor; -1 when every element is finite, the
  * tensor holds no float dtype, lives in device memory or has no data (t == NULL too): a caller that must know every
  * element is finite checks those first, as h3s_inputs_validate does.  The same index on every thread count. */

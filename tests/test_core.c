@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "core/detmath.h"
+#include "h3s_ops.h"
 #include "test_util.h"
 
 static float f32_from_bits(uint32_t u) {
@@ -121,6 +122,41 @@ static void test_tensor_checks(void) {
     int64_t neg[1] = {-1};
     h3s_tensor u;
     CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_alloc(&u, H3S_F32, 1, neg));
+    /* extents that cannot be computed: numel -1 and nbytes 0, and refused by the checks and the copies (the product
+     * used to wrap: 2^40 x 2^40 counted as 0 elements) */
+    int64_t huge[2] = {(int64_t)1 << 40, (int64_t)1 << 40}, wide[1] = {(int64_t)1 << 61}, nine[9] = {1};
+    h3s_tensor big = h3s_tensor_view(t.data, H3S_BF16, 2, huge), wide8 = h3s_tensor_view(t.data, H3S_F64, 1, wide);
+    CHECK(h3s_tensor_numel(&big) == -1 && h3s_tensor_nbytes(&big) == 0, "2^80 elements: numel %lld",
+          (long long)h3s_tensor_numel(&big));
+    CHECK(h3s_tensor_numel(&wide8) == wide[0] && h3s_tensor_nbytes(&wide8) == 0, "2^64 bytes: nbytes %zu",
+          h3s_tensor_nbytes(&wide8));
+    int64_t any[2] = {-1, -1};
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_check_shape("op", "x", &big, H3S_BF16, 2, any));
+    CHECK(strstr(h3s_last_error(), "memory"), "overflow message: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_check_tensor("op", "x", &wide8, H3S_F64, 1));
+    h3s_tensor small8 = h3t_alloc2(H3S_F64, 2, 2);
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_copy(&big, &big));
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_copy(&wide8, &wide8));
+    CHECK_FAILS(H3S_ERR_SHAPE, h3s_tensor_convert(&wide8, &small8));
+    huge[1] = 0; /* a zero dim makes the product 0 whatever comes before */
+    CHECK(h3s_tensor_numel(&big) == -1, "the view copied the shape");
+    h3s_tensor zero = h3s_tensor_view(NULL, H3S_BF16, 2, huge);
+    CHECK(h3s_tensor_numel(&zero) == 0 && h3s_tensor_nbytes(&zero) == 0, "2^40 x 0: numel %lld",
+          (long long)h3s_tensor_numel(&zero));
+    h3s_tensor r9 = h3s_tensor_view(t.data, H3S_BF16, 1, nine);
+    r9.ndim = 9; /* past H3S_MAX_DIMS: never read beyond shape[] */
+    CHECK(h3s_tensor_numel(&r9) == -1 && h3s_tensor_nbytes(&r9) == 0, "9 dims: numel %lld",
+          (long long)h3s_tensor_numel(&r9));
+    /* converting between dtypes in overlapping memory would overwrite unread values */
+    h3s_tensor f32v = h3t_alloc2(H3S_F32, 2, 2);
+    h3s_tensor as_bf = h3s_tensor_view(f32v.data, H3S_BF16, 2, f32v.shape);
+    h3s_tensor as_f64 = h3s_tensor_view(small8.data, H3S_F64, 2, f32v.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_tensor_convert(&f32v, &as_bf));
+    CHECK(strstr(h3s_last_error(), "overlap"), "overlap message: %s", h3s_last_error());
+    CHECK_OK(h3s_tensor_convert(&f32v, &as_f64));
+    CHECK_OK(h3s_tensor_convert(&f32v, &f32v)); /* same dtype: a move, allowed */
+    h3s_tensor_free(&f32v);
+    h3s_tensor_free(&small8);
     h3s_tensor_free(&t);
 }
 

@@ -32,13 +32,42 @@ float h3s_bf16_to_f32(uint16_t b) { return h3s_bf16_value(b); }
 
 int64_t h3s_tensor_numel(const h3s_tensor *t) {
     if (!t) return 0;
+    if (t->ndim < 0 || t->ndim > H3S_MAX_DIMS) return -1;
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0) return -1;
+        if (t->shape[d] != 0 && n > INT64_MAX / t->shape[d]) {
+            /* the count overflows unless a later dim is 0 */
+            for (int e = d + 1; e < t->ndim; e++)
+                if (t->shape[e] < 0) return -1;
+            for (int e = d + 1; e < t->ndim; e++)
+                if (t->shape[e] == 0) return 0;
+            return -1;
+        }
         n *= t->shape[d];
+    }
     return n;
 }
 
-size_t h3s_tensor_nbytes(const h3s_tensor *t) { return t ? (size_t)h3s_tensor_numel(t) * h3s_dtype_size(t->dtype) : 0; }
+size_t h3s_tensor_nbytes(const h3s_tensor *t) {
+    int64_t n = h3s_tensor_numel(t);
+    size_t size = t ? h3s_dtype_size(t->dtype) : 0;
+    if (n <= 0 || size == 0 || (uint64_t)n > SIZE_MAX / size) return 0;
+    return (size_t)n * size;
+}
+
+h3s_status h3s_check_extent(const char *op, const char *name, const h3s_tensor *t) {
+    if (t->ndim < 0 || t->ndim > H3S_MAX_DIMS)
+        return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %d dims (0 to %d)", op, name, t->ndim, H3S_MAX_DIMS);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 0)
+            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has a negative dim (shape[%d] = %lld)", op, name, d,
+                            (long long)t->shape[d]);
+    int64_t n = h3s_tensor_numel(t);
+    if (n < 0 || (n > 0 && h3s_tensor_nbytes(t) == 0 && h3s_dtype_size(t->dtype) != 0))
+        return h3s_fail(H3S_ERR_SHAPE, "%s: %s has more elements than memory can hold", op, name);
+    return H3S_OK;
+}
 
 h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, const int64_t *shape) {
     if (!t) return h3s_fail(H3S_ERR_INVALID, "tensor_alloc: NULL tensor");
@@ -122,17 +151,8 @@ static int is_float(h3s_dtype d) { return d == H3S_F64 || d == H3S_F32 || d == H
 /* A host tensor this file may read or write whole: a rank in [0, H3S_MAX_DIMS], no negative dim, an element count
  * and a byte count that fit, and data unless it holds no element. */
 static h3s_status check_host_tensor(const char *op, const char *name, const h3s_tensor *t) {
-    if (t->ndim < 0 || t->ndim > H3S_MAX_DIMS)
-        return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %d dims (0 to %d)", op, name, t->ndim, H3S_MAX_DIMS);
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) {
-        if (t->shape[d] < 0)
-            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has a negative dim (shape[%d] = %lld)", op, name, d,
-                            (long long)t->shape[d]);
-        if (t->shape[d] != 0 && n > INT64_MAX / t->shape[d])
-            return h3s_fail(H3S_ERR_SHAPE, "%s: %s has more elements than int64 counts", op, name);
-        n *= t->shape[d];
-    }
+    H3S_TRY(h3s_check_extent(op, name, t));
+    int64_t n = h3s_tensor_numel(t);
     if (n > 0 && t->device)
         return h3s_fail(H3S_ERR_INVALID, "%s: %s is in device memory (host tensors only)", op, name);
     if (n > 0 && !t->data)
@@ -152,6 +172,10 @@ h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst) {
         if (n) memmove(dst->data, src->data, h3s_tensor_nbytes(src));
         return H3S_OK;
     }
+    /* elements of different widths: a dst that meets src would overwrite values not yet read */
+    if (h3s_tensors_overlap(src, dst))
+        return h3s_fail(H3S_ERR_INVALID, "tensor_convert: src and dst overlap (%s -> %s needs separate memory)",
+                        h3s_dtype_name(src->dtype), h3s_dtype_name(dst->dtype));
     if (!is_float(src->dtype) || !is_float(dst->dtype) || dst->dtype == H3S_F16)
         return h3s_fail(H3S_ERR_DTYPE, "tensor_convert: %s -> %s not supported", h3s_dtype_name(src->dtype),
                         h3s_dtype_name(dst->dtype));
@@ -203,8 +227,7 @@ static h3s_status check_common(const char *op, const char *name, const h3s_tenso
         return h3s_fail(H3S_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, name, h3s_dtype_name(t->dtype),
                         h3s_dtype_name(dtype));
     if (t->ndim != ndim) return h3s_fail(H3S_ERR_SHAPE, "%s: %s has %d dims, expected %d", op, name, t->ndim, ndim);
-    for (int d = 0; d < ndim; d++)
-        if (t->shape[d] < 0) return h3s_fail(H3S_ERR_SHAPE, "%s: %s has a negative dim", op, name);
+    H3S_TRY(h3s_check_extent(op, name, t));
     if (!t->data && h3s_tensor_numel(t) > 0) return h3s_fail(H3S_ERR_INVALID, "%s: %s has no data", op, name);
     return H3S_OK;
 }

@@ -422,6 +422,8 @@ static h3s_status check_copy(const char *op, const h3s_tensor *host, const h3s_t
     if (host->dtype != dev->dtype)
         return h3s_fail(H3S_ERR_DTYPE, "%s: host tensor is %s, device tensor is %s", op, h3s_dtype_name(host->dtype),
                         h3s_dtype_name(dev->dtype));
+    H3S_TRY(h3s_check_extent(op, "the host tensor", host));
+    H3S_TRY(h3s_check_extent(op, "the device tensor", dev));
     if (h3s_tensor_numel(host) != h3s_tensor_numel(dev))
         return h3s_fail(H3S_ERR_SHAPE, "%s: host tensor has %lld elements, device tensor %lld", op,
                         (long long)h3s_tensor_numel(host), (long long)h3s_tensor_numel(dev));

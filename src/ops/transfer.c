@@ -5,19 +5,13 @@
 
 h3s_status h3s_tensor_copy(const h3s_tensor *src, h3s_tensor *dst) {
     if (!src || !dst) return h3s_fail(H3S_ERR_INVALID, "tensor_copy: NULL tensor");
-    if (src->ndim < 0 || src->ndim > H3S_MAX_DIMS || dst->ndim < 0 || dst->ndim > H3S_MAX_DIMS)
-        return h3s_fail(H3S_ERR_SHAPE, "tensor_copy: %d dims into %d (0 to %d)", src->ndim, dst->ndim, H3S_MAX_DIMS);
     if (src->dtype != dst->dtype)
         return h3s_fail(H3S_ERR_DTYPE, "tensor_copy: %s into %s (convert with h3s_tensor_convert)",
                         h3s_dtype_name(src->dtype), h3s_dtype_name(dst->dtype));
-    const h3s_tensor *both[2] = {src, dst};
-    for (int k = 0; k < 2; k++)
-        for (int d = 0; d < both[k]->ndim; d++)
-            if (both[k]->shape[d] < 0)
-                return h3s_fail(H3S_ERR_SHAPE, "tensor_copy: %s has a negative dim (shape[%d] = %lld)",
-                                k ? "dst" : "src", d, (long long)both[k]->shape[d]);
+    H3S_TRY(h3s_check_extent("tensor_copy", "src", src));
+    H3S_TRY(h3s_check_extent("tensor_copy", "dst", dst));
     int64_t n = h3s_tensor_numel(src);
-    if (n < 0 || n != h3s_tensor_numel(dst))
+    if (n != h3s_tensor_numel(dst))
         return h3s_fail(H3S_ERR_SHAPE, "tensor_copy: %lld elements into %lld", (long long)n,
                         (long long)h3s_tensor_numel(dst));
     if (n > 0 && (!src->data || !dst->data)) return h3s_fail(H3S_ERR_INVALID, "tensor_copy: NULL data");
