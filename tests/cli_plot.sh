@@ -41,6 +41,21 @@ png_ok "$dir/drift.png" || bad "drift.png is not a 1200 x 700 PNG"
 cmp -s "$dir/clean.png" "$dir/drift.png" && bad "the drift report drew the same figure as the clean one"
 "$CLI" plot "$dir/clean.json" --out "$dir/clean2.png" >/dev/null
 cmp -s "$dir/clean.png" "$dir/clean2.png" || bad "the same report drew two different figures"
+# a node that is not repeat-equal but has no finite error (none recorded) still gets its red cross: the figures of
+# two reports that differ only in that flag differ
+python3 - "$dir/clean.json" "$dir/noerr_ok.json" "$dir/noerr_bad.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+node = d["nodes"][3]
+node["golden_rel_l2"] = None
+node["repeat_equal"] = True
+json.dump(d, open(sys.argv[2], "w"))
+node["repeat_equal"] = False
+json.dump(d, open(sys.argv[3], "w"))
+PY
+"$CLI" plot "$dir/noerr_ok.json" --out "$dir/noerr_ok.png" >/dev/null || bad "plot of a report with a missing error"
+"$CLI" plot "$dir/noerr_bad.json" --out "$dir/noerr_bad.png" >/dev/null || bad "plot of a drift without an error"
+cmp -s "$dir/noerr_ok.png" "$dir/noerr_bad.png" && bad "a drifted node without a finite error was not drawn"
 "$CLI" plot "$dir/traj.json" --out "$dir/traj.png" >"$dir/out.txt" || bad "plot of a trajectory report"
 grep -q 'trajectory report' "$dir/out.txt" || bad "trajectory plot summary: $(cat "$dir/out.txt")"
 png_ok "$dir/traj.png" || bad "traj.png is not a 1200 x 700 PNG"

@@ -22,10 +22,13 @@ import ctypes
 import hashlib
 import json
 import math
+import operator
 import os
+import re
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 
@@ -34,6 +37,12 @@ from ._lib import H3StrictError, H3StrictInputError, Tensor, check, lib, path_ar
 from .torch import _TORCH_DTYPE, _library_view, _shape
 
 EXIT_OK, EXIT_DIFFER, EXIT_USAGE, EXIT_INPUT, EXIT_DEVICE = 0, 1, 2, 3, 4
+# a node the replay could not check (a provider or golden value missing, not comparable, or a golden that is not
+# finite): the provider run on this model and these inputs did not give what the comparison needs, so the exit is
+# the bad-input one, and only when no comparison differed (a difference found is exit 1 with or without it)
+EXIT_UNCHECKED = EXIT_INPUT
+MAX_THREADS = 1024
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 FORWARD_BOUND = (1.25, 1e-3)   # docs/strict.md section 1, contract 4
 GRADIENT_BOUND = (1.5, 5e-3)
 COTANGENT_SEED = 1234
@@ -796,7 +805,7 @@ def _parse_blocks(text, layers):
     out = []
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        if not _ASCII_DIGITS.fullmatch(part):  # not str.isdigit: it takes "²" and other non-ASCII digits
             raise ReplayError(EXIT_USAGE, f"--blocks: '{text}' is not a comma-separated list of block indices")
         i = int(part)
         if i >= layers:
@@ -818,11 +827,169 @@ def _wanted(name, blocks):
 
 
 def _bound(strict, provider, factor_slack):
+    """(limit, within): the bound factor x provider + slack on the strict error, within None when not checked.
+    The strict error must be finite whatever the provider's: a non-finite provider error makes the limit infinite,
+    and without that rule any strict error, infinite or NaN too, would pass."""
     if strict is None or provider is None:
         return None, None
     f, s = factor_slack
-    limit = f * provider + s
+    limit = f * provider + s if math.isfinite(provider) else math.inf
+    if not math.isfinite(strict):
+        return limit, False
     return limit, strict <= limit
+
+
+def _unchecked_reason(strict, provider, golden):
+    """Why a node's values cannot be measured against its golden (None when they can)."""
+    if provider is None:
+        return "no provider value was recorded for this node"
+    if golden is None:
+        return "no golden value was recorded for this node"
+    if strict is None:
+        return "no strict value"
+    for what, t in (("strict", strict), ("provider", provider)):
+        if t.numel() != golden.numel():
+            return f"the {what} value has {t.numel()} elements, the golden {golden.numel()}"
+    if golden.is_floating_point() and not bool(torch.isfinite(golden).all()):
+        return "the FP64 golden is not finite"
+    return None
+
+
+def _measure(strict, provider, golden, factor_slack):
+    """A node's errors against its golden and the verdict: the report's fields golden_rel_l2, provider_rel_l2,
+    bound, within_bound (None when unchecked), check ("within", "over" or "unchecked") and reason (why it is over
+    or unchecked, or a note on the bound; None otherwise)."""
+    why = _unchecked_reason(strict, provider, golden)
+    e_s, e_p = _rel_l2(strict, golden), _rel_l2(provider, golden)
+    if why is None and (e_s is None or e_p is None):
+        why = "the values are not comparable with the golden"
+    if why is not None:
+        limit, ok = None, None
+    else:
+        limit, ok = _bound(e_s, e_p, factor_slack)
+        if ok is False:
+            why = ("the strict error against the golden is not finite" if not math.isfinite(e_s) else
+                   f"the strict error {e_s:.6g} is over the bound {limit:.6g}")
+        elif not math.isfinite(e_p):
+            why = "the provider's error against the golden is not finite: the bound only asks a finite strict error"
+    return {"golden_rel_l2": _json_num(e_s), "provider_rel_l2": _json_num(e_p), "bound": _json_num(limit),
+            "within_bound": ok, "check": "unchecked" if ok is None else ("within" if ok else "over"),
+            "reason": why}
+
+
+def _is_grad(name):
+    return name.endswith(".grad") or ".grad_" in name or name.startswith("param.")
+
+
+FIRST_FIELDS = ("first_drift", "first_grad_drift", "first_isolated_drift", "first_isolated_difference",
+                "first_repeat_drift", "first_batch_drift", "first_grad_repeat_drift", "first_grad_batch_drift",
+                "first_unchecked")
+
+
+def _compare_nodes(order, binding, a, b, one, pv, gv, run_isolated, plant_fault=None):
+    """Every node of `order` (the report's order: forward then backward, execution order) compared: the strict
+    runs a (values kept), b (repeat) and one (item 0 alone, or None) with each other, the provider's values pv
+    against the strict chained values and both against the chained golden gv, and for forward nodes the isolated
+    strict node run_isolated(name, pv) -> (strict, golden).  Returns (nodes, first, over, broken, unchecked,
+    planted): the report's node objects, its first_* fields, and the node names over the bound, with a broken
+    promise, that could not be checked, and whether the planted fault was planted."""
+    nodes, first = [], dict.fromkeys(FIRST_FIELDS)
+    over, broken, unchecked, planted = [], [], [], False
+
+    def mark(key, name):
+        if first[key] is None:
+            first[key] = name
+
+    for name in order:
+        is_grad = _is_grad(name)
+        sv = a.values[name]
+        rows = sv.shape[0] if sv.dim() >= 1 else 1
+        node = {"name": name, "binding": binding, "dtype": str(sv.dtype)[6:], "shape": list(sv.shape),
+                "sha256": a.sha[name]}
+        node["repeat_equal"] = a.sha[name] == b.sha[name]
+        if one is not None and (a.batched[name] or not is_grad):
+            node["batch_equal"] = (a.sha_item0[name] if a.batched[name] else a.sha[name]) == one.sha[name]
+        else:
+            node["batch_equal"] = None
+        if not node["repeat_equal"]:
+            mark("first_grad_repeat_drift" if is_grad else "first_repeat_drift", name)
+        if node["batch_equal"] is False:
+            mark("first_grad_batch_drift" if is_grad else "first_batch_drift", name)
+
+        p_val = (pv.grad_values if is_grad else pv.values).get(name)
+        g_val = (gv.grad_values if is_grad else gv.values).get(name)
+        node["provider_dtype"] = None if p_val is None else str(p_val.dtype)[6:]
+        node["provider_sha256"] = None if p_val is None else _sha(p_val)
+        m = _measure(sv, p_val, g_val, GRADIENT_BOUND if is_grad else FORWARD_BOUND)
+        node["golden_rel_l2"], node["provider_rel_l2"] = m["golden_rel_l2"], m["provider_rel_l2"]
+        node["bound"], node["within_bound"] = m["bound"], m["within_bound"]
+        node["check"], node["reason"] = m["check"], m["reason"]
+        p_cpu = None if p_val is None else p_val.detach().cpu()
+        node["equal_provider"] = _bits_equal(sv, p_cpu) if p_cpu is not None else None
+        node["first_differing_row"] = (_first_differing_row(sv, p_cpu, rows)
+                                       if p_cpu is not None and not node["equal_provider"] else None)
+        if node["equal_provider"] is False:
+            mark("first_drift", name)
+            if is_grad:
+                mark("first_grad_drift", name)
+        marks, missing = [], []
+        if m["within_bound"] is False:
+            marks.append("chained")
+        elif m["within_bound"] is None:
+            missing.append("chained")
+
+        if not is_grad:
+            node["isolated"] = iso_node = _isolated_node(name, rows, p_cpu, pv, run_isolated, plant_fault)
+            planted = planted or iso_node.pop("_planted")
+            eq, promise = iso_node["equal_provider"], iso_node["promise"]
+            if eq is False:
+                mark("first_isolated_difference", name)
+            if iso_node["within_bound"] is False:
+                marks.append("isolated")
+            elif iso_node["within_bound"] is None:
+                missing.append("isolated")
+            if promise and eq is False:
+                broken.append(name)
+            if iso_node["within_bound"] is False or (promise and eq is False):
+                mark("first_isolated_drift", name)
+        node["over_bound"], node["unchecked"] = marks, missing
+        if marks:
+            over.append(name)
+        if missing:
+            unchecked.append(name)
+            mark("first_unchecked", name)
+        nodes.append(node)
+    return nodes, first, over, broken, unchecked, planted
+
+
+def _isolated_node(name, rows, p_cpu, pv, run_isolated, plant_fault):
+    """The `isolated` object of a forward node (with "_planted" for the caller to pop)."""
+    promise = promise_of(name)
+    out = {"sha256": None, "golden_rel_l2": None, "provider_rel_l2": None, "bound": None, "within_bound": None,
+           "check": "unchecked", "reason": None, "equal_provider": None, "first_differing_row": None,
+           "promise": "bitwise" if promise else None, "promise_reason": promise, "promise_kept": None,
+           "_planted": False}
+    p_flat = pv.values.get(name)
+    if p_flat is None:
+        out["reason"] = "no provider value was recorded for this node"
+        return out
+    try:
+        s_iso, g_iso = run_isolated(name, pv)
+    except KeyError as e:  # a value or input of the provider's that the node reads was not recorded
+        out["reason"] = f"the provider's inputs of the node were not recorded ({e})"
+        return out
+    s_iso = s_iso.detach()
+    if plant_fault == name and s_iso.numel():
+        s_iso.reshape(-1)[:1].view(torch.uint8)[:1].bitwise_xor_(1)  # the lowest mantissa bit
+        out["_planted"] = True
+    s_iso_cpu = s_iso.cpu()
+    m = _measure(s_iso, p_flat.detach(), g_iso, FORWARD_BOUND)
+    eq = _bits_equal(s_iso_cpu, p_cpu)
+    out.update(m)
+    out.update({"sha256": _sha(s_iso_cpu), "equal_provider": eq,
+                "first_differing_row": None if eq else _first_differing_row(s_iso_cpu, p_cpu, rows),
+                "promise_kept": (eq if promise else None)})
+    return out
 
 
 def _load_provider(model_dir, device):
@@ -923,8 +1090,9 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
         raise ReplayError(EXIT_DEVICE, f"--device {device}: {lib.h3s_last_error().decode()}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ReplayError(EXIT_DEVICE, "--device cuda: this torch has no usable CUDA device for the provider")
+    threads = _check_threads(threads)
     if threads is not None:
-        lib.h3s_set_num_threads(int(threads))
+        lib.h3s_set_num_threads(threads)
     x = _inputs(inputs_path)
     handle = ctypes.c_void_p()
     try:
@@ -976,88 +1144,15 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
 
         _progress(quiet, "isolated nodes", t0)
         iso = _Isolated(provider, cfg, x, device)
-        nodes = []
-        first = dict.fromkeys(("first_drift", "first_isolated_drift", "first_isolated_difference",
-                               "first_repeat_drift", "first_batch_drift", "first_grad_repeat_drift",
-                               "first_grad_batch_drift"))
-        over, broken, planted = [], [], False
-        for name in a.order:
-            if not _wanted(name, blocks):
-                continue
-            is_grad = name.endswith(".grad") or ".grad_" in name or name.startswith("param.")
-            sv = a.values[name]
-            rows = sv.shape[0] if sv.dim() >= 1 else 1
-            node = {"name": name, "binding": lib.h3s_backend_name(kind).decode(), "dtype": str(sv.dtype)[6:],
-                    "shape": list(sv.shape), "sha256": a.sha[name]}
-            node["repeat_equal"] = a.sha[name] == b.sha[name]
-            comparable_batch = one is not None and (a.batched[name] or not is_grad)
-            if comparable_batch:
-                node["batch_equal"] = (a.sha_item0[name] if a.batched[name] else a.sha[name]) == one.sha[name]
-            else:
-                node["batch_equal"] = None
-            rep_key, batch_key = ("first_grad_repeat_drift", "first_grad_batch_drift") if is_grad else \
-                ("first_repeat_drift", "first_batch_drift")
-            if not node["repeat_equal"] and first[rep_key] is None:
-                first[rep_key] = name
-            if node["batch_equal"] is False and first[batch_key] is None:
-                first[batch_key] = name
-
-            src_p = pv.grad_values if is_grad else pv.values
-            src_g = gv.grad_values if is_grad else gv.values
-            p_val, g_val = src_p.get(name), src_g.get(name)
-            node["provider_dtype"] = None if p_val is None else str(p_val.dtype)[6:]
-            node["provider_sha256"] = None if p_val is None else _sha(p_val)
-            e_s, e_p = _rel_l2(sv, g_val), _rel_l2(p_val, g_val)
-            node["golden_rel_l2"], node["provider_rel_l2"] = _json_num(e_s), _json_num(e_p)
-            limit, ok = _bound(e_s, e_p, GRADIENT_BOUND if is_grad else FORWARD_BOUND)
-            node["bound"], node["within_bound"] = _json_num(limit), ok
-            p_cpu = None if p_val is None else p_val.detach().cpu()
-            node["equal_provider"] = _bits_equal(sv, p_cpu) if p_cpu is not None else None
-            node["first_differing_row"] = (_first_differing_row(sv, p_cpu, rows)
-                                           if p_cpu is not None and not node["equal_provider"] else None)
-            if node["equal_provider"] is False and first["first_drift"] is None and not is_grad:
-                first["first_drift"] = name
-            marks = []
-            if ok is False:
-                marks.append("chained")
-
-            if not is_grad:
-                s_iso, g_iso = iso.run(name, pv)
-                s_iso = s_iso.detach()
-                if plant_fault == name and s_iso.numel():
-                    s_iso.reshape(-1)[:1].view(torch.uint8)[:1].bitwise_xor_(1)  # the lowest mantissa bit
-                    planted = True
-                s_iso_cpu = s_iso.cpu()
-                p_flat = pv.values[name].detach()
-                ie_s, ie_p = _rel_l2(s_iso, g_iso), _rel_l2(p_flat, g_iso)
-                ilimit, iok = _bound(ie_s, ie_p, FORWARD_BOUND)
-                eq = _bits_equal(s_iso_cpu, p_cpu)
-                promise = promise_of(name)
-                node["isolated"] = {
-                    "sha256": _sha(s_iso_cpu), "golden_rel_l2": _json_num(ie_s),
-                    "provider_rel_l2": _json_num(ie_p), "bound": _json_num(ilimit), "within_bound": iok,
-                    "equal_provider": eq,
-                    "first_differing_row": None if eq else _first_differing_row(s_iso_cpu, p_cpu, rows),
-                    "promise": "bitwise" if promise else None, "promise_reason": promise,
-                    "promise_kept": (eq if promise else None)}
-                if not eq and first["first_isolated_difference"] is None:
-                    first["first_isolated_difference"] = name
-                if iok is False:
-                    marks.append("isolated")
-                if promise and not eq:
-                    broken.append(name)
-                if (iok is False or (promise and not eq)) and first["first_isolated_drift"] is None:
-                    first["first_isolated_drift"] = name
-            node["over_bound"] = marks
-            if marks:
-                over.append(name)
-            nodes.append(node)
+        binding = lib.h3s_backend_name(kind).decode()
+        nodes, first, over, broken, unchecked, planted = _compare_nodes(
+            [n for n in a.order if _wanted(n, blocks)], binding, a, b, one, pv, gv, iso.run, plant_fault)
         if plant_fault is not None and not planted:
             raise ReplayError(EXIT_USAGE, f"--plant-fault: no forward node named '{plant_fault}' was replayed")
 
         report = {
             "kind": "provider_replay",
-            "binding": lib.h3s_backend_name(kind).decode(),
+            "binding": binding,
             "provider": {"implementation": "diffusers MiniMaxH3Transformer3DModel, forward hooks",
                          "diffusers": _version("diffusers"), "torch": torch.__version__,
                          "precision": "the checkpoint's mixed precision (BF16 blocks, F32 modules)",
@@ -1071,20 +1166,19 @@ def replay(model_dir, inputs_path, device="cpu", blocks=None, backward=False, th
             "order": "forward then backward, execution order",
             "isolated_promises": {k: v for k, v in BITWISE_PROMISES.items()},
             **first,
-            "over_bound": over, "broken_promises": broken,
+            "over_bound": over, "broken_promises": broken, "unchecked": unchecked,
             "nodes": nodes,
         }
         if plant_fault is not None:
             report["planted_fault"] = plant_fault
-        grads = [nd for nd in nodes if nd["name"].startswith("param.") or nd["name"].endswith(".grad")
-                 or ".grad_" in nd["name"]]
+        grads = [nd for nd in nodes if _is_grad(nd["name"])]
         report["summary"] = {
             "nodes": len(nodes), "forward_nodes": len(nodes) - len(grads), "gradient_nodes": len(grads),
             "repeat_differing": sum(1 for nd in nodes if not nd["repeat_equal"]),
             "batch_differing": sum(1 for nd in nodes if nd["batch_equal"] is False),
             "batch_checked": one is not None,
             "isolated_equal_provider": sum(1 for nd in nodes if nd.get("isolated", {}).get("equal_provider")),
-            "over_bound": len(over), "broken_promises": len(broken),
+            "over_bound": len(over), "broken_promises": len(broken), "unchecked": len(unchecked),
             "differ": bool(over or broken or first["first_repeat_drift"] or first["first_batch_drift"]
                            or first["first_grad_repeat_drift"] or first["first_grad_batch_drift"]),
         }
@@ -1107,17 +1201,55 @@ def _version(pkg):
         return None
 
 
+def _check_threads(threads):
+    """The thread count as an int, or None; a ReplayError (usage) outside 1 .. MAX_THREADS."""
+    if threads is None:
+        return None
+    try:
+        threads = operator.index(threads)
+    except TypeError:
+        raise ReplayError(EXIT_USAGE, f"--threads must be an integer, got {threads!r}") from None
+    if not 1 <= threads <= MAX_THREADS:
+        raise ReplayError(EXIT_USAGE, f"--threads must be between 1 and {MAX_THREADS}, got {threads}")
+    return threads
+
+
+def _ascii_int(text):
+    """argparse type: a decimal integer in ASCII digits (int() also takes other scripts' digits)."""
+    t = text.strip()
+    if not _ASCII_DIGITS.fullmatch(t.lstrip("+-")):
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}")
+    return int(t)
+
+
+def _umask():
+    """The process's umask, read without changing it where /proc tells it (Linux 4.7+)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write_atomic(path, report):
-    """Write the report beside its target and rename it into place: never a partial file under the name."""
+    """Write the report beside its target and rename it into place: never a partial file under the name.  The
+    temporary file has a short name of its own (a target name near NAME_MAX still works) and, once written, the
+    mode a new file gets (0666 less the umask), not mkstemp's 0600."""
     d = os.path.dirname(os.path.abspath(path))
     if os.path.lexists(path) and not os.path.isfile(path):
         raise ReplayError(EXIT_USAGE, f"--out {path}: exists and is not a regular file")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.tmp-", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=".replay-", suffix=".tmp", dir=d)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(report, f, indent=1)
             f.write("\n")
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -1126,12 +1258,34 @@ def _write_atomic(path, report):
         raise
 
 
+def _os_message(e):
+    """One line for an OSError: the path (or paths) it names and the system's reason."""
+    reason = e.strerror or str(e) or type(e).__name__
+    if e.filename is not None:
+        names = os.fsdecode(e.filename) + (f" -> {os.fsdecode(e.filename2)}" if e.filename2 is not None else "")
+        return f"{names}: {reason}"
+    return reason
+
+
+def _internal_message(e):
+    """One line for an unexpected exception: its type, message and where it was raised."""
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+    text = " ".join(str(e).split()) or "(no message)"
+    if isinstance(e, MemoryError):
+        return f"out of memory{at}"
+    return f"internal error: {type(e).__name__}: {text}{at}"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m h3strict.replay", description=(
         "Per-node replay of h3strict against diffusers' MiniMaxH3Transformer3DModel (the provider): every node "
-        "chained and isolated, each against an FP64 golden.  Exit 0: every node within the bound and every promise "
-        "kept; 1: a node over the bound, a broken promise, or a strict repeat or batch drift; 2: bad usage; 3: bad "
-        "input; 4: device failure."))
+        "chained and isolated, each against an FP64 golden.  Exit 0: every node checked, within the bound and every "
+        "promise kept; 1: a node over the bound, a broken promise, or a strict repeat or batch drift; 2: bad usage; "
+        "3: bad input, or (with the report written, and nothing else differing) a node that could not be checked "
+        "(its provider or golden value missing, not comparable, or a golden that is not finite); 4: device or I/O "
+        "failure, or an internal error (one line names it).  The report's first_drift is the first node, forward "
+        "then backward, whose strict bits differ from the provider's; first_grad_drift the first gradient node."))
     ap.add_argument("--model", required=True, help="model directory (diffusers layout, or a pipeline snapshot)")
     ap.add_argument("--inputs", required=True, help="inputs file (safetensors, the forward's argument names)")
     ap.add_argument("--out", required=True, help="the report (JSON)")
@@ -1139,7 +1293,8 @@ def main(argv=None):
     ap.add_argument("--blocks", default=None, help="comma-separated block indices to report (default: all)")
     ap.add_argument("--backward", action="store_true", help="also the backward: every node's gradient, every "
                                                             "parameter gradient")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads of the strict library")
+    ap.add_argument("--threads", type=_ascii_int, default=None,
+                    help=f"CPU threads of the strict library, 1 to {MAX_THREADS}")
     ap.add_argument("--plant-fault", default=None, metavar="NODE",
                     help="test only: flip the lowest bit of NODE's isolated strict output")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -1148,6 +1303,7 @@ def main(argv=None):
     except SystemExit as e:
         return EXIT_USAGE if e.code else EXIT_OK
     try:
+        _check_threads(args.threads)
         for p, what in ((args.model, "--model"), (args.inputs, "--inputs")):
             if not os.path.exists(p):
                 raise ReplayError(EXIT_INPUT, f"{what} {p}: no such file or directory")
@@ -1156,8 +1312,6 @@ def main(argv=None):
             raise ReplayError(EXIT_USAGE, f"--out {args.out}: would overwrite an input or write into the model")
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
             raise ReplayError(EXIT_DEVICE, f"--out {args.out}: the directory does not exist")
-        if args.threads is not None and args.threads < 1:
-            raise ReplayError(EXIT_USAGE, "--threads must be at least 1")
         report = replay(args.model, args.inputs, device=args.device, blocks=args.blocks, backward=args.backward,
                         threads=args.threads, plant_fault=args.plant_fault, quiet=args.quiet)
         _write_atomic(args.out, report)
@@ -1167,12 +1321,27 @@ def main(argv=None):
     except H3StrictError as e:
         print(f"h3strict.replay: {e}", file=sys.stderr)
         return EXIT_DEVICE if e.status == "device error" else EXIT_INPUT
+    except OSError as e:
+        print(f"h3strict.replay: {_os_message(e)}", file=sys.stderr)
+        return EXIT_DEVICE
+    except Exception as e:  # noqa: BLE001 -- anything else is a bug: named on one line, not a bare traceback
+        print(f"h3strict.replay: {_internal_message(e)}; no report written", file=sys.stderr)
+        return EXIT_DEVICE
     s = report["summary"]
     print(f"replay: {s['nodes']} nodes ({s['forward_nodes']} forward, {s['gradient_nodes']} gradients), "
           f"first drift from the provider: {report['first_drift'] or 'none'}, "
           f"first isolated drift: {report['first_isolated_drift'] or 'none'}, "
-          f"over the bound: {s['over_bound']}, broken promises: {s['broken_promises']}")
-    return EXIT_DIFFER if s["differ"] else EXIT_OK
+          f"over the bound: {s['over_bound']}, broken promises: {s['broken_promises']}, "
+          f"unchecked: {s['unchecked']}")
+    if s["unchecked"]:
+        name = report["first_unchecked"]
+        why = next(n for n in report["nodes"] if n["name"] == name)
+        why = why["reason"] or why.get("isolated", {}).get("reason")
+        print(f"h3strict.replay: {s['unchecked']} node(s) could not be checked, the first {name}: {why}",
+              file=sys.stderr)
+    if s["differ"]:
+        return EXIT_DIFFER
+    return EXIT_UNCHECKED if s["unchecked"] else EXIT_OK
 
 
 if __name__ == "__main__":

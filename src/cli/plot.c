@@ -219,7 +219,15 @@ static h3s_status plot_replay(const cJSON *doc, const char *report) {
             const cJSON *node = cJSON_GetArrayItem(nodes, i);
             int bad = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(node, "repeat_equal")) ||
                       cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(node, "batch_equal"));
-            if (!isfinite(ly[i])) continue;
+            if (!isfinite(ly[i])) {
+                /* a drifted node without a finite error (none recorded, or not finite) still gets its cross, at the
+                 * top of the axis, so that no drift is missing from the figure */
+                if (!bad) continue;
+                PLFLT top = yhi - 0.1;
+                plcol0(2);
+                plpoin(1, &x[i], &top, 5);
+                continue;
+            }
             plcol0(bad ? 2 : 3);
             plpoin(1, &x[i], &ly[i], bad ? 5 : 17);
         }
@@ -249,9 +257,10 @@ static h3s_status plot_replay(const cJSON *doc, const char *report) {
     plcol0(1);
     plschr(0, 0.8);
     plmtex("b", 5.5, 0.0, 0.0,
-           with_provider ? "blue: h3strict vs FP64;  orange: provider vs FP64;  red x: not repeat- or batch-equal"
+           with_provider ? "blue: h3strict vs FP64;  orange: provider vs FP64;  red x: not repeat- or batch-equal "
+                           "(at the top: no finite error)"
                          : "blue: h3strict vs FP64 (no provider errors in this report);  red x: not repeat- or "
-                           "batch-equal");
+                           "batch-equal (at the top: no finite error)");
     plschr(0, 1.0);
     free(x);
     free(y);
