@@ -967,6 +967,76 @@ static void check_overlap_refused(void) {
     case_free(&f);
 }
 
+/* The backward in place (dx == dy, as the CUDA backend also takes it) gives the bits of a separate dx, and the same
+ * dtable and dw: the shift chunk (the fold of dy) used to read dy after dx was written over it.  Strict and golden,
+ * rmsnorm and final norm.  A partial overlap of dx with dy, or any overlap of dx, dw or dtable with another operand,
+ * is refused with every operand as it was. */
+static void check_backward_in_place(norm_kind kind, int golden) {
+    norm_case c;
+    case_init(&c, kind, 24, 16, 5, 1200 + (uint64_t)kind);
+    h3s_tensor x = golden ? h3t_to_f64(&c.x) : c.x, w = golden && c.has_w ? h3t_to_f64(&c.w) : c.w;
+    h3s_tensor table = golden && c.has_mod ? h3t_to_f64(&c.table) : c.table;
+    h3s_tensor dy = golden ? h3t_to_f64(&c.dy) : c.dy;
+    h3s_dtype g = golden ? H3S_F64 : H3S_F32;
+    h3s_modulation mod = c.mod;
+    mod.table = &table;
+    const h3s_tensor *wp = c.has_w ? &w : NULL;
+    const h3s_modulation *mp = c.has_mod ? &mod : NULL;
+    h3s_tensor dx = h3t_alloc2(g, c.M, c.H), dw = h3t_alloc1(g, c.H), dt = h3t_alloc2(g, c.R, c.C * c.H);
+    h3s_tensor dw2 = h3t_alloc1(g, c.H), dt2 = h3t_alloc2(g, c.R, c.C * c.H);
+    h3s_tensor io = h3t_alloc2(g, c.M, c.H);
+    memcpy(io.data, dy.data, h3s_tensor_nbytes(&dy));
+    h3s_tensor *dwp = c.has_w ? &dw : NULL, *dtp = c.has_mod ? &dt : NULL;
+    h3s_tensor *dwp2 = c.has_w ? &dw2 : NULL, *dtp2 = c.has_mod ? &dt2 : NULL;
+#define BWD(dy_, dx_, dw_, dt_)                                                                                        \
+    (kind == NORM_FINAL ? h3s_final_norm_backward(&x, wp, &table, &c.index, EPS, dy_, dx_, dw_, dt_)                   \
+                        : h3s_rmsnorm_backward(&x, wp, mp, EPS, dy_, dx_, dw_, dt_))
+    CHECK_OK(BWD(&dy, &dx, dwp, dtp));
+    CHECK_OK(BWD(&io, &io, dwp2, dtp2));
+    CHECK(h3t_bitwise_equal(&io, &dx), "%s%s: dx in place differs", kind_name[kind], golden ? " golden" : "");
+    if (c.has_w) CHECK(h3t_bitwise_equal(&dw, &dw2), "%s: dw with dx in place differs", kind_name[kind]);
+    if (c.has_mod)
+        CHECK(h3t_bitwise_equal(&dt, &dt2), "%s%s: dtable with dx in place differs", kind_name[kind],
+              golden ? " golden" : "");
+    /* overlaps refused: dx one row into dy; dx over x's bytes; dtable over dy */
+    void *dy0 = h3t_snapshot(&dy);
+    size_t es = h3s_dtype_size(g);
+    h3s_tensor big = h3t_alloc2(g, c.M + 1, c.H);
+    memcpy(big.data, dy.data, h3s_tensor_nbytes(&dy));
+    h3s_tensor dy_in_big = h3s_tensor_view(big.data, g, 2, dy.shape);
+    h3s_tensor dx_in_big = h3s_tensor_view((char *)big.data + (size_t)c.H * es, g, 2, dy.shape);
+    CHECK_FAILS(H3S_ERR_INVALID, BWD(&dy_in_big, &dx_in_big, dwp, dtp)); /* dx one row past dy: a partial overlap */
+    CHECK(strstr(h3s_last_error(), "dx overlaps dy"), "names both: %s", h3s_last_error());
+    h3s_tensor dx_x = h3s_tensor_view(x.data, g, 2, dy.shape); /* over x's bytes (and past them: x is BF16) */
+    CHECK_FAILS(H3S_ERR_INVALID, BWD(&dy, &dx_x, dwp, dtp));
+    /* the golden x has dx's bytes exactly; the strict BF16 x is half of them, the rest past it (dy may lie there) */
+    CHECK(strstr(h3s_last_error(), golden ? "dx overlaps x" : "dx overlaps"), "names both: %s", h3s_last_error());
+    if (c.has_mod) {
+        h3s_tensor dt_dy = h3s_tensor_view(dy.data, g, 2, dt.shape);
+        if (h3s_tensor_nbytes(&dt_dy) <= h3s_tensor_nbytes(&dy)) {
+            CHECK_FAILS(H3S_ERR_INVALID, BWD(&dy, &dx, dwp, &dt_dy));
+            CHECK(strstr(h3s_last_error(), "dtable overlaps dy"), "names both: %s", h3s_last_error());
+        }
+    }
+    CHECK(!memcmp(dy.data, dy0, h3s_tensor_nbytes(&dy)), "a refused backward wrote over dy");
+    free(dy0);
+#undef BWD
+    h3s_tensor_free(&big);
+    h3s_tensor_free(&dx);
+    h3s_tensor_free(&dw);
+    h3s_tensor_free(&dt);
+    h3s_tensor_free(&dw2);
+    h3s_tensor_free(&dt2);
+    h3s_tensor_free(&io);
+    if (golden) {
+        h3s_tensor_free(&x);
+        h3s_tensor_free(&dy);
+        if (c.has_w) h3s_tensor_free(&w);
+        if (c.has_mod) h3s_tensor_free(&table);
+    }
+    case_free(&c);
+}
+
 int main(void) {
     /* One thread except where threads are the subject (thread invariance, repeat): OpenMP
      * barriers on an oversubscribed 2-core CI runner cost milliseconds each. */
@@ -991,5 +1061,9 @@ int main(void) {
     check_head();
     check_head_rounded();
     check_overlap_refused();
+    for (int k = 0; k < NORM_KINDS; k++) {
+        check_backward_in_place((norm_kind)k, 0);
+        check_backward_in_place((norm_kind)k, 1);
+    }
     return h3t_finish("test_rmsnorm");
 }

@@ -49,7 +49,8 @@ int h3s_linear_backward_bf16_dy_only(const h3s_tensor *x, const h3s_tensor *w);
  * per-row `index` [M] (I64, each in [0, R)).  y: BF16 or F32 (strict), F64 (golden). */
 
 /* dx [M,H]; dw [H] (tile fold); dtable [R, C*H]: only the shift and scale chunks are
- * written (tile fold per table row, rows no index names get 0); other chunks untouched. */
+ * written (tile fold per table row, rows no index names get 0); other chunks untouched.  dx may be dy itself; no
+ * output otherwise overlaps an operand or another output (H3S_ERR_INVALID). */
 h3s_status h3s_rmsnorm_backward(const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod, double eps,
                                 const h3s_tensor *dy, h3s_tensor *dx, h3s_tensor *dw, h3s_tensor *dtable);
 /* h3s_rmsnorm_backward with dx = dx_add + the norm's dx (one addition per element, dx_add first: the bits of

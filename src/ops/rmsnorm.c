@@ -126,6 +126,20 @@ static h3s_status check_y_apart(const char *op, const h3s_tensor *x, const h3s_t
     return h3s_check_disjoint(op, "y", y, ins, names, 4, 0);
 }
 
+/* The backward's outputs on the host: dx may be dy itself (each row of dy is read before that row of dx is written,
+ * and the fold of dy into the shift chunk runs first) but meets no other operand; dw and dtable meet nothing.  An
+ * output written over an operand another thread still reads would make the result depend on the thread count. */
+static h3s_status check_grads_apart(const char *op, const h3s_tensor *x, const h3s_tensor *w, const h3s_modulation *mod,
+                                    const h3s_tensor *dy, const h3s_tensor *dx, const h3s_tensor *dw,
+                                    const h3s_tensor *dtable) {
+    const h3s_tensor *ins[7] = {dy, x, w, mod ? mod->table : NULL, mod ? mod->index : NULL, dw, dtable};
+    const char *names[7] = {"dy", "x", "w", "table", "index", "dw", "dtable"};
+    if (dx) H3S_TRY(h3s_check_disjoint(op, "dx", dx, ins, names, 7, 1u));
+    if (dw) H3S_TRY(h3s_check_disjoint(op, "dw", dw, ins, names, 5, 0));
+    if (dtable) H3S_TRY(h3s_check_disjoint(op, "dtable", dtable, ins, names, 6, 0));
+    return H3S_OK;
+}
+
 /* ---------------------------------------------------------------- strict rows ------- */
 
 /* 1 / sqrt(mean(x^2) + eps) of one BF16 row: FMA chain over k ascending. */
@@ -301,6 +315,18 @@ static h3s_status rmsnorm_backward_impl(const h3s_tensor *x, const h3s_tensor *w
             return H3S_ERR_NOMEM;
         }
     }
+    /* The shift chunk is the fold of dy itself: it runs before the rows write dx, which may be dy (the row kernel
+     * reads a row of dy before writing it). */
+    const int64_t *idx = dtable ? (const int64_t *)mod->index->data : NULL;
+    const int64_t ldo = c->C * H, R = c->R;
+    if (dtable) {
+        if (c->golden)
+            h3s_fold_indexed_f64((const double *)dy->data, idx, M, H, H, R,
+                                 (double *)dtable->data + mod->shift_chunk * H, ldo);
+        else
+            h3s_fold_indexed_f32((const float *)dy->data, idx, M, H, H, R, (float *)dtable->data + mod->shift_chunk * H,
+                                 ldo);
+    }
     if (c->golden)
         rmsnorm_backward_f64(x, w, mod, eps, c, dy, dx, (double *)cdw, (double *)csc);
     else
@@ -312,17 +338,12 @@ static h3s_status rmsnorm_backward_impl(const h3s_tensor *x, const h3s_tensor *w
             h3s_fold_columns_f32((const float *)cdw, M, H, H, (float *)dw->data);
     }
     if (dtable) {
-        const int64_t *idx = (const int64_t *)mod->index->data;
-        const int64_t ldo = c->C * H, R = c->R;
-        if (c->golden) {
-            double *T = (double *)dtable->data;
-            h3s_fold_indexed_f64((const double *)dy->data, idx, M, H, H, R, T + mod->shift_chunk * H, ldo);
-            h3s_fold_indexed_f64((const double *)csc, idx, M, H, H, R, T + mod->scale_chunk * H, ldo);
-        } else {
-            float *T = (float *)dtable->data;
-            h3s_fold_indexed_f32((const float *)dy->data, idx, M, H, H, R, T + mod->shift_chunk * H, ldo);
-            h3s_fold_indexed_f32((const float *)csc, idx, M, H, H, R, T + mod->scale_chunk * H, ldo);
-        }
+        if (c->golden)
+            h3s_fold_indexed_f64((const double *)csc, idx, M, H, H, R, (double *)dtable->data + mod->scale_chunk * H,
+                                 ldo);
+        else
+            h3s_fold_indexed_f32((const float *)csc, idx, M, H, H, R, (float *)dtable->data + mod->scale_chunk * H,
+                                 ldo);
     }
     free(cdw);
     free(csc);
@@ -356,6 +377,7 @@ h3s_status h3s_rmsnorm_backward_add(const h3s_tensor *x, const h3s_tensor *w, co
             return h3s_fail(H3S_ERR_INVALID, "%s: dx_add overlaps dx or dy", op);
     }
     if (c.on_device) return h3s_cuda_rmsnorm_backward(x, w, mod, eps, dy, dx_add, dx, dw, dtable);
+    H3S_TRY(check_grads_apart(op, x, w, mod, dy, dx, dw, dtable));
     H3S_TRY(rmsnorm_backward_impl(x, w, mod, eps, dy, dx, dw, dtable, &c));
     return dx_add ? h3s_grad_add(dx_add, dx, dx) : H3S_OK; /* dx_add + dx: grad_add's one addition per element */
 }
@@ -405,6 +427,7 @@ h3s_status h3s_final_norm_backward(const h3s_tensor *x, const h3s_tensor *w, con
     H3S_TRY(h3s_final_norm_modulation(op, x, w, table, index, &mod));
     H3S_TRY(check_rmsnorm(op, x, w, &mod, eps, 0, NULL, 1, dy, dx, dw, dtable, &c));
     if (c.on_device) return h3s_cuda_final_norm_backward(x, w, table, index, eps, dy, dx, dw, dtable);
+    H3S_TRY(check_grads_apart(op, x, w, &mod, dy, dx, dw, dtable));
     return rmsnorm_backward_impl(x, w, &mod, eps, dy, dx, dw, dtable, &c);
 }
 
