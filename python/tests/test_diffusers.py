@@ -29,11 +29,9 @@ FACTOR, SLACK = 1.25, 1e-3
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory, cli):
+def work(tmp_path_factory, run_cli):
     d = tmp_path_factory.mktemp("provider")
-
-    def run(*args):
-        subprocess.run([cli, *map(str, args)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = run_cli
 
     run("init", "--preset", "tiny", "--seed", 5, "--out", d / "m")
     run("inputs", "--model", d / "m", "--seed", 7, "--batch", 2, "--out", d / "in2.safetensors")

@@ -7,7 +7,6 @@ node the provider's value.  Each test then removes or alters one value to reach 
 
 import json
 import os
-import subprocess
 import types
 
 import pytest
@@ -19,11 +18,9 @@ FLOATS = (torch.float32, torch.float64, torch.bfloat16)
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory, cli):
+def work(tmp_path_factory, run_cli):
     d = tmp_path_factory.mktemp("provider_replay")
-
-    def run(*args):
-        subprocess.run([cli, *map(str, args)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = run_cli
 
     run("init", "--preset", "tiny", "--seed", 5, "--out", d / "m")
     run("inputs", "--model", d / "m", "--seed", 7, "--batch", 2, "--out", d / "in2.safetensors")

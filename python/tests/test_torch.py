@@ -53,11 +53,9 @@ def bits_equal(a, b):
 
 
 @pytest.fixture(scope="session")
-def work(tmp_path_factory, cli):
+def work(tmp_path_factory, run_cli):
     d = tmp_path_factory.mktemp("h3s")
-
-    def run(*args):
-        subprocess.run([cli, *map(str, args)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = run_cli
 
     run("init", "--preset", "tiny", "--seed", 5, "--out", d / "m")
     os.makedirs(d / "snap")
