@@ -89,14 +89,15 @@ H3S_API h3s_status h3s_tensor_alloc(h3s_tensor *t, h3s_dtype dtype, int ndim, co
 /* A borrowed view of existing host memory (no allocation, cannot fail). */
 H3S_API h3s_tensor h3s_tensor_view(void *data, h3s_dtype dtype, int ndim, const int64_t *shape);
 H3S_API void h3s_tensor_free(h3s_tensor *t);
-/* Elements (the product of the dims) and bytes of a tensor; 0 for NULL.  For a tensor whose extent cannot be
- * computed (a rank outside [0, H3S_MAX_DIMS], a negative dim, a count beyond int64 or bytes beyond size_t), numel is
- * -1 and nbytes 0: every operator refuses such a tensor with H3S_ERR_SHAPE. */
+/* Elements (the product of the dims) and bytes of a tensor; 0 for NULL.  numel is -1 for a rank outside
+ * [0, H3S_MAX_DIMS], a negative dim or a count beyond int64; nbytes is 0 for those and for bytes beyond size_t.
+ * Every operator refuses such a tensor with H3S_ERR_SHAPE. */
 H3S_API int64_t h3s_tensor_numel(const h3s_tensor *t);
 H3S_API size_t h3s_tensor_nbytes(const h3s_tensor *t);
-/* Convert every element (any float dtype to any float dtype; I64<->I64).  Shapes must hold
- * the same number of elements.  Float -> BF16 rounds to nearest even.  Both are host tensors with data for their
- * elements and no negative dim (H3S_ERR_INVALID for missing data or device memory, H3S_ERR_SHAPE for a dim). */
+/* Convert every element (F64, F32, BF16 or F16 to F64, F32 or BF16; an F16 destination is H3S_ERR_DTYPE; the same
+ * dtype to itself, I64 too).  Shapes must hold the same number of elements.  Float -> BF16 rounds once to nearest
+ * even (from F64 too); F64 -> F32 likewise.  Both are host tensors with data for their elements and no negative dim
+ * (H3S_ERR_INVALID for missing data or device memory, H3S_ERR_SHAPE for a dim). */
 H3S_API h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst);
 /* (src and dst may share memory only for the same dtype, a plain move; between dtypes an overlap is
  * H3S_ERR_INVALID.) */

@@ -75,7 +75,8 @@ H3S_API h3s_status h3s_inputs_write(const char *path, const h3s_inputs *in, cons
  * that directory, then the file name) is none of `inputs` (by real path, or the same inode when the output exists),
  * lies inside none of `dirs` nor inside their transformer/ subfolders (each resolved), and is none of the files in
  * those (by real path or inode: a snapshot's links into a cache's blobs/ lead to the model's files).  NULL entries
- * are skipped.  Failure: H3S_ERR_INVALID naming the output and the input, file or directory it collides with;
+ * are skipped; a negative count, or a NULL array with a positive count, is H3S_ERR_INVALID.  Failure: H3S_ERR_INVALID
+ * naming the output and the input, file or directory it collides with;
  * H3S_ERR_IO when the directory cannot be resolved. */
 H3S_API h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs,
                                        const char *const *dirs, int ndirs);

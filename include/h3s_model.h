@@ -146,7 +146,8 @@ H3S_API h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in
  * section 4; backward nodes "<node>.grad", parameter gradients "param.<checkpoint name>") and its output, which
  * may live in device memory (out->device).  `batched` is 1 when the rows are [B * rows_per_item] (item 0 is the
  * first rows_per_item rows), 0 for tensors without a batch axis.  The tensor is borrowed for the call and must
- * not be modified; returning non-OK aborts the pass with that status. */
+ * not be modified; returning non-OK aborts the pass with that status, and with the hook's own message
+ * (h3s_set_error) or, when it set none, one naming the node. */
 typedef h3s_status (*h3s_node_hook)(void *ctx, const char *name, h3s_tensor *out, int batched, int64_t rows_per_item);
 
 /* ------------------------------------------------------------------ the resident model */

@@ -421,7 +421,10 @@ int main(void) {
     hook_log stop = {0};
     stop.fail_at = 5;
     h3s_tensor s_x = {0}, a_x = {0};
+    h3s_set_error(H3S_ERR_SHAPE, "an older failure"); /* the hook sets no message: that one must not be reported */
     CHECK(h3s_model_forward(m, &in1, hook, &stop, NULL, &s_x, &a_x) == H3S_ERR_MISMATCH, "hook status returned");
+    CHECK(message_names("hook", "without a message", NULL) && !strstr(h3s_last_error(), "older"),
+          "a silent hook's failure is named: %s", h3s_last_error());
     CHECK(s_x.data == NULL && a_x.data == NULL, "no output after an aborted pass");
     { /* ... and leaves the caller's structs as they were, here holding an earlier result (they were zeroed) */
         hook_log at_out = {0};
@@ -470,6 +473,24 @@ int main(void) {
         over.owns_data = 0;
         CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, &over, &ai));
         CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in1, NULL, NULL, NULL, NULL, &ai));
+        /* an output over the caller's integer inputs (the forward works on private copies of them, and the check
+         * looked only at those): refused, the tags as they were */
+        {
+            h3s_tensor buf;
+            CHECK_OK(h3s_tensor_alloc(&buf, H3S_F32, si.ndim, si.shape));
+            CHECK(h3s_tensor_nbytes(&buf) >= h3s_tensor_nbytes(&in1.token_tags), "the sample holds the tags");
+            if (h3s_tensor_nbytes(&buf) >= h3s_tensor_nbytes(&in1.token_tags))
+                memcpy(buf.data, in1.token_tags.data, h3s_tensor_nbytes(&in1.token_tags));
+            h3s_inputs in_tags = in1;
+            in_tags.token_tags.data = buf.data;
+            h3s_tensor over_tags = buf;
+            over_tags.owns_data = 0;
+            CHECK_FAILS(H3S_ERR_INVALID, h3s_model_forward_into(m, &in_tags, NULL, NULL, NULL, &over_tags, &ai));
+            CHECK(strstr(h3s_last_error(), "overlaps the input token_tags"), "names the tags: %s", h3s_last_error());
+            CHECK(!memcmp(buf.data, in1.token_tags.data, h3s_tensor_nbytes(&in1.token_tags)),
+                  "a refused forward_into wrote over the caller's token_tags");
+            h3s_tensor_free(&buf);
+        }
         h3s_tensor_free(&si);
         h3s_tensor_free(&ai);
     }
@@ -799,6 +820,11 @@ int main(void) {
         CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(path, ins, 2, dirs, 1));
         CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(in_model, ins, 2, dirs, 1));
         CHECK_OK(h3s_io_check_output(fresh, ins, 2, dirs, 1));
+        /* a NULL array with a positive count (it was dereferenced) or a negative count */
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(fresh, NULL, 2, dirs, 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(fresh, ins, 2, NULL, 1));
+        CHECK_FAILS(H3S_ERR_INVALID, h3s_io_check_output(fresh, ins, -1, dirs, 1));
+        CHECK_OK(h3s_io_check_output(fresh, NULL, 0, NULL, 0));
 
         /* strict JSON */
         const char *good = "{\"a\": [1, 2.5e3, \"x\"]}", *twice = "{\"a\": 1, \"a\": 2}", *trail = "{} x";

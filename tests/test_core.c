@@ -155,6 +155,37 @@ static void test_tensor_checks(void) {
     CHECK(strstr(h3s_last_error(), "overlap"), "overlap message: %s", h3s_last_error());
     CHECK_OK(h3s_tensor_convert(&f32v, &as_f64));
     CHECK_OK(h3s_tensor_convert(&f32v, &f32v)); /* same dtype: a move, allowed */
+    /* F64 -> BF16 rounds once: 1 + 2^-8 + 2^-30 is just above the tie between 1 and 1 + 2^-7, so it rounds up; through
+     * F32 (nearest) it lands on the tie and rounds to even, down.  Also below the tie, exact ties, halfway in the
+     * subnormals, above FLT_MAX and the specials. */
+    {
+        const double v[10] = {1.0 + 0x1p-8 + 0x1p-30,
+                              -(1.0 + 0x1p-8 + 0x1p-30),
+                              1.0 + 0x1p-8 - 0x1p-40,
+                              1.0 + 0x1p-8,
+                              1.0 + 3 * 0x1p-8,
+                              0x1p-134 + 0x1p-160,
+                              1e300,
+                              -1e300,
+                              INFINITY,
+                              0.0};
+        const uint16_t want16[10] = {0x3f81, 0xbf81, 0x3f80, 0x3f80, 0x3f82, 0x0001, 0x7f80, 0xff80, 0x7f80, 0x0000};
+        int64_t n10 = 10;
+        h3s_tensor src = h3s_tensor_view((void *)v, H3S_F64, 1, &n10), dst;
+        CHECK_OK(h3s_tensor_alloc(&dst, H3S_BF16, 1, &n10));
+        CHECK_OK(h3s_tensor_convert(&src, &dst));
+        for (int i = 0; i < 10; i++)
+            CHECK(((uint16_t *)dst.data)[i] == want16[i], "F64 %a -> BF16 0x%04x, expected 0x%04x", v[i],
+                  ((uint16_t *)dst.data)[i], want16[i]);
+        h3s_tensor_free(&dst);
+        double nan = NAN;
+        int64_t n1 = 1;
+        h3s_tensor sn = h3s_tensor_view(&nan, H3S_F64, 1, &n1), dn;
+        CHECK_OK(h3s_tensor_alloc(&dn, H3S_BF16, 1, &n1));
+        CHECK_OK(h3s_tensor_convert(&sn, &dn));
+        CHECK((((uint16_t *)dn.data)[0] & 0x7fff) > 0x7f80, "F64 NaN -> BF16 NaN: 0x%04x", ((uint16_t *)dn.data)[0]);
+        h3s_tensor_free(&dn);
+    }
     h3s_tensor_free(&f32v);
     h3s_tensor_free(&small8);
     h3s_tensor_free(&t);

@@ -88,8 +88,8 @@ h3s_status h3s_check_index(const char *op, const char *name, const h3s_tensor *i
 h3s_status h3s_check_placement(const char *op, const h3s_tensor *const *ts, const char *const *names, int n,
                                int *on_device);
 /* A tensor whose extent can be computed: rank in [0, H3S_MAX_DIMS], no negative dim, an element count that fits in
- * int64 and a byte count that fits in size_t (H3S_ERR_SHAPE naming the tensor otherwise).  h3s_tensor_numel gives -1
- * and h3s_tensor_nbytes 0 for a tensor that fails this. */
+ * int64 and a byte count that fits in size_t (H3S_ERR_SHAPE naming the tensor otherwise).  h3s_tensor_nbytes gives 0
+ * for a tensor that fails this, h3s_tensor_numel -1 unless only its bytes overflow. */
 h3s_status h3s_check_extent(const char *op, const char *name, const h3s_tensor *t);
 /* The byte ranges of a and b intersect (a NULL tensor, NULL data or 0 bytes never overlaps). */
 int h3s_tensors_overlap(const h3s_tensor *a, const h3s_tensor *b);

@@ -146,6 +146,21 @@ double h3s_tensor_get_f64(const h3s_tensor *t, int64_t i) {
     return NAN;
 }
 
+/* A double rounded once to BF16, to nearest even: rounded to odd into F32 first (toward zero, then the last bit set
+ * when inexact), which keeps the 16 bits BF16 drops plus a sticky bit, so the BF16 rounding of that F32 value is the
+ * rounding of the double itself.  (float)v rounds to nearest and can land on a BF16 tie that v is not on. */
+static uint16_t bf16_from_f64(double v) {
+    float t = (float)v;
+    if (!isnan(v) && (double)t != v) {
+        if (fabs((double)t) > fabs(v)) t = nextafterf(t, 0.0f); /* toward zero (an Inf above FLT_MAX too) */
+        uint32_t u;
+        memcpy(&u, &t, 4);
+        u |= 1u;
+        memcpy(&t, &u, 4);
+    }
+    return h3s_bf16_round(t);
+}
+
 static int is_float(h3s_dtype d) { return d == H3S_F64 || d == H3S_F32 || d == H3S_BF16 || d == H3S_F16; }
 
 /* A host tensor this file may read or write whole: a rank in [0, H3S_MAX_DIMS], no negative dim, an element count
@@ -211,10 +226,10 @@ h3s_status h3s_tensor_convert(const h3s_tensor *src, h3s_tensor *dst) {
         switch (dst->dtype) {
         case H3S_F64: ((double *)dst->data)[i] = v; break;
         case H3S_F32: ((float *)dst->data)[i] = (float)v; break;
-        /* Every source dtype here is exactly representable in F32 except F64, which is
-         * rounded once to F32 and then to BF16: callers that need a single rounding from
-         * F64 must round themselves; the library never converts F64 -> BF16 on a strict path. */
-        case H3S_BF16: ((uint16_t *)dst->data)[i] = h3s_bf16_round((float)v); break;
+        /* every source dtype but F64 is exact in F32; F64 is rounded once (bf16_from_f64) */
+        case H3S_BF16:
+            ((uint16_t *)dst->data)[i] = src->dtype == H3S_F64 ? bf16_from_f64(v) : h3s_bf16_round((float)v);
+            break;
         default: break;
         }
     }

@@ -623,6 +623,9 @@ static h3s_status check_model_dir(const char *path, const char *full, int out_ex
 h3s_status h3s_io_check_output(const char *path, const char *const *inputs, int ninputs, const char *const *dirs,
                                int ndirs) {
     if (!path || !*path) return h3s_fail(H3S_ERR_INVALID, "output: empty path");
+    if (ninputs < 0 || ndirs < 0 || (ninputs > 0 && !inputs) || (ndirs > 0 && !dirs))
+        return h3s_fail(H3S_ERR_INVALID, "output %s: %d inputs and %d model directories, from %s and %s arrays", path,
+                        ninputs, ndirs, inputs ? "given" : "NULL", dirs ? "given" : "NULL");
     H3S_TRY(check_output_target(path));
     char *full = NULL, *dir_real = NULL;
     H3S_TRY(resolve_output(path, &full, &dir_real));

@@ -1031,6 +1031,17 @@ typedef struct run_ctx {
     void *hook_ctx;
 } run_ctx;
 
+/* The caller's hook on one node.  A hook that fails without a message of its own (h3s_set_error) gets one naming the
+ * node, so that the failed pass never reports an older, unrelated message. */
+static h3s_status call_hook(const run_ctx *r, const char *name, h3s_tensor *t, int batched, int64_t rows_per_item) {
+    h3s_clear_error();
+    h3s_status st = r->hook(r->hook_ctx, name, t, batched, rows_per_item);
+    if (st != H3S_OK && !h3s_last_error()[0])
+        return h3s_fail(st, "node hook: the hook returned %s at node '%s' without a message", h3s_status_name(st),
+                        name);
+    return st;
+}
+
 static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_item, const char *fmt, ...)
     H3S_PRINTF(5, 6);
 static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_item, const char *fmt, ...) {
@@ -1040,7 +1051,7 @@ static h3s_status emit(run_ctx *r, h3s_tensor *t, int batched, int64_t rows_per_
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    return r->hook(r->hook_ctx, name, t, batched, rows_per_item);
+    return call_hook(r, name, t, batched, rows_per_item);
 }
 
 #define NEW(var, dt, rows, cols)                                                                                       \
@@ -1614,7 +1625,7 @@ static h3s_status emit_par(run_ctx *r, h3s_tensor *local, int kind, int64_t W, i
         st = h3s_sp_allgather_rows(&tp->plan, t, &rows);
         t = &rows;
     }
-    if (st == H3S_OK) st = r->hook(r->hook_ctx, name, (h3s_tensor *)t, 1, S);
+    if (st == H3S_OK) st = call_hook(r, name, (h3s_tensor *)t, 1, S);
     h3s_tensor_free(&cols);
     h3s_tensor_free(&rows);
     return st;
@@ -1991,8 +2002,9 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, int into, h3s_
     return H3S_OK;
 }
 
-static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                                    h3s_tape **tape, int into, h3s_tensor *sample, h3s_tensor *audio_sample);
+static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, const h3s_inputs *caller, h3s_node_hook hook,
+                                    void *hook_ctx, h3s_tape **tape, int into, h3s_tensor *sample,
+                                    h3s_tensor *audio_sample);
 
 static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
                                 int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
@@ -2018,7 +2030,7 @@ static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hoo
         }
     }
     h3s_status st = cst;
-    if (st == H3S_OK) st = forward_validated(m, &local, hook, hook_ctx, tape, into, sample, audio_sample);
+    if (st == H3S_OK) st = forward_validated(m, &local, in, hook, hook_ctx, tape, into, sample, audio_sample);
     for (int k = 0; k < 6; k++)
         h3s_tensor_free(&copies[k]);
     return st;
@@ -2035,7 +2047,9 @@ h3s_status h3s_model_forward_into(h3s_model *m, const h3s_inputs *in, h3s_node_h
 }
 
 /* A caller's output tensor for h3s_model_forward_into: the forward's dtype and shape, host memory or (CUDA model)
- * device memory of the library's device, apart from every input and from the other output. */
+ * device memory of the library's device, apart from every input and from the other output.  `in` is the caller's
+ * inputs as given (not the forward's private copies of the integer inputs: an output over the caller's token_tags
+ * must be refused too). */
 static h3s_status check_output(const h3s_model *m, const char *name, const h3s_tensor *t, int64_t B, int64_t N,
                                int64_t W, const h3s_inputs *in, const h3s_tensor *other) {
     if (t->dtype != m->f32)
@@ -2060,16 +2074,17 @@ static h3s_status check_output(const h3s_model *m, const char *name, const h3s_t
     return H3S_OK;
 }
 
-static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx,
-                                    h3s_tape **tape, int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
+static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, const h3s_inputs *caller, h3s_node_hook hook,
+                                    void *hook_ctx, h3s_tape **tape, int into, h3s_tensor *sample,
+                                    h3s_tensor *audio_sample) {
     int64_t B;
     H3S_TRY(finish_pending(m, into ? "model_forward_into" : "model_forward"));
     H3S_TRY(h3s_inputs_validate(&m->cfg, in, &B));
     if (into) {
-        H3S_TRY(check_output(m, "sample", sample, B, in->hidden_states.shape[1], h3s_config_video_width(&m->cfg), in,
-                             audio_sample));
+        H3S_TRY(check_output(m, "sample", sample, B, in->hidden_states.shape[1], h3s_config_video_width(&m->cfg),
+                             caller, audio_sample));
         H3S_TRY(check_output(m, "audio_sample", audio_sample, B, in->audio_hidden_states.shape[1],
-                             m->cfg.audio_in_channels, in, sample));
+                             m->cfg.audio_in_channels, caller, sample));
     }
     h3s_tape *tp = h3s_calloc(1, sizeof *tp);
     if (!tp) return H3S_ERR_NOMEM;
