@@ -147,6 +147,8 @@ _SIGNATURES = {
     "h3s_inputs_validate": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.POINTER(Inputs), ctypes.POINTER(ctypes.c_int64)]),
     "h3s_weights_load": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_P)]),
     "h3s_weights_free": (None, [_P]),
+    "h3s_weights_config": (ctypes.POINTER(Config), [_P]),
+    "h3s_layout_condition_rows": (ctypes.c_int64, [ctypes.POINTER(Inputs)]),
     "h3s_schedule_sigmas": (ctypes.c_int, [ctypes.c_int64, ctypes.c_float, _P, ctypes.POINTER(ctypes.c_int64)]),
     "h3s_schedule_timesteps": (ctypes.c_int, [_P, ctypes.c_int64, _P]),
     "h3s_euler_step": (None, [_P, _P, ctypes.c_int64, ctypes.c_float, ctypes.c_float, ctypes.c_float, _P]),

@@ -785,10 +785,12 @@ scheduler = _Scheduler()
 
 
 def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, device="cpu", inputs=None,
-               condition_rows=0, shift_video=0.0, shift_audio=0.0):
+               condition_rows=None, shift_video=0.0, shift_audio=0.0):
     """The dual trajectory (rollout alone vs item 0 of a training batch, compared bitwise at every Euler step) on
     the model at `path`.  inputs: None for seeded requests, or a dict of CPU tensors under the forward's argument
-    names (the user's own request; item 0 is the rollout's).  Returns the report (a dict: "summary" holds
+    names (the user's own request; item 0 is the rollout's).  condition_rows: the request's keyframe condition rows,
+    None to infer them from its timesteps as `h3strict trajectory` does without --condition-rows (a request whose
+    t_video is 0.999 or more must name them).  Returns the report (a dict: "summary" holds
     comparisons / differing / gradient_comparisons / gradient_differing).  The ints are checked as
     `h3strict trajectory` checks them (ints, not bools: 1 to 64 seeds, each in [0, 2^64); steps in [1, 1000];
     batch in [2, 4096]; condition_rows in [0, 2^40]); a TypeError or ValueError names the argument."""
@@ -801,7 +803,8 @@ def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, devic
         raise ValueError(f"seeds: 1 to {_MAX_SEEDS} seeds, got {len(seeds)}")
     steps = _int_arg("steps", steps, 1, _MAX_STEPS)
     batch = _int_arg("batch", batch, *_TRAJ_BATCH)
-    condition_rows = _int_arg("condition_rows", condition_rows, 0, _MAX_CONDITION_ROWS)
+    if condition_rows is not None:
+        condition_rows = _int_arg("condition_rows", condition_rows, 0, _MAX_CONDITION_ROWS)
     raw = path_arg("path", path)
     w = ctypes.c_void_p()
     check(lib.h3s_weights_load(raw, ctypes.byref(w)))
@@ -817,6 +820,11 @@ def trajectory(path, seeds=(11, 22, 33), steps=4, batch=4, with_grad=True, devic
             for name in _ARG_NAMES:
                 setattr(req, name, _as_library_tensor(name, inputs.get(name), optional=name == "attention_mask"))
             o.request = ctypes.pointer(req)
+            if condition_rows is None:
+                # inferred from the validated request, as the CLI infers it (h3s_layout_condition_rows)
+                batch_of = ctypes.c_int64()
+                check(lib.h3s_inputs_validate(lib.h3s_weights_config(w), ctypes.byref(req), ctypes.byref(batch_of)))
+                condition_rows = lib.h3s_layout_condition_rows(ctypes.byref(req))
             o.condition_rows = condition_rows
         text = ctypes.c_void_p()
         tot = _lib.TrajectoryTotals()

@@ -392,6 +392,23 @@ def test_scheduler_and_rollout_vs_training(model, work):
     assert own["summary"]["comparisons"] == 4 and own["summary"]["differing"] == 0
 
 
+def test_trajectory_infers_condition_rows_as_the_cli(work, run_cli):
+    """A keyframed request without condition_rows: the binding infers them from the timesteps as the CLI does (it
+    ran them as 0: other velocities at every step), so both reports carry the same layout and the same digests."""
+    kf = work / "in_kf.safetensors"
+    run_cli("inputs", "--model", work / "m", "--seed", 7, "--keyframes", "first", "--out", kf)
+    run_cli("trajectory", "--model", work / "m", "--inputs", kf, "--steps", 1, "--batch", 2, "--no-grad", "--quiet",
+            "--out", work / "traj_kf.json")
+    cli_report = json.loads((work / "traj_kf.json").read_text())
+    ours = trajectory(work / "m", seeds=(11,), steps=1, batch=2, with_grad=False, inputs=load_inputs(kf))
+    assert cli_report["layout"]["condition_rows"] > 0
+    assert ours["layout"] == cli_report["layout"]
+    assert ours["seeds"] == cli_report["seeds"]
+    named = trajectory(work / "m", seeds=(11,), steps=1, batch=2, with_grad=False, inputs=load_inputs(kf),
+                       condition_rows=cli_report["layout"]["condition_rows"])
+    assert named["seeds"] == cli_report["seeds"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 def test_cuda_bits_equal_cli_cuda(work, cli):
     for name, extra in (("out_cuda", []), ("grads_cuda", ["--cotangent", work / "ct.safetensors"])):
