@@ -70,6 +70,7 @@ _INPUT_DTYPES = {
 _DEVICES = {"cpu": _lib.BACKEND_CPU, "cuda": _lib.BACKEND_CUDA}
 _MAX_THREADS = 1024  # the CLI's --threads range, 1 to 1024
 _MAX_LAYOUT = 1 << 24  # `h3strict inputs`: --batch and the layout's sizes at most 2^24
+_MAX_SIGMA_STEPS = (1 << 24) - 1  # h3s_schedule_sigmas: at most 2^24 grid points
 _MAX_SEEDS, _MAX_STEPS, _TRAJ_BATCH = 64, 1000, (2, 4096)  # `h3strict trajectory`: --seeds, --steps, --batch
 _MAX_CONDITION_ROWS = 1 << 40  # `h3strict trajectory --condition-rows`
 
@@ -472,8 +473,10 @@ class _StrictFunction(torch.autograd.Function):
                 grads_f32[name] = v
             # .grad lives where the parameter does, in its dtype (CUDA: the library's device gradient, converted
             # on the device when the parameter is BF16 and the library handed F32 over; with exact_grads off the
-            # library hands a BF16 parameter's gradient over in BF16, the same bits, and it is used as it is)
-            param_grads.append(v if v.dtype == p.dtype and v.device == p.device else v.to(p.device, p.dtype))
+            # library hands a BF16 parameter's gradient over in BF16, the same bits).  Always a tensor of torch's own:
+            # autograd adopts a gradient nothing else references as .grad, and a view of the library's memory would
+            # then keep the whole gradient set alive for as long as any .grad lives
+            param_grads.append(v.clone() if v.dtype == p.dtype and v.device == p.device else v.to(p.device, p.dtype))
         ctx.module.grads_f32 = grads_f32
         return (None, None, None, *input_grads, *([None] * (len(_ARG_NAMES) - 3)), *param_grads)
 
@@ -535,7 +538,7 @@ class StrictTransformer(torch.nn.Module):
             slots.append((name, node._parameters, leaf))
         self._param_list = [self.get_parameter(name) for name, _ in core.params]
         # what the library reads: each parameter's slot, the Parameter in it and the memory it had at load
-        self._param_checks = [(name, params, leaf, p, p.data_ptr(), p.dtype, p.shape)
+        self._param_checks = [(name, params, leaf, p, p.data_ptr(), p.dtype, p.shape, p.stride())
                               for (name, params, leaf), p in zip(slots, self._param_list)]
         self._node_checks = nodes  # and each container module in its parent
         cfg = core.config
@@ -624,11 +627,11 @@ class StrictTransformer(torch.nn.Module):
         """A seeded request on the packed t2va layout, as a dict of the forward's arguments: exactly the tensors
         `h3strict inputs --seed SEED --batch BATCH` writes for this model.  Item b depends on (seed, b) only, so
         item 0 is the same request in a batch of any size.  The ints are checked as `h3strict inputs` checks them
-        (an int, not a bool: seed in [0, 2^64), batch and the sizes in [1, 2^24], audio_latents from 0); a
-        TypeError or ValueError names the argument."""
+        (an int, not a bool: seed in [0, 2^64), batch and the sizes in [1, 2^24]); a TypeError or ValueError names
+        the argument."""
         seed = _int_arg("seed", seed, 0, (1 << 64) - 1)
         batch = _int_arg("batch", batch, 1, _MAX_LAYOUT)
-        sizes = [_int_arg(name, v, 0 if name == "audio_latents" else 1, _MAX_LAYOUT) for name, v in (
+        sizes = [_int_arg(name, v, 1, _MAX_LAYOUT) for name, v in (
             ("text_tokens", text_tokens), ("frames", frames), ("latent_height", latent_height),
             ("latent_width", latent_width), ("audio_latents", audio_latents))]
         lo = _lib.LayoutOpts(*sizes, 0, 0, 0)
@@ -674,12 +677,12 @@ class StrictTransformer(torch.nn.Module):
                                    "weights it loaded, so the module would show weights the model does not use. Load "
                                    "new weights in place (model.load_state_dict(state_dict) without assign=True); "
                                    "this model must be loaded again with from_pretrained")
-        for name, params, leaf, p, ptr, dtype, shape in self._param_checks:
+        for name, params, leaf, p, ptr, dtype, shape, stride in self._param_checks:
             q = params.get(leaf)
             if q is not p:
                 what = "was replaced by another object" if q is not None else "was removed"
-            elif p.data_ptr() != ptr or p.dtype != dtype or p.shape != shape:
-                what = "was given other memory (p.data = ..., vector_to_parameters, set_)"
+            elif p.data_ptr() != ptr or p.dtype != dtype or p.shape != shape or p.stride() != stride:
+                what = "was given other memory or another layout (p.data = ..., vector_to_parameters, set_, as_strided)"
             else:
                 continue
             raise RuntimeError(
@@ -754,8 +757,7 @@ class _Scheduler:
     @staticmethod
     def sigmas(steps, shift=12.0):
         """The sigma grid of `steps` Euler steps (steps + 1 points down to 0; unique_consecutive may shorten it)."""
-        if not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a positive int, got {steps!r}")
+        steps = _int_arg("steps", steps, 1, _MAX_SIGMA_STEPS)
         out = torch.empty(steps + 1, dtype=torch.float32)
         count = ctypes.c_int64()
         check(lib.h3s_schedule_sigmas(steps + 1, float(shift), out.data_ptr(), ctypes.byref(count)))

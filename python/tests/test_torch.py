@@ -18,8 +18,8 @@ import torch
 
 import h3strict
 from h3strict import _lib
-from h3strict.torch import (H3StrictError, H3StrictInputError, StrictTransformer, _block_grads, load_inputs, scheduler,
-                            trajectory)
+from h3strict.torch import (H3StrictError, H3StrictInputError, StrictTransformer, _OwnedGrads, _block_grads,
+                            load_inputs, scheduler, trajectory)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 _ST_DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "BOOL": torch.bool,
@@ -134,6 +134,12 @@ def test_exact_grads_off_gives_the_same_grad_bits(work):
     x = inputs(work, 2)
     ct = read_safetensors(work / "ct.safetensors")
     expect = read_safetensors(work / "grads.safetensors")
+
+    def owned():  # the library gradient sets alive
+        gc.collect()
+        return sum(isinstance(o, _OwnedGrads) for o in gc.get_objects())
+
+    before = owned()
     out = m(**x)
     torch.autograd.backward([out.sample, out.audio_sample], [ct["sample"], ct["audio_sample"]])
     n_bf16 = 0
@@ -145,6 +151,8 @@ def test_exact_grads_off_gives_the_same_grad_bits(work):
             assert name not in m.grads_f32, name
             n_bf16 += 1
     assert n_bf16 > 0
+    m.grads_f32 = {}  # the F32 gradients' views go; every .grad stays, and must not keep the library's set alive
+    assert owned() == before, "a .grad keeps the library's gradient set alive (docs/api.md: torch's own tensor)"
     m.exact_grads = True
     assert m.exact_grads is True
     with pytest.raises(ValueError, match="exact_grads"):
@@ -579,6 +587,11 @@ def test_replaced_parameter_memory_is_refused(work):
     with pytest.raises(RuntimeError, match="was given other memory"):
         m(**x)
     m = fresh(work)
+    w = m.get_parameter("proj_out.weight")  # the same memory and shape, read in another layout (transposed strides)
+    w.data = torch.as_strided(w.data, w.shape, (1, w.shape[0]))
+    with pytest.raises(RuntimeError, match=r"proj_out\.weight was given other memory"):
+        m(**x)
+    m = fresh(work)
     m.proj_out.weight = torch.nn.Parameter(m.proj_out.weight.detach().clone())
     with pytest.raises(RuntimeError, match=r"proj_out\.weight was replaced"):
         m(**x)
@@ -729,10 +742,16 @@ def test_seeded_inputs_and_trajectory_refuse_wrapping_integers(model, work):
     for kw, exc in ((dict(seed=-1), ValueError), (dict(seed=2**64), ValueError), (dict(seed=2**64 + 7), ValueError),
                     (dict(seed=True), TypeError), (dict(seed=7.0), TypeError), (dict(batch=0), ValueError),
                     (dict(batch=2**64 + 1), ValueError), (dict(batch=2.9), TypeError),
-                    (dict(frames=2**64 + 2), ValueError)):
+                    (dict(frames=2**64 + 2), ValueError), (dict(audio_latents=0), ValueError)):
         with pytest.raises(exc, match=next(iter(kw))):
             model.seeded_inputs(**kw)
     assert model.seeded_inputs(seed=2**64 - 1)["hidden_states"].shape[0] == 1
+    # scheduler.sigmas checks its steps as the others do: numpy-style integer scalars pass, bool does not, and a
+    # count beyond the library's grid is a ValueError before any allocation
+    for steps, exc in ((True, TypeError), (0, ValueError), (2**24, ValueError), (2.0, TypeError)):
+        with pytest.raises(exc, match="steps"):
+            scheduler.sigmas(steps)
+    assert torch.equal(scheduler.sigmas(torch.tensor(4)), scheduler.sigmas(4))
     for kw, exc in ((dict(seeds=(-1,)), ValueError), (dict(seeds=(2**64,)), ValueError),
                     (dict(seeds=tuple(range(65))), ValueError), (dict(seeds=(1.5,)), TypeError),
                     (dict(steps=2**64 + 2), ValueError), (dict(steps=0), ValueError), (dict(batch=2.0), TypeError),

@@ -759,7 +759,7 @@ static int cmd_inputs(int argc, char **argv) {
                 {"--frames", &lo.frames, 1},
                 {"--latent-height", &lo.latent_height, 1},
                 {"--latent-width", &lo.latent_width, 1},
-                {"--audio-latents", &lo.audio_latents, 0},
+                {"--audio-latents", &lo.audio_latents, 1},
                 {"--pad-to", &lo.pad_to, 0}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         const char *v = get(o, n, ints[i].name);
