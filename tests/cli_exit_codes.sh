@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Exit codes a script can act on (docs/cli.md "Exit status"): 0 success, 1 a strict comparison differed,
 # 2 bad usage, 3 bad input file, 4 device or I/O failure; every failure with one line on stderr. Also
-# --opt=value, how numbers are written, help, and progress lines on stderr only (--quiet, --verbose,
-# H3S_PROGRESS_AFTER).
+# --opt=value, an option given twice, how numbers are written, the H3S_* variables of the environment, standard
+# output that cannot be written, help, and progress lines on stderr only (--quiet, --verbose, H3S_PROGRESS_AFTER).
 set -u
 . "$(dirname "$0")/check.sh"
 # a loaded machine must not turn a failing command's one stderr line into several: stage lines only where a
@@ -73,6 +73,37 @@ expect 2 quiet-and-verbose "$CLI" forward --model "$m" --inputs "$in" --out "$di
 expect 2 plant-unknown-node "$CLI" replay --model "$m" --inputs "$in" --out "$dir/x.json" --no-golden \
     --plant-drift block.9.nothing --quiet
 [ -e "$dir/x.safetensors" ] || [ -e "$dir/x.json" ] && bad "a usage error left an output file"
+# the node to plant a drift in is looked for once the first pass has listed the nodes: no other pass runs for a
+# name that is not among them (the passes' own progress lines show how far it went)
+"$CLI" replay --model "$m" --inputs "$in" --out "$dir/x.json" --plant-drift block.9.nothing >"$dir/out.txt" \
+    2>"$dir/err.txt"
+rc=$?
+[ $rc -eq 2 ] && grep -q "no node named 'block.9.nothing'" "$dir/err.txt" && ok ||
+    bad "plant-unknown-node with progress: exit $rc: $(cat "$dir/err.txt")"
+grep -q 'pass 1/4' "$dir/err.txt" && ok || bad "plant-unknown-node: no line of the first pass: $(cat "$dir/err.txt")"
+if grep -q 'pass [234]/4' "$dir/err.txt"; then
+    bad "plant-unknown-node: refused only after more passes ran: $(cat "$dir/err.txt")"
+else ok; fi
+# an option given twice is refused, naming it (the last one silently won); so is plot's report given both as its first
+# argument and with --report (--report drew the other one)
+cp "$in" "$dir/in_other.safetensors"
+expect 2 inputs-twice "$CLI" forward --model "$m" --inputs "$in" --inputs "$dir/in_other.safetensors" \
+    --out "$dir/x.safetensors"
+grep -qF "option --inputs given twice ('$in', then '$dir/in_other.safetensors')" "$dir/err.txt" && ok ||
+    bad "--inputs twice: message: $(cat "$dir/err.txt")"
+expect 2 out-twice "$CLI" forward --model "$m" --inputs "$in" --out "$dir/x.safetensors" --out="$dir/y.safetensors"
+grep -qF "option --out given twice" "$dir/err.txt" && ok || bad "--out twice: message: $(cat "$dir/err.txt")"
+expect 2 seed-twice "$CLI" init --preset tiny --seed 1 --seed 2 --out "$dir/mx"
+expect 2 flag-twice "$CLI" trajectory --no-grad --steps 1 --no-grad --out "$dir/x.json"
+grep -qF "option --no-grad given twice" "$dir/err.txt" && ok || bad "--no-grad twice: message: $(cat "$dir/err.txt")"
+expect 2 quiet-twice "$CLI" verify --model "$m" --quiet --quiet
+grep -qF "option --quiet given twice" "$dir/err.txt" && ok || bad "--quiet twice: message: $(cat "$dir/err.txt")"
+expect 2 plot-report-twice "$CLI" plot "$dir/replay.json" --report "$dir/drift.json" --out "$dir/x.png"
+grep -qF "the report is given twice, as the first argument ('$dir/replay.json') and with --report" "$dir/err.txt" &&
+    ok || bad "plot REPORT --report OTHER: message: $(cat "$dir/err.txt")"
+expect 2 plot-report-option-twice "$CLI" plot --report "$dir/replay.json" --report="$dir/drift.json" \
+    --out "$dir/x.png"
+for f in x.safetensors y.safetensors mx x.json x.png; do [ -e "$dir/$f" ] && bad "a repeated option left $f"; done
 # a number's first byte is a digit (or a '-' where the range takes negatives): strtoull would skip the space of
 # ' -1' and wrap it to 2^64 - 1; ' 5' and '+5' are refused as well, in every integer and float option
 for v in ' -1' ' 5' '+5' '5 '; do
@@ -99,6 +130,27 @@ expect 2 shift-above-max "$CLI" trajectory --seeds 1 --steps 1 --no-grad --shift
 expect 2 shift-min-schedule "$CLI" trajectory --seeds 1 --steps 2 --no-grad --shift-video 0.001 --out "$dir/x.json"
 grep -qF -- "--shift-video 0.001: with 2 steps its sigma schedule rounds sigma 0 to 1.00001287, above 1" \
     "$dir/err.txt" && ok || bad "shift 0.001: message: $(cat "$dir/err.txt")"
+# a fractional value is plain decimal (digits, '.', an exponent) and compared with its range exactly as typed: one
+# that a double rounds onto the bound is still out of range; hexadecimal floats, inf and nan are refused
+for v in 1.0000000000000000001 1.00000000000000000000000001 0x1p-1 0x0.8 inf nan infinity .5 +0.5 1e 1e+ 0.5f \
+    '0.5 ' 0,5; do
+    expect 2 "t-video '$v'" "$CLI" inputs --model "$m" --seed 1 --t-video "$v" --out "$dir/x.safetensors"
+    grep -qF -- "--t-video must be a number in [0, 1]" "$dir/err.txt" && ok ||
+        bad "t-video '$v': message: $(cat "$dir/err.txt")"
+done
+expect 2 shift-rounds-onto-max "$CLI" trajectory --seeds 1 --steps 1 --no-grad \
+    --shift-audio 100000.0000000000000000001 --out "$dir/x.json"
+grep -qF "must be a number in [0.001, 100000], got '100000.0000000000000000001'" "$dir/err.txt" && ok ||
+    bad "shift rounding onto the maximum: message: $(cat "$dir/err.txt")"
+expect 2 shift-rounds-onto-min "$CLI" trajectory --seeds 1 --steps 1 --no-grad \
+    --shift-audio 0.000999999999999999999999 --out "$dir/x.json"
+grep -qF "must be a number in [0.001, 100000], got '0.000999999999999999999999'" "$dir/err.txt" && ok ||
+    bad "shift rounding onto the minimum: message: $(cat "$dir/err.txt")"
+expect 0 t-video-bound-many-digits "$CLI" inputs --model "$m" --seed 1 --t-video 1.000000000000000000000000 \
+    --out "$dir/tv.safetensors" --quiet
+expect 0 t-video-exponent "$CLI" inputs --model "$m" --seed 1 --t-video 2.5E-1 --out "$dir/tv.safetensors" --quiet
+expect 0 t-video-point "$CLI" inputs --model "$m" --seed 1 --t-video 1. --out "$dir/tv.safetensors" --quiet
+[ -e "$dir/x.safetensors" ] || [ -e "$dir/x.json" ] && bad "a refused number left an output"
 expect 0 t-video-underflow "$CLI" inputs --model "$m" --seed 1 --t-video 1e-320 --out "$dir/tv.safetensors" --quiet
 expect 2 t-video-overflow "$CLI" inputs --model "$m" --seed 1 --t-video 1e400 --out "$dir/x.safetensors"
 # --seeds: at most 64, refused before anything runs
@@ -148,6 +200,33 @@ H3S_MEMORY_LIMIT=100000 expect 2 replay-over-memory "$CLI" replay --model "$m" -
 H3S_MEMORY_LIMIT=100000 expect 2 trajectory-over-memory "$CLI" trajectory --steps 1 --out "$dir/tm.json"
 H3S_MEMORY_LIMIT=100000 expect 0 trajectory-forward-only "$CLI" trajectory --steps 1 --no-grad --out "$dir/tm.json" \
     --quiet
+# the variables of the environment: set and malformed is refused with one line naming the variable, never ignored
+# (a run under a limit the user did not get); H3S_MEMORY_LIMIT takes a binary suffix K, M, G or T
+for v in 1.5G 8g -5 0 abc 1e9 ' 5' 5B 18446744073709551616 16777216T; do
+    H3S_MEMORY_LIMIT=$v expect 2 "H3S_MEMORY_LIMIT='$v'" "$CLI" replay --model "$m" --inputs "$in" \
+        --out "$dir/x.json" --no-golden --quiet
+    grep -qF "H3S_MEMORY_LIMIT must be a whole number of bytes above 0" "$dir/err.txt" && ok ||
+        bad "H3S_MEMORY_LIMIT='$v': message: $(cat "$dir/err.txt")"
+done
+H3S_MEMORY_LIMIT=1K expect 2 memory-limit-1K "$CLI" replay --model "$m" --inputs "$in" --out "$dir/x.json" \
+    --no-golden --quiet
+grep -q 'more than the 1.0 KiB of memory' "$dir/err.txt" && ok || bad "H3S_MEMORY_LIMIT=1K: $(cat "$dir/err.txt")"
+H3S_MEMORY_LIMIT=8G expect 0 memory-limit-8G "$CLI" replay --model "$m" --inputs "$in" --out "$dir/rm.json" \
+    --no-golden --quiet
+for var in H3S_PROGRESS_AFTER H3S_PROGRESS_EVERY; do
+    for v in abc -1 1e9 1000000.5 0x10 inf ' 1' 2s; do
+        export "$var=$v"
+        expect 2 "$var='$v'" "$CLI" verify --model "$m"
+        grep -qF "$var must be a number of seconds in [0, 1000000]" "$dir/err.txt" && ok ||
+            bad "$var='$v': message: $(cat "$dir/err.txt")"
+    done
+    export "$var=1e6"
+    expect 0 "$var=1e6" "$CLI" verify --model "$m"
+    unset "$var"
+done
+export H3S_PROGRESS_AFTER=600
+[ -e "$dir/x.json" ] && bad "a refused environment left an output"
+
 # init checks the free space first; run only where the released geometry (61.7 GiB) cannot fit
 avail=$(df --output=avail -B1 "$dir" 2>/dev/null | tail -n 1 | tr -d ' ')
 if [ -n "$avail" ] && [ "$avail" -lt 60000000000 ]; then
@@ -194,6 +273,33 @@ if "$CLI" forward --model "$m" --inputs "$in" --out "$dir/c.safetensors" --devic
     ok # a GPU is here: the CUDA path ran (tests/gpu cover it)
 else
     expect 4 cuda-without-gpu "$CLI" forward --model "$m" --inputs "$in" --out "$dir/c.safetensors" --device cuda
+fi
+
+# standard output that cannot be written (a full disk, here /dev/full) fails the command: exit 4, one line, where it
+# would have exited 0 or 1; a command that failed already keeps its code and its line
+full() { # code, name, command...: the command with its standard output on /dev/full
+    local want=$1 name=$2
+    shift 2
+    "$@" >/dev/full 2>"$dir/err.txt"
+    local got=$?
+    [ "$got" -eq "$want" ] && [ "$(wc -l <"$dir/err.txt")" -eq 1 ] && ok ||
+        bad "$name >/dev/full: exit $got, expected $want with one line: $(cat "$dir/err.txt")"
+}
+if [ -w /dev/full ]; then
+    full 4 verify-full "$CLI" verify --model "$m"
+    grep -qx "h3strict verify: cannot write standard output: No space left on device (i/o error)" "$dir/err.txt" &&
+        ok || bad "verify >/dev/full: message: $(cat "$dir/err.txt")"
+    full 4 help-full "$CLI" --help
+    grep -qx "h3strict: cannot write standard output: No space left on device (i/o error)" "$dir/err.txt" && ok ||
+        bad "--help >/dev/full: message: $(cat "$dir/err.txt")"
+    full 4 command-help-full "$CLI" forward --help
+    full 4 version-full "$CLI" --version
+    full 4 replay-drift-full "$CLI" replay --model "$m" --inputs "$in" --out "$dir/drift3.json" --no-golden \
+        --plant-drift block.0.attention --quiet
+    full 3 verify-missing-full "$CLI" verify --model "$dir/nope"
+    grep -q "cannot write standard output" "$dir/err.txt" && bad "a failed verify named standard output instead" || ok
+else
+    echo "note: no writable /dev/full here; failed writes to standard output are not exercised"
 fi
 
 # ---- progress: stderr only; quick stages silent by default, every stage with --verbose, none with --quiet

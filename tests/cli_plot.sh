@@ -62,6 +62,21 @@ png_ok "$dir/traj.png" || bad "traj.png is not a 1200 x 700 PNG"
 "$CLI" plot "$dir/drift.json" --out "$dir/drift.svg" >/dev/null && grep -q '<svg' "$dir/drift.svg" || bad "svg output"
 "$CLI" plot "$dir/drift.json" --out "$dir/drift.pdf" >/dev/null && [ "$(head -c 5 "$dir/drift.pdf")" = "%PDF-" ] ||
     bad "pdf output"
+# reports whose model directory and name hold bytes that are not UTF-8 (0xe9, 0xff) are drawn: their "command" and
+# "model" are written as the provenance's ('?' for such bytes), not raw, which made them invalid JSON for plot (3)
+odd_model="$dir/m$(printf '\351')" odd="$(printf '\377')"
+cp -r "$dir/m" "$odd_model"
+"$CLI" replay --model "$odd_model" --inputs "$dir/in.safetensors" --out "$dir/replay$odd.json" --no-golden --quiet \
+    >/dev/null || bad "replay with a model directory of other bytes"
+"$CLI" trajectory --model "$odd_model" --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/traj$odd.json" --quiet \
+    >/dev/null || bad "trajectory with a model directory of other bytes"
+for r in replay traj; do
+    "$CLI" plot "$dir/$r$odd.json" --out "$dir/$r-odd.png" >/dev/null 2>"$dir/err.txt" ||
+        bad "plot of the $r report of a model directory of other bytes exited $?: $(cat "$dir/err.txt")"
+    png_ok "$dir/$r-odd.png" || bad "$r-odd.png is not a 1200 x 700 PNG"
+    python3 -c 'import sys; open(sys.argv[1], "rb").read().decode("utf-8")' "$dir/$r$odd.json" 2>/dev/null ||
+        bad "the $r report is not valid UTF-8"
+done
 # classes: not a report (3), missing report (3), no --out (2), output in a missing directory (4)
 echo '{"hello": 1}' >"$dir/other.json"
 "$CLI" plot "$dir/other.json" --out "$dir/x.png" 2>/dev/null

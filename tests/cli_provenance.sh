@@ -22,6 +22,12 @@ set -e
 "$CLI" replay --model "$dir/m" --inputs "$dir/in.safetensors" --out "$dir/replay.json" --no-golden --quiet >/dev/null
 "$CLI" trajectory --model "$dir/m" --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/traj.json" --quiet >/dev/null
 "$CLI" trajectory --seeds 11 --steps 1 --batch 2 --no-grad --out "$dir/traj_builtin.json" --quiet >/dev/null
+# a model directory and report names of bytes that are not UTF-8 (0xe9, 0xff): the reports must still be UTF-8
+cp -r "$dir/m" "$dir/m$(printf '\351')"
+"$CLI" replay --model "$dir/m$(printf '\351')" --inputs "$dir/in.safetensors" --out "$dir/replay$(printf '\377').json" \
+    --no-golden --quiet >/dev/null
+"$CLI" trajectory --model "$dir/m$(printf '\351')" --seeds 11 --steps 1 --batch 2 --no-grad \
+    --out "$dir/traj$(printf '\377').json" --quiet >/dev/null
 set +e
 "$PY" - "$dir" "$("$CLI" --version)" <<'PYEOF'
 import hashlib, json, os, re, struct, sys
@@ -80,6 +86,22 @@ check("--threads 1" in got["out.safetensors"].get("command", ""), "forward: the 
 check(got["in.safetensors"].get("seed") == "7", "inputs: seed")
 check(meta("g_split.safetensors").get("grad_operands") == "split", "grad --grad-operands split not recorded")
 check(got["g.safetensors"].get("grad_operands") != "split", "the default grad operands recorded as split")
+# paths of other bytes: every string of the report, the top-level "command" and "model" included, is printable ASCII
+# with '?' for each byte outside it (as the provenance writes them), and the whole report is valid UTF-8
+for name, keys in ((b"replay\xff.json", ["command"]), (b"traj\xff.json", ["command", "model"])):
+    raw = open(os.path.join(os.fsencode(d), name), "rb").read()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except ValueError as e:
+        check(False, f"{name!r} is not UTF-8 JSON: {e}")
+        continue
+    for key in keys:
+        v = doc.get(key, "")
+        check(re.fullmatch(r"[ -~]*", v) is not None, f"{name!r}: {key} is not printable ASCII: {v!r}")
+        check(v == doc.get("provenance", {}).get(key), f"{name!r}: {key} {v!r} is not the provenance's")
+    check(f"--model {d}/m? " in doc.get("command", ""), f"{name!r}: command {doc.get('command')!r}")
+    check(name.decode("latin-1").replace("\xff", "?") in doc.get("command", ""), f"{name!r}: command lacks the out")
+check(json.load(open(os.path.join(d, "traj_builtin.json")))["model"] == "built-in tiny (seed 0)", "built-in model")
 for f in fails:
     print("FAIL:", f)
 print(f"cli_provenance: {len(want)} files, {len(fails)} failed")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Reliability of the CLI (fail-closed): an output never replaces an input, a model file or anything but a regular
 # file; non-finite weights and cotangents and degenerate attention masks are refused; option strings are never cut;
-# error lines escape control bytes; JSON files are strict.  Each refusal: non-zero exit, one stderr line, the
-# protected file byte-identical afterwards, no temporary left (dot-files included).  On the code before these
-# rules every "refuse" below succeeded (exit 0) or hung (the FIFO), and the seeds/keyframes checks failed.
+# error lines escape control bytes; JSON files are strict; a file size limit fails a write as a full disk does.
+# Each refusal: non-zero exit, one stderr line, the protected file byte-identical afterwards, no temporary left
+# (dot-files included).  On the code before these rules every "refuse" below succeeded (exit 0) or hung (the FIFO),
+# the seeds/keyframes checks failed, and the file size limit killed the command (SIGXFSZ, exit 153).
 set -u
 . "$(dirname "$0")/check.sh"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to edit files"; exit 77; }
@@ -230,5 +231,26 @@ open(os.path.join(d, w + ".index.json"), "w").write('{"metadata": {}, "weight_ma
 PY
 refuse index-repeated "" "more than once" "$CLI" verify --model "$dir/j"
 code_is index-repeated 3
+
+# ---- 8. a file size limit (ulimit -f, set plainly: no trap) fails the write as a full disk does: exit 4 with one
+# line, the target as it was and no temporary left; killed by SIGXFSZ mid-write (exit 153) it left its temporary
+echo precious >"$dir/limited.safetensors"
+refuse forward-file-size-limit "$dir/limited.safetensors" "File too large" \
+    bash -c 'ulimit -f 1; exec "$@"' sh "$CLI" forward --model "$dir/m" --inputs "$IN" --out "$dir/limited.safetensors"
+code_is forward-file-size-limit 4
+# init writes a temporary directory .NAME.init-PID-N and renames it over the model it replaces
+sha256sum "$W" >"$dir/m.sha256"
+refuse init-file-size-limit "" "File too large" bash -c 'ulimit -f 8; exec "$@"' sh "$CLI" init --preset tiny --seed 9 \
+    --out "$dir/m"
+code_is init-file-size-limit 4
+left=$(find "$dir" -name '.*.init-*')
+if [ -n "$left" ]; then bad "init under a file size limit left $left"; else ok; fi
+sha256sum -c --quiet "$dir/m.sha256" && ok || bad "init under a file size limit changed the model it was to replace"
+refuse init-new-file-size-limit "" "File too large" bash -c 'ulimit -f 8; exec "$@"' sh "$CLI" init --preset tiny \
+    --seed 9 --out "$dir/m_new"
+code_is init-new-file-size-limit 4
+if [ -e "$dir/m_new" ] || find "$dir" -name '.*.init-*' | grep -q .; then
+    bad "init of a new model under a file size limit left a directory"
+else ok; fi
 
 finish cli_reliability

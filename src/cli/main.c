@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fnmatch.h>
+#include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -215,9 +217,14 @@ static void command_help(FILE *f, const command *c, const opt *opts, int nopts) 
 }
 
 static progress_level g_level = PROGRESS_NORMAL;
+static int check_environment(void);
 
-/* Parse argv[2..] against `opts` (and the common options); unknown options, missing values and missing required
- * options are usage errors (-1).  Returns 1 when --help was asked for and printed (the command then exits 0). */
+/* The report that plot took from its first argument (NULL for every other command): --report then names it twice. */
+static const char *g_positional_report;
+
+/* Parse argv[2..] against `opts` (and the common options); unknown options, missing values, an option given twice
+ * and missing required options are usage errors (-1), and so is a malformed H3S_* variable of the environment
+ * (check_environment).  Returns 1 when --help was asked for and printed (the command then exits 0). */
 static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
     int quiet = 0, verbose = 0;
     for (int i = 2; i < argc; i++) {
@@ -235,6 +242,7 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
                                                                                            : NULL;
         if (common_flag || (len == strlen("--help") && !strncmp(arg, "--help", len))) {
             if (eq) return fail_line("option %.*s takes no value, got '%s'", (int)len, arg, arg), -1;
+            if (common_flag && *common_flag) return fail_line("option %s given twice; give it once", arg), -1;
             if (common_flag) *common_flag = 1;
             continue;
         }
@@ -242,18 +250,32 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
         for (int k = 0; k < nopts && !found; k++) {
             if (strlen(opts[k].name) != len || strncmp(arg, opts[k].name, len)) continue;
             found = 1;
+            const char *value;
             if (!opts[k].arg) {
                 if (eq) return fail_line("option %s takes no value, got '%s'", opts[k].name, arg), -1;
-                opts[k].value = "";
+                value = "";
             } else if (eq) {
-                opts[k].value = eq + 1;
+                value = eq + 1;
             } else {
                 if (i + 1 >= argc) return fail_line("option %s needs a value (%s)", arg, opts[k].arg), -1;
-                opts[k].value = argv[++i];
+                value = argv[++i];
             }
             /* no option takes an empty value: '--out=' or --out '' is a slip, refused here for every option alike */
-            if (opts[k].arg && !*opts[k].value)
+            if (opts[k].arg && !*value)
                 return fail_line("option %s needs a value (%s), got an empty one", opts[k].name, opts[k].arg), -1;
+            /* given twice, the last would silently win: which one was meant is the user's to say */
+            if (opts[k].value && opts[k].value == g_positional_report)
+                return fail_line("the report is given twice, as the first argument ('%s') and with %s ('%s'); give "
+                                 "it once",
+                                 g_positional_report, opts[k].name, value),
+                       -1;
+            if (opts[k].value && !opts[k].arg)
+                return fail_line("option %s given twice; give it once", opts[k].name), -1;
+            if (opts[k].value)
+                return fail_line("option %s given twice ('%s', then '%s'); give it once", opts[k].name, opts[k].value,
+                                 value),
+                       -1;
+            opts[k].value = value;
         }
         if (!found) return fail_line("unknown option '%s' (see h3strict %s --help)", arg, g_cmd), -1;
     }
@@ -263,6 +285,7 @@ static int parse_opts(int argc, char **argv, opt *opts, int nopts) {
             return fail_line("missing required option %s %s (see h3strict %s --help)", opts[k].name, opts[k].arg,
                              g_cmd),
                    -1;
+    if (check_environment()) return -1;
     g_level = quiet || g_rank > 0 ? PROGRESS_QUIET : verbose ? PROGRESS_VERBOSE : PROGRESS_NORMAL;
     progress_start(g_cmd, g_level);
     return 0;
@@ -323,19 +346,120 @@ static int parse_u64(const char *name, const char *s, uint64_t *out) {
     return 0;
 }
 
-/* A number in [lo, hi] (compared as typed, in double), then rounded to the nearest float.  A value too small for a
- * double (1e-320 underflows, and strtod says ERANGE) is still in range when the range holds it, and is taken: it
- * rounds to the float it is nearest, as every value does; one too large is out of every range. */
+/* A fractional number written plainly: [-]DIGITS[.[DIGITS]][(e|E)[+|-]DIGITS], the '-' only where the range takes
+ * negatives (no '+', no leading '.', no white space, no hex float, inf or nan), read exactly as typed: the value is
+ * 0.d1d2...dn x 10^exp10, its n significant digits (d1 and dn not 0; n = 0 for zero) read in place in the text, so
+ * that any number of digits compares exactly with a bound. */
+typedef struct plain_decimal {
+    int negative;
+    const char *whole, *frac; /* the digits before and after the point */
+    size_t nwhole, nfrac;
+    size_t first, n; /* the significant digits: n of them from digit `first` of whole, then frac */
+    int64_t exp10;
+} plain_decimal;
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static char plain_digit(const plain_decimal *d, size_t k) {
+    k += d->first;
+    return k < d->nwhole ? d->whole[k] : d->frac[k - d->nwhole];
+}
+
+/* 0 when s is a plain number (above), -1 otherwise. */
+static int plain_decimal_read(const char *s, int negative_ok, plain_decimal *d) {
+    memset(d, 0, sizeof *d);
+    const char *p = s;
+    if (negative_ok && *p == '-') {
+        d->negative = 1;
+        p++;
+    }
+    d->whole = p;
+    while (is_digit(*p))
+        p++;
+    d->nwhole = (size_t)(p - d->whole);
+    if (d->nwhole == 0) return -1;
+    d->frac = p;
+    if (*p == '.') {
+        d->frac = ++p;
+        while (is_digit(*p))
+            p++;
+        d->nfrac = (size_t)(p - d->frac);
+    }
+    int64_t e = 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        int e_negative = *p == '-';
+        if (*p == '+' || *p == '-') p++;
+        if (!is_digit(*p)) return -1;
+        for (; is_digit(*p); p++) /* saturated: 10^(10^10) is beyond every range either way */
+            if (e < 1000000000) e = e * 10 + (*p - '0');
+        if (e_negative) e = -e;
+    }
+    if (*p) return -1;
+    size_t total = d->nwhole + d->nfrac, last = total;
+    d->n = total;
+    while (d->first < total && plain_digit(d, 0) == '0')
+        d->first++;
+    if (d->first == total) { /* zero, whatever its sign and exponent */
+        d->negative = 0;
+        d->n = 0;
+        return 0;
+    }
+    while (last > d->first && (last - 1 < d->nwhole ? d->whole[last - 1] : d->frac[last - 1 - d->nwhole]) == '0')
+        last--;
+    d->n = last - d->first;
+    d->exp10 = (int64_t)d->nwhole - (int64_t)d->first + e;
+    return 0;
+}
+
+/* -1, 0 or 1 as a < b, a == b, a > b, exactly. */
+static int plain_decimal_cmp(const plain_decimal *a, const plain_decimal *b) {
+    int sa = a->n == 0 ? 0 : a->negative ? -1 : 1, sb = b->n == 0 ? 0 : b->negative ? -1 : 1;
+    if (sa != sb) return sa < sb ? -1 : 1;
+    if (sa == 0) return 0;
+    int mag = 0;
+    if (a->exp10 != b->exp10) mag = a->exp10 < b->exp10 ? -1 : 1;
+    for (size_t k = 0; !mag && k < a->n && k < b->n; k++)
+        if (plain_digit(a, k) != plain_digit(b, k)) mag = plain_digit(a, k) < plain_digit(b, k) ? -1 : 1;
+    if (!mag && a->n != b->n) mag = a->n < b->n ? -1 : 1;
+    return sa * mag;
+}
+
+/* A bound, as the shortest decimal that reads back as it (0.001 for 1e-3, not the double's exact expansion): the
+ * range an option documents.  `text` holds the digits d points into. */
+static void plain_decimal_of(double x, char text[40], plain_decimal *d) {
+    for (int prec = 0; prec <= 16; prec++) {
+        snprintf(text, 40, "%.*e", prec, x);
+        if (strtod(text, NULL) == x) break;
+    }
+    (void)plain_decimal_read(text, 1, d);
+}
+
+/* 1 when v lies in [lo, hi], the bounds read as their shortest decimals. */
+static int plain_in_range(const plain_decimal *v, double lo, double hi) {
+    char lo_text[40], hi_text[40];
+    plain_decimal l, h;
+    plain_decimal_of(lo, lo_text, &l);
+    plain_decimal_of(hi, hi_text, &h);
+    return plain_decimal_cmp(v, &l) >= 0 && plain_decimal_cmp(v, &h) <= 0;
+}
+
+/* A number in [lo, hi], written plainly and compared exactly as typed (1.0000000000000000001 is above 1 though a
+ * double rounds it to 1), then rounded once to the nearest float.  A value too small for a double or a float
+ * (1e-320) is in a range that holds 0 and rounds to 0, as every value rounds to the float it is nearest. */
 static int parse_f32(const char *name, const char *s, double lo, double hi, float *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = starts_as_number(s, lo < 0) ? strtod(s, &end) : NAN;
-    int overflow = errno == ERANGE && fabs(v) > 1;
-    if (!end || overflow || (errno && errno != ERANGE) || *end || !(v >= lo && v <= hi)) {
+    plain_decimal v;
+    if (plain_decimal_read(s, lo < 0, &v)) {
+        fail_line("%s must be a number in [%g, %g] written plainly (decimal digits, a '.', an exponent such as e-3), "
+                  "got '%s'",
+                  name, lo, hi, s);
+        return -1;
+    }
+    if (!plain_in_range(&v, lo, hi)) {
         fail_line("%s must be a number in [%g, %g], got '%s'", name, lo, hi, s);
         return -1;
     }
-    *out = (float)v;
+    *out = strtof(s, NULL);
     return 0;
 }
 
@@ -521,14 +645,58 @@ static void format_bytes(double b, char *out, size_t size) {
     snprintf(out, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
 }
 
+/* H3S_MEMORY_LIMIT in bytes, as check_environment read it; 0 when not set. */
+static double g_memory_limit;
+
+/* The variables of the environment a command reads (docs/cli.md), checked before it runs: one that is set (and not
+ * empty) but malformed would otherwise be ignored, and the run would go on with a default the user did not mean.
+ * H3S_MEMORY_LIMIT is a whole number of bytes, more than 0, optionally with a binary suffix K, M, G or T;
+ * H3S_PROGRESS_AFTER and H3S_PROGRESS_EVERY are seconds in [0, 1000000], written as the options' numbers are.  0, or
+ * -1 after printing the refusal. */
+static int check_environment(void) {
+    g_memory_limit = 0;
+    const char *mem = getenv("H3S_MEMORY_LIMIT");
+    if (mem && *mem) {
+        char *p = NULL;
+        errno = 0;
+        unsigned long long v = is_digit(mem[0]) ? strtoull(mem, &p, 10) : 0;
+        int bad = !p || errno || v == 0;
+        static const char units[] = "KMGT";
+        const char *unit = !bad && *p ? strchr(units, *p) : NULL;
+        if (unit) {
+            for (const char *u = units; u <= unit && !bad; u++) {
+                bad = v > ULLONG_MAX / 1024;
+                v *= 1024;
+            }
+            p++;
+        }
+        if (bad || *p)
+            return fail_line("H3S_MEMORY_LIMIT must be a whole number of bytes above 0 (digits, optionally followed "
+                             "by K, M, G or T: times 1024, 1024^2, 1024^3, 1024^4; below 2^64), got '%s'",
+                             mem),
+                   -1;
+        g_memory_limit = (double)v;
+    }
+    const char *names[2] = {"H3S_PROGRESS_AFTER", "H3S_PROGRESS_EVERY"};
+    double seconds[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        const char *e = getenv(names[i]);
+        if (!e || !*e) continue;
+        plain_decimal d;
+        if (plain_decimal_read(e, 0, &d) || !plain_in_range(&d, 0, 1e6))
+            return fail_line("%s must be a number of seconds in [0, 1000000] written plainly (decimal digits, a '.', "
+                             "an exponent such as e-3), got '%s'",
+                             names[i], e),
+                   -1;
+        seconds[i] = strtod(e, NULL);
+    }
+    progress_set_delays(seconds[0], seconds[1]);
+    return 0;
+}
+
 /* The machine's memory, or H3S_MEMORY_LIMIT (bytes) where a smaller share is all a run may use. */
 static double physical_memory_bytes(void) {
-    const char *env = getenv("H3S_MEMORY_LIMIT");
-    if (env && *env) {
-        char *end;
-        double v = strtod(env, &end);
-        if (!*end && v > 0) return v;
-    }
+    if (g_memory_limit > 0) return g_memory_limit;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
 }
@@ -1260,6 +1428,17 @@ static h3s_status parse_report(const char *text, const char *what, cJSON **doc) 
     return H3S_OK;
 }
 
+/* A report's top-level "model" or "command", whole, with the bytes outside printable ASCII replaced as in the
+ * provenance block (a path of other bytes would make the report invalid UTF-8, which no strict reader takes). */
+static h3s_status add_printable(cJSON *report, const char *key, const char *value) {
+    char *text = provenance_printable_dup(value ? value : "");
+    h3s_status st = text && cJSON_AddStringToObject(report, key, text)
+                        ? H3S_OK
+                        : h3s_set_error(H3S_ERR_NOMEM, "out of memory writing the report's %s", key);
+    free(text);
+    return st;
+}
+
 /* A report written as the library writes JSON: pretty-printed, one final newline, atomically. */
 static h3s_status write_json(const char *path, const cJSON *doc) {
     char *text = cJSON_Print(doc);
@@ -1525,13 +1704,14 @@ static int cmd_trajectory(int argc, char **argv) {
     }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
-        cJSON_AddStringToObject(report, "model", model ? model : "built-in tiny (seed 0)");
-        cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
+        st = add_printable(report, "model", model ? model : "built-in tiny (seed 0)");
+        if (st == H3S_OK) st = add_printable(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         provenance prov;
         provenance_init(&prov, g_command_line ? g_command_line : "");
         provenance_add_backend(&prov, kind);
-        st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
+        if (st == H3S_OK)
+            st = provenance_add_model(&prov, model ? model : "built-in tiny (seed 0)", h3s_weights_config(w));
         if (st == H3S_OK && req_path) st = provenance_add_file(&prov, "inputs_sha256", req_path);
         if (st == H3S_OK && batch_path) st = provenance_add_file(&prov, "batch_inputs_sha256", batch_path);
         add_parallel_provenance(&prov);
@@ -1627,10 +1807,10 @@ static int cmd_replay(int argc, char **argv) {
     }
     if (st == H3S_OK) {
         progress_stage(PHASE_WRITE, "writing %s", out);
-        cJSON_AddStringToObject(report, "command", g_command_line ? g_command_line : "");
+        st = add_printable(report, "command", g_command_line);
         cJSON_AddStringToObject(report, "h3strict_version", h3s_version());
         cJSON_AddItemToObject(report, "provenance", provenance_json(&prov));
-        if (g_rank == 0) st = write_json(out, report);
+        if (st == H3S_OK && g_rank == 0) st = write_json(out, report);
         st = agree(st);
     }
     int drift = 0;
@@ -1662,12 +1842,16 @@ static int cmd_plot(int argc, char **argv) {
     opt o[] = {{"--report", "REPORT.json", 1, "a replay or trajectory report (also the first argument)", NULL},
                {"--out", "FIG.png", 1, "figure to write: .png, .svg or .pdf", NULL}};
     int n = sizeof o / sizeof o[0];
-    /* `h3strict plot REPORT.json --out FIG.png`: a first argument that is not an option names the report */
-    char **args = malloc(((size_t)argc + 2) * sizeof *args);
+    /* `h3strict plot REPORT.json --out FIG.png`: a first argument that is not an option names the report (then a
+     * --report too is refused: parse_opts knows the positional value by its address) */
+    char **args = malloc(((size_t)argc + 1) * sizeof *args);
     if (!args) return fail_line("out of memory"), EXIT_SYSTEM;
     int nargs = 0;
     for (int i = 0; i < argc; i++) {
-        if (i == 2 && argv[i][0] != '-') args[nargs++] = "--report";
+        if (i == 2 && argv[i][0] != '-') {
+            o[0].value = g_positional_report = argv[i];
+            continue;
+        }
         args[nargs++] = argv[i];
     }
     args[nargs] = NULL;
@@ -1759,7 +1943,35 @@ static int unknown_command(const char *word) {
     return EXIT_USAGE;
 }
 
+/* The command's status once everything it printed has reached standard output: a result lost there (a full disk,
+ * > /dev/full) is an output that could not be written, exit 4 with one line, unless the command failed already
+ * (its code and its one line stand). */
+static int flush_stdout(int rc) {
+    errno = 0;
+    int flushed = fflush(stdout) == 0;
+    int err = errno;
+    if ((flushed && !ferror(stdout)) || (rc != 0 && rc != EXIT_DIFFER)) return rc;
+    const char *why = !flushed && err ? strerror(err) : "a write failed";
+    if (g_rank == 0) {
+        if (find_command(g_cmd))
+            fprintf(stderr, "h3strict %s: cannot write standard output: %s (%s)\n", g_cmd, why,
+                    h3s_status_name(H3S_ERR_IO));
+        else
+            fprintf(stderr, "h3strict: cannot write standard output: %s (%s)\n", why, h3s_status_name(H3S_ERR_IO));
+    }
+    return EXIT_SYSTEM;
+}
+
+static int dispatch(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    /* a file size limit (ulimit -f) must fail the write (EFBIG: exit 4, the temporary removed), not kill the process
+     * mid-write with SIGXFSZ, leaving the temporary behind */
+    signal(SIGXFSZ, SIG_IGN);
+    return flush_stdout(dispatch(argc, argv));
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return EXIT_USAGE;

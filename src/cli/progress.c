@@ -77,18 +77,15 @@ static void *watch(void *arg) {
     return NULL;
 }
 
+void progress_set_delays(double after, double every) {
+    if (after >= 0) g_after = after;
+    if (every >= 0) g_repeat = every;
+}
+
 void progress_start(const char *command, progress_level level) {
     g_command = command;
     g_level = level;
     g_t0 = now_seconds();
-    const char *env[2] = {getenv("H3S_PROGRESS_AFTER"), getenv("H3S_PROGRESS_EVERY")};
-    double *dst[2] = {&g_after, &g_repeat};
-    for (int i = 0; i < 2; i++) {
-        if (!env[i] || !*env[i]) continue;
-        char *end;
-        double v = strtod(env[i], &end);
-        if (!*end && v >= 0 && v < 1e6) *dst[i] = v;
-    }
     if (level != PROGRESS_QUIET && !g_watching && pthread_create(&g_watcher, NULL, watch, NULL) == 0) g_watching = 1;
 }
 

@@ -24,6 +24,9 @@ typedef enum progress_level { PROGRESS_QUIET = 0, PROGRESS_NORMAL = 1, PROGRESS_
  * output). */
 typedef enum progress_phase { PHASE_READ = 0, PHASE_RUN = 1, PHASE_WRITE = 2 } progress_phase;
 
+/* The announcement delay and the interval between a stage's lines, in seconds (a negative value keeps the default,
+ * 2 and 30); the command reads them from H3S_PROGRESS_AFTER and H3S_PROGRESS_EVERY, checked, before the start. */
+void progress_set_delays(double after, double every);
 void progress_start(const char *command, progress_level level);
 /* End the current stage (if any) and begin a new one; the label says what the stage does. */
 void progress_stage(progress_phase phase, const char *fmt, ...) CLI_PRINTF(2, 3);

@@ -10,6 +10,13 @@
 #define H3S_SOURCE_COMMIT "unknown"
 #endif
 
+/* Metadata and reports must be valid UTF-8 and one line: bytes outside printable ASCII (say, of a path) become
+ * '?'. */
+static void printable_in_place(char *s) {
+    for (char *c = s; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) *c = '?';
+}
+
 void provenance_add(provenance *p, const char *key, const char *fmt, ...) {
     if (p->n == PROVENANCE_MAX) return;
     snprintf(p->key[p->n], sizeof p->key[p->n], "%s", key);
@@ -27,10 +34,14 @@ void provenance_add(provenance *p, const char *key, const char *fmt, ...) {
             at--;
         memcpy(p->value[p->n] + at, mark, (size_t)m + 1);
     }
-    /* metadata must be valid UTF-8 and one line: other bytes (say, of a path) become '?' */
-    for (char *c = p->value[p->n]; *c; c++)
-        if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f) *c = '?';
+    printable_in_place(p->value[p->n]);
     p->n++;
+}
+
+char *provenance_printable_dup(const char *s) {
+    char *copy = strdup(s ? s : "");
+    if (copy) printable_in_place(copy);
+    return copy;
 }
 
 void provenance_init(provenance *p, const char *command_line) {

@@ -30,6 +30,10 @@ h3s_status provenance_add_model(provenance *p, const char *model, const h3s_conf
 /* <key> = SHA-256 of the file's bytes */
 h3s_status provenance_add_file(provenance *p, const char *key, const char *path);
 
+/* A copy of s (malloc'd, the caller frees it; NULL when out of memory) with every byte outside printable ASCII
+ * replaced by '?', as every provenance value is: the reports' top-level "command" and "model" are written so. */
+char *provenance_printable_dup(const char *s);
+
 /* The pairs as safetensors metadata (valid while p lives) and as a JSON object. */
 const h3s_st_meta *provenance_meta(provenance *p);
 cJSON *provenance_json(const provenance *p);

@@ -217,6 +217,13 @@ static double rel_l2_f64(const h3s_tensor *a, const h3s_tensor *ref) {
     return sqrt(num / den);
 }
 
+/* Whether the pass recorded a node of this name with a bit to flip. */
+static int has_node(const h3s_recorder *r, const char *name) {
+    for (int64_t i = 0; i < r->n; i++)
+        if (!strcmp(r->rec[i].name, name) && r->rec[i].numel > 0) return 1;
+    return 0;
+}
+
 h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_replay_opts *o, cJSON **report) {
     h3s_model *m = NULL, *gm = NULL;
     pass_result a, b, one, gold;
@@ -237,6 +244,10 @@ h3s_status h3s_replay(const h3s_weights *w, const h3s_inputs *in, const h3s_repl
         h3s_progress_line(o->progress, o->progress_ctx, "pass 1/%d: batch %lld, forward and backward", npass,
                           (long long)B);
     if (st == H3S_OK) st = run_pass(m, in, o->cotangent_seed, &a);
+    /* the first pass has listed every node (forward and backward): a node to plant a drift in that is not among them
+     * is refused now, not after the other passes ran for nothing */
+    if (st == H3S_OK && o->plant_node && !has_node(&a.rec, o->plant_node))
+        st = h3s_fail(H3S_ERR_INVALID, "replay: no node named '%s' to plant a drift in", o->plant_node);
     if (st == H3S_OK)
         h3s_progress_line(o->progress, o->progress_ctx, "pass 2/%d: batch %lld again (repeat)", npass, (long long)B);
     if (st == H3S_OK) st = run_pass(m, in, o->cotangent_seed, &b);
