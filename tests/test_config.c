@@ -1,4 +1,4 @@
-/* Configuration: config.json parsing (every key required, types checked, unknown keys ignored), validation,
+/* Configuration: config.json parsing (every key and _class_name required, types checked, unknown keys ignored),
  * presets, JSON round trip, and the parameter table built from a config. */
 #include <stdio.h>
 #include <unistd.h>
@@ -124,6 +124,28 @@ static void test_missing_and_wrong_types(void) {
     CHECK_FAILS(H3S_ERR_INVALID, h3s_config_parse_json(NULL, 0, &c));
     /* unknown keys are ignored */
     CHECK_OK(parse(edited("ffn_dim", "\"ffn_dim\": 14336, \"some_future_key\": {\"a\": [1]},"), &c));
+    CHECK_OK(parse(edited("_diffusers_version", NULL), &c));
+}
+
+/* `_class_name` is required and must name this model (docs/numerics/io.md): a config of another diffusers class may
+ * hold every key this one needs. */
+static void test_class_name(void) {
+    h3s_config c;
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("_class_name", NULL), &c));
+    CHECK(strstr(h3s_last_error(), "\"_class_name\"") && strstr(h3s_last_error(), "missing"), "missing class: %s",
+          h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("_class_name", "\"_class_name\": \"WanTransformer3DModel\","), &c));
+    CHECK(strstr(h3s_last_error(), "_class_name") && strstr(h3s_last_error(), "WanTransformer3DModel"),
+          "other class: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("_class_name", "\"_class_name\": 1,"), &c));
+    CHECK(strstr(h3s_last_error(), "_class_name"), "class not a string: %s", h3s_last_error());
+    /* twice, even with the same value: malformed JSON (FORMAT), naming the key */
+    CHECK_FAILS(H3S_ERR_FORMAT, parse(edited("_class_name", "\"_class_name\": \"MiniMaxH3Transformer3DModel\", "
+                                                            "\"_class_name\": \"MiniMaxH3Transformer3DModel\","),
+                                      &c));
+    CHECK(strstr(h3s_last_error(), "'_class_name'"), "class twice: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_FORMAT, parse(edited("norm_eps", "\"norm_eps\": 1e-05, \"norm_eps\": 1e-06,"), &c));
+    CHECK(strstr(h3s_last_error(), "'norm_eps'"), "eps twice: %s", h3s_last_error());
 }
 
 static void test_validation(void) {
@@ -152,7 +174,40 @@ static void test_validation(void) {
     CHECK_FAILS(H3S_ERR_INVALID, parse(edited("rope_theta", "\"rope_theta\": 1e300,"), &c)); /* inf in f32 */
     CHECK_OK(parse(edited("rope_theta", "\"rope_theta\": 1,"), &c));
     CHECK_FAILS(H3S_ERR_INVALID, parse(edited("hidden_size", "\"hidden_size\": 1e300,"), &c));
-    CHECK(strstr(h3s_last_error(), "hidden_size"), "huge: %s", h3s_last_error());
+    CHECK(strstr(h3s_last_error(), "hidden_size") && strstr(h3s_last_error(), "out of range"), "huge: %s",
+          h3s_last_error());
+    /* an integer above 2^53 is out of range (it is an integer: the message must not say it is not one) */
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("text_dim", "\"text_dim\": 1e18,"), &c));
+    CHECK(strstr(h3s_last_error(), "text_dim") && strstr(h3s_last_error(), "out of range") &&
+              !strstr(h3s_last_error(), "must be an integer"),
+          "1e18: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("num_layers", "\"num_layers\": -9007199254740994,"), &c));
+    CHECK(strstr(h3s_last_error(), "num_layers") && strstr(h3s_last_error(), "out of range"), "-2^53-2: %s",
+          h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("patch_size", "\"patch_size\": [1, 1e20, 2],"), &c));
+    CHECK(strstr(h3s_last_error(), "patch_size[1]") && strstr(h3s_last_error(), "out of range"), "patch 1e20: %s",
+          h3s_last_error());
+    /* 2^53 itself is an integer, refused by the width bound */
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("text_dim", "\"text_dim\": 9007199254740992,"), &c));
+    CHECK(strstr(h3s_last_error(), "text_dim") && strstr(h3s_last_error(), "outside"), "2^53: %s", h3s_last_error());
+    /* the norms add (float)eps: an epsilon must be finite and > 0 in f32 too (1e-300 rounds to 0, 1e300 and 1e39
+     * to +inf; a config that passes would fail mid-forward or silently change the output) */
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("norm_eps", "\"norm_eps\": 1e-300,"), &c));
+    CHECK(strstr(h3s_last_error(), "norm_eps") && strstr(h3s_last_error(), "f32"), "eps 1e-300: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("norm_eps", "\"norm_eps\": 1e300,"), &c));
+    CHECK(strstr(h3s_last_error(), "norm_eps"), "eps 1e300: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("qk_norm_eps", "\"qk_norm_eps\": 1e39,"), &c));
+    CHECK(strstr(h3s_last_error(), "qk_norm_eps"), "qk eps 1e39: %s", h3s_last_error());
+    CHECK_FAILS(H3S_ERR_INVALID, parse(edited("final_norm_eps", "\"final_norm_eps\": 1e-50,"), &c));
+    CHECK(strstr(h3s_last_error(), "final_norm_eps"), "final eps 1e-50: %s", h3s_last_error());
+    /* the f32 extremes are fine: FLT_MAX and the smallest f32 subnormal */
+    CHECK_OK(parse(edited("norm_eps", "\"norm_eps\": 3.4028234663852886e38,"), &c));
+    CHECK_OK(parse(edited("qk_norm_eps", "\"qk_norm_eps\": 1.401298464324817e-45,"), &c));
+    h3s_config e;
+    CHECK_OK(h3s_config_preset("tiny", -1, &e));
+    e.final_norm_eps = 1e300;
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_config_validate(&e));
+    CHECK(strstr(h3s_last_error(), "final_norm_eps"), "validate eps 1e300: %s", h3s_last_error());
     /* zero refiner layers is a valid model */
     CHECK_OK(parse(edited("num_refiner_layers", "\"num_refiner_layers\": 0,"), &c));
 
@@ -210,7 +265,7 @@ static void test_round_trip(void) {
     CHECK_OK(h3s_config_preset("tiny", -1, &c));
     c.rope_theta = 12345.678901234567;
     c.norm_eps = 1.0 / 3.0 * 1e-6;
-    c.qk_norm_eps = 2e-300;
+    c.qk_norm_eps = 1.0 / 7.0 * 1e-30; /* the smallest eps must stay > 0 in f32 */
     char *text = NULL;
     CHECK_OK(h3s_config_to_json(&c, &text));
     if (text) {
@@ -318,6 +373,7 @@ static void test_param_table(void) {
 int main(void) {
     test_parse_released();
     test_missing_and_wrong_types();
+    test_class_name();
     test_validation();
     test_presets();
     test_round_trip();

@@ -646,6 +646,149 @@ static void test_init_race(const char *m1) {
     rm_tree(m9);
 }
 
+/* ---------------------------------------------------------------- large index -------- */
+
+/* An index and a shard of 100,000 zero-size tensors besides the parameters: refused (they are not parameters).  The
+ * index check once scanned the whole weight_map per tensor of every shard: quadratic, this case took about 90 s in
+ * a release build and far longer under the sanitizers; it looks names up by binary search now and takes well under
+ * a second.  Nothing is timed here: the guard is that the test finishes within ctest's timeout. */
+static void test_large_index(const char *m1) {
+    h3s_weights *w = NULL;
+    CHECK_OK(h3s_weights_load(m1, &w));
+    if (!w) return;
+    enum { EXTRA = 100000 };
+    PATHVAR(d, root, "many");
+    make_dir(d);
+    copy_file(pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(d, H3S_MODEL_CONFIG_FILE));
+    int64_t n;
+    h3s_st_entry *e = entries_of(w, &n);
+    h3s_st_entry *all = calloc((size_t)(n + EXTRA), sizeof *all);
+    char(*names)[32] = calloc(EXTRA, sizeof *names);
+    static float nothing[1];
+    memcpy(all, e, (size_t)n * sizeof *all);
+    for (int i = 0; i < EXTRA; i++) {
+        snprintf(names[i], sizeof names[i], "zz.extra.%06d", i);
+        all[n + i].name = names[i];
+        all[n + i].tensor = h3s_tensor_view(nothing, H3S_F32, 1, (int64_t[]){0});
+    }
+    /* shard 1: the parameters' first half and every extra tensor; shard 2: the rest */
+    const int64_t half = n / 2;
+    h3s_st_entry *s1 = calloc((size_t)(half + EXTRA), sizeof *s1);
+    memcpy(s1, all, (size_t)half * sizeof *s1);
+    memcpy(s1 + half, all + n, (size_t)EXTRA * sizeof *s1);
+    CHECK_OK(h3s_st_write(pjoin(d, SHARD1), s1, half + EXTRA));
+    CHECK_OK(h3s_st_write(pjoin(d, SHARD2), all + half, n - half));
+    size_t cap = 64 + (size_t)(n + EXTRA) * 128, len = 0;
+    char *idx = malloc(cap);
+    len += (size_t)snprintf(idx + len, cap - len, "{\"weight_map\": {");
+    for (int64_t i = 0; i < n + EXTRA; i++)
+        len += (size_t)snprintf(idx + len, cap - len, "%s\"%s\": \"%s\"", i ? ", " : "", all[i].name,
+                                i < half || i >= n ? SHARD1 : SHARD2);
+    snprintf(idx + len, cap - len, "}}\n");
+    write_text(pjoin(d, H3S_MODEL_INDEX_FILE), idx);
+    expect_load_fails(d, H3S_ERR_FORMAT,
+                      "'zz.extra.000000' in "
+                      "diffusion_pytorch_model-00001-of-00002.safetensors is "
+                      "not a parameter",
+                      "100,000 extra tensors");
+    CHECK_FAILS(H3S_ERR_FORMAT, h3s_model_verify(d, NULL, NULL));
+    free(idx);
+    free(s1);
+    free(names);
+    free(all);
+    free(e);
+    rm_tree(d);
+    h3s_weights_free(w);
+}
+
+/* ---------------------------------------------------------------- permissions --------- */
+
+static unsigned mode_of(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (unsigned)(sb.st_mode & 07777) : 0xFFFFu;
+}
+
+/* init keeps the permission bits of what it replaces: the directory's (an empty one or a model), and over a model
+ * each file's; what is new gets 0777 / 0666 & ~umask.  A manifest written over one keeps its bits. */
+static void test_init_modes(const char *m1) {
+    const mode_t um = umask(022);
+    umask(um);
+    const unsigned dmode = 0777u & ~(unsigned)um, fmode = 0666u & ~(unsigned)um;
+    PATHVAR(m, root, "modes");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    CHECK(mode_of(m) == dmode, "new directory: %04o, umask %04o", mode_of(m), (unsigned)um);
+    CHECK(mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)) == fmode && mode_of(pjoin(m, H3S_MODEL_WEIGHTS_FILE)) == fmode,
+          "new files: %04o %04o", mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)), mode_of(pjoin(m, H3S_MODEL_WEIGHTS_FILE)));
+    /* over a private model */
+    chmod(m, 0700);
+    chmod(pjoin(m, H3S_MODEL_CONFIG_FILE), 0600);
+    chmod(pjoin(m, H3S_MODEL_WEIGHTS_FILE), 0640);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    CHECK(mode_of(m) == 0700u, "re-init: directory %04o", mode_of(m));
+    CHECK(mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)) == 0600u, "re-init: config.json %04o",
+          mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)));
+    CHECK(mode_of(pjoin(m, H3S_MODEL_WEIGHTS_FILE)) == 0640u, "re-init: weights %04o",
+          mode_of(pjoin(m, H3S_MODEL_WEIGHTS_FILE)));
+    CHECK(files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "re-init result");
+    /* a manifest replaced */
+    PATHVAR(man, root, "modes-manifest.json");
+    CHECK_OK(h3s_model_manifest_write(m, man));
+    CHECK(mode_of(man) == fmode, "new manifest: %04o", mode_of(man));
+    chmod(man, 0600);
+    CHECK_OK(h3s_model_manifest_write(m, man));
+    CHECK(mode_of(man) == 0600u, "manifest over a 0600 one: %04o", mode_of(man));
+    unlink(man);
+    rm_tree(m);
+    /* into an empty private directory */
+    mkdir(m, 0700);
+    chmod(m, 0710);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    CHECK(mode_of(m) == 0710u, "init into an empty 0710 directory: %04o", mode_of(m));
+    CHECK(mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)) == fmode, "new file in it: %04o",
+          mode_of(pjoin(m, H3S_MODEL_CONFIG_FILE)));
+    rm_tree(m);
+}
+
+/* ---------------------------------------------------------------- "." ----------------- */
+
+/* --out "." (the current directory, empty or a model), "sub/." and "sub/./": resolved to the directory's real path
+ * (a rename cannot take the name "."); the process stays in the directory, now the new one. */
+static void test_init_dot(const char *m1) {
+    char cwd[2048];
+    if (!getcwd(cwd, sizeof cwd)) {
+        CHECK(0, "getcwd");
+        return;
+    }
+    PATHVAR(d, root, "dot");
+    make_dir(d);
+    CHECK(chdir(d) == 0, "chdir %s", d);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, "."));
+    CHECK(files_equal(pjoin(d, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "init into .");
+    /* the library never changes the working directory: the caller steps into the new directory itself */
+    CHECK(chdir(d) == 0, "chdir %s after init", d);
+    CHECK(files_equal(H3S_MODEL_WEIGHTS_FILE, pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "seen from the current directory");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, ".")); /* re-init: the model in . is replaced */
+    CHECK(chdir(d) == 0, "chdir %s after re-init", d);
+    CHECK(files_equal(H3S_MODEL_WEIGHTS_FILE, pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "re-init of .");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, "./"));
+    CHECK(chdir(d) == 0, "chdir %s after init", d);
+    CHECK(h3t_count_entries(".") == 2, "%d entries in .", h3t_count_entries("."));
+    make_dir("sub");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", -1, 7, ".")); /* sub is in the way */
+    CHECK(strstr(h3s_last_error(), "'sub'"), "names sub: %s", h3s_last_error());
+    CHECK_OK(h3s_model_init("tiny", -1, 7, "sub/."));
+    CHECK(files_equal(pjoin(d, "sub/" H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)), "init into sub/.");
+    CHECK_OK(h3s_model_init("tiny", -1, 7, "sub/./"));
+    CHECK(h3t_count_entries("sub") == 2, "%d entries in sub", h3t_count_entries("sub"));
+    /* ".." names the parent: here the directory holding the model files and sub */
+    CHECK(chdir("sub") == 0, "chdir sub");
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init("tiny", -1, 7, ".."));
+    CHECK(chdir(cwd) == 0, "chdir back to %s", cwd);
+    /* no temporary directory is left next to the outputs */
+    CHECK(h3t_count_entries(d) == 3, "%d entries in %s", h3t_count_entries(d), d);
+    rm_tree(d);
+}
+
 int main(void) {
     h3t_make_temp_dir(root);
     char m1[1024];
@@ -657,6 +800,9 @@ int main(void) {
     test_snapshot_and_verify(m1);
     test_init_policy(m1);
     test_init_race(m1);
+    test_large_index(m1);
+    test_init_modes(m1);
+    test_init_dot(m1);
     rm_tree(m1);
     /* no temporary directories or files may be left next to the outputs */
     CHECK(h3t_count_entries(root) == 0, "%d entries left in %s", h3t_count_entries(root), root);

@@ -550,6 +550,14 @@ static void check_bad_rmsnorm(void) {
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 0.0, &y));
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, -1e-5, &y));
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, NAN, &y));
+    /* eps is added as (float)eps: finite and > 0 in double is not enough (1e-300 rounds to 0, 1e39 and 1e300 to
+     * +inf, which would silently change y); FLT_MAX itself is accepted */
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 1e-300, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 1e39, &y));
+    CHECK(strstr(h3s_last_error(), "FP32"), "eps 1e39: %s", h3s_last_error());
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_rmsnorm_forward(&c.x, &c.w, &mod, 1e300, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_rmsnorm_backward(&c.x, &c.w, &mod, 1e39, &c.dy, &dx, &dw, &dt));
+    CHECK_OK(h3s_rmsnorm_forward(&c.x, &c.w, &mod, 3.4028234663852886e38, &y));
     /* modulation */
     h3s_tensor tbad = h3t_alloc2(H3S_BF16, R, C * H + 3);
     mod.table = &tbad;
@@ -627,6 +635,9 @@ static void check_bad_final_norm(void) {
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, NULL, &c.index, EPS, &y));
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, NULL, EPS, &y));
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(NULL, &c.w, &c.table, &c.index, EPS, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, 1e39, &y));
+    CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo,
+                          h3s_final_norm_backward(&c.x, &c.w, &c.table, &c.index, 1e300, &c.dy, &dx, &dw, &dt));
     int64_t *idx = (int64_t *)c.index.data, keep = idx[2];
     idx[2] = T;
     CHECK_FAILS_UNWRITTEN(H3S_ERR_INDEX, &fo, h3s_final_norm_forward(&c.x, &c.w, &c.table, &c.index, EPS, &y));
@@ -861,6 +872,9 @@ static void check_head(void) {
         CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &w64, EPS, &y));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &f32o, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, EPS, &y32));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, 0.0, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, 1e39, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(&c.x, 3, &c.w, 1e-300, &y));
+        CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, 1e300, &c.dy, &dx, &dw));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &fo, h3s_head_rmsnorm_forward(NULL, 3, &c.w, EPS, &y));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_INVALID, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, NULL, &dx, &dw));
         CHECK_FAILS_UNWRITTEN(H3S_ERR_DTYPE, &bo, h3s_head_rmsnorm_backward(&c.x, 3, &c.w, EPS, &dy16, &dx, &dw));

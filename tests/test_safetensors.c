@@ -1,5 +1,6 @@
 /* safetensors: round trip of every dtype, byte determinism, the incremental writer, atomic writes, and a clean
  * error (never an out-of-bounds read: this runs under ASan in CI) for every kind of malformed file. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -572,6 +573,83 @@ static void test_metadata_write(void) {
     CHECK(!file_exists(path), "a refused metadata list wrote a file");
 }
 
+/* ---------------------------------------------------------------- permissions ------- */
+
+static unsigned mode_of(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (unsigned)(sb.st_mode & 07777) : 0xFFFFu;
+}
+
+/* The mode of the one temporary file ".<base>.tmp-*" in tmpdir, while a writer holds it. */
+static unsigned temp_mode_of(const char *base) {
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, ".%s.tmp-", base);
+    unsigned mode = 0xFFFFu;
+    DIR *d = opendir(tmpdir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+        mode = mode_of(p);
+    }
+    if (d) closedir(d);
+    return mode;
+}
+
+/* Replacing a file keeps its permission bits (a private output stays private, also while the new contents are
+ * written); a new file gets 0666 & ~umask.  Every writer: h3s_st_write, the incremental writer, write_file_atomic
+ * (config.json, manifests, reports), temp_open/commit. */
+static void test_output_mode(void) {
+    const mode_t um = umask(022);
+    umask(um);
+    float v[2] = {1, 2};
+    int64_t shape[1] = {2};
+    h3s_st_entry e = {"x", h3s_tensor_view(v, H3S_F32, 1, shape)};
+    char path[512];
+    path_in(path, sizeof path, "mode.safetensors");
+    CHECK_OK(h3s_st_write(path, &e, 1));
+    CHECK(mode_of(path) == (0666u & ~(unsigned)um), "new file: mode %04o, umask %04o", mode_of(path), (unsigned)um);
+    chmod(path, 0600);
+    CHECK_OK(h3s_st_write(path, &e, 1));
+    CHECK(mode_of(path) == 0600u, "st_write over a 0600 file: %04o", mode_of(path));
+    chmod(path, 0751);
+    CHECK_OK(h3s_st_write_meta(path, &e, 1, NULL, 0));
+    CHECK(mode_of(path) == 0751u, "st_write_meta over a 0751 file: %04o", mode_of(path));
+    /* the incremental writer: the temporary file is private from the start; a change while it is written wins */
+    chmod(path, 0600);
+    h3s_st_writer *w = NULL;
+    CHECK_OK(h3s_st_writer_begin(path, &e, 1, &w));
+    if (w) {
+        CHECK(temp_mode_of("mode.safetensors") == 0600u, "temporary file while written: %04o",
+              temp_mode_of("mode.safetensors"));
+        chmod(path, 0640);
+        CHECK_OK(h3s_st_writer_append(w, v, sizeof v));
+        CHECK_OK(h3s_st_writer_commit(w));
+    }
+    CHECK(mode_of(path) == 0640u, "incremental writer, target chmod'ed while written: %04o", mode_of(path));
+    remove(path);
+
+    char text[512];
+    path_in(text, sizeof text, "mode.json");
+    CHECK_OK(h3s_io_write_file_atomic(text, "{}", 2));
+    CHECK(mode_of(text) == (0666u & ~(unsigned)um), "new text file: %04o", mode_of(text));
+    chmod(text, 0600);
+    CHECK_OK(h3s_io_write_file_atomic(text, "{\"a\": 1}", 8));
+    CHECK(mode_of(text) == 0600u, "write_file_atomic over a 0600 file: %04o", mode_of(text));
+    chmod(text, 0604);
+    int fd = -1;
+    char *tmp = NULL;
+    CHECK_OK(h3s_io_temp_open(text, &fd, &tmp));
+    if (tmp) {
+        CHECK(mode_of(tmp) == 0604u, "temp_open over a 0604 file: temporary %04o", mode_of(tmp));
+        CHECK(write(fd, "{}", 2) == 2, "write");
+        CHECK_OK(h3s_io_temp_commit(fd, tmp, text));
+    }
+    CHECK(mode_of(text) == 0604u, "temp_commit over a 0604 file: %04o", mode_of(text));
+    remove(text);
+}
+
 int main(void) {
     h3t_make_temp_dir(tmpdir);
     test_round_trip();
@@ -581,6 +659,7 @@ int main(void) {
     test_malformed();
     test_misaligned();
     test_metadata_write();
+    test_output_mode();
     CHECK(h3t_count_entries(tmpdir) == 0, "test files left behind");
     rmdir(tmpdir);
     return h3t_finish("test_safetensors");

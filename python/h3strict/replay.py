@@ -1239,7 +1239,8 @@ def _umask():
 def _write_atomic(path, report):
     """Write the report beside its target and rename it into place: never a partial file under the name.  The
     temporary file has a short name of its own (a target name near NAME_MAX still works) and, once written, the
-    mode a new file gets (0666 less the umask), not mkstemp's 0600."""
+    mode a new file gets (0666 less the umask), or the permission bits of the file it replaces, as the library's
+    writers keep them; not mkstemp's 0600."""
     d = os.path.dirname(os.path.abspath(path))
     if os.path.lexists(path) and not os.path.isfile(path):
         raise ReplayError(EXIT_USAGE, f"--out {path}: exists and is not a regular file")
@@ -1249,7 +1250,11 @@ def _write_atomic(path, report):
             json.dump(report, f, indent=1)
             f.write("\n")
             f.flush()
-            os.fchmod(f.fileno(), 0o666 & ~_umask())
+            try:
+                mode = os.stat(path).st_mode & 0o7777  # a replaced report keeps its permissions
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -287,6 +287,16 @@ def test_report_mode_follows_the_umask(tmp_path, umask):
     assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_replaced_report_keeps_its_mode(tmp_path):
+    """A report written over an existing file keeps that file's permission bits (a private 0600 report stays
+    private), as the library's writers do."""
+    target = tmp_path / "r.json"
+    target.write_text("{}")
+    target.chmod(0o600)
+    rp._write_atomic(str(target), {"a": 1})
+    assert target.stat().st_mode & 0o7777 == 0o600 and json.loads(target.read_text()) == {"a": 1}
+
+
 def test_planted_fault_with_the_fake_provider(work, tmp_path, monkeypatch):
     """The comparison loop's isolated path: a bit planted in a promised node is a broken promise (exit 1)."""
     FakeProvider(monkeypatch, work / "m")

@@ -250,6 +250,15 @@ static int cmp_tensor_ref(const void *a, const void *b) {
 
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* One weight_map entry: tensor name -> shard file name. */
+typedef struct {
+    const char *name, *file;
+} map_ref;
+
+static int cmp_map_ref(const void *a, const void *b) {
+    return strcmp(((const map_ref *)a)->name, ((const map_ref *)b)->name);
+}
+
 /* Open the weights files: the single file, or every shard of the index after checking that the index and the
  * shards agree exactly. */
 static h3s_status open_weight_files(h3s_weights *w) {
@@ -370,41 +379,43 @@ static h3s_status open_weight_files(h3s_weights *w) {
         free(p);
     }
     if (st != H3S_OK) goto done;
-    /* Every mapped tensor is in its shard ... */
-    int64_t mapped = 0;
-    for (const cJSON *it = map->child; it; it = it->next) {
-        int64_t f = -1;
-        for (int64_t i = 0; i < nfiles; i++)
-            if (strcmp(w->file_names[i], it->valuestring) == 0) f = i;
-        if (f < 0 || !h3s_st_find(w->files[f], it->string)) {
-            st = h3s_fail(H3S_ERR_FORMAT, "%s: the index maps tensor '%s' to shard %s, which does not hold it",
-                          w->model_dir, it->string, it->valuestring);
-            goto done;
-        }
-        mapped++;
+    /* Every mapped tensor is in its shard, and every tensor of a shard is mapped to that shard.  Both directions
+     * look names up by binary search (map entries sorted by tensor name, shard names sorted), so an index or a shard
+     * of many tensors costs O(n log n), not a scan of one list per entry of the other. */
+    map_ref *refs = h3s_malloc((size_t)(nmap ? nmap : 1), sizeof *refs);
+    if (!refs) {
+        st = H3S_ERR_NOMEM;
+        goto done;
     }
-    /* ... and every tensor of a shard is mapped to that shard. */
-    for (int64_t i = 0; i < nfiles; i++) {
+    k = 0;
+    for (const cJSON *it = map->child; it; it = it->next)
+        refs[k++] = (map_ref){it->string, it->valuestring};
+    for (int64_t i = 0; i < nmap; i++) {
+        char *key = (char *)refs[i].file;
+        char **hit = bsearch(&key, w->file_names, (size_t)nfiles, sizeof *w->file_names, cmp_cstr);
+        if (!hit || !h3s_st_find(w->files[hit - w->file_names], refs[i].name)) {
+            st = h3s_fail(H3S_ERR_FORMAT, "%s: the index maps tensor '%s' to shard %s, which does not hold it",
+                          w->model_dir, refs[i].name, refs[i].file);
+            break;
+        }
+    }
+    /* names are unique: the strict JSON parser refuses an object naming a member twice */
+    qsort(refs, (size_t)nmap, sizeof *refs, cmp_map_ref);
+    for (int64_t i = 0; i < nfiles && st == H3S_OK; i++) {
         for (int64_t t = 0; t < h3s_st_count(w->files[i]); t++) {
             const char *name = h3s_st_entry_at(w->files[i], t)->name;
-            int listed = 0;
-            const char *where = NULL;
-            for (const cJSON *it = map->child; it; it = it->next) {
-                if (strcmp(it->string, name) == 0) {
-                    where = it->valuestring;
-                    if (strcmp(where, w->file_names[i]) == 0) listed = 1;
-                }
-            }
-            if (!listed) {
-                st = where ? h3s_fail(H3S_ERR_FORMAT, "%s: shard %s holds tensor '%s', which the index maps to %s",
-                                      w->model_dir, w->file_names[i], name, where)
-                           : h3s_fail(H3S_ERR_FORMAT, "%s: shard %s holds tensor '%s', which the index does not list",
-                                      w->model_dir, w->file_names[i], name);
-                goto done;
+            map_ref key = {name, NULL};
+            const map_ref *r = nmap ? bsearch(&key, refs, (size_t)nmap, sizeof *refs, cmp_map_ref) : NULL;
+            if (!r || strcmp(r->file, w->file_names[i]) != 0) {
+                st = r ? h3s_fail(H3S_ERR_FORMAT, "%s: shard %s holds tensor '%s', which the index maps to %s",
+                                  w->model_dir, w->file_names[i], name, r->file)
+                       : h3s_fail(H3S_ERR_FORMAT, "%s: shard %s holds tensor '%s', which the index does not list",
+                                  w->model_dir, w->file_names[i], name);
+                break;
             }
         }
     }
-    (void)mapped;
+    free(refs);
 done:
     cJSON_Delete(root);
     free(text);
@@ -747,6 +758,38 @@ static h3s_status inspect_out_dir(const char *out_dir, const char *shown, out_st
     return H3S_OK;
 }
 
+/* chmod `path` to `mode`, an error naming `what` when it cannot be. */
+static h3s_status init_chmod(const char *path, mode_t mode, const char *what) {
+    if (chmod(path, mode) != 0)
+        return h3s_fail(H3S_ERR_IO, "init: cannot give %s the permissions %04o: %s", what, (unsigned)mode,
+                        strerror(errno));
+    return H3S_OK;
+}
+
+/* Before the new model replaces `out`: the new directory takes the permission bits of the directory it replaces
+ * (`fresh`, those of a new directory, when there is none), and, over a model, each new file those of the file it
+ * replaces.  Read now, just before the rename, not when `out` was first inspected. */
+static h3s_status init_copy_modes(const char *out, const char *tmp, mode_t fresh, const char *tmp_cfg,
+                                  const char *tmp_w, int over_model) {
+    if (over_model) {
+        const char *names[2] = {H3S_MODEL_CONFIG_FILE, H3S_MODEL_WEIGHTS_FILE};
+        const char *news[2] = {tmp_cfg, tmp_w};
+        for (int k = 0; k < 2; k++) {
+            char *old = path_join(out, names[k]);
+            if (!old) return H3S_ERR_NOMEM;
+            struct stat sb;
+            h3s_status st = lstat(old, &sb) == 0 && S_ISREG(sb.st_mode)
+                                ? init_chmod(news[k], sb.st_mode & 07777, names[k])
+                                : H3S_OK;
+            free(old);
+            H3S_TRY(st);
+        }
+    }
+    struct stat sb;
+    mode_t mode = lstat(out, &sb) == 0 && S_ISDIR(sb.st_mode) ? sb.st_mode & 07777 : fresh;
+    return init_chmod(tmp, mode, "the new model directory");
+}
+
 h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char *out_dir) {
     return h3s_model_init_config_progress(c, seed, out_dir, NULL, NULL);
 }
@@ -773,6 +816,19 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     }
     for (size_t l = strlen(out); l > 1 && out[l - 1] == '/'; l--)
         out[l - 1] = '\0';
+    /* ".", "..", "dir/." and "dir/..": no rename can take such a name (EBUSY), and the temporary directory must be
+     * a sibling of the directory itself: name it by its real path */
+    const char *last = strrchr(out, '/');
+    last = last ? last + 1 : out;
+    if (strcmp(last, ".") == 0 || strcmp(last, "..") == 0) {
+        char *real = realpath(out, NULL);
+        if (!real) {
+            st = h3s_fail(H3S_ERR_IO, "init: cannot resolve %s: %s", out, strerror(errno));
+            goto done;
+        }
+        free(out);
+        out = real;
+    }
     out_state state;
     st = inspect_out_dir(out, out, &state);
     if (st != H3S_OK) goto done;
@@ -805,11 +861,19 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
         tmp = NULL;
         goto done;
     }
+    /* The mode a new directory gets here (0777 & ~umask), then private (0700) while the model is written. */
+    struct stat tmp_sb;
+    if (stat(tmp, &tmp_sb) != 0 || chmod(tmp, S_IRWXU) != 0) {
+        st = h3s_fail(H3S_ERR_IO, "init: cannot set the permissions of the temporary directory %s: %s", tmp,
+                      strerror(errno));
+        goto done;
+    }
     char *tmp_cfg = path_join(tmp, H3S_MODEL_CONFIG_FILE);
     char *tmp_w = path_join(tmp, H3S_MODEL_WEIGHTS_FILE);
     if (!tmp_cfg || !tmp_w) st = H3S_ERR_NOMEM;
     if (st == H3S_OK) st = write_init_weights(tmp_w, specs, count, seed, progress, progress_ctx);
     if (st == H3S_OK) st = h3s_io_write_file_atomic(tmp_cfg, json, strlen(json));
+    if (st == H3S_OK) st = init_copy_modes(out, tmp, tmp_sb.st_mode & 07777, tmp_cfg, tmp_w, state == OUT_MODEL);
     if (st == H3S_OK) {
         if (state != OUT_MODEL) {
             /* rename onto an absent name or an empty directory is atomic */

@@ -30,7 +30,10 @@
  * directory of this project's shape (regular files config.json and diffusion_pytorch_model.safetensors and nothing
  * else, config.json a valid MiniMax-H3 config); it is then swapped with the new one atomically (renameat2
  * RENAME_EXCHANGE; on file systems without it the two files are renamed into place one by one, each atomically).
- * Anything else (other files, shards, a non-directory) is H3S_ERR_INVALID and nothing is touched. */
+ * Anything else (other files, shards, a non-directory) is H3S_ERR_INVALID and nothing is touched.  An out_dir
+ * ending in "." or ".." is resolved to its real path first.  What replaces an existing directory (and, over a model,
+ * each file) keeps its permission bits; the new directory is private while the model is written
+ * (docs/numerics/io.md). */
 /* h3s_model_init(preset, layers, seed, out_dir) (public) is this for a named preset; h3s_model_init_config_progress
  * (public, include/h3s_model.h) is this with a progress callback. */
 h3s_status h3s_model_init_config(const h3s_config *c, uint64_t seed, const char *out_dir);

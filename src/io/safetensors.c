@@ -706,6 +706,19 @@ int h3s_io_temp_base_len(const char *base) {
     return (int)n;
 }
 
+/* A file replacing `path` keeps its permission bits: when a regular file is there, give the temporary file its
+ * st_mode & 07777 (a new file keeps the 0666 & ~umask it was created with).  So a private (0600) output stays
+ * private, also while the new contents are written. */
+static h3s_status keep_target_mode(int fd, const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return H3S_OK;
+    if (fchmod(fd, sb.st_mode & 07777) != 0)
+        return h3s_fail(H3S_ERR_IO,
+                        "cannot give the temporary file for %s the permissions %04o of the file it replaces: %s", path,
+                        (unsigned)(sb.st_mode & 07777), strerror(errno));
+    return H3S_OK;
+}
+
 h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
     static atomic_uint_fast64_t counter;
     const char *slash = strrchr(path, '/');
@@ -722,6 +735,13 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
                  (long)getpid(), n);
         int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
+            h3s_status st = keep_target_mode(fd, path);
+            if (st != H3S_OK) {
+                close(fd);
+                unlink(tmp);
+                free(tmp);
+                return st;
+            }
             *fd_out = fd;
             *tmp_out = tmp;
             return H3S_OK;
@@ -752,10 +772,11 @@ static h3s_status write_all(int fd, const void *data, size_t len, const char *pa
     return H3S_OK;
 }
 
-/* fsync + close + rename; removes the temporary file on failure. */
+/* fsync + close + rename; removes the temporary file on failure.  The permission bits of a file at `path` are
+ * copied again first: they may have changed while the file was written. */
 static h3s_status finish_temp(int fd, char *tmp, const char *path) {
-    h3s_status st = H3S_OK;
-    if (fsync(fd) != 0) st = h3s_fail(H3S_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
+    h3s_status st = keep_target_mode(fd, path);
+    if (st == H3S_OK && fsync(fd) != 0) st = h3s_fail(H3S_ERR_IO, "cannot sync %s: %s", path, strerror(errno));
     if (close(fd) != 0 && st == H3S_OK) st = h3s_fail(H3S_ERR_IO, "cannot close %s: %s", path, strerror(errno));
     /* again just before the rename: something may have been put at the path while the file was written */
     if (st == H3S_OK) st = check_output_target(path);

@@ -40,7 +40,8 @@ void h3s_st_writer_abort(h3s_st_writer *w); /* NULL is fine */
  * replaces only a regular file: when something else is at the output path (a symbolic link, even one to a regular
  * file or a dangling one; a directory, FIFO, device or socket) it fails with H3S_ERR_INVALID and touches nothing.
  * The check is made when the temporary file is created and again just before the rename.  A symbolic link in
- * the directories above the file is followed as usual. */
+ * the directories above the file is followed as usual.  The file replaced keeps its permission bits (st_mode &
+ * 07777, given to the temporary file at both points); a new file gets 0666 & ~umask. */
 
 /* h3s_io_check_output (the checks an output path passes before a command computes anything) is public
  * (include/h3s_io.h). */

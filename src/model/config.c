@@ -59,8 +59,11 @@ static h3s_status check_dim(const char *key, int64_t v, int64_t min, int64_t max
     return H3S_OK;
 }
 
+/* The norms add eps in FP32 ((float)eps): it must be finite and > 0 there too, not only as a double (1e-300
+ * rounds to 0, 1e300 to +inf). */
 static h3s_status check_eps(const char *key, double v) {
-    if (!(v > 0.0) || !isfinite(v)) return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be finite and > 0", key, v);
+    if (!(v > 0.0) || !isfinite(v) || !((float)v > 0.0f) || !isfinite((float)v))
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be finite and > 0, also after rounding to f32", key, v);
     return H3S_OK;
 }
 
@@ -127,13 +130,15 @@ static const char *json_type_name(const cJSON *item) {
     return "an invalid value";
 }
 
-/* Integral JSON number exactly representable as a double (|v| <= 2^53). */
+/* Integral JSON number exactly representable as a double (|v| <= 2^53); a larger magnitude is out of range (far
+ * above every bound h3s_config_validate sets). */
 static h3s_status json_int(const cJSON *item, const char *what, int64_t *out) {
     if (!cJSON_IsNumber(item))
         return h3s_fail(H3S_ERR_INVALID, "config: %s must be an integer, got %s", what, json_type_name(item));
     double v = item->valuedouble;
-    if (!isfinite(v) || v != floor(v) || fabs(v) > 9007199254740992.0)
-        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be an integer", what, v);
+    if (!isfinite(v) || fabs(v) > 9007199254740992.0)
+        return h3s_fail(H3S_ERR_INVALID, "config: %s = %g is out of range (magnitude above 2^53)", what, v);
+    if (v != floor(v)) return h3s_fail(H3S_ERR_INVALID, "config: %s = %g must be an integer", what, v);
     *out = (int64_t)v;
     return H3S_OK;
 }

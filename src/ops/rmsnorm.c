@@ -39,6 +39,7 @@ static h3s_status activation_mode(const char *op, const char *name, const h3s_te
 static h3s_status check_eps(const char *op, double eps) {
     if (!(eps > 0) || !isfinite(eps)) return h3s_fail(H3S_ERR_INVALID, "%s: eps = %g must be finite and > 0", op, eps);
     if (!((float)eps > 0)) return h3s_fail(H3S_ERR_INVALID, "%s: eps = %g underflows to 0 in FP32", op, eps);
+    if (!isfinite((float)eps)) return h3s_fail(H3S_ERR_INVALID, "%s: eps = %g overflows to +inf in FP32", op, eps);
     return H3S_OK;
 }
 
