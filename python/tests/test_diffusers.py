@@ -29,7 +29,7 @@ FACTOR, SLACK = 1.25, 1e-3
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory, run_cli):
+def work(tmp_path_factory, cli, run_cli):
     d = tmp_path_factory.mktemp("provider")
     run = run_cli
 
