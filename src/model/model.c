@@ -5,13 +5,11 @@
  * gradient flowing into the node's main input. */
 #include "model/model.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 
 #include "core/core.h"
-#include "core/detmath.h"
 #include "cuda/cuda_ops.h"
 #include "dist/sp.h"
 #include "h3s_dist.h"
@@ -867,14 +865,9 @@ h3s_status h3s_inputs_validate(const h3s_config *c, const h3s_inputs *in, int64_
         return h3s_fail(H3S_ERR_DTYPE, "inputs: position_ids has dtype %s, expected F64 or F32",
                         h3s_dtype_name(in->position_ids.dtype));
     H3S_TRY(check_float_input("position_ids", &in->position_ids, 2, 1));
-    /* The model casts positions to f32 and rope_theta >= 1 keeps every angle within its position: the bound of the
-     * rope table (h3s_rope_table), checked here on the host once for either backend. */
-    for (int64_t i = 0; i < h3s_tensor_numel(&in->position_ids); i++) {
-        double p = h3s_tensor_get_f64(&in->position_ids, i);
-        if (!isfinite((float)p) || fabs((double)(float)p) > H3S_DET_TRIG_MAX)
-            return h3s_fail(H3S_ERR_INVALID, "inputs: position_ids[%lld, %lld] = %g is not finite in f32 or exceeds %g",
-                            (long long)(i / 3), (long long)(i % 3), p, H3S_DET_TRIG_MAX);
-    }
+    /* The model casts positions to f32 and rope_theta >= 1 keeps every angle within its position: the rope table's
+     * bound, checked here on the host once for either backend. */
+    H3S_TRY(h3s_rope_check_positions("inputs", &in->position_ids));
     int64_t B = in->hidden_states.shape[0], S = in->position_ids.shape[0], T = in->timestep.shape[0];
     int64_t Nv = in->hidden_states.shape[1], Na = in->audio_hidden_states.shape[1];
     int64_t Nt = in->encoder_hidden_states.shape[1];

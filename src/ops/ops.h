@@ -177,6 +177,11 @@ h3s_status h3s_grad_add(const h3s_tensor *a, const h3s_tensor *b, h3s_tensor *ou
 /* out = (a + b) + c: the bits of two h3s_grad_add in that order, in one pass; out may alias any input. */
 h3s_status h3s_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_tensor *c, h3s_tensor *out);
 
+/* ---------------------------------------------------------------- rope ---------------
+ * Every position of a host F64/F32 [S, 3] tensor finite after the f32 cast and at most H3S_DET_TRIG_MAX in magnitude
+ * (H3S_ERR_INVALID naming op and the entry): h3s_rope_table's check, also run by h3s_inputs_validate. */
+h3s_status h3s_rope_check_positions(const char *op, const h3s_tensor *pos);
+
 /* ---------------------------------------------------------------- transfer -----------
  * A host copy of a tensor (device or host) in a new allocation `host` (free with h3s_tensor_free): for operators
  * whose arguments must be checked value by value on the host before a device kernel reads them (positions,

@@ -25,7 +25,7 @@ static double rope_position(const h3s_tensor *pos, int64_t i) {
 /* Every position of a host [S, 3] tensor: finite after the f32 cast the model applies, and at most
  * H3S_DET_TRIG_MAX in magnitude (theta >= 1 gives inv_freq <= 1, so |angle| <= |position|: every angle stays where
  * the deterministic sin/cos are accurate). */
-static h3s_status check_positions(const char *op, const h3s_tensor *pos) {
+h3s_status h3s_rope_check_positions(const char *op, const h3s_tensor *pos) {
     int64_t n = 3 * pos->shape[0];
     for (int64_t i = 0; i < n; i++) {
         double p = rope_position(pos, i);
@@ -77,12 +77,12 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
         /* an output written over the positions or the other table would depend on the thread count */
         H3S_TRY(h3s_check_disjoint(op, "cos_out", cos_out, ts, names, 1, 0));
         H3S_TRY(h3s_check_disjoint(op, "sin_out", sin_out, ts, names, 2, 0));
-        return check_positions(op, pos);
+        return h3s_rope_check_positions(op, pos);
     }
     /* device positions: the same checks on a host copy (S x 3 values) before the kernel reads them */
     h3s_tensor host;
     H3S_TRY(h3s_tensor_host_copy(pos, &host));
-    h3s_status st = check_positions(op, &host);
+    h3s_status st = h3s_rope_check_positions(op, &host);
     h3s_tensor_free(&host);
     return st;
 }
