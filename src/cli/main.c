@@ -360,10 +360,13 @@ typedef struct plain_decimal {
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-static char plain_digit(const plain_decimal *d, size_t k) {
-    k += d->first;
+/* Digit k of the number as typed (the whole part, then the fraction). */
+static char typed_digit(const plain_decimal *d, size_t k) {
     return k < d->nwhole ? d->whole[k] : d->frac[k - d->nwhole];
 }
+
+/* Significant digit k. */
+static char plain_digit(const plain_decimal *d, size_t k) { return typed_digit(d, k + d->first); }
 
 /* 0 when s is a plain number (above), -1 otherwise. */
 static int plain_decimal_read(const char *s, int negative_ok, plain_decimal *d) {
@@ -405,7 +408,7 @@ static int plain_decimal_read(const char *s, int negative_ok, plain_decimal *d) 
         d->n = 0;
         return 0;
     }
-    while (last > d->first && (last - 1 < d->nwhole ? d->whole[last - 1] : d->frac[last - 1 - d->nwhole]) == '0')
+    while (last > d->first && typed_digit(d, last - 1) == '0')
         last--;
     d->n = last - d->first;
     d->exp10 = (int64_t)d->nwhole - (int64_t)d->first + e;
