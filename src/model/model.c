@@ -1885,7 +1885,7 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, int into, h3s_
             pos = *p;
         }
     }
-    H3S_TRY(h3s_rope_table(&pos, c->rope_freq_dim, c->rope_theta, tp->cos_t, tp->sin_t));
+    H3S_TRY(h3s_rope_table_prechecked(&pos, c->rope_freq_dim, c->rope_theta, tp->cos_t, tp->sin_t));
     H3S_TRY(emit(r, tp->cos_t, 0, 0, "rope_table"));
 
     /* timestep embedding */
@@ -1894,7 +1894,7 @@ static h3s_status model_forward(run_ctx *r, const h3s_inputs *in, int into, h3s_
     h3s_tensor tvec = *tstep;
     tvec.ndim = 1;
     NEW(tp->feats, m->f32, T, c->freq_dim);
-    H3S_TRY(h3s_timestep_sinusoid_forward(&tvec, c->freq_dim, tp->feats));
+    H3S_TRY(h3s_timestep_sinusoid_forward_prechecked(&tvec, c->freq_dim, tp->feats));
     H3S_TRY(emit(r, tp->feats, 0, 0, "timestep_sinusoid"));
     NEW(tp->mlp_hidden, m->f32, T, c->time_embed_hidden_dim);
     NEW(tp->temb, m->f32, T, c->time_embed_dim);

@@ -181,6 +181,12 @@ h3s_status h3s_grad_add3(const h3s_tensor *a, const h3s_tensor *b, const h3s_ten
  * Every position of a host F64/F32 [S, 3] tensor finite after the f32 cast and at most H3S_DET_TRIG_MAX in magnitude
  * (H3S_ERR_INVALID naming op and the entry): h3s_rope_table's check, also run by h3s_inputs_validate. */
 h3s_status h3s_rope_check_positions(const char *op, const h3s_tensor *pos);
+/* h3s_rope_table and h3s_timestep_sinusoid_forward for a caller that checked the positions or timesteps on the host
+ * before uploading them (the model, through h3s_inputs_validate): every other check is made, but device values are
+ * not copied back and checked a second time, so the host does not wait for the device.  Host values are checked. */
+h3s_status h3s_rope_table_prechecked(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta,
+                                     h3s_tensor *cos_out, h3s_tensor *sin_out);
+h3s_status h3s_timestep_sinusoid_forward_prechecked(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out);
 
 /* ---------------------------------------------------------------- transfer -----------
  * A host copy of a tensor (device or host) in a new allocation `host` (free with h3s_tensor_free): for operators

@@ -40,7 +40,7 @@ h3s_status h3s_rope_check_positions(const char *op, const h3s_tensor *pos) {
 }
 
 static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double theta, const h3s_tensor *cos_out,
-                                   const h3s_tensor *sin_out, int *golden, int *device) {
+                                   const h3s_tensor *sin_out, int prechecked, int *golden, int *device) {
     static const char *op = "rope_table";
     if (!pos) return h3s_fail(H3S_ERR_INVALID, "%s: position_ids is NULL", op);
     if (!cos_out) return h3s_fail(H3S_ERR_INVALID, "%s: cos_out is NULL", op);
@@ -79,7 +79,9 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
         H3S_TRY(h3s_check_disjoint(op, "sin_out", sin_out, ts, names, 2, 0));
         return h3s_rope_check_positions(op, pos);
     }
-    /* device positions: the same checks on a host copy (S x 3 values) before the kernel reads them */
+    /* device positions: the same checks on a host copy (S x 3 values) before the kernel reads them, unless the caller
+     * checked these very values on the host before uploading them (the model) */
+    if (prechecked) return H3S_OK;
     h3s_tensor host;
     H3S_TRY(h3s_tensor_host_copy(pos, &host));
     h3s_status st = h3s_rope_check_positions(op, &host);
@@ -87,10 +89,10 @@ static h3s_status rope_table_check(const h3s_tensor *pos, int64_t F, double thet
     return st;
 }
 
-h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
-                          h3s_tensor *sin_out) {
+static h3s_status rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
+                             h3s_tensor *sin_out, int prechecked) {
     int golden = 0, device = 0;
-    H3S_TRY(rope_table_check(position_ids, rope_freq_dim, theta, cos_out, sin_out, &golden, &device));
+    H3S_TRY(rope_table_check(position_ids, rope_freq_dim, theta, cos_out, sin_out, prechecked, &golden, &device));
     if (device) return h3s_cuda_rope_table(position_ids, rope_freq_dim, theta, cos_out, sin_out);
 
     const int64_t F = rope_freq_dim, S = position_ids->shape[0], W = 6 * F;
@@ -147,6 +149,16 @@ h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim,
     }
     free(inv);
     return H3S_OK;
+}
+
+h3s_status h3s_rope_table(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta, h3s_tensor *cos_out,
+                          h3s_tensor *sin_out) {
+    return rope_table(position_ids, rope_freq_dim, theta, cos_out, sin_out, 0);
+}
+
+h3s_status h3s_rope_table_prechecked(const h3s_tensor *position_ids, int64_t rope_freq_dim, double theta,
+                                     h3s_tensor *cos_out, h3s_tensor *sin_out) {
+    return rope_table(position_ids, rope_freq_dim, theta, cos_out, sin_out, 1);
 }
 
 /* ------------------------------------------------------------------------ apply ------ */

@@ -90,7 +90,7 @@ static h3s_status timestep_mode(const char *op, const h3s_tensor *t, h3s_dtype *
     return h3s_check_shape(op, "t", t, *dt, 1, &any1);
 }
 
-h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out) {
+static h3s_status sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out, int prechecked) {
     static const char *op = "timestep_sinusoid_forward";
     if (!t) return h3s_fail(H3S_ERR_INVALID, "%s: t is NULL", op);
     if (!out) return h3s_fail(H3S_ERR_INVALID, "%s: out is NULL", op);
@@ -103,7 +103,8 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
     const char *names[2] = {"t", "out"};
     int device = 0;
     H3S_TRY(h3s_check_placement(op, ts, names, 2, &device));
-    H3S_TRY(check_timesteps_finite(op, t));
+    /* device timesteps the caller checked on the host before uploading them (the model) are not copied back */
+    if (!(device && prechecked)) H3S_TRY(check_timesteps_finite(op, t));
     if (device) return h3s_cuda_timestep_sinusoid_forward(t, freq_dim, out);
     H3S_TRY(h3s_check_disjoint(op, "out", out, ts, names, 1, 0)); /* features written over t: thread-dependent */
 
@@ -135,6 +136,14 @@ h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, 
     }
     free(freq);
     return H3S_OK;
+}
+
+h3s_status h3s_timestep_sinusoid_forward(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out) {
+    return sinusoid_forward(t, freq_dim, out, 0);
+}
+
+h3s_status h3s_timestep_sinusoid_forward_prechecked(const h3s_tensor *t, int64_t freq_dim, h3s_tensor *out) {
+    return sinusoid_forward(t, freq_dim, out, 1);
 }
 
 h3s_status h3s_timestep_sinusoid_backward(const h3s_tensor *t, const h3s_tensor *dout, h3s_tensor *dt_out) {
