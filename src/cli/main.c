@@ -1967,10 +1967,32 @@ static int flush_stdout(int rc) {
 
 static int dispatch(int argc, char **argv);
 
+/* SIGINT, SIGTERM, SIGHUP: the temporaries being written are removed, then the signal ends the process as it would
+ * have (the shell sees 128 + the signal); the targets are as they were. */
+static void on_ending_signal(int sig) {
+    h3s_io_remove_temporaries();
+    raise(sig); /* SA_RESETHAND: the default action, once this handler returns and the signal is unblocked */
+}
+
+static void catch_ending_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue; /* nohup: stays ignored */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_ending_signal;
+        sigfillset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
     /* a file size limit (ulimit -f) must fail the write (EFBIG: exit 4, the temporary removed), not kill the process
      * mid-write with SIGXFSZ, leaving the temporary behind */
     signal(SIGXFSZ, SIG_IGN);
+    catch_ending_signals();
     return flush_stdout(dispatch(argc, argv));
 }
 

@@ -855,6 +855,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
             goto done;
         }
     }
+    if (made) h3s_io_temp_remember(tmp, 1); /* removed by h3s_io_remove_temporaries if a signal ends the process */
     if (!made) {
         st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s", out);
         free(tmp);
@@ -874,6 +875,9 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) st = write_init_weights(tmp_w, specs, count, seed, progress, progress_ctx);
     if (st == H3S_OK) st = h3s_io_write_file_atomic(tmp_cfg, json, strlen(json));
     if (st == H3S_OK) st = init_copy_modes(out, tmp, tmp_sb.st_mode & 07777, tmp_cfg, tmp_w, state == OUT_MODEL);
+    /* from here tmp may hold the previous model (the exchange below) or be the model itself: a signal handler must
+     * not remove it */
+    h3s_io_temp_forget(tmp);
     if (st == H3S_OK) {
         if (state != OUT_MODEL) {
             /* rename onto an absent name or an empty directory is atomic */
@@ -918,6 +922,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) h3s_io_sync_parent_dir(out);
 done:
     if (tmp) {
+        h3s_io_temp_forget(tmp); /* no-op once forgotten above */
         if (!keep_tmp) remove_tree_flat(tmp);
         free(tmp);
     }

@@ -742,6 +742,7 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
                 free(tmp);
                 return st;
             }
+            h3s_io_temp_remember(tmp, 0);
             *fd_out = fd;
             *tmp_out = tmp;
             return H3S_OK;
@@ -786,6 +787,7 @@ static h3s_status finish_temp(int fd, char *tmp, const char *path) {
         unlink(tmp);
     else
         h3s_io_sync_parent_dir(path);
+    h3s_io_temp_forget(tmp);
     free(tmp);
     return st;
 }
@@ -805,7 +807,10 @@ h3s_status h3s_io_temp_commit(int fd, char *tmp, const char *path) {
 
 void h3s_io_temp_discard(int fd, char *tmp) {
     if (fd >= 0) close(fd);
-    if (tmp) unlink(tmp);
+    if (tmp) {
+        unlink(tmp);
+        h3s_io_temp_forget(tmp);
+    }
     free(tmp);
 }
 
@@ -1018,9 +1023,7 @@ static h3s_status writer_flush(h3s_st_writer *w) {
 
 void h3s_st_writer_abort(h3s_st_writer *w) {
     if (!w) return;
-    if (w->fd >= 0) close(w->fd);
-    if (w->tmp) unlink(w->tmp);
-    free(w->tmp);
+    h3s_io_temp_discard(w->fd, w->tmp);
     free(w->path);
     free(w->buf);
     free(w);

@@ -58,6 +58,12 @@ h3s_status h3s_io_create_temp(const char *path, int *fd, char **tmp_path);
 #define H3S_IO_TEMP_BASE_MAX 100
 int h3s_io_temp_base_len(const char *base);
 /* h3s_io_write_file_atomic (a whole buffer, atomically) is public (include/h3s_io.h). */
+/* A temporary in progress, for h3s_io_remove_temporaries (src/io/tempfiles.c): a file (dir 0), or an init's
+ * temporary directory (dir 1) holding at most config.json and the weights file.  Forgotten before it is renamed
+ * over something a handler must not remove, or once it is gone.  A path that does not fit a slot, or a 65th
+ * temporary at once, is not remembered (a killed process leaves it behind). */
+void h3s_io_temp_remember(const char *path, int dir);
+void h3s_io_temp_forget(const char *path);
 /* fsync the directory holding `path` (best effort: some file systems refuse it). */
 void h3s_io_sync_parent_dir(const char *path);
 
