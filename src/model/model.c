@@ -2002,16 +2002,22 @@ static h3s_status forward_validated(h3s_model *m, const h3s_inputs *in, const h3
 static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hook hook, void *hook_ctx, h3s_tape **tape,
                                 int into, h3s_tensor *sample, h3s_tensor *audio_sample) {
     if (!m || !in || !sample || !audio_sample) return h3s_fail(H3S_ERR_INVALID, "model_forward: NULL argument");
-    /* Validate and use private copies of the integer inputs, so what is checked is exactly
-     * what is dereferenced even if the caller's memory (a file mapping) changes meanwhile. */
+    /* Validate and use private copies of the integer inputs, the positions and the timesteps, so what is checked is
+     * exactly what is dereferenced or uploaded even if the caller's memory (a file mapping, a tensor another thread
+     * writes) changes meanwhile: the device rope table and timestep sinusoid take these values as checked
+     * (h3s_rope_table_prechecked, h3s_timestep_sinusoid_forward_prechecked). */
+    enum { N_COPIES = 8 };
     h3s_inputs local = *in;
-    h3s_tensor copies[6];
+    h3s_tensor copies[N_COPIES];
     memset(copies, 0, sizeof copies);
-    h3s_tensor *fields[6] = {&local.timestep_indices, &local.token_tags,   &local.video_indices,
-                             &local.audio_indices,    &local.text_indices, &local.attention_mask};
+    h3s_tensor *fields[N_COPIES] = {&local.timestep_indices, &local.token_tags,   &local.video_indices,
+                                    &local.audio_indices,    &local.text_indices, &local.attention_mask,
+                                    &local.position_ids,     &local.timestep};
     h3s_status cst = H3S_OK;
-    for (int k = 0; k < 6 && cst == H3S_OK; k++) {
-        if (!fields[k]->data) continue;
+    for (int k = 0; k < N_COPIES && cst == H3S_OK; k++) {
+        /* a tensor with no data or bad extents (nbytes 0) is left for h3s_inputs_validate to refuse by name */
+        if (!fields[k]->data || fields[k]->ndim < 0 || fields[k]->ndim > H3S_MAX_DIMS || !h3s_tensor_nbytes(fields[k]))
+            continue;
         if (fields[k]->device) {
             cst = h3s_fail(H3S_ERR_INVALID, "model_forward: inputs must be host tensors");
             break;
@@ -2024,7 +2030,7 @@ static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hoo
     }
     h3s_status st = cst;
     if (st == H3S_OK) st = forward_validated(m, &local, in, hook, hook_ctx, tape, into, sample, audio_sample);
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < N_COPIES; k++)
         h3s_tensor_free(&copies[k]);
     return st;
 }
