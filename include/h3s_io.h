@@ -100,10 +100,12 @@ H3S_API h3s_status h3s_io_temp_open(const char *path, int *fd, char **tmp);
 H3S_API h3s_status h3s_io_temp_commit(int fd, char *tmp, const char *path);
 H3S_API void h3s_io_temp_discard(int fd, char *tmp);
 
-/* Remove every temporary file and temporary model directory this process is writing at the moment of the call
- * (h3s_io_write_file_atomic's, h3s_io_temp_open's, h3s_st_write's and model init's), for a handler of a signal that
- * ends the process (SIGINT, SIGTERM, SIGHUP): async-signal-safe (it calls only unlink and rmdir).  The targets are
- * untouched.  Called otherwise, it destroys the writes in progress: their commits then fail. */
+/* Remove every temporary file and temporary model directory this process is writing (h3s_io_write_file_atomic's,
+ * h3s_io_temp_open's, h3s_st_write's and model init's), for a process about to end on a signal (SIGINT, SIGTERM,
+ * ...).  The targets are untouched: an init publishing its model finishes first, and its temporary directory then
+ * holds only the model it replaced.  Afterwards every write the library starts or commits fails (H3S_ERR_IO) and no
+ * init publishes.  It takes a mutex, so it is not async-signal-safe: call it from a thread that waits for the signal
+ * (sigwait with the signal blocked in every thread), as the CLI does, not from a handler. */
 H3S_API void h3s_io_remove_temporaries(void);
 
 /* Check that text[0..len) is strict JSON (RFC 8259), as every JSON file the library reads must be: exactly one value

@@ -14,6 +14,7 @@
 #include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -1967,25 +1968,49 @@ static int flush_stdout(int rc) {
 
 static int dispatch(int argc, char **argv);
 
-/* SIGINT, SIGTERM, SIGHUP: the temporaries being written are removed, then the signal ends the process as it would
- * have (the shell sees 128 + the signal); the targets are as they were. */
-static void on_ending_signal(int sig) {
+/* The signals that end the process by default (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU),
+ * unless ignored when the command starts (nohup): blocked in every thread and taken by one thread that waits for
+ * them, which removes the temporaries being written (h3s_io_remove_temporaries) and then ends the process by that
+ * signal, as it would have (the shell sees 128 + its number).  A handler could run on any thread, in the middle of
+ * an init publishing its model; the waiting thread takes the temporaries' lock instead.  SIGPIPE is ignored: a
+ * write to a closed pipe fails (exit 4) instead of killing the command mid-write. */
+static sigset_t g_ending;
+
+static void *wait_ending_signal(void *arg) {
+    (void)arg;
+    int sig;
+    while (sigwait(&g_ending, &sig) != 0) {
+    }
     h3s_io_remove_temporaries();
-    raise(sig); /* SA_RESETHAND: the default action, once this handler returns and the signal is unblocked */
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    raise(sig);       /* to this thread, where it is now unblocked with its default action: the process ends */
+    _exit(128 + sig); /* not reached */
 }
 
 static void catch_ending_signals(void) {
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU};
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&g_ending);
+    int any = 0;
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         struct sigaction old;
         if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN) continue; /* nohup: stays ignored */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_ending_signal;
-        sigfillset(&sa.sa_mask);
-        sa.sa_flags = SA_RESETHAND;
-        sigaction(sigs[i], &sa, NULL);
+        sigaddset(&g_ending, sigs[i]);
+        any = 1;
     }
+    if (!any) return;
+    /* before any other thread exists (OpenMP's, the progress lines', the CUDA runtime's): each inherits the mask */
+    pthread_sigmask(SIG_BLOCK, &g_ending, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, wait_ending_signal, NULL) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &g_ending, NULL); /* no waiting thread: the signals act as they would */
+        return;
+    }
+    pthread_detach(t);
 }
 
 int main(int argc, char **argv) {

@@ -855,7 +855,11 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
             goto done;
         }
     }
-    if (made) h3s_io_temp_remember(tmp, 1); /* removed by h3s_io_remove_temporaries if a signal ends the process */
+    /* removed by h3s_io_remove_temporaries if a signal ends the process */
+    if (made && !h3s_io_temp_remember(tmp, 1)) {
+        st = h3s_fail(H3S_ERR_IO, "init: %s: the process is ending; nothing is written", out);
+        goto done;
+    }
     if (!made) {
         st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s", out);
         free(tmp);
@@ -875,9 +879,18 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) st = write_init_weights(tmp_w, specs, count, seed, progress, progress_ctx);
     if (st == H3S_OK) st = h3s_io_write_file_atomic(tmp_cfg, json, strlen(json));
     if (st == H3S_OK) st = init_copy_modes(out, tmp, tmp_sb.st_mode & 07777, tmp_cfg, tmp_w, state == OUT_MODEL);
-    /* from here tmp may hold the previous model (the exchange below) or be the model itself: a signal handler must
-     * not remove it */
-    h3s_io_temp_forget(tmp);
+    /* The publication, under the temporaries' lock: a removal of the temporaries (a signal ending the process) runs
+     * wholly before it, which then does not happen, or wholly after it, when tmp is the model itself (forgotten) or
+     * holds what is to be discarded (remembered again). */
+    int locked = 0;
+    if (st == H3S_OK) {
+        h3s_io_temp_lock();
+        locked = 1;
+        if (h3s_io_temp_ended_locked())
+            st = h3s_fail(H3S_ERR_IO, "init: %s: the process is ending; the new model is not installed", out);
+        else
+            h3s_io_temp_forget_locked(tmp);
+    }
     if (st == H3S_OK) {
         if (state != OUT_MODEL) {
             /* rename onto an absent name or an empty directory is atomic */
@@ -913,6 +926,13 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
             st = h3s_fail(H3S_ERR_IO, "init: cannot swap the new model into %s: %s", out, strerror(errno));
         }
     }
+    if (locked) {
+        /* tmp holds what is to be discarded (the previous model after the exchange, the new one or what is left of it
+         * after a failure, an empty directory after the move file by file), unless it is the model now or holds the
+         * user's directory that could not be swapped back */
+        if (st == H3S_OK ? state == OUT_MODEL : !keep_tmp) h3s_io_temp_remember_locked(tmp, 1);
+        h3s_io_temp_unlock();
+    }
     free(tmp_cfg);
     free(tmp_w);
     if (st == H3S_OK && state != OUT_MODEL) {
@@ -922,8 +942,8 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) h3s_io_sync_parent_dir(out);
 done:
     if (tmp) {
-        h3s_io_temp_forget(tmp); /* no-op once forgotten above */
         if (!keep_tmp) remove_tree_flat(tmp);
+        h3s_io_temp_forget(tmp); /* after the removal: a signal meanwhile removes what is left of it */
         free(tmp);
     }
     free(out);

@@ -735,14 +735,18 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
                  (long)getpid(), n);
         int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd >= 0) {
-            h3s_status st = keep_target_mode(fd, path);
+            h3s_status st = H3S_OK;
+            if (!h3s_io_temp_remember(tmp, 0))
+                st =
+                    h3s_fail(H3S_ERR_IO, "cannot write %s: the process is ending (its temporaries were removed)", path);
+            if (st == H3S_OK) st = keep_target_mode(fd, path);
             if (st != H3S_OK) {
                 close(fd);
                 unlink(tmp);
+                h3s_io_temp_forget(tmp);
                 free(tmp);
                 return st;
             }
-            h3s_io_temp_remember(tmp, 0);
             *fd_out = fd;
             *tmp_out = tmp;
             return H3S_OK;

@@ -58,12 +58,19 @@ h3s_status h3s_io_create_temp(const char *path, int *fd, char **tmp_path);
 #define H3S_IO_TEMP_BASE_MAX 100
 int h3s_io_temp_base_len(const char *base);
 /* h3s_io_write_file_atomic (a whole buffer, atomically) is public (include/h3s_io.h). */
-/* A temporary in progress, for h3s_io_remove_temporaries (src/io/tempfiles.c): a file (dir 0), or an init's
- * temporary directory (dir 1) holding at most config.json and the weights file.  Forgotten before it is renamed
- * over something a handler must not remove, or once it is gone.  A path that does not fit a slot, or a 65th
- * temporary at once, is not remembered (a killed process leaves it behind). */
-void h3s_io_temp_remember(const char *path, int dir);
+/* The temporaries in progress, for h3s_io_remove_temporaries (src/io/tempfiles.c): a file (dir 0), or an init's
+ * temporary directory (dir 1) holding at most config.json and the weights file.  Forgotten once gone or renamed into
+ * place.  A path longer than 4095 bytes, or a 65th temporary at once, is not remembered (a process ending on a signal
+ * leaves it behind).  remember returns 0 (remembering nothing) once h3s_io_remove_temporaries has run: the caller
+ * then removes what it made and fails.  The _locked forms are for a caller holding h3s_io_temp_lock (init, around
+ * the publication of its directory, which must not overlap a removal). */
+int h3s_io_temp_remember(const char *path, int dir);
 void h3s_io_temp_forget(const char *path);
+void h3s_io_temp_lock(void);
+void h3s_io_temp_unlock(void);
+int h3s_io_temp_ended_locked(void);
+int h3s_io_temp_remember_locked(const char *path, int dir);
+void h3s_io_temp_forget_locked(const char *path);
 /* fsync the directory holding `path` (best effort: some file systems refuse it). */
 void h3s_io_sync_parent_dir(const char *path);
 

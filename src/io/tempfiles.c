@@ -1,7 +1,8 @@
-/* The temporaries this process is writing (atomic writes' files, init's directories), kept where a signal handler can
- * remove them (h3s_io_remove_temporaries, include/h3s_io.h).  A fixed table of slots, each a path copied in and a
- * state changed atomically: nothing a handler reads is ever freed, and the handler calls only unlink and rmdir. */
-#include <stdatomic.h>
+/* The temporaries this process is writing (atomic writes' files, init's directories), kept so that a process ending
+ * on a signal can remove them (h3s_io_remove_temporaries, include/h3s_io.h).  A fixed table under one mutex: init
+ * publishes its directory under the same mutex, so a removal runs either wholly before the publication (which then
+ * does not happen) or wholly after it (when the directory holds the replaced model, to be discarded anyway). */
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,63 +12,69 @@
 #define TEMP_SLOTS 64
 #define TEMP_PATH_MAX 4096
 
-enum { SLOT_FREE, SLOT_BUSY, SLOT_LIVE };
-
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_ended; /* h3s_io_remove_temporaries ran: no temporary is made and nothing is published any more */
 static struct {
-    atomic_int state; /* SLOT_FREE, SLOT_BUSY (being filled or emptied), SLOT_LIVE (path is complete) */
-    int dir;
+    int live, dir;
     char path[TEMP_PATH_MAX];
 } g_slots[TEMP_SLOTS];
 
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal handler reads the slots' states: they must be lock-free");
+void h3s_io_temp_lock(void) { pthread_mutex_lock(&g_lock); }
+void h3s_io_temp_unlock(void) { pthread_mutex_unlock(&g_lock); }
+int h3s_io_temp_ended_locked(void) { return g_ended; }
 
-void h3s_io_temp_remember(const char *path, int dir) {
+int h3s_io_temp_remember_locked(const char *path, int dir) {
+    if (g_ended) return 0;
     size_t n = strlen(path);
-    if (n >= TEMP_PATH_MAX) return; /* not remembered: only a killed process leaves it behind, as before */
+    if (n >= TEMP_PATH_MAX) return 1; /* not remembered: only a process ending on a signal leaves it behind */
     for (int i = 0; i < TEMP_SLOTS; i++) {
-        int expect = SLOT_FREE;
-        if (!atomic_compare_exchange_strong(&g_slots[i].state, &expect, SLOT_BUSY)) continue;
+        if (g_slots[i].live) continue;
         memcpy(g_slots[i].path, path, n + 1);
         g_slots[i].dir = dir;
-        atomic_store(&g_slots[i].state, SLOT_LIVE);
-        return;
+        g_slots[i].live = 1;
+        return 1;
     }
+    return 1; /* every slot taken: likewise */
+}
+
+void h3s_io_temp_forget_locked(const char *path) {
+    for (int i = 0; i < TEMP_SLOTS; i++)
+        if (g_slots[i].live && strcmp(g_slots[i].path, path) == 0) g_slots[i].live = 0;
+}
+
+int h3s_io_temp_remember(const char *path, int dir) {
+    h3s_io_temp_lock();
+    int r = h3s_io_temp_remember_locked(path, dir);
+    h3s_io_temp_unlock();
+    return r;
 }
 
 void h3s_io_temp_forget(const char *path) {
-    for (int i = 0; i < TEMP_SLOTS; i++) {
-        int expect = SLOT_LIVE;
-        if (atomic_load(&g_slots[i].state) != SLOT_LIVE || strcmp(g_slots[i].path, path) != 0) continue;
-        if (atomic_compare_exchange_strong(&g_slots[i].state, &expect, SLOT_BUSY)) {
-            atomic_store(&g_slots[i].state, SLOT_FREE);
-            return;
-        }
-    }
+    h3s_io_temp_lock();
+    h3s_io_temp_forget_locked(path);
+    h3s_io_temp_unlock();
 }
 
-/* dir + "/" + name into buf (async-signal-safe: no library call); 0 when it does not fit */
+/* dir + "/" + name into buf; 0 when it does not fit */
 static int join(char *buf, size_t cap, const char *dir, const char *name) {
-    size_t a = 0, b = 0;
-    while (dir[a])
-        a++;
-    while (name[b])
-        b++;
+    size_t a = strlen(dir), b = strlen(name);
     if (a + 1 + b + 1 > cap) return 0;
-    for (size_t i = 0; i < a; i++)
-        buf[i] = dir[i];
+    memcpy(buf, dir, a);
     buf[a] = '/';
-    for (size_t i = 0; i <= b; i++)
-        buf[a + 1 + i] = name[i];
+    memcpy(buf + a + 1, name, b + 1);
     return 1;
 }
 
 void h3s_io_remove_temporaries(void) {
     static const char *const children[] = {H3S_MODEL_CONFIG_FILE, H3S_MODEL_WEIGHTS_FILE};
     char buf[TEMP_PATH_MAX + 64];
+    h3s_io_temp_lock();
+    g_ended = 1;
     /* files first: an init's weights are written as a temporary file inside its temporary directory */
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < TEMP_SLOTS; i++) {
-            if (atomic_load(&g_slots[i].state) != SLOT_LIVE || g_slots[i].dir != pass) continue;
+            if (!g_slots[i].live || g_slots[i].dir != pass) continue;
+            g_slots[i].live = 0;
             if (!pass) {
                 unlink(g_slots[i].path);
                 continue;
@@ -77,4 +84,5 @@ void h3s_io_remove_temporaries(void) {
             rmdir(g_slots[i].path);
         }
     }
+    h3s_io_temp_unlock();
 }
