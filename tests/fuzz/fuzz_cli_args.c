@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 static FILE *fuzz_err;
+/* the fuzzer keeps its own signals: libFuzzer times each run with SIGALRM, which the CLI would take as an ending
+ * signal, and the CLI's main, called for every input, would start a waiting thread each time */
+#define H3S_CLI_KEEP_SIGNALS 1
 #define main h3s_cli_main
 #undef stderr
 #define stderr fuzz_err
