@@ -846,19 +846,15 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     for (int attempt = 0; attempt < 1000 && !made; attempt++) {
         snprintf(tmp, cap, "%.*s.%.*s.init-%ld-%llu", (int)dir_len, out, h3s_io_temp_base_len(out + dir_len),
                  out + dir_len, (long)getpid(), (unsigned long long)atomic_fetch_add(&counter, 1));
-        if (mkdir(tmp, 0777) == 0)
+        if (h3s_io_temp_make(tmp, 1) == 0) /* removed by h3s_io_remove_temporaries if a signal ends the process */
             made = 1;
         else if (errno != EEXIST) {
-            st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s: %s", out, strerror(errno));
+            st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s: %s", out,
+                          errno == ECANCELED ? "the process is ending" : strerror(errno));
             free(tmp);
             tmp = NULL;
             goto done;
         }
-    }
-    /* removed by h3s_io_remove_temporaries if a signal ends the process */
-    if (made && !h3s_io_temp_remember(tmp, 1)) {
-        st = h3s_fail(H3S_ERR_IO, "init: %s: the process is ending; nothing is written", out);
-        goto done;
     }
     if (!made) {
         st = h3s_fail(H3S_ERR_IO, "init: cannot create a temporary directory next to %s", out);

@@ -733,13 +733,9 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
         unsigned long long n = (unsigned long long)atomic_fetch_add(&counter, 1);
         snprintf(tmp, cap, "%.*s.%.*s.tmp-%ld-%llu", (int)dir_len, path, h3s_io_temp_base_len(base), base,
                  (long)getpid(), n);
-        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int fd = h3s_io_temp_make(tmp, 0);
         if (fd >= 0) {
-            h3s_status st = H3S_OK;
-            if (!h3s_io_temp_remember(tmp, 0))
-                st =
-                    h3s_fail(H3S_ERR_IO, "cannot write %s: the process is ending (its temporaries were removed)", path);
-            if (st == H3S_OK) st = keep_target_mode(fd, path);
+            h3s_status st = keep_target_mode(fd, path);
             if (st != H3S_OK) {
                 close(fd);
                 unlink(tmp);
@@ -752,7 +748,8 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
             return H3S_OK;
         }
         if (errno != EEXIST) {
-            h3s_status st = h3s_fail(H3S_ERR_IO, "cannot create a temporary file for %s: %s", path, strerror(errno));
+            h3s_status st = h3s_fail(H3S_ERR_IO, "cannot create a temporary file for %s: %s", path,
+                                     errno == ECANCELED ? "the process is ending" : strerror(errno));
             free(tmp);
             return st;
         }

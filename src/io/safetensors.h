@@ -61,10 +61,13 @@ int h3s_io_temp_base_len(const char *base);
 /* The temporaries in progress, for h3s_io_remove_temporaries (src/io/tempfiles.c): a file (dir 0), or an init's
  * temporary directory (dir 1) holding at most config.json and the weights file.  Forgotten once gone or renamed into
  * place.  A path longer than 4095 bytes, or a 65th temporary at once, is not remembered (a process ending on a signal
- * leaves it behind).  remember returns 0 (remembering nothing) once h3s_io_remove_temporaries has run: the caller
- * then removes what it made and fails.  The _locked forms are for a caller holding h3s_io_temp_lock (init, around
- * the publication of its directory, which must not overlap a removal). */
-int h3s_io_temp_remember(const char *path, int dir);
+ * leaves it behind).  remember_locked returns 0 (remembering nothing) once h3s_io_remove_temporaries has run.  The
+ * _locked forms are for a caller holding h3s_io_temp_lock (init, around the publication of its directory, which must
+ * not overlap a removal). */
+/* A new temporary made exclusively and remembered at once: a file (dir 0: open O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC, 0666;
+ * returns the descriptor) or a directory (dir 1: mkdir 0777; returns 0); -1 with errno set on failure, ECANCELED
+ * once h3s_io_remove_temporaries has run. */
+int h3s_io_temp_make(const char *path, int dir);
 void h3s_io_temp_forget(const char *path);
 void h3s_io_temp_lock(void);
 void h3s_io_temp_unlock(void);

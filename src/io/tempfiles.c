@@ -2,7 +2,10 @@
  * on a signal can remove them (h3s_io_remove_temporaries, include/h3s_io.h).  A fixed table under one mutex: init
  * publishes its directory under the same mutex, so a removal runs either wholly before the publication (which then
  * does not happen) or wholly after it (when the directory holds the replaced model, to be discarded anyway). */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -42,17 +45,24 @@ void h3s_io_temp_forget_locked(const char *path) {
         if (g_slots[i].live && strcmp(g_slots[i].path, path) == 0) g_slots[i].live = 0;
 }
 
-int h3s_io_temp_remember(const char *path, int dir) {
-    h3s_io_temp_lock();
-    int r = h3s_io_temp_remember_locked(path, dir);
-    h3s_io_temp_unlock();
-    return r;
-}
-
 void h3s_io_temp_forget(const char *path) {
     h3s_io_temp_lock();
     h3s_io_temp_forget_locked(path);
     h3s_io_temp_unlock();
+}
+
+/* Made and remembered under the lock, so that a removal sees either nothing or the remembered temporary. */
+int h3s_io_temp_make(const char *path, int dir) {
+    h3s_io_temp_lock();
+    int r = -1, err = ECANCELED;
+    if (!g_ended) {
+        r = dir ? mkdir(path, 0777) : open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        err = errno;
+        if (r >= 0) h3s_io_temp_remember_locked(path, dir);
+    }
+    h3s_io_temp_unlock();
+    errno = err;
+    return r;
 }
 
 /* dir + "/" + name into buf; 0 when it does not fit */
