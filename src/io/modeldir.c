@@ -685,7 +685,7 @@ static h3s_status write_init_weights(const char *path, const h3s_param_spec *spe
 }
 
 /* Remove a private temporary directory and everything directly inside it. */
-static void remove_tree_flat(const char *dir) {
+void h3s_io_remove_tree_flat(const char *dir) {
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -938,7 +938,7 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
     if (st == H3S_OK) h3s_io_sync_parent_dir(out);
 done:
     if (tmp) {
-        if (!keep_tmp) remove_tree_flat(tmp);
+        if (!keep_tmp) h3s_io_remove_tree_flat(tmp);
         h3s_io_temp_forget(tmp); /* after the removal: a signal meanwhile removes what is left of it */
         free(tmp);
     }

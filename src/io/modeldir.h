@@ -18,6 +18,10 @@
 #define H3S_MODEL_WEIGHTS_FILE "diffusion_pytorch_model.safetensors"
 #define H3S_MODEL_INDEX_FILE "diffusion_pytorch_model.safetensors.index.json"
 
+/* Remove the entries of a directory without subdirectories, then the directory (best effort): init's temporary
+ * directory, by init itself on failure and by h3s_io_remove_temporaries. */
+void h3s_io_remove_tree_flat(const char *dir);
+
 /* h3s_weights and its load / create / accessors / free are public (include/h3s_model.h). */
 
 /* Seeded init of a whole model directory: config.json + diffusion_pytorch_model.safetensors (parameters in the

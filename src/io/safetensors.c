@@ -737,10 +737,7 @@ h3s_status h3s_io_create_temp(const char *path, int *fd_out, char **tmp_out) {
         if (fd >= 0) {
             h3s_status st = keep_target_mode(fd, path);
             if (st != H3S_OK) {
-                close(fd);
-                unlink(tmp);
-                h3s_io_temp_forget(tmp);
-                free(tmp);
+                h3s_io_temp_discard(fd, tmp);
                 return st;
             }
             *fd_out = fd;

@@ -59,11 +59,10 @@ h3s_status h3s_io_create_temp(const char *path, int *fd, char **tmp_path);
 int h3s_io_temp_base_len(const char *base);
 /* h3s_io_write_file_atomic (a whole buffer, atomically) is public (include/h3s_io.h). */
 /* The temporaries in progress, for h3s_io_remove_temporaries (src/io/tempfiles.c): a file (dir 0), or an init's
- * temporary directory (dir 1) holding at most config.json and the weights file.  Forgotten once gone or renamed into
- * place.  A path longer than 4095 bytes, or a 65th temporary at once, is not remembered (a process ending on a signal
- * leaves it behind).  remember_locked returns 0 (remembering nothing) once h3s_io_remove_temporaries has run.  The
- * _locked forms are for a caller holding h3s_io_temp_lock (init, around the publication of its directory, which must
- * not overlap a removal). */
+ * temporary directory (dir 1: removed with its entries, as init removes it itself).  Forgotten once gone or renamed
+ * into place.  A path longer than 4095 bytes, or a 65th temporary at once, is not remembered (a process ending on a
+ * signal leaves it behind).  The _locked forms are for a caller holding h3s_io_temp_lock (init, around the publication
+ * of its directory, which must not overlap a removal). */
 /* A new temporary made exclusively and remembered at once: a file (dir 0: open O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC, 0666;
  * returns the descriptor) or a directory (dir 1: mkdir 0777; returns 0); -1 with errno set on failure, ECANCELED
  * once h3s_io_remove_temporaries has run. */
@@ -72,7 +71,7 @@ void h3s_io_temp_forget(const char *path);
 void h3s_io_temp_lock(void);
 void h3s_io_temp_unlock(void);
 int h3s_io_temp_ended_locked(void);
-int h3s_io_temp_remember_locked(const char *path, int dir);
+void h3s_io_temp_remember_locked(const char *path, int dir);
 void h3s_io_temp_forget_locked(const char *path);
 /* fsync the directory holding `path` (best effort: some file systems refuse it). */
 void h3s_io_sync_parent_dir(const char *path);

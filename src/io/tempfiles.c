@@ -26,18 +26,16 @@ void h3s_io_temp_lock(void) { pthread_mutex_lock(&g_lock); }
 void h3s_io_temp_unlock(void) { pthread_mutex_unlock(&g_lock); }
 int h3s_io_temp_ended_locked(void) { return g_ended; }
 
-int h3s_io_temp_remember_locked(const char *path, int dir) {
-    if (g_ended) return 0;
+void h3s_io_temp_remember_locked(const char *path, int dir) {
     size_t n = strlen(path);
-    if (n >= TEMP_PATH_MAX) return 1; /* not remembered: only a process ending on a signal leaves it behind */
+    if (n >= TEMP_PATH_MAX) return; /* not remembered: only a process ending on a signal leaves it behind */
     for (int i = 0; i < TEMP_SLOTS; i++) {
         if (g_slots[i].live) continue;
         memcpy(g_slots[i].path, path, n + 1);
         g_slots[i].dir = dir;
         g_slots[i].live = 1;
-        return 1;
-    }
-    return 1; /* every slot taken: likewise */
+        return;
+    } /* every slot taken: likewise */
 }
 
 void h3s_io_temp_forget_locked(const char *path) {
@@ -65,34 +63,16 @@ int h3s_io_temp_make(const char *path, int dir) {
     return r;
 }
 
-/* dir + "/" + name into buf; 0 when it does not fit */
-static int join(char *buf, size_t cap, const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    if (a + 1 + b + 1 > cap) return 0;
-    memcpy(buf, dir, a);
-    buf[a] = '/';
-    memcpy(buf + a + 1, name, b + 1);
-    return 1;
-}
-
 void h3s_io_remove_temporaries(void) {
-    static const char *const children[] = {H3S_MODEL_CONFIG_FILE, H3S_MODEL_WEIGHTS_FILE};
-    char buf[TEMP_PATH_MAX + 64];
     h3s_io_temp_lock();
     g_ended = 1;
-    /* files first: an init's weights are written as a temporary file inside its temporary directory */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < TEMP_SLOTS; i++) {
-            if (!g_slots[i].live || g_slots[i].dir != pass) continue;
-            g_slots[i].live = 0;
-            if (!pass) {
-                unlink(g_slots[i].path);
-                continue;
-            }
-            for (size_t c = 0; c < sizeof children / sizeof children[0]; c++)
-                if (join(buf, sizeof buf, g_slots[i].path, children[c])) unlink(buf);
-            rmdir(g_slots[i].path);
-        }
+    for (int i = 0; i < TEMP_SLOTS; i++) {
+        if (!g_slots[i].live) continue;
+        g_slots[i].live = 0;
+        if (g_slots[i].dir)
+            h3s_io_remove_tree_flat(g_slots[i].path); /* as init removes it itself on failure */
+        else
+            unlink(g_slots[i].path);
     }
     h3s_io_temp_unlock();
 }
