@@ -2015,9 +2015,8 @@ static h3s_status forward_entry(h3s_model *m, const h3s_inputs *in, h3s_node_hoo
                                     &local.position_ids,     &local.timestep};
     h3s_status cst = H3S_OK;
     for (int k = 0; k < N_COPIES && cst == H3S_OK; k++) {
-        /* a tensor with no data or bad extents (nbytes 0) is left for h3s_inputs_validate to refuse by name */
-        if (!fields[k]->data || fields[k]->ndim < 0 || fields[k]->ndim > H3S_MAX_DIMS || !h3s_tensor_nbytes(fields[k]))
-            continue;
+        /* a tensor with no data or bad extents or dims (nbytes 0) is left for h3s_inputs_validate to refuse by name */
+        if (!fields[k]->data || !h3s_tensor_nbytes(fields[k])) continue;
         if (fields[k]->device) {
             cst = h3s_fail(H3S_ERR_INVALID, "model_forward: inputs must be host tensors");
             break;
