@@ -2,9 +2,12 @@
  * transformer/ subfolder, every way a directory can be wrong (each error naming the tensor or file), the
  * overwrite policy of init, and verification against a manifest. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "io/modeldir.h"
@@ -87,6 +90,43 @@ static void expect_load_fails(const char *dir, h3s_status want, const char *need
     CHECK(strstr(h3s_last_error(), needle) != NULL, "%s: message lacks '%s': %s", what, needle, h3s_last_error());
     CHECK(w == NULL, "%s: output written on failure", what);
     if (st == H3S_OK) h3s_weights_free(w);
+}
+
+/* ---------------------------------------------------------------- rename shim -------- */
+
+/* This test defines rename and renameat2, so that the library linked into it (statically) calls these: they pass
+ * through to the kernel unless a case below arms them.  With g_no_exchange, RENAME_EXCHANGE fails with EINVAL as on
+ * a file system without it; renames that touch a path under g_watch are counted from 0, and those whose number has
+ * its bit set in g_fail_mask fail with EIO. */
+static int g_no_exchange;
+static const char *g_watch;
+static unsigned g_fail_mask, g_watched;
+
+static int watched(const char *p) {
+    size_t n = g_watch ? strlen(g_watch) : 0;
+    return n && strncmp(p, g_watch, n) == 0 && (p[n] == '/' || p[n] == '\0');
+}
+
+static int shim_rename(const char *a, const char *b, unsigned flags) {
+    if (g_no_exchange && (flags & RENAME_EXCHANGE)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (watched(a) || watched(b)) {
+        unsigned k = g_watched++;
+        if (k < 32 && (g_fail_mask >> k & 1u)) {
+            errno = EIO;
+            return -1;
+        }
+    }
+    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, flags);
+}
+
+int rename(const char *a, const char *b) { return shim_rename(a, b, 0); }
+
+int renameat2(int fa, const char *a, int fb, const char *b, unsigned flags) {
+    if (fa != AT_FDCWD || fb != AT_FDCWD) return (int)syscall(SYS_renameat2, fa, a, fb, b, flags);
+    return shim_rename(a, b, flags);
 }
 
 /* ---------------------------------------------------------------- init + load ---------- */
@@ -789,6 +829,74 @@ static void test_init_dot(const char *m1) {
     rm_tree(d);
 }
 
+/* ---------------------------------------------------------------- init without the exchange ------------- */
+
+/* Init over a model where RENAME_EXCHANGE is not supported: the files are moved one by one, all or nothing.  Each of
+ * the four moves failing in turn leaves the previous model as it was; a failed move whose undo fails too keeps the
+ * temporary directory and names where each file is; a directory with a config.json only takes the new model. */
+static void test_init_no_exchange(const char *m1) {
+    PATHVAR(m, root, "m_noexch");
+    PATHVAR(ref9, root, "m_ref9");
+    CHECK_OK(h3s_model_init("tiny", -1, 9, ref9));
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m)); /* m1's model */
+    g_no_exchange = 1;
+    g_watch = m;
+    for (unsigned k = 0; k < 4; k++) {
+        g_watched = 0;
+        g_fail_mask = 1u << k;
+        CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
+        CHECK(strstr(h3s_last_error(), "is left as it was") != NULL, "move %u: %s", k, h3s_last_error());
+        CHECK(g_watched == 2 * k + 1, "move %u failed: %u renames in the model directory", k, g_watched);
+        CHECK(h3t_count_entries(m) == 2, "move %u: %d entries", k, h3t_count_entries(m));
+        CHECK(files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)) &&
+                  files_equal(pjoin(m, H3S_MODEL_CONFIG_FILE), pjoin(m1, H3S_MODEL_CONFIG_FILE)),
+              "move %u failed: the previous model is in place", k);
+        CHECK(h3t_count_entries(root) == 3, "move %u: %d entries beside the model", k, h3t_count_entries(root));
+    }
+    /* the third move (the new weights in) fails and so does moving the previous weights back */
+    g_watched = 0;
+    g_fail_mask = 1u << 2 | 1u << 3;
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
+    const char *msg = h3s_last_error();
+    CHECK(strstr(msg, "nor move the previous ones back") && strstr(msg, "previous." H3S_MODEL_WEIGHTS_FILE) &&
+              strstr(msg, "previous." H3S_MODEL_CONFIG_FILE),
+          "names where the files are: %s", msg);
+    CHECK(h3t_count_entries(m) == 0 && h3t_count_entries(root) == 4, "the temporary directory is kept: %d, %d",
+          h3t_count_entries(m), h3t_count_entries(root));
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".m_noexch.init-", 15) != 0) continue;
+        char kept[1024];
+        snprintf(kept, sizeof kept, "%s/%s", root, e->d_name);
+        CHECK(files_equal(pjoin(kept, "previous." H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)) &&
+                  files_equal(pjoin(kept, H3S_MODEL_WEIGHTS_FILE), pjoin(ref9, H3S_MODEL_WEIGHTS_FILE)),
+              "both models' weights are in %s", kept);
+        rm_tree(kept);
+    }
+    if (d) closedir(d);
+    /* no failure: the new model in place, nothing left beside it */
+    g_fail_mask = 0;
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m)); /* into the empty directory: one rename */
+    g_watched = 0;
+    CHECK_OK(h3s_model_init("tiny", -1, 9, m));
+    CHECK(g_watched == 4, "four moves: %u", g_watched);
+    CHECK(h3t_count_entries(m) == 2 &&
+              files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(ref9, H3S_MODEL_WEIGHTS_FILE)) &&
+              files_equal(pjoin(m, H3S_MODEL_CONFIG_FILE), pjoin(ref9, H3S_MODEL_CONFIG_FILE)),
+          "the new model is in place");
+    /* a directory with only a config.json */
+    unlink(pjoin(m, H3S_MODEL_WEIGHTS_FILE));
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    CHECK(h3t_count_entries(m) == 2 && files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
+          "over a config.json alone");
+    g_no_exchange = 0;
+    g_watch = NULL;
+    CHECK(h3t_count_entries(root) == 3, "%d entries beside the model", h3t_count_entries(root));
+    rm_tree(m);
+    rm_tree(ref9);
+}
+
 int main(void) {
     h3t_make_temp_dir(root);
     char m1[1024];
@@ -803,6 +911,7 @@ int main(void) {
     test_large_index(m1);
     test_init_modes(m1);
     test_init_dot(m1);
+    test_init_no_exchange(m1);
     rm_tree(m1);
     /* no temporary directories or files may be left next to the outputs */
     CHECK(h3t_count_entries(root) == 0, "%d entries left in %s", h3t_count_entries(root), root);

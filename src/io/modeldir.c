@@ -758,6 +758,64 @@ static h3s_status inspect_out_dir(const char *out_dir, const char *shown, out_st
     return H3S_OK;
 }
 
+/* Init over a model directory on a file system without renameat2(RENAME_EXCHANGE): the previous files are moved
+ * out of `out` into `tmp` (config first, so that a reader in between finds no model rather than a new weights file
+ * beside the previous config), then the new ones in (config last). Each step is a rename; if one fails, the steps
+ * done are undone in reverse and `out` holds the previous model again. If an undo fails too, the error names where
+ * each file is and *keep_tmp is set (tmp then holds what the user needs). */
+static h3s_status init_move_files(const char *out, const char *tmp, const char *tmp_cfg, const char *tmp_w,
+                                  int *keep_tmp) {
+    char *dst_cfg = path_join(out, H3S_MODEL_CONFIG_FILE), *dst_w = path_join(out, H3S_MODEL_WEIGHTS_FILE);
+    char *old_cfg = path_join(tmp, "previous." H3S_MODEL_CONFIG_FILE);
+    char *old_w = path_join(tmp, "previous." H3S_MODEL_WEIGHTS_FILE);
+    h3s_status st = H3S_OK;
+    if (!dst_cfg || !dst_w || !old_cfg || !old_w) st = H3S_ERR_NOMEM;
+    /* from[i] -> to[i]; a previous weights file may be absent (a directory with only a config.json) */
+    const char *from[4] = {dst_cfg, dst_w, tmp_w, tmp_cfg}, *to[4] = {old_cfg, old_w, dst_w, dst_cfg};
+    int done[4] = {0, 0, 0, 0}, step = 0, err = 0, had_w = 1;
+    for (; st == H3S_OK && step < 4; step++) {
+        if (rename(from[step], to[step]) == 0)
+            done[step] = 1;
+        else if (step == 1 && errno == ENOENT)
+            had_w = 0;
+        else {
+            err = errno;
+            st = H3S_ERR_IO;
+        }
+    }
+    if (st != H3S_ERR_IO) goto out; /* done, or out of memory before any step */
+    step--;                         /* the step that failed */
+    int undo_err = 0;
+    for (int i = step - 1; i >= 0 && !undo_err; i--) {
+        if (!done[i]) continue;
+        if (rename(to[i], from[i]) == 0)
+            done[i] = 0;
+        else
+            undo_err = errno;
+    }
+    if (!undo_err) {
+        st = h3s_fail(H3S_ERR_IO, "init: cannot move the new model files into %s (%s -> %s: %s); %s is left as it was",
+                      out, from[step], to[step], strerror(err), out);
+    } else {
+        /* where each file is now: step 3 (the new config) is never done here, as it is the last */
+        st = h3s_fail(H3S_ERR_IO,
+                      "init: cannot move the new model files into %s (%s -> %s: %s) nor move the previous ones back "
+                      "(%s): the previous model is %s and %s, the new one %s and %s",
+                      out, from[step], to[step], strerror(err), strerror(undo_err), done[0] ? old_cfg : dst_cfg,
+                      done[1] ? old_w
+                      : had_w ? dst_w
+                              : "(no weights file)",
+                      done[2] ? dst_w : tmp_w, tmp_cfg);
+        *keep_tmp = 1;
+    }
+out:
+    free(dst_cfg);
+    free(dst_w);
+    free(old_cfg);
+    free(old_w);
+    return st;
+}
+
 /* chmod `path` to `mode`, an error naming `what` when it cannot be. */
 static h3s_status init_chmod(const char *path, mode_t mode, const char *what) {
     if (chmod(path, mode) != 0)
@@ -911,20 +969,14 @@ h3s_status h3s_model_init_config_progress(const h3s_config *c, uint64_t seed, co
                 }
             }
         } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
-            char *dst_w = path_join(out, H3S_MODEL_WEIGHTS_FILE), *dst_cfg = path_join(out, H3S_MODEL_CONFIG_FILE);
-            if (!dst_w || !dst_cfg)
-                st = H3S_ERR_NOMEM;
-            else if (rename(tmp_w, dst_w) != 0 || rename(tmp_cfg, dst_cfg) != 0)
-                st = h3s_fail(H3S_ERR_IO, "init: cannot move the new model files into %s: %s", out, strerror(errno));
-            free(dst_w);
-            free(dst_cfg);
+            st = init_move_files(out, tmp, tmp_cfg, tmp_w, &keep_tmp);
         } else {
             st = h3s_fail(H3S_ERR_IO, "init: cannot swap the new model into %s: %s", out, strerror(errno));
         }
     }
     if (locked) {
         /* tmp holds what is to be discarded (the previous model after the exchange, the new one or what is left of it
-         * after a failure, an empty directory after the move file by file), unless it is the model now or holds the
+         * after a failure, the previous files after the move file by file), unless it is the model now or holds the
          * user's directory that could not be swapped back */
         if (st == H3S_OK ? state == OUT_MODEL : !keep_tmp) h3s_io_temp_remember_locked(tmp, 1);
         h3s_io_temp_unlock();
