@@ -119,6 +119,7 @@ static int shim_rename(const char *a, const char *b, unsigned flags) {
             return -1;
         }
     }
+    if (!flags) return (int)syscall(SYS_renameat, AT_FDCWD, a, AT_FDCWD, b); /* on any kernel */
     return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, flags);
 }
 
@@ -831,9 +832,63 @@ static void test_init_dot(const char *m1) {
 
 /* ---------------------------------------------------------------- init without the exchange ------------- */
 
+/* The one `.m_noexch.init-*` directory kept beside the model after a failed undo, in kept[1024]; 0 if not exactly
+ * one is there. */
+static int kept_dir(char kept[1024]) {
+    int n = 0;
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (strncmp(e->d_name, ".m_noexch.init-", 15) == 0 && n++ == 0) snprintf(kept, 1024, "%s/%s", root, e->d_name);
+    if (d) closedir(d);
+    return n == 1;
+}
+
+/* A progress callback that replaces the model's config.json with a directory of that name (once). */
+static void config_to_dir(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    const char *cfg = pjoin((const char *)ctx, H3S_MODEL_CONFIG_FILE);
+    struct stat sb;
+    if (done > 0 && lstat(cfg, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(cfg) == 0) mkdir(cfg, 0755);
+}
+
+/* One failed move whose undo fails too (g_fail_mask `mask`, over m holding m1's model, or its config.json alone):
+ * the message names where each of the four files is, each is there with its contents, and the kept temporary
+ * directory holds what is not in m.  `loc` gives each file's place: 'o' in m, 't' in the kept directory (the new
+ * files under their names, the previous ones as previous.*), '-' absent (a config.json alone). */
+static void undo_fails(const char *m, const char *m1, const char *ref9, unsigned mask, const char loc[4]) {
+    static const char *const names[4] = {H3S_MODEL_CONFIG_FILE, H3S_MODEL_WEIGHTS_FILE, H3S_MODEL_WEIGHTS_FILE,
+                                         H3S_MODEL_CONFIG_FILE};
+    const char *const want[4] = {pjoin(m1, H3S_MODEL_CONFIG_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE),
+                                 pjoin(ref9, H3S_MODEL_WEIGHTS_FILE), pjoin(ref9, H3S_MODEL_CONFIG_FILE)};
+    g_watched = 0;
+    g_fail_mask = mask;
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", h3s_last_error());
+    char kept[1024] = "";
+    CHECK(kept_dir(kept), "mask %#x: one temporary directory kept", mask);
+    char where[4][1100], expect[4600];
+    for (int i = 0; i < 4; i++) {
+        if (loc[i] == 'o')
+            snprintf(where[i], sizeof where[i], "%s/%s", m, names[i]);
+        else if (loc[i] == 't')
+            snprintf(where[i], sizeof where[i], "%s/%s%s", kept, i < 2 ? "previous." : "", names[i]);
+        else
+            snprintf(where[i], sizeof where[i], "(no weights file)");
+        if (loc[i] != '-') CHECK(files_equal(where[i], want[i]), "mask %#x: %s holds file %d", mask, where[i], i);
+    }
+    snprintf(expect, sizeof expect, "the previous model is %s and %s, the new one %s and %s", where[0], where[1],
+             where[2], where[3]);
+    CHECK(strstr(msg, "nor move the previous model's files back") && strstr(msg, expect), "mask %#x: %s", mask, msg);
+    rm_tree(kept);
+}
+
 /* Init over a model where RENAME_EXCHANGE is not supported: the files are moved one by one, all or nothing.  Each of
  * the four moves failing in turn leaves the previous model as it was; a failed move whose undo fails too keeps the
- * temporary directory and names where each file is; a directory with a config.json only takes the new model. */
+ * temporary directory and names where each file is; a file put into the directory, or a file of its model turned
+ * into a directory, while the new model is written is found as the exchange path finds it; a directory with a
+ * config.json only takes the new model. */
 static void test_init_no_exchange(const char *m1) {
     PATHVAR(m, root, "m_noexch");
     PATHVAR(ref9, root, "m_ref9");
@@ -853,31 +908,36 @@ static void test_init_no_exchange(const char *m1) {
               "move %u failed: the previous model is in place", k);
         CHECK(h3t_count_entries(root) == 3, "move %u: %d entries beside the model", k, h3t_count_entries(root));
     }
-    /* the third move (the new weights in) fails and so does moving the previous weights back */
-    g_watched = 0;
-    g_fail_mask = 1u << 2 | 1u << 3;
-    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
-    const char *msg = h3s_last_error();
-    CHECK(strstr(msg, "nor move the previous ones back") && strstr(msg, "previous." H3S_MODEL_WEIGHTS_FILE) &&
-              strstr(msg, "previous." H3S_MODEL_CONFIG_FILE),
-          "names where the files are: %s", msg);
-    CHECK(h3t_count_entries(m) == 0 && h3t_count_entries(root) == 4, "the temporary directory is kept: %d, %d",
-          h3t_count_entries(m), h3t_count_entries(root));
-    DIR *d = opendir(root);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, ".m_noexch.init-", 15) != 0) continue;
-        char kept[1024];
-        snprintf(kept, sizeof kept, "%s/%s", root, e->d_name);
-        CHECK(files_equal(pjoin(kept, "previous." H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)) &&
-                  files_equal(pjoin(kept, H3S_MODEL_WEIGHTS_FILE), pjoin(ref9, H3S_MODEL_WEIGHTS_FILE)),
-              "both models' weights are in %s", kept);
-        rm_tree(kept);
-    }
-    if (d) closedir(d);
-    /* no failure: the new model in place, nothing left beside it */
+    /* moves 0-3 are renames 0-3; the undos of moves 2, 1, 0 the next ones in that order */
+    undo_fails(m, m1, ref9, 1u << 2 | 1u << 3, "tttt"); /* the new weights in fails, then the previous back */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));         /* into the empty directory m is now: one rename */
+    undo_fails(m, m1, ref9, 1u << 3 | 1u << 4, "ttot"); /* the new config in fails, then the new weights out */
+    rm_tree(m);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    undo_fails(m, m1, ref9, 1u << 1 | 1u << 2, "tott"); /* the previous weights out fail, then the config back */
+    rm_tree(m);
+    /* a file put into the directory while the new model is written: the directory as it was then, notes kept */
+    h3s_config c;
+    CHECK_OK(h3s_config_preset("tiny", -1, &c));
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
     g_fail_mask = 0;
-    CHECK_OK(h3s_model_init("tiny", -1, 7, m)); /* into the empty directory: one rename */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config_progress(&c, 9, m, put_notes, m));
+    CHECK(strstr(h3s_last_error(), "changed while") && strstr(h3s_last_error(), "notes.txt"), "names the change: %s",
+          h3s_last_error());
+    CHECK(h3t_count_entries(m) == 3 && files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
+          "the directory as it was left: %d entries", h3t_count_entries(m));
+    unlink(pjoin(m, "notes.txt"));
+    /* its config.json turned into a directory meanwhile: moved back, not installed over */
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config_progress(&c, 9, m, config_to_dir, m));
+    CHECK(strstr(h3s_last_error(), "no longer a regular file") != NULL, "names the change: %s", h3s_last_error());
+    struct stat sb;
+    CHECK(lstat(pjoin(m, H3S_MODEL_CONFIG_FILE), &sb) == 0 && S_ISDIR(sb.st_mode) &&
+              files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
+          "the directory as it was left");
+    CHECK(h3t_count_entries(root) == 3, "%d entries beside the model", h3t_count_entries(root));
+    rm_tree(m);
+    /* no failure: the new model in place, nothing left beside it */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
     g_watched = 0;
     CHECK_OK(h3s_model_init("tiny", -1, 9, m));
     CHECK(g_watched == 4, "four moves: %u", g_watched);
@@ -885,8 +945,23 @@ static void test_init_no_exchange(const char *m1) {
               files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(ref9, H3S_MODEL_WEIGHTS_FILE)) &&
               files_equal(pjoin(m, H3S_MODEL_CONFIG_FILE), pjoin(ref9, H3S_MODEL_CONFIG_FILE)),
           "the new model is in place");
-    /* a directory with only a config.json */
+    /* a directory with only a config.json (m1's): every failure path, then success */
+    rm_tree(m);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
     unlink(pjoin(m, H3S_MODEL_WEIGHTS_FILE));
+    undo_fails(m, m1, ref9, 1u << 3 | 1u << 4, "t-ot"); /* config in fails, new weights out fail */
+    rm_tree(m);
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    unlink(pjoin(m, H3S_MODEL_WEIGHTS_FILE));
+    undo_fails(m, m1, ref9, 1u << 2 | 1u << 3, "t-tt"); /* new weights in fail, config back fails */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));         /* into the empty directory */
+    unlink(pjoin(m, H3S_MODEL_WEIGHTS_FILE));
+    g_watched = 0;
+    g_fail_mask = 1u << 3;
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
+    CHECK(h3t_count_entries(m) == 1 && files_equal(pjoin(m, H3S_MODEL_CONFIG_FILE), pjoin(m1, H3S_MODEL_CONFIG_FILE)),
+          "config.json alone, as it was");
+    g_fail_mask = 0;
     CHECK_OK(h3s_model_init("tiny", -1, 7, m));
     CHECK(h3t_count_entries(m) == 2 && files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
           "over a config.json alone");

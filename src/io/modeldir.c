@@ -758,11 +758,34 @@ static h3s_status inspect_out_dir(const char *out_dir, const char *shown, out_st
     return H3S_OK;
 }
 
+/* What init_move_files finds in `out` once the previous model's files are out of it: nothing (0), else 1 with the
+ * name of an entry put there meanwhile in name[cap], or -1 when it cannot be listed (errno set). */
+static int first_entry(const char *dir, char *name, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(name, cap, "%s", e->d_name);
+            found = 1;
+        }
+    closedir(d);
+    return found;
+}
+
+static int is_regular(const char *path) {
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /* Init over a model directory on a file system without renameat2(RENAME_EXCHANGE): the previous files are moved
  * out of `out` into `tmp` (config first, so that a reader in between finds no model rather than a new weights file
- * beside the previous config), then the new ones in (config last). Each step is a rename; if one fails, the steps
- * done are undone in reverse and `out` holds the previous model again. If an undo fails too, the error names where
- * each file is and *keep_tmp is set (tmp then holds what the user needs). */
+ * beside the previous config), `out` is inspected again (empty, and what was moved out regular files: else it
+ * changed while the new model was written, as the exchange path checks), then the new files go in (config last).
+ * Each step is a rename; if one fails or the inspection does, the steps done are undone in reverse and `out` holds
+ * the previous model again. If an undo fails too, the error names where each file is and *keep_tmp is set (tmp
+ * then holds what the user needs). On success `out` and `tmp` are synced, so that the moves are durable. */
 static h3s_status init_move_files(const char *out, const char *tmp, const char *tmp_cfg, const char *tmp_w,
                                   int *keep_tmp) {
     char *dst_cfg = path_join(out, H3S_MODEL_CONFIG_FILE), *dst_w = path_join(out, H3S_MODEL_WEIGHTS_FILE);
@@ -772,21 +795,42 @@ static h3s_status init_move_files(const char *out, const char *tmp, const char *
     if (!dst_cfg || !dst_w || !old_cfg || !old_w) st = H3S_ERR_NOMEM;
     /* from[i] -> to[i]; a previous weights file may be absent (a directory with only a config.json) */
     const char *from[4] = {dst_cfg, dst_w, tmp_w, tmp_cfg}, *to[4] = {old_cfg, old_w, dst_w, dst_cfg};
-    int done[4] = {0, 0, 0, 0}, step = 0, err = 0, had_w = 1;
+    int done[4] = {0, 0, 0, 0}, step = 0, failed = 0, had_w = 1;
+    char what[512] = ""; /* the failure, for the messages below */
     for (; st == H3S_OK && step < 4; step++) {
+        if (step == 2) {
+            char name[256];
+            const int found = first_entry(out, name, sizeof name);
+            if (found != 0 || !is_regular(old_cfg) || (done[1] && !is_regular(old_w))) {
+                if (found < 0)
+                    snprintf(what, sizeof what, "cannot list %s: %s", out, strerror(errno));
+                else
+                    snprintf(what, sizeof what, "%s changed while the new model was written (%s)", out,
+                             found ? name : "a file of its model is no longer a regular file");
+                st = found < 0 ? H3S_ERR_IO : H3S_ERR_INVALID;
+                failed = step;
+                break;
+            }
+        }
         if (rename(from[step], to[step]) == 0)
             done[step] = 1;
         else if (step == 1 && errno == ENOENT)
             had_w = 0;
         else {
-            err = errno;
+            snprintf(what, sizeof what, "%s -> %s: %s", from[step], to[step], strerror(errno));
             st = H3S_ERR_IO;
+            failed = step;
+            break;
         }
     }
-    if (st != H3S_ERR_IO) goto out; /* done, or out of memory before any step */
-    step--;                         /* the step that failed */
-    int undo_err = 0;
-    for (int i = step - 1; i >= 0 && !undo_err; i--) {
+    if (st == H3S_ERR_NOMEM) goto out;
+    if (st == H3S_OK) {
+        h3s_io_sync_parent_dir(dst_cfg); /* out itself */
+        h3s_io_sync_parent_dir(old_cfg); /* tmp */
+        goto out;
+    }
+    int undo_err = 0; /* the steps before `failed` (the one that failed, or that the inspection came before) */
+    for (int i = failed - 1; i >= 0 && !undo_err; i--) {
         if (!done[i]) continue;
         if (rename(to[i], from[i]) == 0)
             done[i] = 0;
@@ -794,14 +838,16 @@ static h3s_status init_move_files(const char *out, const char *tmp, const char *
             undo_err = errno;
     }
     if (!undo_err) {
-        st = h3s_fail(H3S_ERR_IO, "init: cannot move the new model files into %s (%s -> %s: %s); %s is left as it was",
-                      out, from[step], to[step], strerror(err), out);
+        if (st == H3S_ERR_INVALID)
+            st = h3s_fail(st, "init: %s; it is left as it is now and the new model is not installed", what);
+        else
+            st = h3s_fail(st, "init: cannot install the new model in %s (%s); %s is left as it was", out, what, out);
     } else {
         /* where each file is now: step 3 (the new config) is never done here, as it is the last */
-        st = h3s_fail(H3S_ERR_IO,
-                      "init: cannot move the new model files into %s (%s -> %s: %s) nor move the previous ones back "
-                      "(%s): the previous model is %s and %s, the new one %s and %s",
-                      out, from[step], to[step], strerror(err), strerror(undo_err), done[0] ? old_cfg : dst_cfg,
+        st = h3s_fail(st,
+                      "init: cannot install the new model in %s (%s) nor move the previous model's files back (%s): "
+                      "the previous model is %s and %s, the new one %s and %s",
+                      out, what, strerror(undo_err), done[0] ? old_cfg : dst_cfg,
                       done[1] ? old_w
                       : had_w ? dst_w
                               : "(no weights file)",
