@@ -101,6 +101,8 @@ static void expect_load_fails(const char *dir, h3s_status want, const char *need
 static int g_no_exchange;
 static const char *g_watch;
 static unsigned g_fail_mask, g_watched;
+static unsigned g_put_after = ~0u; /* after the watched rename of this number: a file "mine" written at g_put_path */
+static const char *g_put_path;
 
 static int watched(const char *p) {
     size_t n = g_watch ? strlen(g_watch) : 0;
@@ -112,15 +114,21 @@ static int shim_rename(const char *a, const char *b, unsigned flags) {
         errno = EINVAL;
         return -1;
     }
+    unsigned k = ~0u;
     if (watched(a) || watched(b)) {
-        unsigned k = g_watched++;
+        k = g_watched++;
         if (k < 32 && (g_fail_mask >> k & 1u)) {
             errno = EIO;
             return -1;
         }
     }
-    if (!flags) return (int)syscall(SYS_renameat, AT_FDCWD, a, AT_FDCWD, b); /* on any kernel */
-    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, flags);
+    const int rc = !flags ? (int)syscall(SYS_renameat, AT_FDCWD, a, AT_FDCWD, b) /* on any kernel */
+                          : (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, flags);
+    if (rc == 0 && watched(a) + watched(b) && k == g_put_after && g_put_path) {
+        FILE *f = fopen(g_put_path, "wx");
+        if (f) fputs("mine", f), fclose(f);
+    }
+    return rc;
 }
 
 int rename(const char *a, const char *b) { return shim_rename(a, b, 0); }
@@ -852,6 +860,23 @@ static void config_to_dir(void *ctx, uint64_t done, uint64_t total) {
     if (done > 0 && lstat(cfg, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(cfg) == 0) mkdir(cfg, 0755);
 }
 
+/* A progress callback that replaces the model's weights file with a directory holding a file (once). */
+static void weights_to_dir(void *ctx, uint64_t done, uint64_t total) {
+    (void)total;
+    PATHVAR(w, (const char *)ctx, H3S_MODEL_WEIGHTS_FILE);
+    struct stat sb;
+    if (done > 0 && lstat(w, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(w) == 0 && mkdir(w, 0755) == 0)
+        write_text(pjoin(w, "inner.txt"), "mine");
+}
+
+static int holds_mine(const char *path) {
+    unsigned char *x;
+    size_t n = h3t_read_file(path, &x);
+    int yes = x && n == 4 && memcmp(x, "mine", 4) == 0;
+    free(x);
+    return yes;
+}
+
 /* One failed move whose undo fails too (g_fail_mask `mask`, over m holding m1's model, or its config.json alone):
  * the message names where each of the four files is, each is there with its contents, and the kept temporary
  * directory holds what is not in m.  `loc` gives each file's place: 'o' in m, 't' in the kept directory (the new
@@ -880,7 +905,8 @@ static void undo_fails(const char *m, const char *m1, const char *ref9, unsigned
     }
     snprintf(expect, sizeof expect, "the previous model is %s and %s, the new one %s and %s", where[0], where[1],
              where[2], where[3]);
-    CHECK(strstr(msg, "nor move the previous model's files back") && strstr(msg, expect), "mask %#x: %s", mask, msg);
+    CHECK(strstr(msg, "nor move the previous model's files back") && strstr(msg, expect),
+          "mask %#x: %s\n  expected: %s", mask, msg, expect);
     rm_tree(kept);
 }
 
@@ -935,6 +961,43 @@ static void test_init_no_exchange(const char *m1) {
               files_equal(pjoin(m, H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
           "the directory as it was left");
     CHECK(h3t_count_entries(root) == 3, "%d entries beside the model", h3t_count_entries(root));
+    rm_tree(m);
+    /* its weights file turned into a directory holding a file: moved back with that file, nothing left beside it */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    CHECK_FAILS(H3S_ERR_INVALID, h3s_model_init_config_progress(&c, 9, m, weights_to_dir, m));
+    CHECK(strstr(h3s_last_error(), "its " H3S_MODEL_WEIGHTS_FILE " is no longer a regular file") != NULL,
+          "names the weights: %s", h3s_last_error());
+    CHECK(holds_mine(pjoin(pjoin(m, H3S_MODEL_WEIGHTS_FILE), "inner.txt")) && h3t_count_entries(root) == 3,
+          "the directory put there is back in place, nothing beside the model (%d)", h3t_count_entries(root));
+    rm_tree(m);
+    /* the change found, and then moving the previous weights back fails: an I/O failure, the directory kept */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    g_watched = 0;
+    g_fail_mask = 1u << 2;
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init_config_progress(&c, 9, m, put_notes, m));
+    char kept[1024] = "";
+    CHECK(strstr(h3s_last_error(), "nor move the previous model's files back") && kept_dir(kept),
+          "changed, then an undo failed: %s", h3s_last_error());
+    CHECK(files_equal(pjoin(kept, "previous." H3S_MODEL_WEIGHTS_FILE), pjoin(m1, H3S_MODEL_WEIGHTS_FILE)),
+          "the previous weights are in the kept directory");
+    if (kept[0]) rm_tree(kept);
+    rm_tree(m);
+    /* a config.json put in place of the one moved out: found, and never replaced by the undo */
+    CHECK_OK(h3s_model_init("tiny", -1, 7, m));
+    g_watched = 0;
+    g_fail_mask = 0;
+    g_put_after = 0;
+    g_put_path = pjoin(m, H3S_MODEL_CONFIG_FILE);
+    CHECK_FAILS(H3S_ERR_IO, h3s_model_init("tiny", -1, 9, m));
+    g_put_after = ~0u;
+    g_put_path = NULL;
+    CHECK(holds_mine(pjoin(m, H3S_MODEL_CONFIG_FILE)), "the file put there is kept");
+    CHECK(strstr(h3s_last_error(), "it holds '" H3S_MODEL_CONFIG_FILE "'") &&
+              strstr(h3s_last_error(), "nor move the previous model's files back (File exists)") && kept_dir(kept),
+          "names the change and the file in the way: %s", h3s_last_error());
+    CHECK(files_equal(pjoin(kept, "previous." H3S_MODEL_CONFIG_FILE), pjoin(m1, H3S_MODEL_CONFIG_FILE)),
+          "the previous config is in the kept directory");
+    if (kept[0]) rm_tree(kept);
     rm_tree(m);
     /* no failure: the new model in place, nothing left beside it */
     CHECK_OK(h3s_model_init("tiny", -1, 7, m));

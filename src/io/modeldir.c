@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -765,13 +766,16 @@ static int first_entry(const char *dir, char *name, size_t cap) {
     if (!d) return -1;
     int found = 0;
     struct dirent *e;
+    errno = 0;
     while (!found && (e = readdir(d)) != NULL)
         if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
             snprintf(name, cap, "%s", e->d_name);
             found = 1;
         }
+    const int err = found ? 0 : errno; /* readdir's end (0) or its error */
     closedir(d);
-    return found;
+    errno = err;
+    return err ? -1 : found;
 }
 
 static int is_regular(const char *path) {
@@ -796,17 +800,25 @@ static h3s_status init_move_files(const char *out, const char *tmp, const char *
     /* from[i] -> to[i]; a previous weights file may be absent (a directory with only a config.json) */
     const char *from[4] = {dst_cfg, dst_w, tmp_w, tmp_cfg}, *to[4] = {old_cfg, old_w, dst_w, dst_cfg};
     int done[4] = {0, 0, 0, 0}, step = 0, failed = 0, had_w = 1;
-    char what[512] = ""; /* the failure, for the messages below */
+    char what[3 * PATH_MAX] = ""; /* the failure (two paths and a reason), for the messages below */
     for (; st == H3S_OK && step < 4; step++) {
         if (step == 2) {
             char name[256];
             const int found = first_entry(out, name, sizeof name);
-            if (found != 0 || !is_regular(old_cfg) || (done[1] && !is_regular(old_w))) {
+            const char *odd = !is_regular(old_cfg)            ? H3S_MODEL_CONFIG_FILE
+                              : done[1] && !is_regular(old_w) ? H3S_MODEL_WEIGHTS_FILE
+                                                              : NULL;
+            if (found != 0 || odd) {
                 if (found < 0)
                     snprintf(what, sizeof what, "cannot list %s: %s", out, strerror(errno));
+                else if (found)
+                    snprintf(what, sizeof what, "%s changed while the new model was written (it holds '%s')", out,
+                             name);
                 else
-                    snprintf(what, sizeof what, "%s changed while the new model was written (%s)", out,
-                             found ? name : "a file of its model is no longer a regular file");
+                    snprintf(what, sizeof what,
+                             "%s changed while the new model was written (its %s is no longer a "
+                             "regular file)",
+                             out, odd);
                 st = found < 0 ? H3S_ERR_IO : H3S_ERR_INVALID;
                 failed = step;
                 break;
@@ -832,7 +844,11 @@ static h3s_status init_move_files(const char *out, const char *tmp, const char *
     int undo_err = 0; /* the steps before `failed` (the one that failed, or that the inspection came before) */
     for (int i = failed - 1; i >= 0 && !undo_err; i--) {
         if (!done[i]) continue;
-        if (rename(to[i], from[i]) == 0)
+        /* never over something put at the file's place in out meanwhile (a rename would replace it) */
+        struct stat sb;
+        if (lstat(from[i], &sb) == 0)
+            undo_err = EEXIST;
+        else if (rename(to[i], from[i]) == 0)
             done[i] = 0;
         else
             undo_err = errno;
@@ -843,8 +859,9 @@ static h3s_status init_move_files(const char *out, const char *tmp, const char *
         else
             st = h3s_fail(st, "init: cannot install the new model in %s (%s); %s is left as it was", out, what, out);
     } else {
-        /* where each file is now: step 3 (the new config) is never done here, as it is the last */
-        st = h3s_fail(st,
+        /* where each file is now: step 3 (the new config) is never done here, as it is the last; a failed undo is an
+         * I/O failure whatever came before it, as on the exchange path */
+        st = h3s_fail(H3S_ERR_IO,
                       "init: cannot install the new model in %s (%s) nor move the previous model's files back (%s): "
                       "the previous model is %s and %s, the new one %s and %s",
                       out, what, strerror(undo_err), done[0] ? old_cfg : dst_cfg,
